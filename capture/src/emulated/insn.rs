@@ -1,0 +1,173 @@
+//! Classifying the instructions the tracee executes by how Intel PT reports
+//! them: which change of flow instructions (CoFI) produce packets.
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+
+/// What PT needs to know about one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsnClass {
+    /// Falls through; no packet.
+    Other,
+    /// Jcc, LOOP, JRCXZ: one TNT bit.
+    CondBranch { target: u64 },
+    /// JMP rel: no packet.
+    DirectJump { target: u64 },
+    /// CALL rel: no packet; pushes the return address for RET compression
+    /// unless it is a zero-length call (`call next`), which the hardware does
+    /// not treat as a call.
+    DirectCall { target: u64 },
+    /// JMP r/m: TIP.
+    IndirectJump,
+    /// CALL r/m: TIP; pushes the return address.
+    IndirectCall,
+    /// Near RET: a TNT bit when compressed, else TIP.
+    Return,
+    /// SYSCALL, SYSENTER, INT n: a synchronous trip into the kernel.
+    KernelEntry,
+    /// Far transfers that stay in user space, and anything else that needs a
+    /// TIP for its target (far JMP/CALL/RET, IRET).
+    FarTransfer,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Insn {
+    pub len: u8,
+    pub class: InsnClass,
+    /// Carries a REP/REPNE prefix: a single step may retire one iteration only.
+    pub repeats: bool,
+}
+
+impl Insn {
+    pub fn next_ip(&self, ip: u64) -> u64 {
+        ip.wrapping_add(self.len as u64)
+    }
+}
+
+/// Decodes one 64-bit instruction at `ip` from `bytes` (up to 15 bytes).
+/// Returns `None` for bytes that are not a valid instruction.
+pub fn classify(ip: u64, bytes: &[u8]) -> Option<Insn> {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    decoder.decode_out(&mut insn);
+    if insn.is_invalid() {
+        return None;
+    }
+    if matches!(
+        insn.code(),
+        Code::Syscall | Code::Sysenter | Code::Int_imm8 | Code::Int3 | Code::Into | Code::Int1
+    ) {
+        return Some(Insn {
+            len: insn.len() as u8,
+            class: InsnClass::KernelEntry,
+            repeats: false,
+        });
+    }
+    let class = match insn.flow_control() {
+        FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
+            InsnClass::Other
+        }
+        FlowControl::ConditionalBranch => InsnClass::CondBranch {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::UnconditionalBranch => {
+            if is_near_branch(&insn) {
+                InsnClass::DirectJump {
+                    target: insn.near_branch_target(),
+                }
+            } else {
+                InsnClass::FarTransfer
+            }
+        }
+        FlowControl::Call => {
+            if is_near_branch(&insn) {
+                InsnClass::DirectCall {
+                    target: insn.near_branch_target(),
+                }
+            } else {
+                InsnClass::FarTransfer
+            }
+        }
+        FlowControl::IndirectBranch => {
+            if is_far(&insn) {
+                InsnClass::FarTransfer
+            } else {
+                InsnClass::IndirectJump
+            }
+        }
+        FlowControl::IndirectCall => {
+            if is_far(&insn) {
+                InsnClass::FarTransfer
+            } else {
+                InsnClass::IndirectCall
+            }
+        }
+        FlowControl::Return => match insn.code() {
+            Code::Retnq | Code::Retnq_imm16 | Code::Retnw | Code::Retnw_imm16 => {
+                InsnClass::Return
+            }
+            _ => InsnClass::FarTransfer,
+        },
+        FlowControl::Interrupt => InsnClass::FarTransfer,
+    };
+    Some(Insn {
+        len: insn.len() as u8,
+        class,
+        repeats: insn.has_rep_prefix() || insn.has_repne_prefix(),
+    })
+}
+
+fn is_near_branch(insn: &Instruction) -> bool {
+    matches!(
+        insn.op0_kind(),
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+    )
+}
+
+fn is_far(insn: &Instruction) -> bool {
+    matches!(
+        insn.code(),
+        Code::Jmp_m1616 | Code::Jmp_m1632 | Code::Jmp_m1664 | Code::Call_m1616 | Code::Call_m1632 | Code::Call_m1664
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_common_cofi() {
+        let ip = 0x1000;
+        // jne +5
+        assert_eq!(
+            classify(ip, &[0x75, 0x05]).unwrap().class,
+            InsnClass::CondBranch { target: 0x1007 }
+        );
+        // call rel32 0
+        assert_eq!(
+            classify(ip, &[0xe8, 0, 0, 0, 0]).unwrap().class,
+            InsnClass::DirectCall { target: 0x1005 }
+        );
+        // call *%rax
+        assert_eq!(classify(ip, &[0xff, 0xd0]).unwrap().class, InsnClass::IndirectCall);
+        // jmp *%rax
+        assert_eq!(classify(ip, &[0xff, 0xe0]).unwrap().class, InsnClass::IndirectJump);
+        // ret, rep ret
+        assert_eq!(classify(ip, &[0xc3]).unwrap().class, InsnClass::Return);
+        assert_eq!(classify(ip, &[0xf3, 0xc3]).unwrap().class, InsnClass::Return);
+        // syscall
+        assert_eq!(classify(ip, &[0x0f, 0x05]).unwrap().class, InsnClass::KernelEntry);
+        // rep movsb
+        let movs = classify(ip, &[0xf3, 0xa4]).unwrap();
+        assert_eq!(movs.class, InsnClass::Other);
+        assert!(movs.repeats);
+        // endbr64
+        assert_eq!(classify(ip, &[0xf3, 0x0f, 0x1e, 0xfa]).unwrap().class, InsnClass::Other);
+        // bnd jmp rel32
+        assert!(matches!(
+            classify(ip, &[0xf2, 0xe9, 0, 0, 0, 0]).unwrap().class,
+            InsnClass::DirectJump { .. }
+        ));
+        // truncated bytes
+        assert!(classify(ip, &[0xe8, 0]).is_none());
+    }
+}

@@ -1,0 +1,184 @@
+//! Byte-level encoders for the Intel PT packets the emulated hardware writes.
+//!
+//! Layouts follow the Intel SDM, Vol. 3C, chapter "Intel Processor Trace",
+//! section "Packet Definitions". Every function appends one whole packet.
+
+/// How many bytes of a target IP a TIP/FUP packet carries (the IPBytes field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpCompression {
+    /// IPBytes=000: the IP is out of context (suppressed).
+    Suppressed,
+    /// IPBytes=001: bits 15:0, the rest from the last IP.
+    Update16,
+    /// IPBytes=010: bits 31:0, the rest from the last IP.
+    Update32,
+    /// IPBytes=011: bits 47:0, sign-extended.
+    Sext48,
+    /// IPBytes=100: bits 47:0, bits 63:48 from the last IP.
+    Update48,
+    /// IPBytes=110: all 64 bits.
+    Full,
+}
+
+impl IpCompression {
+    fn ip_bytes(self) -> u8 {
+        match self {
+            IpCompression::Suppressed => 0,
+            IpCompression::Update16 => 1,
+            IpCompression::Update32 => 2,
+            IpCompression::Sext48 => 3,
+            IpCompression::Update48 => 4,
+            IpCompression::Full => 6,
+        }
+    }
+
+    fn payload_len(self) -> usize {
+        match self {
+            IpCompression::Suppressed => 0,
+            IpCompression::Update16 => 2,
+            IpCompression::Update32 => 4,
+            IpCompression::Sext48 | IpCompression::Update48 => 6,
+            IpCompression::Full => 8,
+        }
+    }
+
+    /// The shortest encoding of `ip` given the decoder's `last_ip`, as the
+    /// hardware chooses it.
+    pub fn choose(ip: u64, last_ip: u64) -> IpCompression {
+        if ip >> 16 == last_ip >> 16 {
+            IpCompression::Update16
+        } else if ip >> 32 == last_ip >> 32 {
+            IpCompression::Update32
+        } else if sext48(ip) == ip {
+            IpCompression::Sext48
+        } else if ip >> 48 == last_ip >> 48 {
+            IpCompression::Update48
+        } else {
+            IpCompression::Full
+        }
+    }
+}
+
+fn sext48(ip: u64) -> u64 {
+    (((ip << 16) as i64) >> 16) as u64
+}
+
+/// The opcode byte (bits 4:0) of the IP-carrying packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpPacket {
+    Tip = 0x0d,
+    TipPge = 0x11,
+    TipPgd = 0x01,
+    Fup = 0x1d,
+}
+
+pub const PSB: [u8; 16] = [
+    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+];
+pub const PSBEND: [u8; 2] = [0x02, 0x23];
+pub const OVF: [u8; 2] = [0x02, 0xf3];
+/// Most TNT bits a short TNT packet holds.
+pub const TNT8_MAX: u32 = 6;
+/// Most TNT bits a long TNT packet holds.
+pub const TNT64_MAX: u32 = 47;
+
+pub fn ip_packet(out: &mut Vec<u8>, kind: IpPacket, ip: u64, comp: IpCompression) {
+    out.push((comp.ip_bytes() << 5) | kind as u8);
+    out.extend_from_slice(&ip.to_le_bytes()[..comp.payload_len()]);
+}
+
+/// A TNT packet of `count` bits; `bits` holds them with the oldest branch in
+/// the most significant of the `count` low bits, as the hardware orders them.
+pub fn tnt(out: &mut Vec<u8>, bits: u64, count: u32) {
+    debug_assert!(count >= 1 && count <= TNT64_MAX);
+    if count <= TNT8_MAX {
+        let payload = (1u64 << count) | (bits & ((1 << count) - 1));
+        out.push((payload << 1) as u8);
+    } else {
+        let payload = (1u64 << count) | (bits & ((1 << count) - 1));
+        out.extend_from_slice(&[0x02, 0xa3]);
+        out.extend_from_slice(&payload.to_le_bytes()[..6]);
+    }
+}
+
+pub fn tsc(out: &mut Vec<u8>, tsc: u64) {
+    out.push(0x19);
+    out.extend_from_slice(&tsc.to_le_bytes()[..7]);
+}
+
+pub fn cbr(out: &mut Vec<u8>, ratio: u8) {
+    out.extend_from_slice(&[0x02, 0x03, ratio, 0x00]);
+}
+
+/// TMA: the CTC value (bits 15:0) and fast counter (9 bits) at the last TSC.
+pub fn tma(out: &mut Vec<u8>, ctc: u16, fast_counter: u16) {
+    let c = ctc.to_le_bytes();
+    let f = (fast_counter & 0x1ff).to_le_bytes();
+    out.extend_from_slice(&[0x02, 0x73, c[0], c[1], 0x00, f[0], f[1]]);
+}
+
+pub fn mtc(out: &mut Vec<u8>, ctc: u8) {
+    out.extend_from_slice(&[0x59, ctc]);
+}
+
+/// CYC: cycles since the last CYC, in a variable-length little-endian form
+/// (5 bits in the first byte, 7 in each following one, bit 2/bit 0 = "more").
+pub fn cyc(out: &mut Vec<u8>, cycles: u64) {
+    let mut rest = cycles >> 5;
+    let mut byte = 0x03 | (((cycles & 0x1f) as u8) << 3);
+    if rest != 0 {
+        byte |= 0x04;
+    }
+    out.push(byte);
+    while rest != 0 {
+        let mut b = ((rest & 0x7f) as u8) << 1;
+        rest >>= 7;
+        if rest != 0 {
+            b |= 1;
+        }
+        out.push(b);
+    }
+}
+
+/// MODE.Exec for 64-bit code (CS.L=1, CS.D=0), with IF set as user code runs.
+pub fn mode_exec_64(out: &mut Vec<u8>) {
+    out.extend_from_slice(&[0x99, 0x01]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_compression_picks_shortest() {
+        let last = 0x0000_7f12_3456_0000;
+        assert_eq!(IpCompression::choose(0x0000_7f12_3456_1234, last), IpCompression::Update16);
+        assert_eq!(IpCompression::choose(0x0000_7f12_9999_1234, last), IpCompression::Update32);
+        assert_eq!(IpCompression::choose(0x0000_5555_9999_1234, last), IpCompression::Sext48);
+        assert_eq!(IpCompression::choose(0xffff_8000_0000_0000, 0), IpCompression::Sext48);
+        assert_eq!(IpCompression::choose(0x1234_5555_9999_1234, 0), IpCompression::Full);
+    }
+
+    #[test]
+    fn encodes_known_bytes() {
+        let mut v = Vec::new();
+        ip_packet(&mut v, IpPacket::Tip, 0x401000, IpCompression::Sext48);
+        assert_eq!(v, [0x6d, 0x00, 0x10, 0x40, 0, 0, 0]);
+        v.clear();
+        tnt(&mut v, 0b101, 3);
+        // stop bit at bit 4 of the payload, payload shifted left by one.
+        assert_eq!(v, [0b0001_1010]);
+        v.clear();
+        tnt(&mut v, 1, 7);
+        assert_eq!(v, [0x02, 0xa3, 0x81, 0, 0, 0, 0, 0]);
+        v.clear();
+        cyc(&mut v, 3);
+        assert_eq!(v, [0x1b]);
+        v.clear();
+        cyc(&mut v, 0x20);
+        assert_eq!(v, [0x07, 0x02]);
+        v.clear();
+        tsc(&mut v, 0x0102_0304_0506_0708);
+        assert_eq!(v, [0x19, 8, 7, 6, 5, 4, 3, 2]);
+    }
+}

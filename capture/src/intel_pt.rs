@@ -1,0 +1,1 @@
+//! Intel PT configuration.

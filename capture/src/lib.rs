@@ -1,0 +1,16 @@
+//! Getting raw Intel PT traces.
+//!
+//! This crate holds everything before decoding: the capture backends (the
+//! emulated one, which single-steps a process with ptrace and writes the
+//! packets PT hardware would write), the triggers, process and symbol
+//! discovery, and the snapshot file, which is a standard perf.data plus the
+//! binaries it maps. The decoder reads what this crate writes; nothing here
+//! depends on decoding.
+
+pub mod emulated;
+pub mod error;
+pub mod intel_pt;
+pub mod perf_data;
+pub mod procfs;
+
+pub use error::CaptureError;
