@@ -14,3 +14,6 @@ pub mod perf_data;
 pub mod procfs;
 
 pub use error::CaptureError;
+pub mod buildid;
+pub mod snapshot;
+pub mod trigger;

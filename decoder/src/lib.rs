@@ -1,1 +1,8 @@
-//! placeholder
+//! From snapshot to model.
+//!
+//! The decoder turns the PT bytes of a snapshot into what the viewer draws.
+//! This crate holds the packet parser used for listings and PSB indexing,
+//! and the libipt instruction walk (through `libipt-sys` directly, to avoid
+//! the Rust wrapper's known panics and dropped instructions).
+
+pub mod packet;

@@ -327,7 +327,12 @@ mod tests {
         let start = t.ring().snapshot().len();
         t.enter_user(0x401000, 100, false);
         // call 0x402000; ret back to 0x401005; ret to an unknown caller
-        t.retire(0x401000, &insn(InsnClass::DirectCall { target: 0x402000 }, 5), 0x402000, 101);
+        t.retire(
+            0x401000,
+            &insn(InsnClass::DirectCall { target: 0x402000 }, 5),
+            0x402000,
+            101,
+        );
         t.retire(0x402000, &insn(InsnClass::Return, 1), 0x401005, 102);
         t.retire(0x401005, &insn(InsnClass::Return, 1), 0x403000, 103);
         t.finish();
@@ -336,13 +341,31 @@ mod tests {
         // before the TIP, TIP 0x403000 (2-byte update).
         assert_eq!(
             bytes,
-            &[0x99, 0x01, 0x51, 0x00, 0x10, 0x40, 0, 0b0000_0110, 0x2d, 0x00, 0x30]
+            &[
+                0x99,
+                0x01,
+                0x51,
+                0x00,
+                0x10,
+                0x40,
+                0,
+                0b0000_0110,
+                0x2d,
+                0x00,
+                0x30
+            ]
         );
     }
 
     #[test]
     fn psb_every_period_and_kernel_trips() {
-        let mut t = ThreadPt::new(PtSettings { psb_period: 64, ..cfg() }, 0);
+        let mut t = ThreadPt::new(
+            PtSettings {
+                psb_period: 64,
+                ..cfg()
+            },
+            0,
+        );
         t.enter_user(0x1000, 0, false);
         for i in 0..200u64 {
             // an indirect jump to itself: one TIP each

@@ -41,6 +41,20 @@ impl Insn {
     pub fn next_ip(&self, ip: u64) -> u64 {
         ip.wrapping_add(self.len as u64)
     }
+
+    /// Whether the instruction at `ip` can branch to itself (`jmp .`).
+    pub fn targets(&self, ip: u64) -> bool {
+        match self.class {
+            InsnClass::CondBranch { target }
+            | InsnClass::DirectJump { target }
+            | InsnClass::DirectCall { target } => target == ip,
+            InsnClass::IndirectJump
+            | InsnClass::IndirectCall
+            | InsnClass::Return
+            | InsnClass::FarTransfer => true,
+            InsnClass::Other | InsnClass::KernelEntry => false,
+        }
+    }
 }
 
 /// Decodes one 64-bit instruction at `ip` from `bytes` (up to 15 bytes).
@@ -102,9 +116,7 @@ pub fn classify(ip: u64, bytes: &[u8]) -> Option<Insn> {
             }
         }
         FlowControl::Return => match insn.code() {
-            Code::Retnq | Code::Retnq_imm16 | Code::Retnw | Code::Retnw_imm16 => {
-                InsnClass::Return
-            }
+            Code::Retnq | Code::Retnq_imm16 | Code::Retnw | Code::Retnw_imm16 => InsnClass::Return,
             _ => InsnClass::FarTransfer,
         },
         FlowControl::Interrupt => InsnClass::FarTransfer,
@@ -126,7 +138,12 @@ fn is_near_branch(insn: &Instruction) -> bool {
 fn is_far(insn: &Instruction) -> bool {
     matches!(
         insn.code(),
-        Code::Jmp_m1616 | Code::Jmp_m1632 | Code::Jmp_m1664 | Code::Call_m1616 | Code::Call_m1632 | Code::Call_m1664
+        Code::Jmp_m1616
+            | Code::Jmp_m1632
+            | Code::Jmp_m1664
+            | Code::Call_m1616
+            | Code::Call_m1632
+            | Code::Call_m1664
     )
 }
 
@@ -148,20 +165,35 @@ mod tests {
             InsnClass::DirectCall { target: 0x1005 }
         );
         // call *%rax
-        assert_eq!(classify(ip, &[0xff, 0xd0]).unwrap().class, InsnClass::IndirectCall);
+        assert_eq!(
+            classify(ip, &[0xff, 0xd0]).unwrap().class,
+            InsnClass::IndirectCall
+        );
         // jmp *%rax
-        assert_eq!(classify(ip, &[0xff, 0xe0]).unwrap().class, InsnClass::IndirectJump);
+        assert_eq!(
+            classify(ip, &[0xff, 0xe0]).unwrap().class,
+            InsnClass::IndirectJump
+        );
         // ret, rep ret
         assert_eq!(classify(ip, &[0xc3]).unwrap().class, InsnClass::Return);
-        assert_eq!(classify(ip, &[0xf3, 0xc3]).unwrap().class, InsnClass::Return);
+        assert_eq!(
+            classify(ip, &[0xf3, 0xc3]).unwrap().class,
+            InsnClass::Return
+        );
         // syscall
-        assert_eq!(classify(ip, &[0x0f, 0x05]).unwrap().class, InsnClass::KernelEntry);
+        assert_eq!(
+            classify(ip, &[0x0f, 0x05]).unwrap().class,
+            InsnClass::KernelEntry
+        );
         // rep movsb
         let movs = classify(ip, &[0xf3, 0xa4]).unwrap();
         assert_eq!(movs.class, InsnClass::Other);
         assert!(movs.repeats);
         // endbr64
-        assert_eq!(classify(ip, &[0xf3, 0x0f, 0x1e, 0xfa]).unwrap().class, InsnClass::Other);
+        assert_eq!(
+            classify(ip, &[0xf3, 0x0f, 0x1e, 0xfa]).unwrap().class,
+            InsnClass::Other
+        );
         // bnd jmp rel32
         assert!(matches!(
             classify(ip, &[0xf2, 0xe9, 0, 0, 0, 0]).unwrap().class,

@@ -3,4 +3,6 @@
 pub mod hardware;
 pub mod insn;
 pub mod packets;
+pub mod ptrace;
 pub mod ring;
+pub mod tracer;

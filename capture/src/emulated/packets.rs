@@ -152,11 +152,26 @@ mod tests {
     #[test]
     fn ip_compression_picks_shortest() {
         let last = 0x0000_7f12_3456_0000;
-        assert_eq!(IpCompression::choose(0x0000_7f12_3456_1234, last), IpCompression::Update16);
-        assert_eq!(IpCompression::choose(0x0000_7f12_9999_1234, last), IpCompression::Update32);
-        assert_eq!(IpCompression::choose(0x0000_5555_9999_1234, last), IpCompression::Sext48);
-        assert_eq!(IpCompression::choose(0xffff_8000_0000_0000, 0), IpCompression::Sext48);
-        assert_eq!(IpCompression::choose(0x1234_5555_9999_1234, 0), IpCompression::Full);
+        assert_eq!(
+            IpCompression::choose(0x0000_7f12_3456_1234, last),
+            IpCompression::Update16
+        );
+        assert_eq!(
+            IpCompression::choose(0x0000_7f12_9999_1234, last),
+            IpCompression::Update32
+        );
+        assert_eq!(
+            IpCompression::choose(0x0000_5555_9999_1234, last),
+            IpCompression::Sext48
+        );
+        assert_eq!(
+            IpCompression::choose(0xffff_8000_0000_0000, 0),
+            IpCompression::Sext48
+        );
+        assert_eq!(
+            IpCompression::choose(0x1234_5555_9999_1234, 0),
+            IpCompression::Full
+        );
     }
 
     #[test]

@@ -27,7 +27,8 @@ impl Ring {
         self.head += bytes.len() as u64;
         if bytes.len() >= self.size {
             self.buf.clear();
-            self.buf.extend_from_slice(&bytes[bytes.len() - self.size..]);
+            self.buf
+                .extend_from_slice(&bytes[bytes.len() - self.size..]);
             return;
         }
         if self.buf.len() + bytes.len() > 2 * self.size {

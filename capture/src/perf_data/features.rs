@@ -159,7 +159,9 @@ impl Features {
         let mut b = Bytes::new(raw, offset);
         match bit {
             HEADER_HOSTNAME => self.hostname = Some(get_string(&mut b, "HOSTNAME feature")?.into()),
-            HEADER_OSRELEASE => self.osrelease = Some(get_string(&mut b, "OSRELEASE feature")?.into()),
+            HEADER_OSRELEASE => {
+                self.osrelease = Some(get_string(&mut b, "OSRELEASE feature")?.into())
+            }
             HEADER_VERSION => self.version = Some(get_string(&mut b, "VERSION feature")?.into()),
             HEADER_ARCH => self.arch = Some(get_string(&mut b, "ARCH feature")?.into()),
             HEADER_CPUDESC => self.cpudesc = Some(get_string(&mut b, "CPUDESC feature")?.into()),

@@ -15,7 +15,7 @@ mod writer;
 pub use attr::{EventAttr, PerfEventAttr};
 pub use features::{BuildIdEntry, Features};
 pub use reader::{PerfDataFile, RecordIter};
-pub use records::{AuxtraceInfo, Record, SampleId};
+pub use records::{AuxtraceInfo, IdIndexEntry, Record, SampleId, TimeConv};
 pub use writer::PerfDataWriter;
 
 /// `PERFILE2`, read as a little-endian u64.
@@ -173,14 +173,22 @@ impl<'a> Bytes<'a> {
     }
 
     /// A NUL-terminated string inside a fixed-size, padded field.
-    pub(crate) fn padded_str(&mut self, n: usize, what: &'static str) -> Result<&'a str, FormatError> {
+    pub(crate) fn padded_str(
+        &mut self,
+        n: usize,
+        what: &'static str,
+    ) -> Result<&'a str, FormatError> {
         let offset = self.offset();
         let raw = self.take(n, what)?;
         cstr(raw, what, offset)
     }
 }
 
-pub(crate) fn cstr<'a>(raw: &'a [u8], what: &'static str, offset: u64) -> Result<&'a str, FormatError> {
+pub(crate) fn cstr<'a>(
+    raw: &'a [u8],
+    what: &'static str,
+    offset: u64,
+) -> Result<&'a str, FormatError> {
     let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
     std::str::from_utf8(&raw[..end]).map_err(|_| FormatError::Invalid {
         what,

@@ -86,7 +86,9 @@ impl<'a> PerfDataFile<'a> {
             return Err(FormatError::Invalid {
                 what: "attr section",
                 offset: attrs_off,
-                problem: format!("size {attrs_size} is not a multiple of the attr size {attr_size}"),
+                problem: format!(
+                    "size {attrs_size} is not a multiple of the attr size {attr_size}"
+                ),
             });
         }
         let attr_bytes = section(bytes, "attr section", attrs_off, attrs_size)?;
@@ -120,7 +122,10 @@ impl<'a> PerfDataFile<'a> {
 
         let mut features = Features::default();
         let table_off = data_off + data_size;
-        let mut table = Bytes::new(&bytes[table_off.min(bytes.len() as u64) as usize..], table_off);
+        let mut table = Bytes::new(
+            &bytes[table_off.min(bytes.len() as u64) as usize..],
+            table_off,
+        );
         for bit in 0..256u32 {
             if bitmap[bit as usize / 64] & (1 << (bit % 64)) == 0 {
                 continue;

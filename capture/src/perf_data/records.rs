@@ -53,7 +53,11 @@ impl SampleId {
             * 8
     }
 
-    pub(crate) fn decode(raw: &[u8], sample_type: u64, offset: u64) -> Result<SampleId, FormatError> {
+    pub(crate) fn decode(
+        raw: &[u8],
+        sample_type: u64,
+        offset: u64,
+    ) -> Result<SampleId, FormatError> {
         let mut b = Bytes::new(raw, offset);
         let w = "sample id";
         let mut s = SampleId::default();
@@ -88,8 +92,6 @@ pub struct AuxtraceInfo {
     pub kind: u32,
     pub words: Vec<u64>,
 }
-
-pub const PERF_AUXTRACE_INTEL_PT: u32 = 1;
 
 /// A data-section record. Borrowed fields point into the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,7 +169,11 @@ pub enum Record<'a> {
     },
     TimeConv(TimeConv),
     /// Anything else, kept raw (header type, misc, body after the header).
-    Other { kind: u32, misc: u16, body: &'a [u8] },
+    Other {
+        kind: u32,
+        misc: u16,
+        body: &'a [u8],
+    },
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -270,7 +276,11 @@ impl Record<'_> {
                 out.put_u32(*pid);
                 out.put_u32(*tid);
                 out.put_padded_str(comm, 8);
-                let m = if *exec { misc::USER | misc::COMM_EXEC } else { misc::USER };
+                let m = if *exec {
+                    misc::USER | misc::COMM_EXEC
+                } else {
+                    misc::USER
+                };
                 (kind::COMM, m, Some(sample_id))
             }
             Record::Fork {
@@ -294,15 +304,27 @@ impl Record<'_> {
                 out.put_u32(*tid);
                 out.put_u32(*ptid);
                 out.put_u64(*time);
-                let k = if matches!(self, Record::Fork { .. }) { kind::FORK } else { kind::EXIT };
+                let k = if matches!(self, Record::Fork { .. }) {
+                    kind::FORK
+                } else {
+                    kind::EXIT
+                };
                 (k, 0, Some(sample_id))
             }
-            Record::ItraceStart { pid, tid, sample_id } => {
+            Record::ItraceStart {
+                pid,
+                tid,
+                sample_id,
+            } => {
                 out.put_u32(*pid);
                 out.put_u32(*tid);
                 (kind::ITRACE_START, 0, Some(sample_id))
             }
-            Record::Switch { out: o, preempt, sample_id } => {
+            Record::Switch {
+                out: o,
+                preempt,
+                sample_id,
+            } => {
                 let mut m = 0;
                 if *o {
                     m |= misc::SWITCH_OUT;
@@ -323,7 +345,11 @@ impl Record<'_> {
                 out.put_u64(*flags);
                 (kind::AUX, 0, Some(sample_id))
             }
-            Record::Lost { id, lost, sample_id } => {
+            Record::Lost {
+                id,
+                lost,
+                sample_id,
+            } => {
                 out.put_u64(*id);
                 out.put_u64(*lost);
                 (kind::LOST, 0, Some(sample_id))
@@ -469,7 +495,8 @@ impl Record<'_> {
             }
             kind::FORK | kind::EXIT => {
                 let w = "FORK/EXIT record";
-                let (pid, ppid, tid, ptid, time) = (b.u32(w)?, b.u32(w)?, b.u32(w)?, b.u32(w)?, b.u64(w)?);
+                let (pid, ppid, tid, ptid, time) =
+                    (b.u32(w)?, b.u32(w)?, b.u32(w)?, b.u32(w)?, b.u64(w)?);
                 let sample_id = trailer(&b)?;
                 if kind_ == kind::FORK {
                     Record::Fork {

@@ -32,7 +32,9 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         self.buf.clear();
         record.encode(self.sample_type, &mut self.buf);
         if let Record::Auxtrace { .. } = record {
-            self.auxtrace_index.push((self.pos, self.buf.len() as u64));
+            // perf's index names the record header; its size excludes the data.
+            let header_size = u16::from_le_bytes([self.buf[6], self.buf[7]]);
+            self.auxtrace_index.push((self.pos, header_size as u64));
         }
         self.out.write_all(&self.buf)?;
         self.pos += self.buf.len() as u64;

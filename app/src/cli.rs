@@ -1,0 +1,432 @@
+//! The command line: argument parsing and the non-GUI commands.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use ptscope_capture::emulated::hardware::PtSettings;
+use ptscope_capture::emulated::tracer::{self, StopReason, Target, TracerOptions};
+use ptscope_capture::intel_pt::emulated_cpu;
+use ptscope_capture::snapshot::{self, Metadata, Snapshot, EMULATED_CONFIG_STR};
+use ptscope_capture::trigger::Trigger;
+use ptscope_decoder::packet::{self, Packets};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ptscope",
+    version,
+    about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.",
+    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the viewer on FILE, or on the bundled demo snapshot.\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
+)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// A `.ptscope` snapshot or a perf.data recorded with intel_pt, to open in the viewer.
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Backend {
+    /// intel-pt when /sys/bus/event_source/devices/intel_pt exists, else emulated.
+    Auto,
+    /// Real Intel PT hardware through perf_event_open.
+    IntelPt,
+    /// Single-step with ptrace and emit the packets PT hardware would.
+    Emulated,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CaptureOpts {
+    /// Capture backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// Per-thread trace ring size in bytes (suffixes K, M, G allowed); the
+    /// snapshot keeps the last SIZE bytes of each thread's trace.
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    pub size: u64,
+    /// Take the snapshot the first time the program enters SYMBOL (mangled or
+    /// demangled, in the program or any library it loads).
+    #[arg(long, value_name = "SYMBOL")]
+    pub trigger: Option<String>,
+    /// Take the snapshot after MS milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub duration: Option<u64>,
+    /// Where to write the snapshot.
+    #[arg(short, long, default_value = "snapshot.ptscope")]
+    pub output: PathBuf,
+    /// Write every retired instruction pointer to FILE (`tid ip` per line),
+    /// as ground truth for testing. Emulated backend only.
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub ip_log: Option<PathBuf>,
+    /// Do not print progress on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command under trace and save a snapshot when it exits or the
+    /// trigger fires (Ctrl-C takes the snapshot at once).
+    Record {
+        #[command(flatten)]
+        opts: CaptureOpts,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Attach to a running process, trace all its threads and save a
+    /// snapshot when the trigger fires, on Ctrl-C, or when it exits. The
+    /// process keeps running afterwards.
+    Attach {
+        /// The process to attach to.
+        #[arg(long)]
+        pid: i32,
+        #[command(flatten)]
+        opts: CaptureOpts,
+    },
+    /// Describe a snapshot: threads with their trace bytes and PSBs, the
+    /// time range, the CPU and PT configuration, and every mapped binary.
+    Info { file: PathBuf },
+    /// List the PT packets of one thread, like libipt's ptdump.
+    Packets {
+        file: PathBuf,
+        /// The thread (default: the first one).
+        #[arg(long)]
+        thread: Option<i32>,
+        /// Stop after N packets.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 65536, 64K, 4M)"))?;
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if size < 4096 {
+        return Err(format!("ring size {size} is too small; use at least 4K"));
+    }
+    Ok(size)
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    match args.command {
+        None => crate::gui::run(args.file),
+        Some(Command::Record { opts, command }) => capture(Target::Spawn(command), opts),
+        Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
+        Some(Command::Info { file }) => info(&file),
+        Some(Command::Packets {
+            file,
+            thread,
+            limit,
+        }) => packets(&file, thread, limit),
+    }
+}
+
+const INTEL_PT_SYSFS: &str = "/sys/bus/event_source/devices/intel_pt";
+
+fn choose_backend(b: Backend, quiet: bool) -> Result<()> {
+    let has_pt = Path::new(INTEL_PT_SYSFS).exists();
+    match b {
+        Backend::Emulated => Ok(()),
+        Backend::IntelPt => {
+            if has_pt {
+                bail!("the intel-pt backend is not built yet; use --backend emulated")
+            }
+            bail!(
+                "this machine has no Intel PT ({INTEL_PT_SYSFS} does not exist); use --backend emulated"
+            )
+        }
+        Backend::Auto => {
+            if !quiet {
+                if has_pt {
+                    eprintln!("ptscope: Intel PT found, but its backend is not built yet; using the emulated backend");
+                } else {
+                    eprintln!("ptscope: no Intel PT on this machine; using the emulated backend");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
+    choose_backend(opts.backend, opts.quiet)?;
+    let trigger = match (&opts.trigger, opts.duration) {
+        (Some(_), Some(_)) => bail!("use either --trigger or --duration, not both"),
+        (Some(s), None) => Trigger::Symbol(s.clone()),
+        (None, Some(ms)) => Trigger::Duration(ms),
+        (None, None) => Trigger::ProcessExit,
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupt.clone())
+        .context("cannot install the Ctrl-C handler")?;
+    let settings = PtSettings {
+        psb_period: 4096,
+        ret_compression: true,
+        cyc: true,
+        cbr: emulated_cpu::MAX_NONTURBO_RATIO,
+        ring_size: opts.size as usize,
+    };
+    let mut cap = tracer::capture(
+        target,
+        TracerOptions {
+            settings,
+            trigger: trigger.clone(),
+            ip_log: opts.ip_log.is_some(),
+            progress: !opts.quiet,
+            interrupt,
+        },
+    )?;
+    let stop = match &cap.stop {
+        StopReason::ProcessExit => "process exit".to_string(),
+        StopReason::Symbol { name, address, tid } => {
+            format!("thread {tid} entered {name} at {address:#x}")
+        }
+        StopReason::Duration => "duration elapsed".to_string(),
+        StopReason::Interrupted => "Ctrl-C".to_string(),
+    };
+    if let (Trigger::Symbol(name), StopReason::ProcessExit) = (&trigger, &cap.stop) {
+        eprintln!("ptscope: warning: the process exited before entering {name}; the snapshot ends at its exit");
+    }
+    let instructions: u64 = cap.threads.iter().map(|t| t.instructions).sum();
+    let meta = Metadata {
+        format: snapshot::metadata::FORMAT_VERSION,
+        backend: "emulated".into(),
+        trigger: trigger.to_string(),
+        stop: stop.clone(),
+        ring_size: opts.size,
+        pt_config: EMULATED_CONFIG_STR.into(),
+        cpu: emulated_cpu::cpuid_string(),
+        clock: "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into(),
+        command: cap.cmdline.clone(),
+        pid: cap.pid,
+        capture_wall_ms: cap.wall.as_millis() as u64,
+        instructions,
+        trigger_registers: Vec::new(),
+    };
+    snapshot::write_snapshot(&opts.output, &cap, &meta)
+        .with_context(|| format!("cannot write the snapshot {}", opts.output.display()))?;
+    if let Some(path) = &opts.ip_log {
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        );
+        for (tid, ips) in &cap.ip_log {
+            for ip in ips {
+                writeln!(out, "{tid} {ip:x}")?;
+            }
+        }
+        out.flush()?;
+    }
+    if !opts.quiet {
+        let secs = cap.wall.as_secs_f64().max(1e-9);
+        eprintln!(
+            "ptscope: {} ({stop}): {} threads, {} instructions in {:.2} s ({:.0}k steps/s)",
+            opts.output.display(),
+            cap.threads.len(),
+            instructions,
+            secs,
+            instructions as f64 / secs / 1e3,
+        );
+    }
+    // A recorded command runs to its end after the snapshot.
+    let code = match cap.child.take() {
+        Some(pid) => tracer::wait_child(pid),
+        None => cap.exit_code,
+    };
+    Ok(match code {
+        Some(c) if c != 0 && !opts.quiet => {
+            eprintln!("ptscope: the traced command exited with status {c}");
+            ExitCode::SUCCESS
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.3} µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+fn info(path: &Path) -> Result<ExitCode> {
+    let snap = Snapshot::open(path)?;
+    let trace = snap.trace()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", path.display())?;
+    if let Some(m) = &snap.metadata {
+        writeln!(
+            out,
+            "  capture: {} backend, trigger {}, stopped by {}",
+            m.backend, m.trigger, m.stop
+        )?;
+        if !m.command.is_empty() {
+            writeln!(out, "  command: {} (pid {})", m.command.join(" "), m.pid)?;
+        }
+        writeln!(out, "  clock:   {}", m.clock)?;
+    } else {
+        writeln!(out, "  a plain perf.data file")?;
+    }
+    let f = &trace.features;
+    writeln!(
+        out,
+        "  cpu:     {} ({})",
+        f.cpuid.as_deref().unwrap_or("unknown"),
+        f.cpudesc.as_deref().unwrap_or("?")
+    )?;
+    if let Some(h) = &f.hostname {
+        writeln!(
+            out,
+            "  host:    {h}, {} {}",
+            f.osrelease.as_deref().unwrap_or(""),
+            f.arch.as_deref().unwrap_or("")
+        )?;
+    }
+    let p = &trace.params;
+    let cfg = trace.pt_attr.config;
+    writeln!(
+        out,
+        "  pt:      pmu type {}, config {:#x}: tsc={} cyc={} mtc={} (period {}) retcomp={} psb_period={}",
+        p.pmu_type,
+        cfg,
+        (cfg & p.tsc_bit != 0) as u8,
+        (cfg & p.cyc_bit != 0) as u8,
+        (cfg & p.mtc_bit != 0) as u8,
+        p.mtc_period(cfg),
+        trace.ret_compression() as u8,
+        (cfg >> 24) & 0xf,
+    )?;
+    writeln!(
+        out,
+        "           time_shift {} time_mult {} time_zero {}, TSC:CTC {}/{}, max non-turbo ratio {}, {}{}",
+        p.time_shift,
+        p.time_mult,
+        p.time_zero,
+        p.tsc_ctc_ratio_n,
+        p.tsc_ctc_ratio_d,
+        p.max_nonturbo_ratio,
+        if p.snapshot_mode { "snapshot mode" } else { "full trace" },
+        if p.per_cpu_mmaps { ", per-cpu" } else { ", per-thread" },
+    )?;
+    if let Some((lo, hi)) = trace.time_range {
+        writeln!(
+            out,
+            "  time:    {lo} .. {hi} ns (perf time), {}",
+            fmt_ns(hi - lo)
+        )?;
+    }
+    if trace.lost_records > 0 || trace.truncated_aux > 0 {
+        writeln!(
+            out,
+            "  lost:    {} records, {} truncated AUX buffers",
+            trace.lost_records, trace.truncated_aux
+        )?;
+    }
+    writeln!(out, "  threads:")?;
+    for s in &trace.streams {
+        let psbs = packet::psb_offsets(&s.data).len();
+        let who = match (s.tid, s.cpu) {
+            (Some(tid), _) => {
+                let comm = trace.thread(tid).map(|t| t.comm.as_str()).unwrap_or("");
+                format!("tid {tid:<8} {comm:<16}")
+            }
+            (None, Some(cpu)) => format!("cpu {cpu:<25}"),
+            (None, None) => format!("queue {:<23}", s.idx),
+        };
+        writeln!(
+            out,
+            "    {who} {:>10} bytes of PT, {psbs} PSBs",
+            s.data.len()
+        )?;
+    }
+    writeln!(out, "  binaries:")?;
+    let mut seen = std::collections::BTreeSet::new();
+    for m in &trace.mmaps {
+        if !seen.insert((m.path.clone(), m.build_id.clone())) {
+            continue;
+        }
+        let found = snap.find_binary(m.build_id.as_deref(), &m.path);
+        let id = m
+            .build_id
+            .as_deref()
+            .map(ptscope_capture::buildid::to_hex)
+            .unwrap_or_else(|| "no build id".into());
+        writeln!(
+            out,
+            "    {:<10} {:#014x} {} [{}] {}",
+            if found.is_some() { "found" } else { "MISSING" },
+            m.start,
+            m.path,
+            id,
+            found
+                .map(|p| format!("-> {}", p.display()))
+                .unwrap_or_default(),
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
+    let snap = Snapshot::open(path)?;
+    let trace = snap.trace()?;
+    let stream = match thread {
+        Some(tid) => trace
+            .streams
+            .iter()
+            .find(|s| s.tid == Some(tid))
+            .with_context(|| format!("{}: no trace for thread {tid}", path.display()))?,
+        None => trace
+            .streams
+            .first()
+            .with_context(|| format!("{}: the file holds no PT data", path.display()))?,
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let data: &[u8] = &stream.data;
+    let first = packet::find_psb(data);
+    if first.is_none() {
+        bail!(
+            "{}: the trace of this thread has no PSB to synchronize on",
+            path.display()
+        );
+    }
+    if let Some(skip) = first.filter(|&p| p > 0) {
+        writeln!(
+            out,
+            "{:016x}  [{skip} bytes before the first PSB skipped]",
+            0
+        )?;
+    }
+    for (n, (off, pkt)) in Packets::new(data).enumerate() {
+        if limit.is_some_and(|l| n >= l) {
+            break;
+        }
+        match pkt {
+            Ok(p) => writeln!(out, "{off:016x}  {p}")?,
+            Err(e) => writeln!(out, "{off:016x}  error: {e}; resyncing at the next PSB")?,
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

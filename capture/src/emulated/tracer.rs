@@ -1,0 +1,890 @@
+//! The single-stepping tracer: runs every thread of one process under
+//! ptrace one instruction at a time and feeds each retired instruction to
+//! that thread's emulated PT unit.
+//!
+//! Threads run one at a time, except that a thread inside a syscall is left
+//! running while others are stepped, so a thread blocked on a futex cannot
+//! stall the ones that would wake it.
+//!
+//! The virtual clock: one cycle per retired user instruction at a nominal
+//! 1 GHz (so 1 cycle = 1 ns), shared by all threads; when every thread is in
+//! the kernel the clock advances by the wall time spent waiting. TSC values
+//! are perf timestamps (ns of CLOCK_MONOTONIC at the start plus the clock).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::sys::wait::WaitStatus;
+
+use super::hardware::{PtSettings, ThreadPt};
+use super::insn::{classify, Insn, InsnClass};
+use super::ptrace;
+use crate::error::CaptureError;
+use crate::procfs::{self, Mapping};
+use crate::trigger::{SymbolTrigger, Trigger};
+
+/// What happened in the traced process, for the sideband records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SidebandEvent {
+    Comm {
+        pid: i32,
+        tid: i32,
+        comm: String,
+        exec: bool,
+    },
+    Mmap {
+        pid: i32,
+        tid: i32,
+        mapping: Mapping,
+    },
+    Fork {
+        pid: i32,
+        ppid: i32,
+        tid: i32,
+        ptid: i32,
+    },
+    Exit {
+        pid: i32,
+        ppid: i32,
+        tid: i32,
+        ptid: i32,
+    },
+    ItraceStart {
+        pid: i32,
+        tid: i32,
+    },
+    Switch {
+        pid: i32,
+        tid: i32,
+        out: bool,
+        preempt: bool,
+    },
+}
+
+/// One timed sideband event.
+#[derive(Clone, Debug)]
+pub struct Sideband {
+    pub time: u64,
+    pub event: SidebandEvent,
+}
+
+/// The trace of one thread at the end of the capture.
+#[derive(Debug)]
+pub struct ThreadTrace {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    /// The last `ring_size` bytes of PT.
+    pub aux: Vec<u8>,
+    /// Total bytes the thread's PT unit wrote (the AUX head).
+    pub aux_head: u64,
+    pub wrapped: bool,
+    pub instructions: u64,
+}
+
+/// Why the capture ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    ProcessExit,
+    Symbol {
+        name: String,
+        address: u64,
+        tid: i32,
+    },
+    Duration,
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct Capture {
+    pub pid: i32,
+    pub threads: Vec<ThreadTrace>,
+    pub sideband: Vec<Sideband>,
+    /// The `[vdso]` image and its address, as dumped at the start.
+    pub vdso: Option<(u64, Vec<u8>)>,
+    pub start_time: u64,
+    pub end_time: u64,
+    pub stop: StopReason,
+    pub cmdline: Vec<String>,
+    /// Per thread, every retired instruction pointer (only with `ip_log`).
+    pub ip_log: Vec<(i32, Vec<u64>)>,
+    pub wall: Duration,
+    /// The exit status of a spawned command, when the capture saw it exit.
+    pub exit_code: Option<i32>,
+    /// A spawned command still running after the snapshot; the caller waits
+    /// for it once the snapshot is saved (see [`wait_child`]).
+    pub child: Option<i32>,
+}
+
+pub struct TracerOptions {
+    pub settings: PtSettings,
+    pub trigger: Trigger,
+    pub ip_log: bool,
+    pub progress: bool,
+    /// Set by the caller's SIGINT handler: take the snapshot now.
+    pub interrupt: Arc<AtomicBool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// In a ptrace stop at a user instruction, ready to step.
+    Ready,
+    /// Stepping one user instruction; we wait for it specifically.
+    Stepping,
+    /// Stepping over a syscall instruction, which may block.
+    InSyscall { since: u64, others: u64 },
+    /// Just seen by a clone event, waiting for its first stop.
+    Starting,
+}
+
+struct Thread {
+    tid: i32,
+    ptid: i32,
+    state: State,
+    rip: u64,
+    pt: ThreadPt,
+    /// The instruction being stepped and where it was.
+    stepping: Option<(u64, Insn)>,
+    pending_signal: Option<Signal>,
+    /// The next step delivers a caught signal: no instruction retires.
+    entering_handler: bool,
+    /// Resume with a TSC (after a context switch or a long syscall).
+    resync: bool,
+    log: Vec<u64>,
+    comm: String,
+}
+
+pub struct Tracer {
+    opts: TracerOptions,
+    pid: i32,
+    threads: HashMap<i32, Thread>,
+    order: VecDeque<i32>,
+    finished: Vec<ThreadTrace>,
+    sideband: Vec<Sideband>,
+    now: u64,
+    start_time: u64,
+    insn_cache: HashMap<u64, Insn>,
+    mem: Option<File>,
+    maps: Vec<Mapping>,
+    vdso: Option<(u64, Vec<u8>)>,
+    symbol: Option<SymbolTrigger>,
+    steps_total: u64,
+    in_syscall: usize,
+    ip_logs: Vec<(i32, Vec<u64>)>,
+    exit_code: Option<i32>,
+}
+
+/// perf timestamps are CLOCK_MONOTONIC nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64,
+        Err(_) => 0,
+    }
+}
+
+impl Tracer {
+    fn new(opts: TracerOptions, pid: i32) -> Tracer {
+        let now = monotonic_ns();
+        let symbol = match &opts.trigger {
+            Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
+            _ => None,
+        };
+        Tracer {
+            opts,
+            pid,
+            threads: HashMap::new(),
+            order: VecDeque::new(),
+            finished: Vec::new(),
+            sideband: Vec::new(),
+            now,
+            start_time: now,
+            insn_cache: HashMap::new(),
+            mem: None,
+            maps: Vec::new(),
+            vdso: None,
+            symbol,
+            steps_total: 0,
+            in_syscall: 0,
+            ip_logs: Vec::new(),
+            exit_code: None,
+        }
+    }
+
+    fn emit(&mut self, event: SidebandEvent) {
+        self.sideband.push(Sideband {
+            time: self.now,
+            event,
+        });
+    }
+
+    fn add_thread(&mut self, tid: i32, ptid: i32, state: State) {
+        let comm = procfs::comm(self.pid, tid);
+        let pt = ThreadPt::new(self.opts.settings, self.now);
+        self.threads.insert(
+            tid,
+            Thread {
+                tid,
+                ptid,
+                state,
+                rip: 0,
+                pt,
+                stepping: None,
+                pending_signal: None,
+                entering_handler: false,
+                resync: false,
+                log: Vec::new(),
+                comm,
+            },
+        );
+        self.order.push_back(tid);
+        self.emit(SidebandEvent::ItraceStart { pid: self.pid, tid });
+    }
+
+    /// Re-reads the mappings and emits MMAP2 events for new executable ones.
+    fn refresh_maps(&mut self, tid: i32) {
+        let Ok(maps) = procfs::read_maps(self.pid) else {
+            return;
+        };
+        let new: Vec<Mapping> = maps
+            .iter()
+            .filter(|m| m.exec && !self.maps.contains(m))
+            .cloned()
+            .collect();
+        if maps != self.maps {
+            self.insn_cache.clear();
+        }
+        for m in new {
+            if m.is_vdso() && self.vdso.is_none() {
+                let mut buf = vec![0u8; m.len() as usize];
+                if let Some(mem) = &self.mem {
+                    if mem.read_exact_at(&mut buf, m.start).is_ok() {
+                        self.vdso = Some((m.start, buf));
+                    }
+                }
+            }
+            self.emit(SidebandEvent::Mmap {
+                pid: self.pid,
+                tid,
+                mapping: m,
+            });
+        }
+        self.maps = maps;
+        if let Some(sym) = &mut self.symbol {
+            sym.resolve(&self.maps);
+        }
+    }
+
+    fn open_mem(&mut self) {
+        self.mem = File::open(format!("/proc/{}/mem", self.pid)).ok();
+    }
+
+    fn decode_at(&mut self, tid: i32, ip: u64) -> Result<Insn, CaptureError> {
+        if let Some(insn) = self.insn_cache.get(&ip) {
+            return Ok(*insn);
+        }
+        let mut buf = [0u8; 16];
+        let mem = self.mem.as_ref().ok_or_else(|| {
+            CaptureError::Invalid(format!("cannot read the memory of process {}", self.pid))
+        })?;
+        let mut n = 0;
+        // A read may stop at the end of a mapping; take what is there.
+        while n < buf.len() {
+            match mem.read_at(&mut buf[n..], ip + n as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+        let insn = classify(ip, &buf[..n]).ok_or_else(|| {
+            CaptureError::Invalid(format!(
+                "thread {tid}: undecodable instruction at {ip:#x} ({:02x?})",
+                &buf[..n]
+            ))
+        })?;
+        self.insn_cache.insert(ip, insn);
+        Ok(insn)
+    }
+
+    fn ready_thread(&mut self) -> Option<i32> {
+        // Stay on the current thread while it is ready; a thread switch is
+        // a context switch, so only do it when the thread enters a syscall.
+        for _ in 0..self.order.len() {
+            let tid = *self.order.front()?;
+            if self
+                .threads
+                .get(&tid)
+                .is_some_and(|t| t.state == State::Ready)
+            {
+                return Some(tid);
+            }
+            self.order.rotate_left(1);
+        }
+        None
+    }
+
+    /// Steps thread `tid` over its next instruction. Returns `true` when the
+    /// trigger fired instead.
+    fn step(&mut self, tid: i32) -> Result<bool, CaptureError> {
+        let (rip, signal) = {
+            let t = &self.threads[&tid];
+            (t.rip, t.pending_signal)
+        };
+        if let Some(sym) = &self.symbol {
+            if sym.address() == Some(rip) {
+                let now = self.now;
+                self.threads.get_mut(&tid).unwrap().pt.interrupt(rip, now);
+                return Ok(true);
+            }
+        }
+        let t = self.threads.get_mut(&tid).unwrap();
+        t.pending_signal = None;
+        if let Some(sig) = signal {
+            if procfs::signal_caught(tid, sig as i32) {
+                // The kernel builds the handler frame and stops at the
+                // handler's first instruction: an async exit from user space.
+                t.pt.interrupt(rip, self.now);
+                t.entering_handler = true;
+                t.stepping = None;
+                t.state = State::Stepping;
+                ptrace::step(tid, Some(sig))?;
+                return Ok(false);
+            }
+        }
+        let insn = self.decode_at(tid, rip)?;
+        let now = self.now;
+        let t = self.threads.get_mut(&tid).unwrap();
+        t.pt.enter_user(rip, now, std::mem::take(&mut t.resync));
+        t.stepping = Some((rip, insn));
+        if insn.class == InsnClass::KernelEntry {
+            t.state = State::InSyscall {
+                since: now,
+                others: self.steps_total,
+            };
+            self.in_syscall += 1;
+        } else {
+            t.state = State::Stepping;
+        }
+        ptrace::step(tid, signal)?;
+        Ok(false)
+    }
+
+    /// The thread stopped after a step: retire what it executed.
+    fn retire(&mut self, tid: i32, new_rip: u64) {
+        let now = self.now;
+        let steps_total = self.steps_total;
+        let ip_log = self.opts.ip_log;
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        if let State::InSyscall { since, others } = t.state {
+            self.in_syscall -= 1;
+            if others != steps_total || now > since + 1 {
+                t.resync = true;
+            }
+        }
+        t.state = State::Ready;
+        t.rip = new_rip;
+        if std::mem::take(&mut t.entering_handler) {
+            return;
+        }
+        let Some((ip, insn)) = t.stepping.take() else {
+            return;
+        };
+        if new_rip == ip && !insn.targets(ip) {
+            // Not retired: one iteration of a REP string instruction, or a
+            // trap reported on the way out of a syscall (after exec, attach
+            // or clone) before the instruction ran.
+            t.stepping = Some((ip, insn));
+            if insn.repeats {
+                self.now += 1;
+            }
+            return;
+        }
+        self.now += 1;
+        self.steps_total += 1;
+        let next = if insn.class == InsnClass::KernelEntry {
+            insn.next_ip(ip)
+        } else {
+            new_rip
+        };
+        t.pt.retire(ip, &insn, next, self.now);
+        if ip_log {
+            t.log.push(ip);
+        }
+    }
+
+    fn remove_thread(&mut self, tid: i32) {
+        if let Some(mut t) = self.threads.remove(&tid) {
+            if matches!(t.state, State::InSyscall { .. }) {
+                self.in_syscall -= 1;
+            }
+            t.pt.finish();
+            self.emit(SidebandEvent::Exit {
+                pid: self.pid,
+                ppid: self.pid,
+                tid,
+                ptid: t.ptid,
+            });
+            self.finish_thread(t);
+        }
+        self.order.retain(|&x| x != tid);
+    }
+
+    fn finish_thread(&mut self, mut t: Thread) {
+        t.pt.finish();
+        let ring = t.pt.ring();
+        if self.opts.ip_log {
+            self.ip_logs.push((t.tid, std::mem::take(&mut t.log)));
+        }
+        self.finished.push(ThreadTrace {
+            pid: self.pid,
+            tid: t.tid,
+            comm: t.comm.clone(),
+            aux: ring.snapshot().to_vec(),
+            aux_head: ring.head(),
+            wrapped: ring.wrapped(),
+            instructions: t.pt.insn_count,
+        });
+    }
+
+    /// Handles one wait status. Returns `true` when the process is gone.
+    fn handle(&mut self, status: WaitStatus) -> Result<bool, CaptureError> {
+        if self.steps_total < 3 && std::env::var_os("PTSCOPE_DEBUG").is_some() {
+            eprintln!("status {status:?}");
+        }
+        match status {
+            WaitStatus::Exited(pid, code) => {
+                if pid.as_raw() == self.pid {
+                    self.exit_code = Some(code);
+                }
+                self.remove_thread(pid.as_raw());
+                return Ok(self.threads.is_empty());
+            }
+            WaitStatus::Signaled(pid, sig, _) => {
+                if pid.as_raw() == self.pid {
+                    self.exit_code = Some(128 + sig as i32);
+                }
+                self.remove_thread(pid.as_raw());
+                return Ok(self.threads.is_empty());
+            }
+            WaitStatus::Stopped(pid, sig) => {
+                let tid = pid.as_raw();
+                let Some(t) = self.threads.get(&tid) else {
+                    return Ok(false);
+                };
+                if t.state == State::Starting {
+                    // A new thread's first stop.
+                    let rip = ptrace::rip(tid)?;
+                    let t = self.threads.get_mut(&tid).unwrap();
+                    t.rip = rip;
+                    t.state = State::Ready;
+                    t.comm = procfs::comm(self.pid, tid);
+                    return Ok(false);
+                }
+                let rip = ptrace::rip(tid)?;
+                let prev = t.stepping.map(|(ip, _)| ip);
+                let entering_handler = t.entering_handler;
+                // A step ends in a SIGTRAP with a TRAP_* code; a SIGTRAP sent
+                // by the kernel or a process (si_code <= 0 or SI_KERNEL) is a
+                // signal, not the end of a step.
+                let mut sig = Some(sig);
+                let mut step_trap = false;
+                if sig == Some(Signal::SIGTRAP) {
+                    let code = ptrace::si_code(tid)?;
+                    step_trap = code > 0 && code < 0x80;
+                    if step_trap || code == 0x80 {
+                        sig = None;
+                    }
+                }
+                if step_trap || Some(rip) != prev || entering_handler {
+                    self.retire(tid, rip);
+                } else {
+                    // A signal before the instruction ran (a fault).
+                    let t = self.threads.get_mut(&tid).unwrap();
+                    if let State::InSyscall { .. } = t.state {
+                        self.in_syscall -= 1;
+                    }
+                    t.state = State::Ready;
+                    t.stepping = None;
+                }
+                if let Some(sig) = sig {
+                    self.threads.get_mut(&tid).unwrap().pending_signal = Some(sig);
+                }
+                self.after_syscall(tid)?;
+            }
+            WaitStatus::PtraceEvent(pid, _, event) => {
+                let tid = pid.as_raw();
+                match event {
+                    libc::PTRACE_EVENT_CLONE => {
+                        let new = ptrace::event_msg(tid)? as i32;
+                        if procfs::tgid(new).is_some_and(|g| g != self.pid) {
+                            // Not a thread of ours (clone without CLONE_THREAD).
+                            let _ = ptrace::detach(new, None);
+                        } else if !self.threads.contains_key(&new) {
+                            self.emit(SidebandEvent::Fork {
+                                pid: self.pid,
+                                ppid: self.pid,
+                                tid: new,
+                                ptid: tid,
+                            });
+                            self.add_thread(new, tid, State::Starting);
+                            let comm = procfs::comm(self.pid, new);
+                            self.emit(SidebandEvent::Comm {
+                                pid: self.pid,
+                                tid: new,
+                                comm,
+                                exec: false,
+                            });
+                        }
+                        // The clone syscall is still being stepped.
+                        ptrace::step(tid, None)?;
+                    }
+                    libc::PTRACE_EVENT_EXEC => {
+                        // The exec syscall retired; a new image is mapped.
+                        let rip = ptrace::rip(tid)?;
+                        if let Some(t) = self.threads.get_mut(&tid) {
+                            if let Some((ip, insn)) = t.stepping {
+                                self.retire(tid, insn.next_ip(ip));
+                            }
+                        }
+                        if let Some(t) = self.threads.get_mut(&tid) {
+                            t.rip = rip;
+                            t.state = State::Ready;
+                            t.comm = procfs::comm(self.pid, tid);
+                            t.resync = true;
+                        }
+                        self.exec_sideband(tid);
+                    }
+                    libc::PTRACE_EVENT_EXIT => {
+                        if let Some(t) = self.threads.get(&tid) {
+                            if let Some((ip, insn)) = t.stepping {
+                                if insn.class == InsnClass::KernelEntry {
+                                    self.retire(tid, insn.next_ip(ip));
+                                }
+                            }
+                        }
+                        self.remove_thread(tid);
+                        let _ = ptrace::cont(tid, None);
+                        return Ok(self.threads.is_empty());
+                    }
+                    _ => {
+                        // PTRACE_EVENT_STOP (group stop or our interrupt).
+                        if let Some(t) = self.threads.get_mut(&tid) {
+                            if t.state == State::Starting {
+                                t.rip = ptrace::rip(tid)?;
+                                t.state = State::Ready;
+                            } else {
+                                let _ = ptrace::step(tid, None);
+                            }
+                        } else {
+                            let _ = ptrace::cont(tid, None);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn exec_sideband(&mut self, tid: i32) {
+        self.maps.clear();
+        self.insn_cache.clear();
+        self.vdso = None;
+        self.open_mem();
+        let comm = procfs::comm(self.pid, tid);
+        self.emit(SidebandEvent::Comm {
+            pid: self.pid,
+            tid,
+            comm,
+            exec: true,
+        });
+        self.refresh_maps(tid);
+    }
+
+    /// After a syscall retired: pick up mapping changes.
+    fn after_syscall(&mut self, tid: i32) -> Result<(), CaptureError> {
+        let Some(t) = self.threads.get(&tid) else {
+            return Ok(());
+        };
+        if !t.resync && t.pt.tracing() {
+            return Ok(());
+        }
+        // Cheap check: only re-read the maps after memory-management calls.
+        let regs = ptrace::regs(tid)?;
+        const MMAP: u64 = libc::SYS_mmap as u64;
+        const MPROTECT: u64 = libc::SYS_mprotect as u64;
+        const MUNMAP: u64 = libc::SYS_munmap as u64;
+        const MREMAP: u64 = libc::SYS_mremap as u64;
+        if matches!(regs.orig_rax, MMAP | MPROTECT | MUNMAP | MREMAP) {
+            self.refresh_maps(tid);
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, deadline: Option<Instant>) -> Result<StopReason, CaptureError> {
+        let wall_start = Instant::now();
+        let mut last_report = Instant::now();
+        loop {
+            if self.opts.interrupt.load(Ordering::Relaxed) {
+                return Ok(StopReason::Interrupted);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(StopReason::Duration);
+            }
+            if self.opts.progress && last_report.elapsed() >= Duration::from_secs(1) {
+                last_report = Instant::now();
+                self.report(wall_start.elapsed());
+            }
+            // Collect events from threads in syscalls now and then.
+            if self.in_syscall > 0 && self.steps_total % 64 == 0 {
+                while let Some(status) = ptrace::wait(None, true)? {
+                    if self.handle(status)? {
+                        return Ok(StopReason::ProcessExit);
+                    }
+                }
+            }
+            if let Some(tid) = self.ready_thread() {
+                if self.step(tid)? {
+                    let address = self.symbol.as_ref().and_then(|s| s.address()).unwrap_or(0);
+                    let name = self
+                        .symbol
+                        .as_ref()
+                        .map(|s| s.name().to_string())
+                        .unwrap_or_default();
+                    return Ok(StopReason::Symbol { name, address, tid });
+                }
+                if self.threads[&tid].state == State::Stepping {
+                    let status = ptrace::wait(Some(tid), false)?;
+                    if let Some(status) = status {
+                        if self.handle(status)? {
+                            return Ok(StopReason::ProcessExit);
+                        }
+                    }
+                }
+                continue;
+            }
+            if self.threads.is_empty() {
+                return Ok(StopReason::ProcessExit);
+            }
+            // Everyone is in the kernel: wait, and let the clock run.
+            let t0 = Instant::now();
+            let status = if deadline.is_some() {
+                // Poll so that a deadline passes even while the process sleeps.
+                match ptrace::wait(None, true)? {
+                    Some(s) => Some(s),
+                    None => {
+                        std::thread::sleep(Duration::from_micros(200));
+                        None
+                    }
+                }
+            } else {
+                self.wait_interruptible()?
+            };
+            self.now += t0.elapsed().as_nanos() as u64;
+            if let Some(status) = status {
+                if self.handle(status)? {
+                    return Ok(StopReason::ProcessExit);
+                }
+            }
+        }
+    }
+
+    /// A blocking wait that still notices Ctrl-C promptly.
+    fn wait_interruptible(&mut self) -> Result<Option<WaitStatus>, CaptureError> {
+        loop {
+            if let Some(s) = ptrace::wait(None, true)? {
+                return Ok(Some(s));
+            }
+            if self.opts.interrupt.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    fn report(&self, elapsed: Duration) {
+        let fill = self
+            .threads
+            .values()
+            .map(|t| t.pt.ring().fill())
+            .fold(0.0f64, f64::max);
+        eprintln!(
+            "ptscope: {} instructions traced ({:.0}k/s), {} threads, ring {:.0}% full",
+            self.steps_total,
+            self.steps_total as f64 / elapsed.as_secs_f64().max(1e-9) / 1e3,
+            self.threads.len(),
+            fill * 100.0
+        );
+    }
+
+    /// Stops tracing every live thread and lets it go on untraced.
+    fn release(&mut self) {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            let mut t = self.threads.remove(&tid).unwrap();
+            let now = self.now;
+            match t.state {
+                State::Ready => {
+                    t.pt.interrupt(t.rip, now);
+                    let _ = ptrace::detach(tid, t.pending_signal);
+                }
+                State::Starting => {
+                    let _ = ptrace::interrupt(tid);
+                    let _ = ptrace::wait(Some(tid), false);
+                    let _ = ptrace::detach(tid, None);
+                }
+                State::Stepping | State::InSyscall { .. } => {
+                    // Wait for the step to end, then let go.
+                    let _ = ptrace::interrupt(tid);
+                    let mut pending = t.pending_signal;
+                    if let Ok(Some(WaitStatus::Stopped(_, sig))) = ptrace::wait(Some(tid), false) {
+                        if sig != Signal::SIGTRAP {
+                            pending = Some(sig);
+                        }
+                    }
+                    let _ = ptrace::detach(tid, pending);
+                }
+            }
+            self.finish_thread(t);
+        }
+        self.order.clear();
+    }
+}
+
+pub enum Target {
+    Spawn(Vec<String>),
+    Attach(i32),
+}
+
+/// Runs a capture to its trigger and returns what was recorded. The process
+/// is left running (attach) or running to its end (spawn), never stopped.
+pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureError> {
+    let deadline = match opts.trigger {
+        Trigger::Duration(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+        _ => None,
+    };
+    let wall = Instant::now();
+    let (pid, child, cmdline) = match &target {
+        Target::Spawn(argv) => {
+            let pid = ptrace::spawn_stopped(argv)?;
+            // Wait for the child's SIGSTOP, seize it, and let it exec.
+            match nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
+            ) {
+                Ok(WaitStatus::Stopped(_, _)) => {}
+                other => {
+                    return Err(CaptureError::Invalid(format!(
+                        "`{}` did not start: {other:?}",
+                        argv[0]
+                    )))
+                }
+            }
+            ptrace::seize(pid)?;
+            ptrace::kill(pid, Signal::SIGCONT);
+            (pid, Some(pid), argv.clone())
+        }
+        Target::Attach(pid) => (*pid, None, procfs::cmdline(*pid)),
+    };
+    let mut tracer = Tracer::new(opts, pid);
+    tracer.open_mem();
+    match target {
+        Target::Spawn(_) => {
+            // Run to the exec: the first stops are the group-stop and SIGCONT.
+            loop {
+                match ptrace::wait(Some(pid), false)? {
+                    Some(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => break,
+                    Some(WaitStatus::Exited(_, code)) => {
+                        return Err(CaptureError::Invalid(format!(
+                            "`{}` exited with {code} before it started (is it an executable?)",
+                            cmdline[0]
+                        )))
+                    }
+                    Some(WaitStatus::Stopped(_, Signal::SIGCONT))
+                    | Some(WaitStatus::Stopped(_, Signal::SIGSTOP)) => ptrace::cont(pid, None)?,
+                    Some(WaitStatus::Stopped(_, sig)) => ptrace::cont(pid, Some(sig))?,
+                    Some(_) => ptrace::cont(pid, None)?,
+                    None => {}
+                }
+            }
+            tracer.now = monotonic_ns();
+            tracer.start_time = tracer.now;
+            tracer.add_thread(pid, pid, State::Ready);
+            tracer.threads.get_mut(&pid).unwrap().rip = ptrace::rip(pid)?;
+            tracer.exec_sideband(pid);
+        }
+        Target::Attach(pid) => {
+            let tids = procfs::threads(pid)?;
+            tracer.now = monotonic_ns();
+            tracer.start_time = tracer.now;
+            for &tid in &tids {
+                ptrace::seize(tid)?;
+                ptrace::interrupt(tid)?;
+            }
+            for &tid in &tids {
+                tracer.emit(SidebandEvent::Comm {
+                    pid,
+                    tid,
+                    comm: procfs::comm(pid, tid),
+                    exec: false,
+                });
+                tracer.add_thread(tid, pid, State::Starting);
+            }
+            tracer.refresh_maps(pid);
+        }
+    }
+    let result = tracer.run(deadline);
+    let stop = match result {
+        Ok(s) => s,
+        Err(e) => {
+            tracer.release();
+            return Err(e);
+        }
+    };
+    if tracer.opts.progress {
+        tracer.report(wall.elapsed());
+    }
+    let end_time = tracer.now;
+    tracer.release();
+    // The leader's exit was reaped by the tracer; a child still running is
+    // handed to the caller.
+    let exit_code = tracer.exit_code;
+    let child = if exit_code.is_some() { None } else { child };
+    let mut threads = std::mem::take(&mut tracer.finished);
+    threads.sort_by_key(|t| t.tid);
+    let mut ip_log = std::mem::take(&mut tracer.ip_logs);
+    ip_log.sort_by_key(|(tid, _)| *tid);
+    Ok(Capture {
+        pid,
+        threads,
+        sideband: tracer.sideband,
+        vdso: tracer.vdso,
+        start_time: tracer.start_time,
+        end_time,
+        stop,
+        cmdline,
+        ip_log,
+        wall: wall.elapsed(),
+        exit_code,
+        child,
+    })
+}
+
+/// Waits for a spawned command to end; its exit status (128+signal when
+/// killed by one).
+pub fn wait_child(pid: i32) -> Option<i32> {
+    loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Some(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}

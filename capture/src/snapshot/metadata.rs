@@ -1,0 +1,32 @@
+//! `ptscope.json`: what a `.ptscope` snapshot says about its capture.
+
+use serde::{Deserialize, Serialize};
+
+pub const FILE_NAME: &str = "ptscope.json";
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Metadata {
+    pub format: u32,
+    /// `emulated` or `intel-pt`.
+    pub backend: String,
+    /// The trigger as configured, e.g. `symbol work`.
+    pub trigger: String,
+    /// What ended the capture, e.g. `symbol work entered by thread 1234`.
+    pub stop: String,
+    /// Per-thread ring size in bytes.
+    pub ring_size: u64,
+    /// The perf config string of the PT event.
+    pub pt_config: String,
+    /// The CPU, as perf's CPUID string.
+    pub cpu: String,
+    /// How time was kept (the emulated backend's virtual clock).
+    pub clock: String,
+    pub command: Vec<String>,
+    pub pid: i32,
+    pub capture_wall_ms: u64,
+    pub instructions: u64,
+    /// Registers at the trigger (rdi, rsi), for hardware triggers.
+    #[serde(default)]
+    pub trigger_registers: Vec<(String, u64)>,
+}

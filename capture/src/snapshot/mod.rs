@@ -1,0 +1,262 @@
+//! The snapshot file. A `.ptscope` snapshot is a tar archive holding a
+//! standard `perf.data`, every binary the trace maps laid out as perf's
+//! build-id cache (`.build-id/xx/yyyy…/elf`, `…/vdso`), and `ptscope.json`.
+//! Untarred, `perf --buildid-dir DIR script -i DIR/perf.data` decodes it.
+//!
+//! ptscope also opens plain perf.data files recorded by `perf record -e
+//! intel_pt//u`; their binaries are looked up by build id in `~/.debug`,
+//! then by path.
+
+pub mod metadata;
+mod trace;
+mod write;
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+pub use metadata::Metadata;
+pub use trace::{AuxStream, MmapEvent, ThreadInfo, Trace};
+pub use write::{
+    emulated_config, emulated_params, write_snapshot, EMULATED_CONFIG_STR, SAMPLE_TYPE,
+};
+
+use crate::buildid;
+use crate::error::CaptureError;
+use crate::perf_data::{FormatError, PerfDataFile, MAGIC};
+
+/// Largest member we extract from an archive; a larger one is an error,
+/// not an allocation.
+const MAX_MEMBER: u64 = 4 << 30;
+
+/// An opened snapshot: the perf.data bytes and where its binaries are.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub path: PathBuf,
+    pub perf_data: Vec<u8>,
+    pub metadata: Option<Metadata>,
+    /// The extracted build-id cache of a `.ptscope` file.
+    cache: Option<tempfile::TempDir>,
+}
+
+fn bad(path: &Path, kind: &'static str, problem: impl Into<String>) -> CaptureError {
+    CaptureError::BadFile {
+        path: path.to_path_buf(),
+        kind,
+        problem: problem.into(),
+    }
+}
+
+/// Whether an archive member name is a plain relative path with no `..`.
+fn safe_member(name: &Path) -> bool {
+    name.components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && name.components().count() > 0
+}
+
+impl Snapshot {
+    /// Opens a `.ptscope` snapshot or a perf.data file, by content.
+    pub fn open(path: &Path) -> Result<Snapshot, CaptureError> {
+        let meta = std::fs::metadata(path).map_err(|e| CaptureError::io(path, e))?;
+        if meta.is_dir() {
+            return Err(bad(path, "snapshot", "is a directory, not a file"));
+        }
+        if meta.len() == 0 {
+            return Err(bad(path, "snapshot", "the file is empty"));
+        }
+        let mut file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let mut head = [0u8; 8];
+        let n = file
+            .read(&mut head)
+            .map_err(|e| CaptureError::io(path, e))?;
+        if n == 8 && u64::from_le_bytes(head) == MAGIC {
+            let perf_data = std::fs::read(path).map_err(|e| CaptureError::io(path, e))?;
+            return Ok(Snapshot {
+                path: path.to_path_buf(),
+                perf_data,
+                metadata: None,
+                cache: None,
+            });
+        }
+        Self::open_archive(path)
+    }
+
+    fn open_archive(path: &Path) -> Result<Snapshot, CaptureError> {
+        let kind = ".ptscope snapshot";
+        let file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let mut archive = tar::Archive::new(file);
+        let entries = archive.entries().map_err(|e| {
+            bad(
+                path,
+                kind,
+                format!("not a perf.data file or a snapshot archive ({e})"),
+            )
+        })?;
+        let cache = tempfile::Builder::new()
+            .prefix("ptscope-snapshot-")
+            .tempdir()
+            .map_err(|e| CaptureError::io(&std::env::temp_dir(), e))?;
+        let mut perf_data = None;
+        let mut metadata = None;
+        let mut members = 0usize;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| {
+                if members == 0 {
+                    bad(path, kind, "not a perf.data file or a snapshot archive")
+                } else {
+                    bad(path, kind, format!("the archive is damaged ({e})"))
+                }
+            })?;
+            members += 1;
+            let name = entry
+                .path()
+                .map_err(|e| bad(path, kind, format!("bad member name ({e})")))?
+                .into_owned();
+            let size = entry.header().size().unwrap_or(u64::MAX);
+            if !entry.header().entry_type().is_file() {
+                // Links, devices and directories are never followed or made.
+                continue;
+            }
+            if !safe_member(&name) {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("member `{}` escapes the archive", name.display()),
+                ));
+            }
+            if size > MAX_MEMBER {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("member `{}` claims {size} bytes", name.display()),
+                ));
+            }
+            let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
+            (&mut entry)
+                .take(MAX_MEMBER)
+                .read_to_end(&mut data)
+                .map_err(|e| {
+                    bad(
+                        path,
+                        kind,
+                        format!("member `{}` is truncated ({e})", name.display()),
+                    )
+                })?;
+            if data.len() as u64 != size {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("member `{}` is truncated", name.display()),
+                ));
+            }
+            let name_str = name.to_string_lossy();
+            if name_str == "perf.data" {
+                perf_data = Some(data);
+            } else if name_str == metadata::FILE_NAME {
+                metadata = Some(serde_json::from_slice(&data).map_err(|e| {
+                    bad(
+                        path,
+                        kind,
+                        format!("{} is invalid: {e}", metadata::FILE_NAME),
+                    )
+                })?);
+            } else if name_str.starts_with(".build-id/") {
+                let dest = cache.path().join(&name);
+                if let Some(parent) = dest.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| CaptureError::io(parent, e))?;
+                }
+                std::fs::write(&dest, &data).map_err(|e| CaptureError::io(&dest, e))?;
+            }
+        }
+        if members == 0 {
+            return Err(bad(
+                path,
+                kind,
+                "not a perf.data file or a snapshot archive",
+            ));
+        }
+        let perf_data =
+            perf_data.ok_or_else(|| bad(path, kind, "the archive holds no perf.data"))?;
+        Ok(Snapshot {
+            path: path.to_path_buf(),
+            perf_data,
+            metadata,
+            cache: Some(cache),
+        })
+    }
+
+    /// Parses the perf.data inside.
+    pub fn perf(&self) -> Result<PerfDataFile<'_>, CaptureError> {
+        PerfDataFile::parse(&self.perf_data).map_err(|e| self.format_error(e))
+    }
+
+    /// The trace model: PT parameters, per-thread AUX data and sideband.
+    pub fn trace(&self) -> Result<Trace<'_>, CaptureError> {
+        let file = self.perf()?;
+        Trace::from_perf(&file, &self.perf_data).map_err(|e| self.format_error(e))
+    }
+
+    fn format_error(&self, e: FormatError) -> CaptureError {
+        let name = if self.cache.is_some() {
+            self.path.join("perf.data")
+        } else {
+            self.path.clone()
+        };
+        CaptureError::format(&name, e)
+    }
+
+    /// The build-id cache root of a `.ptscope` snapshot.
+    pub fn buildid_dir(&self) -> Option<&Path> {
+        self.cache.as_ref().map(|c| c.path())
+    }
+
+    /// Finds a mapped binary: in the snapshot, then in `~/.debug` by build
+    /// id, then at its recorded path.
+    pub fn find_binary(&self, build_id: Option<&[u8]>, path: &str) -> Option<PathBuf> {
+        let vdso = path == "[vdso]";
+        if let Some(id) = build_id {
+            let rel = buildid::cache_path(id, vdso);
+            if let Some(dir) = self.buildid_dir() {
+                let p = dir.join(&rel);
+                if p.is_file() {
+                    return Some(p);
+                }
+            }
+            if let Some(home) = std::env::var_os("HOME") {
+                let p = Path::new(&home).join(".debug").join(&rel);
+                if p.is_file() {
+                    return Some(p);
+                }
+            }
+        }
+        let p = Path::new(path);
+        (!vdso && p.is_absolute() && p.is_file()).then(|| p.to_path_buf())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_are_checked() {
+        assert!(safe_member(Path::new(".build-id/ab/cd/elf")));
+        assert!(!safe_member(Path::new("../etc/passwd")));
+        assert!(!safe_member(Path::new("/etc/passwd")));
+        assert!(!safe_member(Path::new(".build-id/../../x")));
+    }
+
+    #[test]
+    fn rejects_empty_and_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.ptscope");
+        std::fs::write(&empty, b"").unwrap();
+        let e = Snapshot::open(&empty).unwrap_err().to_string();
+        assert!(e.contains("empty.ptscope") && e.contains("empty"), "{e}");
+        let junk = dir.path().join("junk.ptscope");
+        std::fs::write(&junk, vec![0x5a; 3000]).unwrap();
+        let e = Snapshot::open(&junk).unwrap_err().to_string();
+        assert!(e.contains("junk.ptscope"), "{e}");
+        let e = Snapshot::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("directory"), "{e}");
+    }
+}

@@ -1,0 +1,215 @@
+//! The trace model of a perf.data file: the PT parameters, the AUX data of
+//! each queue (thread or CPU) and the sideband a decoder needs.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::intel_pt::PtParams;
+use crate::perf_data::{EventAttr, Features, FormatError, PerfDataFile, PerfEventAttr, Record};
+
+/// The PT bytes of one AUX queue: per thread (cpu = None) or per CPU.
+#[derive(Debug)]
+pub struct AuxStream<'a> {
+    pub idx: u32,
+    pub tid: Option<i32>,
+    pub cpu: Option<u32>,
+    /// The queue's buffers joined; borrowed when there is only one.
+    pub data: Cow<'a, [u8]>,
+    /// How many AUXTRACE records made it up.
+    pub buffers: usize,
+}
+
+/// An executable mapping from MMAP2/MMAP sideband.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MmapEvent {
+    pub pid: i32,
+    pub tid: i32,
+    pub time: u64,
+    pub start: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    /// Time of the EXIT record, if the thread ended during the capture.
+    pub exit_time: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Trace<'a> {
+    pub params: PtParams,
+    pub pt_attr: PerfEventAttr,
+    pub attrs: Vec<EventAttr>,
+    pub streams: Vec<AuxStream<'a>>,
+    pub threads: Vec<ThreadInfo>,
+    pub mmaps: Vec<MmapEvent>,
+    pub features: Features,
+    /// First and last sideband timestamps (perf ns), if any.
+    pub time_range: Option<(u64, u64)>,
+    /// Records the kernel reported as lost.
+    pub lost_records: u64,
+    /// AUX records flagged TRUNCATED: trace data was lost.
+    pub truncated_aux: u64,
+}
+
+impl<'a> Trace<'a> {
+    pub fn from_perf(file: &PerfDataFile<'a>, _bytes: &'a [u8]) -> Result<Trace<'a>, FormatError> {
+        let mut params = None;
+        let mut chunks: BTreeMap<u32, (Option<i32>, Option<u32>, Vec<&'a [u8]>)> = BTreeMap::new();
+        let mut threads: BTreeMap<i32, ThreadInfo> = BTreeMap::new();
+        let mut mmaps = Vec::new();
+        let mut build_ids_by_path: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        for b in &file.features.build_ids {
+            build_ids_by_path.insert(&b.filename, b.build_id.clone());
+        }
+        let mut time_range: Option<(u64, u64)> = None;
+        let mut lost_records = 0;
+        let mut truncated_aux = 0;
+        for rec in file.records() {
+            let (offset, rec) = rec?;
+            if let Some(sid) = rec.sample_id() {
+                if sid.time != 0 && sid.time != u64::MAX {
+                    let (lo, hi) = time_range.unwrap_or((sid.time, sid.time));
+                    time_range = Some((lo.min(sid.time), hi.max(sid.time)));
+                }
+            }
+            match rec {
+                Record::AuxtraceInfo(info) => {
+                    params = Some(PtParams::from_info(&info).map_err(|e| match e {
+                        FormatError::Invalid { what, problem, .. } => FormatError::Invalid {
+                            what,
+                            offset,
+                            problem,
+                        },
+                        e => e,
+                    })?);
+                }
+                Record::Auxtrace {
+                    idx,
+                    tid,
+                    cpu,
+                    data,
+                    ..
+                } => {
+                    let tid = (tid != u32::MAX && tid != 0).then_some(tid as i32);
+                    let cpu = (cpu != u32::MAX).then_some(cpu);
+                    let e = chunks.entry(idx).or_insert((tid, cpu, Vec::new()));
+                    e.2.push(data);
+                }
+                Record::Comm { pid, tid, comm, .. } => {
+                    let t = threads.entry(tid as i32).or_default();
+                    t.pid = pid as i32;
+                    t.tid = tid as i32;
+                    t.comm = comm.to_string();
+                }
+                Record::Fork { pid, tid, .. } => {
+                    let t = threads.entry(tid as i32).or_default();
+                    t.pid = pid as i32;
+                    t.tid = tid as i32;
+                }
+                Record::Exit { tid, time, .. } => {
+                    if let Some(t) = threads.get_mut(&(tid as i32)) {
+                        t.exit_time = Some(time);
+                    }
+                }
+                Record::Mmap2 {
+                    pid,
+                    tid,
+                    addr,
+                    len,
+                    pgoff,
+                    build_id,
+                    prot,
+                    filename,
+                    sample_id,
+                    ..
+                } => {
+                    if prot & libc::PROT_EXEC as u32 != 0 {
+                        let build_id =
+                            build_id.or_else(|| build_ids_by_path.get(filename).cloned());
+                        mmaps.push(MmapEvent {
+                            pid: pid as i32,
+                            tid: tid as i32,
+                            time: sample_id.time,
+                            start: addr,
+                            len,
+                            pgoff,
+                            path: filename.to_string(),
+                            build_id,
+                        });
+                    }
+                }
+                Record::Lost { lost, .. } => lost_records += lost,
+                Record::Aux { flags, .. } => {
+                    if flags & crate::perf_data::aux_flag::TRUNCATED != 0 {
+                        truncated_aux += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let params = params.ok_or(FormatError::Invalid {
+            what: "perf.data",
+            offset: 0,
+            problem: "it holds no Intel PT trace (no AUXTRACE_INFO record); record with `perf record -e intel_pt//u`".into(),
+        })?;
+        let pt_attr = file
+            .attrs
+            .iter()
+            .find(|a| a.attr.kind as u64 == params.pmu_type)
+            .map(|a| a.attr.clone())
+            .ok_or(FormatError::Invalid {
+                what: "attr section",
+                offset: 0,
+                problem: format!("no event has the intel_pt PMU type {}", params.pmu_type),
+            })?;
+        let streams = chunks
+            .into_iter()
+            .map(|(idx, (tid, cpu, parts))| AuxStream {
+                idx,
+                tid,
+                cpu,
+                buffers: parts.len(),
+                data: if parts.len() == 1 {
+                    Cow::Borrowed(parts[0])
+                } else {
+                    Cow::Owned(parts.concat())
+                },
+            })
+            .collect();
+        Ok(Trace {
+            params,
+            pt_attr,
+            attrs: file.attrs.clone(),
+            streams,
+            threads: threads.into_values().collect(),
+            mmaps,
+            features: file.features.clone(),
+            time_range,
+            lost_records,
+            truncated_aux,
+        })
+    }
+
+    pub fn thread(&self, tid: i32) -> Option<&ThreadInfo> {
+        self.threads.iter().find(|t| t.tid == tid)
+    }
+
+    /// Whether the config has return compression on.
+    pub fn ret_compression(&self) -> bool {
+        self.pt_attr.config & self.params.noretcomp_bit == 0
+    }
+
+    /// The CPU family, model and stepping from the CPUID feature.
+    pub fn cpu(&self) -> Option<(u32, u32, u32)> {
+        let s = self.features.cpuid.as_deref()?;
+        let mut it = s.split(',').skip(1).map(|v| v.trim().parse::<u32>().ok());
+        Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+    }
+}

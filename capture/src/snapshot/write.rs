@@ -1,0 +1,382 @@
+//! Writing a capture as a `.ptscope` snapshot: a tar holding `perf.data`,
+//! the mapped binaries as perf's build-id cache, the vdso and metadata.
+//! The archive is written to a temporary file and renamed into place, so a
+//! failed write never leaves something that looks like a snapshot.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Write};
+use std::path::Path;
+
+use crate::buildid;
+use crate::emulated::tracer::{Capture, SidebandEvent};
+use crate::error::CaptureError;
+use crate::intel_pt::{emulated_cpu, term, PtParams};
+use crate::perf_data::{
+    self, flag, sample, BuildIdEntry, EventAttr, Features, IdIndexEntry, PerfDataWriter,
+    PerfEventAttr, Record, SampleId, TimeConv,
+};
+use crate::snapshot::metadata::{self, Metadata};
+
+/// Every record's sample-id layout.
+pub const SAMPLE_TYPE: u64 = sample::IP | sample::TID | sample::TIME | sample::IDENTIFIER;
+
+/// The config of the emulated PT event: pt, branch, tsc, cyc, psb_period=1
+/// (4 KiB), mtc off, return compression on.
+pub fn emulated_config() -> u64 {
+    term::PT
+        | term::BRANCH
+        | term::TSC
+        | term::CYC
+        | (3 << term::MTC_PERIOD_SHIFT)
+        | (1 << term::PSB_PERIOD_SHIFT)
+}
+
+pub const EMULATED_CONFIG_STR: &str = "intel_pt/cyc=1,tsc=1,mtc=0,psb_period=1/u";
+
+/// The virtual clock's time conversion: TSC ticks are nanoseconds.
+pub fn emulated_params(per_cpu: bool) -> PtParams {
+    PtParams {
+        pmu_type: emulated_cpu::PMU_TYPE as u64,
+        time_shift: 31,
+        time_mult: 1 << 31,
+        time_zero: 0,
+        cap_user_time_zero: true,
+        tsc_bit: term::TSC,
+        noretcomp_bit: term::NORETCOMP,
+        have_sched_switch: 0,
+        snapshot_mode: true,
+        per_cpu_mmaps: per_cpu,
+        mtc_bit: term::MTC,
+        mtc_freq_bits: term::MTC_PERIOD_MASK,
+        tsc_ctc_ratio_n: emulated_cpu::CPUID15_EBX as u64,
+        tsc_ctc_ratio_d: emulated_cpu::CPUID15_EAX as u64,
+        cyc_bit: term::CYC,
+        max_nonturbo_ratio: emulated_cpu::MAX_NONTURBO_RATIO as u64,
+        filter: String::new(),
+        cap_event_trace: false,
+    }
+}
+
+struct Binary {
+    id: Vec<u8>,
+    data: Vec<u8>,
+    vdso: bool,
+}
+
+fn uname_field(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Builds the perf.data bytes and the binaries of an emulated capture.
+fn build_perf_data(
+    cap: &Capture,
+    ring_size: u64,
+) -> Result<(Vec<u8>, Vec<Binary>), std::io::Error> {
+    // Binaries: every mapped file, read now, by build id.
+    let mut binaries: BTreeMap<String, Binary> = BTreeMap::new();
+    for sb in &cap.sideband {
+        if let SidebandEvent::Mmap { mapping, .. } = &sb.event {
+            if mapping.is_file() && !binaries.contains_key(&mapping.path) {
+                if let Ok(data) = std::fs::read(&mapping.path) {
+                    let id =
+                        buildid::elf_build_id(&data).unwrap_or_else(|| buildid::content_id(&data));
+                    binaries.insert(
+                        mapping.path.clone(),
+                        Binary {
+                            id,
+                            data,
+                            vdso: false,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    if let Some((_, data)) = &cap.vdso {
+        let id = buildid::elf_build_id(data).unwrap_or_else(|| buildid::content_id(data));
+        binaries.insert(
+            "[vdso]".into(),
+            Binary {
+                id,
+                data: data.clone(),
+                vdso: true,
+            },
+        );
+    }
+
+    let tids: Vec<i32> = cap.threads.iter().map(|t| t.tid).collect();
+    let index_of = |tid: i32| tids.iter().position(|&t| t == tid).unwrap_or(0) as u64;
+    let pt_id = |tid: i32| 2 * index_of(tid) + 1;
+    let dummy_id = |tid: i32| 2 * index_of(tid) + 2;
+
+    let pt_attr = PerfEventAttr {
+        kind: emulated_cpu::PMU_TYPE,
+        config: emulated_config(),
+        sample_period: 1,
+        sample_type: SAMPLE_TYPE,
+        read_format: 4,
+        flags: flag::DISABLED
+            | flag::EXCLUDE_KERNEL
+            | flag::EXCLUDE_HV
+            | flag::ENABLE_ON_EXEC
+            | flag::SAMPLE_ID_ALL,
+        aux_watermark: (ring_size / 4) as u32,
+        ..Default::default()
+    };
+    let dummy_attr = PerfEventAttr {
+        kind: perf_data::PERF_TYPE_SOFTWARE,
+        config: perf_data::PERF_COUNT_SW_DUMMY,
+        sample_period: 1,
+        sample_type: SAMPLE_TYPE,
+        read_format: 4,
+        flags: flag::DISABLED
+            | flag::EXCLUDE_KERNEL
+            | flag::EXCLUDE_HV
+            | flag::EXCLUDE_GUEST
+            | flag::MMAP
+            | flag::COMM
+            | flag::TASK
+            | flag::MMAP2
+            | flag::COMM_EXEC
+            | flag::ENABLE_ON_EXEC
+            | flag::SAMPLE_ID_ALL,
+        ..Default::default()
+    };
+    let attrs = vec![
+        EventAttr {
+            attr: pt_attr,
+            name: EMULATED_CONFIG_STR.into(),
+            ids: tids.iter().map(|&t| pt_id(t)).collect(),
+        },
+        EventAttr {
+            attr: dummy_attr,
+            name: "dummy:u".into(),
+            ids: tids.iter().map(|&t| dummy_id(t)).collect(),
+        },
+    ];
+
+    let params = emulated_params(false);
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), SAMPLE_TYPE)?;
+    w.write(&Record::TimeConv(TimeConv {
+        time_shift: params.time_shift,
+        time_mult: params.time_mult,
+        time_zero: params.time_zero,
+        time_cycles: 0,
+        time_mask: u64::MAX,
+        cap_user_time_zero: true,
+        cap_user_time_short: false,
+    }))?;
+    let mut index = Vec::new();
+    for &tid in &tids {
+        for id in [pt_id(tid), dummy_id(tid)] {
+            index.push(IdIndexEntry {
+                id,
+                idx: index_of(tid),
+                cpu: u64::MAX,
+                tid: tid as u64,
+            });
+        }
+    }
+    w.write(&Record::IdIndex(index))?;
+    w.write(&Record::AuxtraceInfo(params.to_info()))?;
+
+    let sid = |pid: i32, tid: i32, time: u64, id: u64| SampleId {
+        pid: pid as u32,
+        tid: tid as u32,
+        time,
+        id,
+        cpu: 0,
+    };
+    let mut sideband = cap.sideband.clone();
+    sideband.sort_by_key(|s| s.time);
+    for sb in &sideband {
+        let t = sb.time;
+        let rec = match &sb.event {
+            SidebandEvent::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+            } => Record::Comm {
+                pid: *pid as u32,
+                tid: *tid as u32,
+                exec: *exec,
+                comm,
+                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+            },
+            SidebandEvent::Mmap { pid, tid, mapping } => {
+                let build_id = if mapping.is_vdso() {
+                    binaries.get("[vdso]").map(|b| b.id.clone())
+                } else {
+                    binaries.get(&mapping.path).map(|b| b.id.clone())
+                };
+                let prot = libc::PROT_EXEC as u32
+                    | if mapping.read {
+                        libc::PROT_READ as u32
+                    } else {
+                        0
+                    }
+                    | if mapping.write {
+                        libc::PROT_WRITE as u32
+                    } else {
+                        0
+                    };
+                Record::Mmap2 {
+                    pid: *pid as u32,
+                    tid: *tid as u32,
+                    addr: mapping.start,
+                    len: mapping.len(),
+                    pgoff: mapping.offset,
+                    build_id,
+                    maj: mapping.dev_major,
+                    min: mapping.dev_minor,
+                    ino: mapping.inode,
+                    prot,
+                    flags: libc::MAP_PRIVATE as u32,
+                    filename: &mapping.path,
+                    sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                }
+            }
+            SidebandEvent::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            } => Record::Fork {
+                pid: *pid as u32,
+                ppid: *ppid as u32,
+                tid: *tid as u32,
+                ptid: *ptid as u32,
+                time: t,
+                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+            },
+            SidebandEvent::Exit {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            } => Record::Exit {
+                pid: *pid as u32,
+                ppid: *ppid as u32,
+                tid: *tid as u32,
+                ptid: *ptid as u32,
+                time: t,
+                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+            },
+            SidebandEvent::ItraceStart { pid, tid } => Record::ItraceStart {
+                pid: *pid as u32,
+                tid: *tid as u32,
+                sample_id: sid(*pid, *tid, t, pt_id(*tid)),
+            },
+            SidebandEvent::Switch {
+                pid,
+                tid,
+                out,
+                preempt,
+            } => Record::Switch {
+                out: *out,
+                preempt: *preempt,
+                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+            },
+        };
+        w.write(&rec)?;
+    }
+    for t in &cap.threads {
+        let size = t.aux.len() as u64;
+        w.write(&Record::Aux {
+            offset: t.aux_head - size,
+            size,
+            flags: perf_data::aux_flag::OVERWRITE,
+            sample_id: sid(t.pid, t.tid, cap.end_time, pt_id(t.tid)),
+        })?;
+    }
+    for t in &cap.threads {
+        w.write(&Record::Auxtrace {
+            offset: t.aux_head - t.aux.len() as u64,
+            reference: cap.end_time,
+            idx: index_of(t.tid) as u32,
+            tid: t.tid as u32,
+            cpu: u32::MAX,
+            data: &t.aux,
+        })?;
+    }
+    w.write(&Record::FinishedRound)?;
+
+    let features = Features {
+        hostname: uname_field("/proc/sys/kernel/hostname"),
+        osrelease: uname_field("/proc/sys/kernel/osrelease"),
+        version: Some(format!("ptscope {}", env!("CARGO_PKG_VERSION"))),
+        arch: Some("x86_64".into()),
+        nrcpus: {
+            let n = std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1);
+            Some((n, n))
+        },
+        cpudesc: Some(emulated_cpu::DESCRIPTION.into()),
+        cpuid: Some(emulated_cpu::cpuid_string()),
+        total_mem_kib: None,
+        cmdline: Some(std::env::args().collect()),
+        build_ids: binaries
+            .iter()
+            .map(|(path, b)| BuildIdEntry {
+                pid: -1,
+                build_id: b.id.clone(),
+                filename: path.clone(),
+                cpumode: perf_data::misc::USER,
+            })
+            .collect(),
+        auxtrace_index: Vec::new(),
+    };
+    let bytes = w.finish(&attrs, features)?.into_inner();
+    Ok((bytes, binaries.into_values().collect()))
+}
+
+fn append(tar: &mut tar::Builder<impl Write>, name: &str, data: &[u8]) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(&mut header, name, data)
+}
+
+/// Writes `cap` as a `.ptscope` file at `path`.
+pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(), CaptureError> {
+    let io = |e| CaptureError::io(path, e);
+    let (perf_data, binaries) = build_perf_data(cap, meta.ring_size).map_err(io)?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".ptscope-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    {
+        let mut tar = tar::Builder::new(std::io::BufWriter::new(tmp.as_file()));
+        append(&mut tar, "perf.data", &perf_data).map_err(io)?;
+        let mut seen = std::collections::HashSet::new();
+        for b in &binaries {
+            let name = buildid::cache_path(&b.id, b.vdso);
+            if seen.insert(name.clone()) {
+                append(&mut tar, &name, &b.data).map_err(io)?;
+            }
+        }
+        let json = serde_json::to_vec_pretty(meta).map_err(|e| io(std::io::Error::other(e)))?;
+        append(&mut tar, metadata::FILE_NAME, &json).map_err(io)?;
+        tar.into_inner().map_err(io)?.flush().map_err(io)?;
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}

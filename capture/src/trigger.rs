@@ -1,0 +1,132 @@
+//! Triggers: what ends a capture and takes the snapshot.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::procfs::Mapping;
+
+/// When to take the snapshot. The same syntax serves both backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// When the traced process exits (the default for `record`).
+    ProcessExit,
+    /// The first time the program enters this function (mangled or
+    /// demangled name, in the main binary or any loaded library).
+    Symbol(String),
+    /// After this many milliseconds.
+    Duration(u64),
+    /// Only on Ctrl-C.
+    Manual,
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trigger::ProcessExit => write!(f, "process exit"),
+            Trigger::Symbol(s) => write!(f, "symbol {s}"),
+            Trigger::Duration(ms) => write!(f, "duration {ms} ms"),
+            Trigger::Manual => write!(f, "manual"),
+        }
+    }
+}
+
+/// Whether symbol `raw` (as stored in the ELF) is what the user asked for.
+pub fn symbol_matches(raw: &str, wanted: &str) -> bool {
+    if raw == wanted {
+        return true;
+    }
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        return format!("{d:#}") == wanted;
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
+            if let Ok(d) = sym.demangle() {
+                return d == wanted || d.split('(').next() == Some(wanted);
+            }
+        }
+    }
+    false
+}
+
+/// A symbol trigger resolved against the process's mappings.
+#[derive(Debug)]
+pub struct SymbolTrigger {
+    name: String,
+    address: Option<u64>,
+    /// Files already searched, by path: the symbol's file offset if found.
+    searched: HashMap<String, Option<u64>>,
+}
+
+impl SymbolTrigger {
+    pub fn new(name: &str) -> SymbolTrigger {
+        SymbolTrigger {
+            name: name.to_string(),
+            address: None,
+            searched: HashMap::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn address(&self) -> Option<u64> {
+        self.address
+    }
+
+    /// Looks for the symbol in every mapped file not searched yet.
+    pub fn resolve(&mut self, maps: &[Mapping]) {
+        if self.address.is_some() {
+            return;
+        }
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            let offset = *self
+                .searched
+                .entry(m.path.clone())
+                .or_insert_with(|| symbol_file_offset(Path::new(&m.path), &self.name));
+            if let Some(off) = offset {
+                if off >= m.offset && off < m.offset + m.len() {
+                    self.address = Some(m.start + (off - m.offset));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The file offset of the function `name` in the ELF file at `path`.
+pub fn symbol_file_offset(path: &Path, name: &str) -> Option<u64> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let vaddr = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .find(|s| s.name().is_ok_and(|n| symbol_matches(n, name)))?
+        .address();
+    file.segments().find_map(|seg| {
+        let (off, size) = seg.file_range();
+        let start = seg.address();
+        (vaddr >= start && vaddr < start + size).then(|| vaddr - start + off)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_mangled_and_demangled() {
+        assert!(symbol_matches("work", "work"));
+        assert!(!symbol_matches("worker", "work"));
+        assert!(symbol_matches(
+            "_ZN3foo3bar17h0123456789abcdefE",
+            "foo::bar"
+        ));
+        assert!(symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget::draw"));
+        assert!(symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget::draw()"));
+        assert!(!symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget"));
+    }
+}

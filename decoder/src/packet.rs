@@ -1,0 +1,489 @@
+//! A bounds-checked Intel PT packet parser, independent of libipt: it serves
+//! the `packets` listing, PSB indexing and trace statistics. It never reads
+//! past the buffer and reports a truncated or unknown packet as such.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packet {
+    Pad,
+    Psb,
+    PsbEnd,
+    Ovf,
+    /// `count` bits, oldest in the most significant of the low `count` bits.
+    Tnt {
+        bits: u64,
+        count: u8,
+        long: bool,
+    },
+    Tip {
+        kind: IpKind,
+        ipb: u8,
+        payload: u64,
+    },
+    Tsc(u64),
+    Cbr(u8),
+    Tma {
+        ctc: u16,
+        fc: u16,
+    },
+    Mtc(u8),
+    Cyc(u64),
+    ModeExec {
+        csl: bool,
+        csd: bool,
+    },
+    ModeTsx {
+        intx: bool,
+        abort: bool,
+    },
+    Pip {
+        cr3: u64,
+        nr: bool,
+    },
+    Vmcs(u64),
+    Mnt(u64),
+    Ptw {
+        ipb: u8,
+        payload: u64,
+    },
+    Exstop,
+    Mwait,
+    Pwre,
+    Pwrx,
+    Stop,
+    Cfe,
+    Evd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpKind {
+    Tip,
+    TipPge,
+    TipPgd,
+    Fup,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketError {
+    /// The packet runs past the end of the buffer.
+    Truncated,
+    /// No packet starts with these bytes.
+    Unknown(u8),
+}
+
+impl fmt::Display for PacketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PacketError::Truncated => write!(f, "truncated packet"),
+            PacketError::Unknown(b) => write!(f, "unknown packet (opcode {b:#04x})"),
+        }
+    }
+}
+
+pub const PSB_BYTES: [u8; 16] = [
+    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+];
+
+fn le(bytes: &[u8]) -> u64 {
+    bytes.iter().rev().fold(0, |acc, &b| (acc << 8) | b as u64)
+}
+
+fn ip_len(ipb: u8) -> Option<usize> {
+    match ipb {
+        0 => Some(0),
+        1 => Some(2),
+        2 => Some(4),
+        3 | 4 => Some(6),
+        6 => Some(8),
+        _ => None,
+    }
+}
+
+/// Decodes the packet at the start of `buf`: the packet and its size.
+pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
+    let need = |n: usize| {
+        if buf.len() >= n {
+            Ok(&buf[..n])
+        } else {
+            Err(PacketError::Truncated)
+        }
+    };
+    let b0 = *buf.first().ok_or(PacketError::Truncated)?;
+    if b0 == 0 {
+        return Ok((Packet::Pad, 1));
+    }
+    if b0 & 1 == 0 && b0 != 0x02 {
+        // Short TNT: the highest set bit is the stop bit.
+        let payload = (b0 >> 1) as u64;
+        let count = 63 - payload.leading_zeros() as u8;
+        return Ok((
+            Packet::Tnt {
+                bits: payload & ((1 << count) - 1),
+                count,
+                long: false,
+            },
+            1,
+        ));
+    }
+    if b0 & 0x03 == 0x03 {
+        // CYC: 5 bits, then 7 per extension byte.
+        let mut value = (b0 >> 3) as u64;
+        let mut len = 1;
+        let mut more = b0 & 0x04 != 0;
+        let mut shift = 5;
+        while more {
+            let b = *buf.get(len).ok_or(PacketError::Truncated)?;
+            if shift < 64 {
+                value |= ((b >> 1) as u64) << shift;
+            }
+            shift += 7;
+            more = b & 1 != 0;
+            len += 1;
+            if len > 15 {
+                return Err(PacketError::Unknown(b0));
+            }
+        }
+        return Ok((Packet::Cyc(value), len));
+    }
+    let low5 = b0 & 0x1f;
+    if matches!(low5, 0x0d | 0x11 | 0x01 | 0x1d) {
+        let kind = match low5 {
+            0x0d => IpKind::Tip,
+            0x11 => IpKind::TipPge,
+            0x01 => IpKind::TipPgd,
+            _ => IpKind::Fup,
+        };
+        let ipb = b0 >> 5;
+        let n = ip_len(ipb).ok_or(PacketError::Unknown(b0))?;
+        let bytes = need(1 + n)?;
+        return Ok((
+            Packet::Tip {
+                kind,
+                ipb,
+                payload: le(&bytes[1..]),
+            },
+            1 + n,
+        ));
+    }
+    match b0 {
+        0x19 => Ok((Packet::Tsc(le(&need(8)?[1..])), 8)),
+        0x59 => Ok((Packet::Mtc(need(2)?[1]), 2)),
+        0x99 => {
+            let p = need(2)?[1];
+            match p >> 5 {
+                0 => Ok((
+                    Packet::ModeExec {
+                        csl: p & 1 != 0,
+                        csd: p & 2 != 0,
+                    },
+                    2,
+                )),
+                1 => Ok((
+                    Packet::ModeTsx {
+                        intx: p & 1 != 0,
+                        abort: p & 2 != 0,
+                    },
+                    2,
+                )),
+                _ => Err(PacketError::Unknown(b0)),
+            }
+        }
+        0x02 => {
+            let b1 = *buf.get(1).ok_or(PacketError::Truncated)?;
+            match b1 {
+                0x82 => {
+                    let bytes = need(16)?;
+                    if bytes == PSB_BYTES {
+                        Ok((Packet::Psb, 16))
+                    } else {
+                        Err(PacketError::Unknown(b0))
+                    }
+                }
+                0x23 => Ok((Packet::PsbEnd, 2)),
+                0xf3 => Ok((Packet::Ovf, 2)),
+                0xa3 => {
+                    let payload = le(&need(8)?[2..8]);
+                    if payload == 0 {
+                        return Err(PacketError::Unknown(b0));
+                    }
+                    let count = 63 - payload.leading_zeros() as u8;
+                    Ok((
+                        Packet::Tnt {
+                            bits: payload & ((1 << count) - 1),
+                            count,
+                            long: true,
+                        },
+                        8,
+                    ))
+                }
+                0x03 => Ok((Packet::Cbr(need(4)?[2]), 4)),
+                0x73 => {
+                    let b = need(7)?;
+                    Ok((
+                        Packet::Tma {
+                            ctc: u16::from_le_bytes([b[2], b[3]]),
+                            fc: u16::from_le_bytes([b[5], b[6] & 1]),
+                        },
+                        7,
+                    ))
+                }
+                0x43 => {
+                    let b = need(8)?;
+                    let v = le(&b[2..8]);
+                    Ok((
+                        Packet::Pip {
+                            cr3: (v >> 1) << 5,
+                            nr: v & 1 != 0,
+                        },
+                        8,
+                    ))
+                }
+                0xc8 => Ok((Packet::Vmcs(le(&need(7)?[2..7]) << 12), 7)),
+                0xc3 => {
+                    let b = need(11)?;
+                    if b[2] != 0x88 {
+                        return Err(PacketError::Unknown(b0));
+                    }
+                    Ok((Packet::Mnt(le(&b[3..11])), 11))
+                }
+                0x62 | 0xe2 => Ok((Packet::Exstop, 2)),
+                0xc2 => need(10).map(|_| (Packet::Mwait, 10)),
+                0x22 => need(4).map(|_| (Packet::Pwre, 4)),
+                0xa2 => need(7).map(|_| (Packet::Pwrx, 7)),
+                0x83 => Ok((Packet::Stop, 2)),
+                0x13 => need(4).map(|_| (Packet::Cfe, 4)),
+                0x53 => need(10).map(|_| (Packet::Evd, 10)),
+                b if b & 0x1f == 0x12 => {
+                    let plc = (b >> 5) & 3;
+                    let n = if plc == 0 {
+                        4
+                    } else if plc == 1 {
+                        8
+                    } else {
+                        return Err(PacketError::Unknown(b0));
+                    };
+                    let bytes = need(2 + n)?;
+                    Ok((
+                        Packet::Ptw {
+                            ipb: b >> 7,
+                            payload: le(&bytes[2..]),
+                        },
+                        2 + n,
+                    ))
+                }
+                _ => Err(PacketError::Unknown(b0)),
+            }
+        }
+        _ => Err(PacketError::Unknown(b0)),
+    }
+}
+
+/// Offsets of every PSB in `buf`.
+pub fn psb_offsets(buf: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(pos) = find_psb(&buf[i..]) {
+        out.push(i + pos);
+        i += pos + 16;
+    }
+    out
+}
+
+/// The offset of the first PSB in `buf`.
+pub fn find_psb(buf: &[u8]) -> Option<usize> {
+    buf.windows(16).position(|w| w == PSB_BYTES)
+}
+
+impl fmt::Display for Packet {
+    /// ptdump-style name and payload.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Packet::Pad => write!(f, "pad"),
+            Packet::Psb => write!(f, "psb"),
+            Packet::PsbEnd => write!(f, "psbend"),
+            Packet::Ovf => write!(f, "ovf"),
+            Packet::Tnt { bits, count, long } => {
+                write!(f, "{:<10} ", if long { "tnt.64" } else { "tnt.8" })?;
+                for i in (0..count).rev() {
+                    f.write_str(if bits >> i & 1 != 0 { "!" } else { "." })?;
+                }
+                Ok(())
+            }
+            Packet::Tip { kind, ipb, payload } => {
+                let name = match kind {
+                    IpKind::Tip => "tip",
+                    IpKind::TipPge => "tip.pge",
+                    IpKind::TipPgd => "tip.pgd",
+                    IpKind::Fup => "fup",
+                };
+                match ipb {
+                    0 => write!(f, "{name:<10} 0: ????????????????"),
+                    1 => write!(f, "{name:<10} 1: ????????????{payload:04x}"),
+                    2 => write!(f, "{name:<10} 2: ????????{payload:08x}"),
+                    4 => write!(f, "{name:<10} 4: ????{payload:012x}"),
+                    3 => {
+                        let ip = (((payload << 16) as i64) >> 16) as u64;
+                        write!(f, "{name:<10} 3: {ip:016x}")
+                    }
+                    _ => write!(f, "{name:<10} {ipb}: {payload:016x}"),
+                }
+            }
+            Packet::Tsc(v) => write!(f, "{:<10} {v:x}", "tsc"),
+            Packet::Cbr(v) => write!(f, "{:<10} {v:x}", "cbr"),
+            Packet::Tma { ctc, fc } => write!(f, "{:<10} {ctc:x}, {fc:x}", "tma"),
+            Packet::Mtc(v) => write!(f, "{:<10} {v:x}", "mtc"),
+            Packet::Cyc(v) => write!(f, "{:<10} {v:x}", "cyc"),
+            Packet::ModeExec { csl, csd } => {
+                let mode = match (csl, csd) {
+                    (true, _) => "cs.l",
+                    (false, true) => "cs.d",
+                    (false, false) => "",
+                };
+                write!(f, "{:<10} {mode}", "mode.exec")
+            }
+            Packet::ModeTsx { intx, abort } => {
+                let s = if abort {
+                    "abrt"
+                } else if intx {
+                    "intx"
+                } else {
+                    ""
+                };
+                write!(f, "{:<10} {s}", "mode.tsx")
+            }
+            Packet::Pip { cr3, nr } => {
+                write!(f, "{:<10} {cr3:x}{}", "pip", if nr { ", nr" } else { "" })
+            }
+            Packet::Vmcs(v) => write!(f, "{:<10} {v:x}", "vmcs"),
+            Packet::Mnt(v) => write!(f, "{:<10} {v:x}", "mnt"),
+            Packet::Ptw { payload, .. } => write!(f, "{:<10} {payload:x}", "ptw"),
+            Packet::Exstop => write!(f, "exstop"),
+            Packet::Mwait => write!(f, "mwait"),
+            Packet::Pwre => write!(f, "pwre"),
+            Packet::Pwrx => write!(f, "pwrx"),
+            Packet::Stop => write!(f, "stop"),
+            Packet::Cfe => write!(f, "cfe"),
+            Packet::Evd => write!(f, "evd"),
+        }
+    }
+}
+
+/// Walks the packets of a PT buffer from its first PSB. After an unknown
+/// or truncated packet it resumes at the next PSB.
+pub struct Packets<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Packets<'a> {
+    pub fn new(buf: &'a [u8]) -> Packets<'a> {
+        Packets {
+            buf,
+            pos: find_psb(buf).unwrap_or(buf.len()),
+        }
+    }
+}
+
+impl Iterator for Packets<'_> {
+    /// Offset and the packet, or the error at that offset.
+    type Item = (usize, Result<Packet, PacketError>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.buf.len() {
+            return None;
+        }
+        let at = self.pos;
+        match parse(&self.buf[at..]) {
+            Ok((p, n)) => {
+                self.pos += n;
+                Some((at, Ok(p)))
+            }
+            Err(e) => {
+                self.pos = match find_psb(&self.buf[at + 1..]) {
+                    Some(p) => at + 1 + p,
+                    None => self.buf.len(),
+                };
+                Some((at, Err(e)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_encodings() {
+        assert_eq!(
+            parse(&[0x06]).unwrap(),
+            (
+                Packet::Tnt {
+                    bits: 1,
+                    count: 1,
+                    long: false
+                },
+                1
+            )
+        );
+        assert_eq!(parse(&[0xd4]).unwrap().0.to_string(), "tnt.8      !.!.!.");
+        assert_eq!(
+            parse(&[0x02, 0xa3, 0, 0, 0, 0, 0, 0x80]).unwrap().0,
+            Packet::Tnt {
+                bits: 0,
+                count: 47,
+                long: true
+            }
+        );
+        assert_eq!(parse(&[0xff, 0xfe]).unwrap(), (Packet::Cyc(0xfff), 2));
+        assert_eq!(
+            parse(&[0x07, 0x01, 0x02]).unwrap(),
+            (Packet::Cyc(0x1000), 3)
+        );
+        assert_eq!(
+            parse(&[0x99, 0x01]).unwrap().0,
+            Packet::ModeExec {
+                csl: true,
+                csd: false
+            }
+        );
+        assert_eq!(
+            parse(&[0x01]).unwrap().0.to_string(),
+            "tip.pgd    0: ????????????????"
+        );
+        assert_eq!(
+            parse(&[0x6d, 0x00, 0x10, 0x40, 0, 0, 0])
+                .unwrap()
+                .0
+                .to_string(),
+            "tip        3: 0000000000401000"
+        );
+        assert_eq!(
+            parse(&[0x19, 1, 2, 3, 4, 5, 6, 7]).unwrap().0,
+            Packet::Tsc(0x07060504030201)
+        );
+        assert_eq!(parse(&PSB_BYTES).unwrap(), (Packet::Psb, 16));
+        assert_eq!(parse(&[0x02, 0x03, 0x0a, 0]).unwrap().0, Packet::Cbr(10));
+        assert_eq!(parse(&[0x19, 1, 2]), Err(PacketError::Truncated));
+        assert_eq!(parse(&[0xcd, 1, 2]), Err(PacketError::Truncated));
+        assert_eq!(parse(&[0xad]), Err(PacketError::Unknown(0xad)));
+        assert_eq!(parse(&[]), Err(PacketError::Truncated));
+    }
+
+    #[test]
+    fn walks_from_first_psb_and_resyncs() {
+        let mut buf = vec![0x19, 0x55]; // mid-packet garbage before the PSB
+        buf.extend_from_slice(&PSB_BYTES);
+        buf.extend_from_slice(&[0x02, 0x23, 0xad, 0x06]);
+        buf.extend_from_slice(&PSB_BYTES);
+        buf.push(0x00);
+        let got: Vec<_> = Packets::new(&buf).collect();
+        assert_eq!(got[0], (2, Ok(Packet::Psb)));
+        assert_eq!(got[1], (18, Ok(Packet::PsbEnd)));
+        assert_eq!(got[2], (20, Err(PacketError::Unknown(0xad))));
+        assert_eq!(got[3], (22, Ok(Packet::Psb)));
+        assert_eq!(got[4], (38, Ok(Packet::Pad)));
+        assert_eq!(psb_offsets(&buf), vec![2, 22]);
+    }
+}
