@@ -2,7 +2,11 @@
 //!
 //! The decoder turns the PT bytes of a snapshot into what the viewer draws.
 //! This crate holds the packet parser used for listings and PSB indexing,
-//! and the libipt instruction walk (through `libipt-sys` directly, to avoid
-//! the Rust wrapper's known panics and dropped instructions).
+//! the process image built from sideband, and the libipt instruction walk
+//! (through `libipt-sys` directly, to avoid the Rust wrapper's known panics
+//! and dropped instructions).
 
+pub mod ffi;
+pub mod image;
+pub mod insn;
 pub mod packet;
