@@ -380,9 +380,13 @@ fn info(path: &Path) -> Result<ExitCode> {
             m.start,
             m.path,
             id,
-            found
-                .map(|p| format!("-> {}", p.display()))
-                .unwrap_or_default(),
+            match found {
+                Some(p) if snap.buildid_dir().is_some_and(|d| p.starts_with(d)) => {
+                    "(in snapshot)".to_string()
+                }
+                Some(p) => format!("-> {}", p.display()),
+                None => String::new(),
+            },
         )?;
     }
     Ok(ExitCode::SUCCESS)

@@ -24,7 +24,8 @@ impl PtError {
 impl std::fmt::Display for PtError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
-        let msg = unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-self.0) as sys::pt_error_code)) };
+        let msg =
+            unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-self.0) as sys::pt_error_code)) };
         write!(f, "{} ({})", msg.to_string_lossy(), self.0)
     }
 }
@@ -110,11 +111,26 @@ impl<'a> InsnDecoder<'a> {
     }
 
     /// Maps `size` bytes of `file` from `offset` at `vaddr`.
-    pub fn add_file(&mut self, file: &Path, offset: u64, size: u64, vaddr: u64) -> Result<(), PtError> {
+    pub fn add_file(
+        &mut self,
+        file: &Path,
+        offset: u64,
+        size: u64,
+        vaddr: u64,
+    ) -> Result<(), PtError> {
         let name = CString::new(file.as_os_str().as_encoded_bytes())
             .map_err(|_| PtError(-(sys::pt_error_code_pte_invalid as i32)))?;
         // SAFETY: image is live; name is a valid C string libipt copies.
-        let rc = unsafe { sys::pt_image_add_file(self.image, name.as_ptr(), offset, size, std::ptr::null(), vaddr) };
+        let rc = unsafe {
+            sys::pt_image_add_file(
+                self.image,
+                name.as_ptr(),
+                offset,
+                size,
+                std::ptr::null(),
+                vaddr,
+            )
+        };
         if rc < 0 {
             Err(PtError(rc))
         } else {

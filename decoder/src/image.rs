@@ -21,7 +21,11 @@ pub struct Section {
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
-    for m in trace.mmaps.iter().filter(|m| pid.is_none_or(|p| p == m.pid)) {
+    for m in trace
+        .mmaps
+        .iter()
+        .filter(|m| pid.is_none_or(|p| p == m.pid))
+    {
         match snap.find_binary(m.build_id.as_deref(), &m.path) {
             Some(file) => {
                 let file_len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);

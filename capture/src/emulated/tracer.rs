@@ -252,7 +252,7 @@ impl Tracer {
         };
         let new: Vec<Mapping> = maps
             .iter()
-            .filter(|m| m.exec && !self.maps.contains(m))
+            .filter(|m| m.exec && (m.is_file() || m.is_vdso()) && !self.maps.contains(m))
             .cloned()
             .collect();
         if maps != self.maps {

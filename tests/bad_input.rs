@@ -1,0 +1,101 @@
+//! Bad input: `info` and `packets` answer with a clear error naming the
+//! file, a non-zero exit, and no panic.
+
+mod support;
+
+use std::path::Path;
+
+use support::*;
+
+fn expect_error(file: &Path, needle: &str) {
+    for cmd in ["info", "packets"] {
+        let out = ptscope().arg(cmd).arg(file).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{cmd} {}: {err}",
+            file.display()
+        );
+        assert!(!err.contains("panicked"), "{cmd}: {err}");
+        assert!(
+            err.contains(file.file_name().unwrap().to_str().unwrap()),
+            "{cmd}: names the file: {err}"
+        );
+        assert!(
+            err.to_lowercase().contains(needle),
+            "{cmd}: says `{needle}`: {err}"
+        );
+    }
+}
+
+#[test]
+fn empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("empty.ptscope");
+    std::fs::write(&f, b"").unwrap();
+    expect_error(&f, "empty");
+}
+
+#[test]
+fn random_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("random.data");
+    let mut x: u64 = 0x1234_5678;
+    let bytes: Vec<u8> = (0..10_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&f, bytes).unwrap();
+    expect_error(&f, "not a perf.data");
+}
+
+#[test]
+fn directory() {
+    let dir = tempfile::tempdir().unwrap();
+    expect_error(dir.path(), "directory");
+}
+
+#[test]
+fn truncated_snapshot_and_perf_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(dir.path(), "whole", &[], &[exe.to_str().unwrap()]);
+    let bytes = std::fs::read(&snap).unwrap();
+    let cut = dir.path().join("cut.ptscope");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    expect_error(&cut, "truncated");
+    // The perf.data inside, cut in its data section.
+    let extracted = extract(&snap, dir.path());
+    let data = std::fs::read(extracted.join("perf.data")).unwrap();
+    let cut = dir.path().join("cut.data");
+    std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
+    expect_error(&cut, "truncated");
+}
+
+#[test]
+fn perf_data_without_pt() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("cycles.data");
+    let out = std::process::Command::new("perf")
+        .args(["record", "-q", "-e", "task-clock", "-o"])
+        .arg(&f)
+        .args(["--", "true"])
+        .output()
+        .expect("perf is not installed; the tests need linux-perf (see README)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    expect_error(&f, "no intel pt trace");
+}
+
+#[test]
+fn missing_file() {
+    expect_error(Path::new("/nonexistent/nothing.ptscope"), "no such file");
+}

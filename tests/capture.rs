@@ -1,0 +1,204 @@
+//! End to end: the emulated backend captures real programs, and both perf's
+//! decoder and libipt's reproduce exactly the instructions each thread
+//! executed, as an independent ptrace log of instruction pointers saw them.
+
+mod support;
+
+use std::path::Path;
+
+use support::*;
+
+/// The log's instructions must equal each decoder's, thread by thread.
+fn check_exact(dir: &Path, name: &str, argv: &[&str]) {
+    let (snap, log) = record(dir, name, &[], argv);
+    let truth = read_ip_log(&log);
+    assert!(
+        !truth.is_empty() && truth.values().all(|v| !v.is_empty()),
+        "{name}: empty log"
+    );
+
+    let (ipt, ipt_errors) = libipt_instructions(&snap);
+    assert!(
+        ipt_errors.is_empty(),
+        "{name}: libipt errors: {ipt_errors:?}"
+    );
+    let extracted = extract(&snap, dir);
+    let (perf, perf_errors) = perf_instructions(&extracted);
+    assert!(
+        perf_errors.trim().is_empty(),
+        "{name}: perf reported: {perf_errors}"
+    );
+
+    for (tid, ips) in &truth {
+        for (judge, got) in [("libipt", &ipt), ("perf", &perf)] {
+            let got = got
+                .get(tid)
+                .unwrap_or_else(|| panic!("{name}: {judge} has no thread {tid}"));
+            if got != ips {
+                let first = got
+                    .iter()
+                    .zip(ips)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(got.len().min(ips.len()));
+                panic!(
+                    "{name}: {judge} decodes {} instructions for thread {tid}, the log has {}; first difference at #{first}",
+                    got.len(),
+                    ips.len()
+                );
+            }
+        }
+    }
+    assert_eq!(truth.len(), perf.len(), "{name}: thread count");
+}
+
+#[test]
+fn c_calls_recursion_longjmp_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    check_exact(dir.path(), "calls", &[exe.to_str().unwrap()]);
+}
+
+#[test]
+fn cpp_virtual_calls_and_exception() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exceptions.cpp");
+    check_exact(dir.path(), "exceptions", &[exe.to_str().unwrap()]);
+}
+
+#[test]
+fn rust_trait_objects_and_iterators() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "rust_prog.rs");
+    check_exact(dir.path(), "rust", &[exe.to_str().unwrap()]);
+}
+
+#[test]
+fn second_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c");
+    let (snap, log) = record(dir.path(), "threads", &[], &[exe.to_str().unwrap()]);
+    assert_eq!(read_ip_log(&log).len(), 2, "two threads traced");
+    drop(snap);
+    check_exact(dir.path(), "threads2", &[exe.to_str().unwrap()]);
+}
+
+#[test]
+fn dlopen_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "dlopen.c");
+    let lib = build_plugin(dir.path());
+    check_exact(
+        dir.path(),
+        "dlopen",
+        &[exe.to_str().unwrap(), lib.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn trigger_snapshot_ends_at_symbol_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, log) = record(
+        dir.path(),
+        "trig",
+        &["--trigger", "work"],
+        &[exe.to_str().unwrap()],
+    );
+    let truth = read_ip_log(&log);
+    let ips = truth.values().next().unwrap();
+    let (ipt, errors) = libipt_instructions(&snap);
+    assert!(errors.is_empty(), "{errors:?}");
+    let decoded = ipt.values().next().unwrap();
+    assert_eq!(decoded, ips);
+    // The last instruction is the call into `work`: a direct call whose
+    // target is the symbol, found in the ELF independently.
+    let work = symbol_address(&exe, "work");
+    let last = *decoded.last().unwrap();
+    let bytes = std::fs::read(&exe).unwrap();
+    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let trace = info.trace().unwrap();
+    let main_map = trace
+        .mmaps
+        .iter()
+        .find(|m| m.path == exe.to_str().unwrap())
+        .unwrap();
+    let base = main_map.start - main_map.pgoff;
+    let call_off = (last - base) as usize;
+    assert_eq!(bytes[call_off], 0xe8, "last instruction is a call");
+    let rel = i32::from_le_bytes(bytes[call_off + 1..call_off + 5].try_into().unwrap());
+    let target = (last as i64 + 5 + rel as i64) as u64;
+    assert_eq!(target - base, work, "the call goes to `work`");
+    // The metadata says why it stopped.
+    assert!(info.metadata.unwrap().stop.contains("entered work"));
+}
+
+fn symbol_address(exe: &Path, name: &str) -> u64 {
+    let out = std::process::Command::new("nm").arg(exe).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<_> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
+        })
+        .expect("symbol in nm output")
+}
+
+#[test]
+fn small_ring_keeps_the_last_bytes_and_decodes_from_first_psb() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exceptions.cpp");
+    let (snap, log) = record(
+        dir.path(),
+        "ring",
+        &["--size", "8K"],
+        &[exe.to_str().unwrap()],
+    );
+    let truth = read_ip_log(&log);
+    let ips = truth.values().next().unwrap();
+    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let trace = info.trace().unwrap();
+    assert_eq!(
+        trace.streams[0].data.len(),
+        8192,
+        "the ring keeps exactly its size"
+    );
+    let (ipt, errors) = libipt_instructions(&snap);
+    assert!(errors.is_empty(), "{errors:?}");
+    let decoded = ipt.values().next().unwrap();
+    assert!(
+        decoded.len() > 1000 && decoded.len() < ips.len() / 2,
+        "decoded {}",
+        decoded.len()
+    );
+    assert!(
+        ips.ends_with(decoded),
+        "the decoded tail is the end of the execution"
+    );
+    let extracted = extract(&snap, dir.path());
+    let (perf, perf_errors) = perf_instructions(&extracted);
+    assert!(perf_errors.trim().is_empty(), "{perf_errors}");
+    assert_eq!(perf.values().next().unwrap(), decoded);
+}
+
+#[test]
+fn info_and_packets_describe_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(dir.path(), "info", &[], &[exe.to_str().unwrap()]);
+    let out = ptscope().arg("info").arg(&snap).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("GenuineIntel,6,85,4"), "{text}");
+    assert!(text.contains("PSBs"), "{text}");
+    assert!(
+        text.contains(exe.to_str().unwrap()) && text.contains("libc.so"),
+        "{text}"
+    );
+    assert!(!text.contains("MISSING"), "{text}");
+    let out = ptscope().arg("packets").arg(&snap).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: Vec<&str> = text.lines().take(3).collect();
+    assert!(first[0].ends_with("psb"), "{first:?}");
+    assert!(text.contains("tip.pge") && text.contains("tnt.8") && text.contains("tip.pgd"));
+}

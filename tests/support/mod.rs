@@ -1,0 +1,174 @@
+//! Shared helpers of the end-to-end tests: building the test programs,
+//! running the real `ptscope` binary, and the two judges of a snapshot
+//! (perf's decoder and libipt's).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn ptscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ptscope"))
+}
+
+pub fn programs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs")
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Compiles a test program from tests/programs into `dir`.
+pub fn build(dir: &Path, source: &str) -> PathBuf {
+    let src = programs_dir().join(source);
+    let stem = Path::new(source).file_stem().unwrap().to_str().unwrap();
+    let out = dir.join(stem);
+    let mut cmd = match Path::new(source).extension().and_then(|e| e.to_str()) {
+        Some("c") => {
+            let mut c = Command::new("cc");
+            c.args(["-O1", "-g", "-pthread", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .arg("-ldl");
+            c
+        }
+        Some("cpp") => {
+            let mut c = Command::new("c++");
+            c.args(["-O1", "-g", "-o"]).arg(&out).arg(&src);
+            c
+        }
+        Some("rs") => {
+            let mut c = Command::new("rustc");
+            c.args(["-O", "-g", "-o"]).arg(&out).arg(&src);
+            c
+        }
+        _ => panic!("unknown source kind {source}"),
+    };
+    run_ok(&mut cmd, &format!("compiling {source}"));
+    out
+}
+
+/// Builds tests/programs/plugin.c as a shared library.
+pub fn build_plugin(dir: &Path) -> PathBuf {
+    let out = dir.join("libplugin.so");
+    run_ok(
+        Command::new("cc")
+            .args(["-O1", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .arg(programs_dir().join("plugin.c")),
+        "compiling plugin.c",
+    );
+    out
+}
+
+/// Records `argv` into `dir/<name>.ptscope` with the instruction log.
+/// Returns (snapshot, ground-truth log path).
+pub fn record(dir: &Path, name: &str, extra: &[&str], argv: &[&str]) -> (PathBuf, PathBuf) {
+    let snap = dir.join(format!("{name}.ptscope"));
+    let log = dir.join(format!("{name}.iplog"));
+    let mut cmd = ptscope();
+    cmd.args(["record", "-q", "-o"])
+        .arg(&snap)
+        .arg("--ip-log")
+        .arg(&log);
+    cmd.args(extra).arg("--").args(argv);
+    run_ok(&mut cmd, &format!("ptscope record {name}"));
+    (snap, log)
+}
+
+pub type PerThread = BTreeMap<i32, Vec<u64>>;
+
+/// The ground truth: per thread, every retired instruction pointer as
+/// ptrace reported it.
+pub fn read_ip_log(path: &Path) -> PerThread {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = PerThread::new();
+    for line in text.lines() {
+        let (tid, ip) = line.split_once(' ').unwrap();
+        out.entry(tid.parse().unwrap())
+            .or_default()
+            .push(u64::from_str_radix(ip, 16).unwrap());
+    }
+    out
+}
+
+/// Untars a snapshot so perf can read it.
+pub fn extract(snap: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join(format!("{}.d", snap.file_name().unwrap().to_str().unwrap()));
+    std::fs::create_dir_all(&out).unwrap();
+    run_ok(
+        Command::new("tar").arg("-xf").arg(snap).arg("-C").arg(&out),
+        "tar -x",
+    );
+    out
+}
+
+/// perf's own decoding of the snapshot, per thread: `perf script
+/// --itrace=i1i -F tid,ip` over the extracted perf.data.
+pub fn perf_instructions(extracted: &Path) -> (PerThread, String) {
+    let out = Command::new("perf")
+        .arg("--buildid-dir")
+        .arg(extracted)
+        .args(["script", "--itrace=i1ie", "-F", "tid,ip", "-i"])
+        .arg(extracted.join("perf.data"))
+        .output()
+        .expect("perf is not installed; the tests need linux-perf (see README)");
+    assert!(
+        out.status.success(),
+        "perf script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut per = PerThread::new();
+    let mut errors = String::from_utf8_lossy(&out.stderr).into_owned();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut it = line.split_whitespace();
+        let (Some(tid), Some(ip)) = (it.next(), it.next()) else {
+            continue;
+        };
+        match (tid.parse(), u64::from_str_radix(ip, 16)) {
+            (Ok(tid), Ok(ip)) => per.entry(tid).or_default().push(ip),
+            _ => {
+                errors.push_str(line);
+                errors.push('\n');
+            }
+        }
+    }
+    (per, errors)
+}
+
+/// libipt's decoding of every thread of the snapshot: per thread the
+/// instruction pointers and the decode errors.
+pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
+    use ptscope_capture::snapshot::Snapshot;
+    let snapshot = Snapshot::open(snap).unwrap();
+    let trace = snapshot.trace().unwrap();
+    let (sections, missing) = ptscope_decoder::image::sections(&snapshot, &trace, None);
+    let mut errors: Vec<String> = missing
+        .iter()
+        .map(|m| format!("missing binary {m}"))
+        .collect();
+    let mut per = PerThread::new();
+    for stream in &trace.streams {
+        let tid = stream.tid.expect("per-thread trace");
+        let mut ips = Vec::new();
+        let stats =
+            ptscope_decoder::insn::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
+                .unwrap();
+        for (off, e) in stats.errors {
+            errors.push(format!("tid {tid} offset {off:#x}: {e}"));
+        }
+        per.insert(tid, ips);
+    }
+    (per, errors)
+}
