@@ -90,7 +90,7 @@ pub fn ip_packet(out: &mut Vec<u8>, kind: IpPacket, ip: u64, comp: IpCompression
 /// A TNT packet of `count` bits; `bits` holds them with the oldest branch in
 /// the most significant of the `count` low bits, as the hardware orders them.
 pub fn tnt(out: &mut Vec<u8>, bits: u64, count: u32) {
-    debug_assert!(count >= 1 && count <= TNT64_MAX);
+    debug_assert!((1..=TNT64_MAX).contains(&count));
     if count <= TNT8_MAX {
         let payload = (1u64 << count) | (bits & ((1 << count) - 1));
         out.push((payload << 1) as u8);

@@ -641,7 +641,7 @@ impl Tracer {
                 self.report(wall_start.elapsed());
             }
             // Collect events from threads in syscalls now and then.
-            if self.in_syscall > 0 && self.steps_total % 64 == 0 {
+            if self.in_syscall > 0 && self.steps_total.is_multiple_of(64) {
                 while let Some(status) = ptrace::wait(None, true)? {
                     if self.handle(status)? {
                         return Ok(StopReason::ProcessExit);

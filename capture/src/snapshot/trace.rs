@@ -41,6 +41,9 @@ pub struct ThreadInfo {
     pub exit_time: Option<u64>,
 }
 
+/// A queue's tid, cpu and buffers while reading.
+type QueueParts<'a> = (Option<i32>, Option<u32>, Vec<&'a [u8]>);
+
 #[derive(Debug)]
 pub struct Trace<'a> {
     pub params: PtParams,
@@ -61,7 +64,7 @@ pub struct Trace<'a> {
 impl<'a> Trace<'a> {
     pub fn from_perf(file: &PerfDataFile<'a>, _bytes: &'a [u8]) -> Result<Trace<'a>, FormatError> {
         let mut params = None;
-        let mut chunks: BTreeMap<u32, (Option<i32>, Option<u32>, Vec<&'a [u8]>)> = BTreeMap::new();
+        let mut chunks: BTreeMap<u32, QueueParts<'a>> = BTreeMap::new();
         let mut threads: BTreeMap<i32, ThreadInfo> = BTreeMap::new();
         let mut mmaps = Vec::new();
         let mut build_ids_by_path: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
@@ -129,27 +132,22 @@ impl<'a> Trace<'a> {
                     filename,
                     sample_id,
                     ..
-                } => {
-                    if prot & libc::PROT_EXEC as u32 != 0 {
-                        let build_id =
-                            build_id.or_else(|| build_ids_by_path.get(filename).cloned());
-                        mmaps.push(MmapEvent {
-                            pid: pid as i32,
-                            tid: tid as i32,
-                            time: sample_id.time,
-                            start: addr,
-                            len,
-                            pgoff,
-                            path: filename.to_string(),
-                            build_id,
-                        });
-                    }
+                } if prot & libc::PROT_EXEC as u32 != 0 => {
+                    let build_id = build_id.or_else(|| build_ids_by_path.get(filename).cloned());
+                    mmaps.push(MmapEvent {
+                        pid: pid as i32,
+                        tid: tid as i32,
+                        time: sample_id.time,
+                        start: addr,
+                        len,
+                        pgoff,
+                        path: filename.to_string(),
+                        build_id,
+                    });
                 }
                 Record::Lost { lost, .. } => lost_records += lost,
-                Record::Aux { flags, .. } => {
-                    if flags & crate::perf_data::aux_flag::TRUNCATED != 0 {
-                        truncated_aux += 1;
-                    }
+                Record::Aux { flags, .. } if flags & crate::perf_data::aux_flag::TRUNCATED != 0 => {
+                    truncated_aux += 1;
                 }
                 _ => {}
             }

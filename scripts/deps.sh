@@ -1,0 +1,22 @@
+# Sourced by the set-up scripts: installs Debian packages that are missing.
+# Usage: need_packages pkg...
+need_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "ptscope: installing ${missing[*]}" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+# Build tools: cc/c++ for the test programs, cmake and libclang for libipt.
+BUILD_PACKAGES=(build-essential cmake libclang-dev pkg-config)
+# Runtime libraries of the GUI (winit on X11/Wayland, OpenGL/Vulkan via Mesa).
+GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 libegl1 libgl1-mesa-dri mesa-vulkan-drivers)
+# perf decodes our files in the tests, as a second judge.
+TEST_PACKAGES=(linux-perf binutils)
