@@ -202,3 +202,36 @@ fn info_and_packets_describe_a_snapshot() {
     assert!(first[0].ends_with("psb"), "{first:?}");
     assert!(text.contains("tip.pge") && text.contains("tnt.8") && text.contains("tip.pgd"));
 }
+
+#[test]
+fn attach_traces_a_running_process_and_leaves_it_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let mut child = std::process::Command::new(&exe).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let snap = dir.path().join("attach.ptscope");
+    let log = dir.path().join("attach.iplog");
+    let out = ptscope()
+        .args(["attach", "-q", "--pid", &pid, "--duration", "400", "-o"])
+        .arg(&snap)
+        .arg("--ip-log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    // The target must still be alive and not stopped.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("?").to_string();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(state == "S" || state == "R", "target state after detach: {state}");
+    let truth = read_ip_log(&log);
+    let (ipt, errors) = libipt_instructions(&snap);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(&ipt, &truth);
+    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
+    assert!(perf_errors.trim().is_empty(), "{perf_errors}");
+    assert_eq!(perf, truth);
+}
