@@ -222,11 +222,25 @@ fn attach_traces_a_running_process_and_leaves_it_running() {
     // The target must still be alive and not stopped.
     std::thread::sleep(std::time::Duration::from_millis(100));
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("?").to_string();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(state == "S" || state == "R", "target state after detach: {state}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        state == "S" || state == "R",
+        "target state after detach: {state}"
+    );
     let truth = read_ip_log(&log);
     let (ipt, errors) = libipt_instructions(&snap);
     assert!(errors.is_empty(), "{errors:?}");
