@@ -249,3 +249,44 @@ fn attach_traces_a_running_process_and_leaves_it_running() {
     assert!(perf_errors.trim().is_empty(), "{perf_errors}");
     assert_eq!(perf, truth);
 }
+
+#[test]
+fn ctrl_c_takes_the_snapshot_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let snap = dir.path().join("intr.ptscope");
+    let mut rec = ptscope()
+        .args(["record", "-q", "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let rc = std::process::Command::new("kill")
+        .args(["-INT", &rec.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    // The snapshot appears; then the recorded command, which Ctrl-C from a
+    // terminal would also have reached, is ended by the test.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !snap.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", rec.id()))
+        .unwrap_or_default();
+    for child in children.split_whitespace() {
+        let _ = std::process::Command::new("kill").arg(child).status();
+    }
+    let status = rec.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    assert_eq!(info.metadata.as_ref().unwrap().stop, "Ctrl-C");
+    let (ipt, errors) = libipt_instructions(&snap);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(ipt.values().next().unwrap().len() > 1000);
+    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
+    assert!(perf_errors.trim().is_empty(), "{perf_errors}");
+    assert_eq!(perf, ipt);
+}
