@@ -453,9 +453,6 @@ impl Tracer {
 
     /// Handles one wait status. Returns `true` when the process is gone.
     fn handle(&mut self, status: WaitStatus) -> Result<bool, CaptureError> {
-        if self.steps_total < 3 && std::env::var_os("PTSCOPE_DEBUG").is_some() {
-            eprintln!("status {status:?}");
-        }
         match status {
             WaitStatus::Exited(pid, code) => {
                 if pid.as_raw() == self.pid {
