@@ -250,13 +250,10 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
         Some(pid) => tracer::wait_child(pid),
         None => cap.exit_code,
     };
-    Ok(match code {
-        Some(c) if c != 0 && !opts.quiet => {
-            eprintln!("ptscope: the traced command exited with status {c}");
-            ExitCode::SUCCESS
-        }
-        _ => ExitCode::SUCCESS,
-    })
+    if let Some(c) = code.filter(|&c| c != 0 && !opts.quiet) {
+        eprintln!("ptscope: the traced command exited with status {c}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn fmt_ns(ns: u64) -> String {

@@ -192,7 +192,7 @@ impl Snapshot {
     /// The trace model: PT parameters, per-thread AUX data and sideband.
     pub fn trace(&self) -> Result<Trace<'_>, CaptureError> {
         let file = self.perf()?;
-        Trace::from_perf(&file, &self.perf_data).map_err(|e| self.format_error(e))
+        Trace::from_perf(&file).map_err(|e| self.format_error(e))
     }
 
     fn format_error(&self, e: FormatError) -> CaptureError {

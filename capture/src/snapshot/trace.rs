@@ -62,7 +62,7 @@ pub struct Trace<'a> {
 }
 
 impl<'a> Trace<'a> {
-    pub fn from_perf(file: &PerfDataFile<'a>, _bytes: &'a [u8]) -> Result<Trace<'a>, FormatError> {
+    pub fn from_perf(file: &PerfDataFile<'a>) -> Result<Trace<'a>, FormatError> {
         let mut params = None;
         let mut chunks: BTreeMap<u32, QueueParts<'a>> = BTreeMap::new();
         let mut threads: BTreeMap<i32, ThreadInfo> = BTreeMap::new();

@@ -34,7 +34,7 @@ pub fn emulated_config() -> u64 {
 pub const EMULATED_CONFIG_STR: &str = "intel_pt/cyc=1,tsc=1,mtc=0,psb_period=1/u";
 
 /// The virtual clock's time conversion: TSC ticks are nanoseconds.
-pub fn emulated_params(per_cpu: bool) -> PtParams {
+pub fn emulated_params() -> PtParams {
     PtParams {
         pmu_type: emulated_cpu::PMU_TYPE as u64,
         time_shift: 31,
@@ -45,7 +45,7 @@ pub fn emulated_params(per_cpu: bool) -> PtParams {
         noretcomp_bit: term::NORETCOMP,
         have_sched_switch: 0,
         snapshot_mode: true,
-        per_cpu_mmaps: per_cpu,
+        per_cpu_mmaps: false,
         mtc_bit: term::MTC,
         mtc_freq_bits: term::MTC_PERIOD_MASK,
         tsc_ctc_ratio_n: emulated_cpu::CPUID15_EBX as u64,
@@ -107,13 +107,17 @@ fn build_perf_data(
     }
 
     let tids: Vec<i32> = cap.threads.iter().map(|t| t.tid).collect();
-    let index_of = |tid: i32| tids.iter().position(|&t| t == tid).unwrap_or(0) as u64;
+    let index: std::collections::HashMap<i32, u64> = tids
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (t, i as u64))
+        .collect();
+    let index_of = |tid: i32| index.get(&tid).copied().unwrap_or(0);
     let pt_id = |tid: i32| 2 * index_of(tid) + 1;
     let dummy_id = |tid: i32| 2 * index_of(tid) + 2;
 
-    let pt_attr = PerfEventAttr {
-        kind: emulated_cpu::PMU_TYPE,
-        config: emulated_config(),
+    // What both events share, as `perf record -e intel_pt//u` sets it.
+    let base = PerfEventAttr {
         sample_period: 1,
         sample_type: SAMPLE_TYPE,
         read_format: 4,
@@ -122,27 +126,25 @@ fn build_perf_data(
             | flag::EXCLUDE_HV
             | flag::ENABLE_ON_EXEC
             | flag::SAMPLE_ID_ALL,
-        aux_watermark: (ring_size / 4) as u32,
         ..Default::default()
+    };
+    let pt_attr = PerfEventAttr {
+        kind: emulated_cpu::PMU_TYPE,
+        config: emulated_config(),
+        aux_watermark: (ring_size / 4) as u32,
+        ..base.clone()
     };
     let dummy_attr = PerfEventAttr {
         kind: perf_data::PERF_TYPE_SOFTWARE,
         config: perf_data::PERF_COUNT_SW_DUMMY,
-        sample_period: 1,
-        sample_type: SAMPLE_TYPE,
-        read_format: 4,
-        flags: flag::DISABLED
-            | flag::EXCLUDE_KERNEL
-            | flag::EXCLUDE_HV
+        flags: base.flags
             | flag::EXCLUDE_GUEST
             | flag::MMAP
             | flag::COMM
             | flag::TASK
             | flag::MMAP2
-            | flag::COMM_EXEC
-            | flag::ENABLE_ON_EXEC
-            | flag::SAMPLE_ID_ALL,
-        ..Default::default()
+            | flag::COMM_EXEC,
+        ..base
     };
     let attrs = vec![
         EventAttr {
@@ -157,7 +159,7 @@ fn build_perf_data(
         },
     ];
 
-    let params = emulated_params(false);
+    let params = emulated_params();
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), SAMPLE_TYPE)?;
     w.write(&Record::TimeConv(TimeConv {
         time_shift: params.time_shift,
