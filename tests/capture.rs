@@ -9,7 +9,8 @@ use std::path::Path;
 use support::*;
 
 /// The log's instructions must equal each decoder's, thread by thread.
-fn check_exact(dir: &Path, name: &str, argv: &[&str]) {
+/// Returns the log.
+fn check_exact(dir: &Path, name: &str, argv: &[&str]) -> PerThread {
     let (snap, log) = record(dir, name, &[], argv);
     let truth = read_ip_log(&log);
     assert!(
@@ -49,6 +50,7 @@ fn check_exact(dir: &Path, name: &str, argv: &[&str]) {
         }
     }
     assert_eq!(truth.len(), perf.len(), "{name}: thread count");
+    truth
 }
 
 #[test]
@@ -76,10 +78,27 @@ fn rust_trait_objects_and_iterators() {
 fn second_thread() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c");
-    let (snap, log) = record(dir.path(), "threads", &[], &[exe.to_str().unwrap()]);
-    assert_eq!(read_ip_log(&log).len(), 2, "two threads traced");
-    drop(snap);
-    check_exact(dir.path(), "threads2", &[exe.to_str().unwrap()]);
+    let truth = check_exact(dir.path(), "threads", &[exe.to_str().unwrap()]);
+    assert_eq!(truth.len(), 2, "two threads traced");
+}
+
+#[test]
+fn spinning_thread_is_preempted() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "spin.c");
+    let out = ptscope()
+        .args(["record", "-q", "-o"])
+        .arg(dir.path().join("spin.ptscope"))
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "flag seen\n");
+    // Preemption is an asynchronous exit and a resume with a TSC: both
+    // decoders must still agree with the log.
+    let truth = check_exact(dir.path(), "spin", &[exe.to_str().unwrap()]);
+    assert_eq!(truth.len(), 2);
 }
 
 #[test]

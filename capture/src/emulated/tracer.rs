@@ -174,10 +174,18 @@ pub struct Tracer {
     vdso: Option<(u64, Vec<u8>)>,
     symbol: Option<SymbolTrigger>,
     steps_total: u64,
+    /// The thread on the (virtual) CPU and `steps_total` when it got it.
+    current: Option<i32>,
+    slice_start: u64,
     in_syscall: usize,
     ip_logs: Vec<(i32, Vec<u64>)>,
     exit_code: Option<i32>,
 }
+
+/// Instructions a thread runs while others are ready before it is preempted
+/// (20 µs of virtual time): short, so that a thread spinning on another one
+/// lets it run within a fraction of a second of wall time.
+const TIME_SLICE: u64 = 20_000;
 
 /// perf timestamps are CLOCK_MONOTONIC nanoseconds.
 pub fn monotonic_ns() -> u64 {
@@ -209,6 +217,8 @@ impl Tracer {
             vdso: None,
             symbol,
             steps_total: 0,
+            current: None,
+            slice_start: 0,
             in_syscall: 0,
             ip_logs: Vec::new(),
             exit_code: None,
@@ -310,8 +320,11 @@ impl Tracer {
     }
 
     fn ready_thread(&mut self) -> Option<i32> {
-        // Stay on the current thread while it is ready; a thread switch is
-        // a context switch, so only do it when the thread enters a syscall.
+        // Stay on the current thread while it is ready, for at most a time
+        // slice while others wait: a thread switch is a context switch.
+        if self.steps_total - self.slice_start >= TIME_SLICE {
+            self.preempt_current();
+        }
         for _ in 0..self.order.len() {
             let tid = *self.order.front()?;
             if self
@@ -319,11 +332,39 @@ impl Tracer {
                 .get(&tid)
                 .is_some_and(|t| t.state == State::Ready)
             {
+                if self.current != Some(tid) {
+                    self.current = Some(tid);
+                    self.slice_start = self.steps_total;
+                }
                 return Some(tid);
             }
             self.order.rotate_left(1);
         }
         None
+    }
+
+    /// Ends the current thread's time slice if another thread is ready: a
+    /// timer interrupt (FUP, TIP.PGD), and a TSC when it resumes.
+    fn preempt_current(&mut self) {
+        self.slice_start = self.steps_total;
+        let Some(cur) = self.current else { return };
+        let others_ready = self
+            .threads
+            .values()
+            .any(|t| t.tid != cur && t.state == State::Ready);
+        if !others_ready || self.order.front() != Some(&cur) {
+            return;
+        }
+        let now = self.now;
+        if let Some(t) = self
+            .threads
+            .get_mut(&cur)
+            .filter(|t| t.state == State::Ready)
+        {
+            t.pt.interrupt(t.rip, now);
+            t.resync = true;
+            self.order.rotate_left(1);
+        }
     }
 
     /// Steps thread `tid` over its next instruction. Returns `true` when the
@@ -482,15 +523,20 @@ impl Tracer {
                     t.comm = procfs::comm(self.pid, tid);
                     return Ok(false);
                 }
-                let rip = ptrace::rip(tid)?;
+                let regs = ptrace::regs(tid)?;
+                let rip = regs.rip;
                 let prev = t.stepping.map(|(ip, _)| ip);
                 let entering_handler = t.entering_handler;
                 // A step ends in a SIGTRAP with a TRAP_* code; a SIGTRAP sent
                 // by the kernel or a process (si_code <= 0 or SI_KERNEL) is a
-                // signal, not the end of a step.
+                // signal, not the end of a step. When the step moved the IP it
+                // is the step's own trap, which spares the hot path a syscall.
                 let mut sig = Some(sig);
                 let mut step_trap = false;
-                if sig == Some(Signal::SIGTRAP) {
+                if sig == Some(Signal::SIGTRAP) && prev.is_some() && Some(rip) != prev {
+                    step_trap = true;
+                    sig = None;
+                } else if sig == Some(Signal::SIGTRAP) {
                     let code = ptrace::si_code(tid)?;
                     step_trap = code > 0 && code < 0x80;
                     if step_trap || code == 0x80 {
@@ -511,7 +557,7 @@ impl Tracer {
                 if let Some(sig) = sig {
                     self.threads.get_mut(&tid).unwrap().pending_signal = Some(sig);
                 }
-                self.after_syscall(tid)?;
+                self.after_syscall(tid, regs.orig_rax);
             }
             WaitStatus::PtraceEvent(pid, _, event) => {
                 let tid = pid.as_raw();
@@ -603,24 +649,20 @@ impl Tracer {
         self.refresh_maps(tid);
     }
 
-    /// After a syscall retired: pick up mapping changes.
-    fn after_syscall(&mut self, tid: i32) -> Result<(), CaptureError> {
-        let Some(t) = self.threads.get(&tid) else {
-            return Ok(());
-        };
-        if !t.resync && t.pt.tracing() {
-            return Ok(());
+    /// After a syscall retired (the thread is out of traced code): pick up
+    /// mapping changes. `orig_rax` is the syscall number.
+    fn after_syscall(&mut self, tid: i32, orig_rax: u64) {
+        if self.threads.get(&tid).is_none_or(|t| t.pt.tracing()) {
+            return;
         }
-        // Cheap check: only re-read the maps after memory-management calls.
-        let regs = ptrace::regs(tid)?;
+        // Only re-read the maps after memory-management calls.
         const MMAP: u64 = libc::SYS_mmap as u64;
         const MPROTECT: u64 = libc::SYS_mprotect as u64;
         const MUNMAP: u64 = libc::SYS_munmap as u64;
         const MREMAP: u64 = libc::SYS_mremap as u64;
-        if matches!(regs.orig_rax, MMAP | MPROTECT | MUNMAP | MREMAP) {
+        if matches!(orig_rax, MMAP | MPROTECT | MUNMAP | MREMAP) {
             self.refresh_maps(tid);
         }
-        Ok(())
     }
 
     fn run(&mut self, deadline: Option<Instant>) -> Result<StopReason, CaptureError> {
