@@ -6,6 +6,7 @@
 //! (through `libipt-sys` directly, to avoid the Rust wrapper's known panics
 //! and dropped instructions).
 
+pub mod event;
 pub mod ffi;
 pub mod image;
 pub mod insn;

@@ -1,0 +1,209 @@
+//! The branch-event stream: what the coarse pass and the perf-script import
+//! both produce, and what stack reconstruction consumes.
+//!
+//! Events carry resolved function ids rather than raw addresses alone, so
+//! the stack rules in [`crate::stack`] do not care whether the names came
+//! from ELF symbols or from `perf script` text.
+
+use std::collections::HashMap;
+
+/// Index into a [`FuncTable`].
+pub type FuncId = u32;
+
+/// What kind of thing a function-table entry is. Pseudo-functions label
+/// the spans that are not calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SpanKind {
+    /// A real function (or an `[unknown]` code region).
+    Call = 0,
+    /// Tracing was off: `[untraced]`.
+    Untraced = 1,
+    /// Tracing was off because of a system call: `[syscall]`.
+    Syscall = 2,
+    /// The trace could not be decoded here: `[decode error: reason]`.
+    DecodeError = 3,
+    /// Code in a mapping whose binary is not available: `[no binary: path]`.
+    NoBinary = 4,
+    /// An interrupt or other asynchronous transfer into the kernel, traced.
+    Interrupt = 5,
+}
+
+impl SpanKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanKind::Call => "call",
+            SpanKind::Untraced => "untraced",
+            SpanKind::Syscall => "syscall",
+            SpanKind::DecodeError => "decode_error",
+            SpanKind::NoBinary => "no_binary",
+            SpanKind::Interrupt => "interrupt",
+        }
+    }
+}
+
+/// One function (or pseudo-function) that spans can name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Func {
+    pub name: String,
+    /// The module (binary path) it lives in, empty when unknown.
+    pub module: String,
+    /// Runtime entry address, 0 when unknown (perf-script input without
+    /// symbol offsets, pseudo-functions).
+    pub entry: u64,
+    pub kind: SpanKind,
+}
+
+/// Interned functions: every span names one by [`FuncId`].
+#[derive(Clone, Debug)]
+pub struct FuncTable {
+    funcs: Vec<Func>,
+    index: HashMap<(SpanKind, String, String, u64), FuncId>,
+}
+
+/// Ids of the pseudo-functions every table starts with.
+pub const UNTRACED: FuncId = 0;
+pub const SYSCALL: FuncId = 1;
+pub const UNKNOWN: FuncId = 2;
+
+impl Default for FuncTable {
+    fn default() -> Self {
+        let mut t = FuncTable {
+            funcs: Vec::new(),
+            index: HashMap::new(),
+        };
+        t.intern("[untraced]", "", 0, SpanKind::Untraced);
+        t.intern("[syscall]", "", 0, SpanKind::Syscall);
+        t.intern("[unknown]", "", 0, SpanKind::Call);
+        t
+    }
+}
+
+impl FuncTable {
+    /// The id of the function with this name, module and entry, added if new.
+    pub fn intern(&mut self, name: &str, module: &str, entry: u64, kind: SpanKind) -> FuncId {
+        let key = (kind, name.to_string(), module.to_string(), entry);
+        if let Some(&id) = self.index.get(&key) {
+            return id;
+        }
+        let id = self.funcs.len() as FuncId;
+        self.funcs.push(Func {
+            name: key.1.clone(),
+            module: key.2.clone(),
+            entry,
+            kind,
+        });
+        self.index.insert(key, id);
+        id
+    }
+
+    /// `[decode error: reason]`.
+    pub fn decode_error(&mut self, reason: &str) -> FuncId {
+        self.intern(
+            &format!("[decode error: {reason}]"),
+            "",
+            0,
+            SpanKind::DecodeError,
+        )
+    }
+
+    /// `[no binary: path]`.
+    pub fn no_binary(&mut self, path: &str) -> FuncId {
+        self.intern(&format!("[no binary: {path}]"), path, 0, SpanKind::NoBinary)
+    }
+
+    pub fn get(&self, id: FuncId) -> &Func {
+        &self.funcs[id as usize]
+    }
+
+    pub fn name(&self, id: FuncId) -> &str {
+        &self.funcs[id as usize].name
+    }
+
+    pub fn kind(&self, id: FuncId) -> SpanKind {
+        self.funcs[id as usize].kind
+    }
+
+    pub fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (FuncId, &Func)> {
+        self.funcs.iter().enumerate().map(|(i, f)| (i as FuncId, f))
+    }
+}
+
+/// Why tracing stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EndReason {
+    /// Filtering, a context switch, the end of a buffer: `[untraced]`.
+    Other,
+    /// A system call: `[syscall]`.
+    Syscall,
+    /// An interrupt or exception taken into untraced code.
+    Async,
+}
+
+/// What moved control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A near call, direct or indirect, from `from` to `to`.
+    Call,
+    /// A near return from `from` to `to`.
+    Return,
+    /// A jump (conditional or not) from `from` to `to` that the producer
+    /// found worth reporting: one that leaves the current function.
+    Jump,
+    /// Tracing (re)started at `to`.
+    TraceBegin,
+    /// Tracing stopped after `from`.
+    TraceEnd(EndReason),
+    /// A system call instruction at `from` entering traced kernel code `to`.
+    Syscall,
+    /// An asynchronous transfer (interrupt, exception, signal delivery) from
+    /// `from` to traced code at `to`.
+    Interrupt,
+    /// A return from the kernel (`sysret`, `iret`) to `to`.
+    KernelReturn,
+    /// The decoder lost its place: overflow, lost data, or a decode error.
+    /// `to_fn` is the `[decode error: …]` pseudo-function; decoding resumes
+    /// with the next `TraceBegin` or branch.
+    Error,
+}
+
+/// One branch event. `from_fn`/`to_fn` are resolved by the producer; they
+/// are [`UNKNOWN`] when an address is 0 or unmapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// perf time in ns.
+    pub time: u64,
+    pub kind: EventKind,
+    pub from: u64,
+    pub to: u64,
+    pub from_fn: FuncId,
+    pub to_fn: FuncId,
+    /// `to` is the entry of `to_fn` (so a jump there is a tail call).
+    pub to_is_entry: bool,
+    /// The time was interpolated rather than read from a timing packet.
+    pub estimated: bool,
+}
+
+impl Event {
+    pub fn new(time: u64, kind: EventKind) -> Event {
+        Event {
+            time,
+            kind,
+            from: 0,
+            to: 0,
+            from_fn: UNKNOWN,
+            to_fn: UNKNOWN,
+            to_is_entry: false,
+            estimated: false,
+        }
+    }
+}
