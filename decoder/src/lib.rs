@@ -11,3 +11,5 @@ pub mod ffi;
 pub mod image;
 pub mod insn;
 pub mod packet;
+pub mod stack;
+pub mod store;

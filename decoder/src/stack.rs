@@ -1,0 +1,795 @@
+//! Call-stack reconstruction: branch events in, nested spans out.
+//!
+//! PT tells us where control went, never what the stack is, so the stack
+//! is rebuilt from calls and returns. Real programs break the naive rules
+//! (push on call, pop on return) all the time: traces start mid-call, tail
+//! calls replace frames, longjmp and exceptions unwind many frames at once,
+//! PLT stubs jump into the real function, signal handlers appear from
+//! nowhere, and decode errors lose an unknown stretch of execution. Each
+//! rule below exists so that none of these makes a staircase, loses a
+//! frame, or invents recursion.
+//!
+//! - A return pops the top frame. If the stack is then empty, the caller
+//!   was entered before the trace began: it is synthesized *below* every
+//!   span so far, back-dated to the start of the trace (or of the segment
+//!   after a decode error) and flagged [`flag::INFERRED_START`]. If the
+//!   target is deeper in the stack, frames are popped down to it. If it is
+//!   nowhere, the target becomes a new frame where the returning one was
+//!   (a `ret` used as a jump, a signal trampoline).
+//! - A jump to the entry of another function is a tail call: it replaces
+//!   the top frame. A jump into the middle of a function lower on the stack
+//!   is a non-local exit (longjmp, unwinding, an OCaml raise): frames are
+//!   popped down to it. Any other jump across functions replaces the top.
+//! - An event whose source is not in the top frame's function means
+//!   control moved without an event (a fall-through or a conditional tail
+//!   call): the same jump rules repair the top.
+//! - Trace disable pushes `[untraced]` (or `[syscall]`), enable pops it.
+//!   A second enable or disable is counted and otherwise ignored; only a
+//!   thread's first enable opens it.
+//! - A decode error becomes `[decode error: …]`. When decoding resumes
+//!   inside a function that is still on the stack, and the error did not
+//!   lose trace (overflow, lost data), the stack is kept and the error span
+//!   nests on top of it. Otherwise the stack is closed at the error and a
+//!   new segment begins; segments never nest under each other.
+
+use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN};
+use crate::store::{flag, ThreadSpans};
+
+/// Anomalies the rules absorbed, for the decoder's report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    pub events: u64,
+    pub calls: u64,
+    pub returns: u64,
+    pub tail_calls: u64,
+    /// Frames popped by jumps or returns that skipped frames.
+    pub nonlocal_pops: u64,
+    /// Frames synthesized because a return went below the trace's start.
+    pub inferred_frames: u64,
+    /// Events whose source was not in the top frame.
+    pub repaired: u64,
+    pub double_enable: u64,
+    pub double_disable: u64,
+    pub errors: u64,
+    /// Errors after which the stack could not be kept.
+    pub stack_resets: u64,
+    pub max_depth: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    func: FuncId,
+    start: u64,
+    flags: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingSpan {
+    start: u64,
+    end: u64,
+    func: FuncId,
+    flags: u32,
+    level: i32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingError {
+    time: u64,
+    func: FuncId,
+    estimated: bool,
+}
+
+/// Rebuilds the spans of one thread from its events.
+pub struct StackBuilder {
+    out: ThreadSpans,
+    stack: Vec<Frame>,
+    /// Level of `stack[0]`; drops when a caller is synthesized below.
+    base: i32,
+    /// Closed spans of the current segment, with their levels.
+    pending: Vec<PendingSpan>,
+    seg_start: u64,
+    opened: bool,
+    tracing: bool,
+    error: Option<PendingError>,
+    last_time: u64,
+    pub stats: StackStats,
+}
+
+impl StackBuilder {
+    pub fn new(pid: i32, tid: i32, comm: String) -> StackBuilder {
+        StackBuilder {
+            out: ThreadSpans::new(pid, tid, comm),
+            stack: Vec::new(),
+            base: 0,
+            pending: Vec::new(),
+            seg_start: 0,
+            opened: false,
+            tracing: true,
+            error: None,
+            last_time: 0,
+            stats: StackStats::default(),
+        }
+    }
+
+    /// The open frames, bottom first: function and start time.
+    pub fn frames(&self) -> impl Iterator<Item = (FuncId, u64)> + '_ {
+        self.stack.iter().map(|f| (f.func, f.start))
+    }
+
+    /// Restores open frames, as at a checkpoint, before the first event.
+    pub fn seed(&mut self, frames: &[(FuncId, u64)], time: u64) {
+        self.begin(time);
+        for &(func, start) in frames {
+            self.stack.push(Frame {
+                func,
+                start,
+                flags: 0,
+            });
+        }
+    }
+
+    fn begin(&mut self, t: u64) {
+        if !self.opened {
+            self.opened = true;
+            self.seg_start = t;
+            self.last_time = t;
+        }
+    }
+
+    pub fn event(&mut self, ev: &Event, funcs: &FuncTable) {
+        self.stats.events += 1;
+        let first = !self.opened;
+        self.begin(ev.time);
+        // Events are in trace order; never let time run backwards.
+        let t = ev.time.max(self.last_time);
+        self.last_time = t;
+        let est = if ev.estimated { u32::MAX } else { 0 };
+        if let Some(err) = self.error.take() {
+            self.resume(err, ev, t, funcs);
+        }
+        match ev.kind {
+            EventKind::Call => {
+                self.stats.calls += 1;
+                self.sync_from(ev, t, funcs);
+                self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+            }
+            EventKind::Return => {
+                self.stats.returns += 1;
+                self.sync_from(ev, t, funcs);
+                self.ret(ev.to_fn, t, est, ev.to_is_entry);
+            }
+            EventKind::Jump => {
+                if ev.from_fn == ev.to_fn {
+                    return;
+                }
+                self.sync_from(ev, t, funcs);
+                self.jump(ev, t, est);
+            }
+            EventKind::TraceEnd(reason) => {
+                if !self.tracing && !first {
+                    self.stats.double_disable += 1;
+                    return;
+                }
+                self.sync_from(ev, t, funcs);
+                let f = match reason {
+                    EndReason::Syscall => crate::event::SYSCALL,
+                    EndReason::Other | EndReason::Async => crate::event::UNTRACED,
+                };
+                self.push(f, t, est & flag::START_ESTIMATED);
+                self.tracing = false;
+            }
+            EventKind::TraceBegin => {
+                if self.tracing && !first {
+                    self.stats.double_enable += 1;
+                    return;
+                }
+                self.tracing = true;
+                self.pop_pseudo(t, est, funcs);
+                self.land(ev.to_fn, t, est, ev.to_is_entry);
+            }
+            EventKind::Syscall | EventKind::Interrupt => {
+                self.sync_from(ev, t, funcs);
+                self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+            }
+            EventKind::KernelReturn => {
+                self.sync_from(ev, t, funcs);
+                self.land(ev.to_fn, t, est, ev.to_is_entry);
+            }
+            EventKind::Error => {
+                self.stats.errors += 1;
+                self.error = Some(PendingError {
+                    time: t,
+                    func: ev.to_fn,
+                    estimated: ev.estimated,
+                });
+                // Whatever comes next resumes tracing.
+                self.tracing = false;
+            }
+        }
+        self.stats.max_depth = self.stats.max_depth.max(self.stack.len());
+    }
+
+    /// Closes everything at the last event's time.
+    pub fn finish(mut self) -> (ThreadSpans, StackStats) {
+        let t = self.last_time;
+        if let Some(err) = self.error.take() {
+            self.close_segment(err.time, flag::END_ESTIMATED);
+            self.push_closed(err.func, err.time, t, 0);
+            self.close_segment(t, 0);
+        } else {
+            self.close_segment(t, flag::OPEN_END);
+        }
+        (self.out, self.stats)
+    }
+
+    fn level(&self, index: usize) -> i32 {
+        self.base + index as i32
+    }
+
+    fn push(&mut self, func: FuncId, t: u64, flags: u32) {
+        self.stack.push(Frame {
+            func,
+            start: t,
+            flags,
+        });
+    }
+
+    fn pop(&mut self, t: u64, end_flags: u32) {
+        if let Some(f) = self.stack.pop() {
+            let level = self.level(self.stack.len());
+            self.pending.push(PendingSpan {
+                start: f.start,
+                end: t.max(f.start),
+                func: f.func,
+                flags: f.flags | end_flags,
+                level,
+            });
+        }
+    }
+
+    /// A closed span on top of the open stack.
+    fn push_closed(&mut self, func: FuncId, start: u64, end: u64, flags: u32) {
+        self.push(func, start, flags);
+        self.pop(end, 0);
+    }
+
+    fn pop_to(&mut self, index: usize, t: u64, est: u32) {
+        while self.stack.len() > index + 1 {
+            self.stats.nonlocal_pops += 1;
+            self.pop(t, est & flag::END_ESTIMATED);
+        }
+    }
+
+    /// The nearest frame below the top that runs `func`.
+    fn find_below(&self, func: FuncId) -> Option<usize> {
+        let n = self.stack.len();
+        (0..n.saturating_sub(1))
+            .rev()
+            .find(|&i| self.stack[i].func == func)
+    }
+
+    /// Synthesizes a caller below every frame and span of this segment.
+    fn synthesize_below(&mut self, func: FuncId) {
+        self.stats.inferred_frames += 1;
+        self.base -= 1;
+        self.stack.insert(
+            0,
+            Frame {
+                func,
+                start: self.seg_start,
+                flags: flag::INFERRED_START,
+            },
+        );
+    }
+
+    fn top(&self) -> Option<FuncId> {
+        self.stack.last().map(|f| f.func)
+    }
+
+    fn is_trace_pseudo(funcs: &FuncTable, f: FuncId) -> bool {
+        matches!(funcs.kind(f), SpanKind::Untraced | SpanKind::Syscall)
+    }
+
+    fn pop_pseudo(&mut self, t: u64, est: u32, funcs: &FuncTable) {
+        while self.top().is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
+            self.pop(t, est & flag::END_ESTIMATED);
+        }
+    }
+
+    /// Makes the top frame the function the event comes from.
+    fn sync_from(&mut self, ev: &Event, t: u64, funcs: &FuncTable) {
+        if ev.from == 0 && ev.from_fn == UNKNOWN {
+            return;
+        }
+        if self.top().is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
+            // A branch while we thought tracing was off: believe the branch.
+            self.pop_pseudo(t, 0, funcs);
+            self.tracing = true;
+        }
+        let from = ev.from_fn;
+        match self.top() {
+            None => self.synthesize_below(from),
+            Some(top) if top == from => {}
+            Some(_) => {
+                self.stats.repaired += 1;
+                let est = if ev.estimated { u32::MAX } else { 0 };
+                match self.find_below(from) {
+                    Some(i) => self.pop_to(i, t, est),
+                    None => {
+                        self.pop(t, est & flag::END_ESTIMATED);
+                        self.push(from, t, flag::INFERRED_START);
+                    }
+                }
+            }
+        }
+    }
+
+    fn ret(&mut self, to: FuncId, t: u64, est: u32, to_is_entry: bool) {
+        self.pop(t, est & flag::END_ESTIMATED);
+        if to == UNKNOWN && self.stack.is_empty() {
+            return;
+        }
+        match self.top() {
+            None => self.synthesize_below(to),
+            Some(top) if top == to => {}
+            Some(_) => match self.find_below(to) {
+                Some(i) => self.pop_to(i, t, est),
+                None => self.push(
+                    to,
+                    t,
+                    (est & flag::START_ESTIMATED)
+                        | if to_is_entry { 0 } else { flag::INFERRED_START },
+                ),
+            },
+        }
+    }
+
+    fn jump(&mut self, ev: &Event, t: u64, est: u32) {
+        let to = ev.to_fn;
+        if !ev.to_is_entry {
+            if let Some(i) = self.find_below(to) {
+                self.pop_to(i, t, est);
+                return;
+            }
+        } else {
+            self.stats.tail_calls += 1;
+        }
+        self.pop(t, est & flag::END_ESTIMATED);
+        let mut flags = est & flag::START_ESTIMATED;
+        if !ev.to_is_entry {
+            flags |= flag::INFERRED_START;
+        }
+        self.push(to, t, flags);
+    }
+
+    /// Control arrived at `to` from somewhere untraced.
+    fn land(&mut self, to: FuncId, t: u64, est: u32, to_is_entry: bool) {
+        if to == UNKNOWN {
+            return;
+        }
+        match self.top() {
+            None => self.push(
+                to,
+                t,
+                if to_is_entry {
+                    est & flag::START_ESTIMATED
+                } else {
+                    flag::INFERRED_START
+                },
+            ),
+            Some(top) if top == to => {}
+            Some(_) => match self.find_below(to) {
+                Some(i) => self.pop_to(i, t, est),
+                // A signal handler, or code we never saw called: it nests
+                // under the interrupted frame.
+                None => self.push(
+                    to,
+                    t,
+                    if to_is_entry {
+                        est & flag::START_ESTIMATED
+                    } else {
+                        flag::INFERRED_START
+                    },
+                ),
+            },
+        }
+    }
+
+    fn resume(&mut self, err: PendingError, ev: &Event, t: u64, funcs: &FuncTable) {
+        let resume_fn = match ev.kind {
+            EventKind::TraceBegin => ev.to_fn,
+            _ => ev.from_fn,
+        };
+        let err_name = funcs.name(err.func);
+        let lost = err_name.contains("verflow") || err_name.contains("ost trace");
+        let keep = match funcs.kind(err.func) {
+            SpanKind::NoBinary => !self.stack.is_empty(),
+            _ => {
+                !lost
+                    && (self.top() == Some(resume_fn) || self.find_below(resume_fn).is_some())
+                    && resume_fn != UNKNOWN
+            }
+        };
+        let flags = if err.estimated {
+            flag::START_ESTIMATED
+        } else {
+            0
+        };
+        if keep {
+            // A missing binary's frame already labels the gap.
+            if self.top() != Some(err.func) {
+                self.push_closed(err.func, err.time, t, flags);
+            }
+        } else {
+            self.stats.stack_resets += 1;
+            self.close_segment(err.time, flag::END_ESTIMATED);
+            self.push_closed(err.func, err.time, t, flags);
+            self.close_segment(t, 0);
+            self.seg_start = t;
+        }
+    }
+
+    /// Closes all open frames at `t` and files the segment's spans into
+    /// lanes, now that no caller can be synthesized below them any more.
+    fn close_segment(&mut self, t: u64, end_flags: u32) {
+        while !self.stack.is_empty() {
+            self.pop(t, end_flags);
+        }
+        let base = self.base;
+        for p in self.pending.drain(..) {
+            let depth = (p.level - base) as usize;
+            self.out.push(depth, p.start, p.end, p.func, p.flags);
+        }
+        self.base = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{SpanKind, SYSCALL, UNTRACED};
+
+    /// Builds events from a compact script: each step is
+    /// (time, kind, from function, to function, to_is_entry).
+    struct Script {
+        funcs: FuncTable,
+        b: StackBuilder,
+    }
+
+    impl Script {
+        fn new() -> Script {
+            Script {
+                funcs: FuncTable::default(),
+                b: StackBuilder::new(1, 1, "t".into()),
+            }
+        }
+        fn f(&mut self, name: &str) -> FuncId {
+            if name.is_empty() {
+                return UNKNOWN;
+            }
+            if let Some(r) = name.strip_prefix("!err ") {
+                return self.funcs.decode_error(r);
+            }
+            if let Some(r) = name.strip_prefix("!nobin ") {
+                return self.funcs.no_binary(r);
+            }
+            self.funcs.intern(name, "m", 0, SpanKind::Call)
+        }
+        fn ev(&mut self, t: u64, kind: EventKind, from: &str, to: &str, entry: bool) {
+            let from_fn = self.f(from);
+            let to_fn = self.f(to);
+            let ev = Event {
+                time: t,
+                kind,
+                from: if from.is_empty() { 0 } else { 1 },
+                to: if to.is_empty() { 0 } else { 1 },
+                from_fn,
+                to_fn,
+                to_is_entry: entry,
+                estimated: false,
+            };
+            self.b.event(&ev, &self.funcs);
+        }
+        fn call(&mut self, t: u64, from: &str, to: &str) {
+            self.ev(t, EventKind::Call, from, to, true)
+        }
+        fn ret(&mut self, t: u64, from: &str, to: &str) {
+            self.ev(t, EventKind::Return, from, to, false)
+        }
+        /// The tree as "depth name start-end" lines in start order.
+        fn tree(self) -> Vec<String> {
+            let funcs = self.funcs;
+            let (spans, _) = self.b.finish();
+            let mut rows = Vec::new();
+            for (d, lane) in spans.lanes() {
+                for (i, s) in lane.iter().enumerate() {
+                    rows.push((
+                        s.start,
+                        d,
+                        format!(
+                            "{d} {} {}-{}{}",
+                            funcs.name(s.func()),
+                            s.start,
+                            spans.end(d, i),
+                            if s.has(flag::INFERRED_START) { " inferred" } else { "" }
+                        ),
+                    ));
+                }
+            }
+            rows.sort();
+            rows.into_iter().map(|r| r.2).collect()
+        }
+    }
+
+    #[test]
+    fn calls_and_returns_nest() {
+        let mut s = Script::new();
+        s.call(10, "main", "a");
+        s.call(20, "a", "b");
+        s.ret(30, "b", "a");
+        s.ret(40, "a", "main");
+        assert_eq!(
+            s.tree(),
+            ["0 main 10-40 inferred", "1 a 10-40", "2 b 20-30"]
+        );
+    }
+
+    #[test]
+    fn return_on_empty_stack_synthesizes_callers_without_staircase() {
+        let mut s = Script::new();
+        // The trace starts inside c, called by b, called by a.
+        s.ret(100, "c", "b");
+        s.call(110, "b", "d");
+        s.ret(120, "d", "b");
+        s.ret(130, "b", "a");
+        s.call(140, "a", "e");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 a 100-140 inferred",
+                "1 b 100-130 inferred",
+                "2 c 100-100 inferred",
+                "2 d 110-120",
+                "1 e 140-140",
+            ]
+        );
+    }
+
+    #[test]
+    fn tail_call_replaces_the_top_frame() {
+        let mut s = Script::new();
+        s.call(10, "main", "a");
+        s.ev(20, EventKind::Jump, "a", "b", true);
+        s.ret(30, "b", "main");
+        assert_eq!(
+            s.tree(),
+            ["0 main 10-30 inferred", "1 a 10-20", "1 b 20-30"]
+        );
+    }
+
+    #[test]
+    fn plt_stub_jumping_to_the_real_function_does_not_staircase() {
+        let mut s = Script::new();
+        for i in 0..3u64 {
+            let t = 100 * i;
+            s.call(t + 10, "main", "puts@plt");
+            s.ev(t + 11, EventKind::Jump, "puts@plt", "puts", true);
+            s.ret(t + 20, "puts", "main");
+        }
+        let tree = s.tree();
+        assert!(tree.iter().all(|r| r.starts_with('0') || r.starts_with('1')));
+        assert_eq!(tree.iter().filter(|r| r.contains(" puts ")).count(), 3);
+        assert_eq!(tree.iter().filter(|r| r.contains("puts@plt")).count(), 3);
+    }
+
+    #[test]
+    fn longjmp_pops_down_to_the_landing_function() {
+        let mut s = Script::new();
+        s.call(10, "main", "a");
+        s.call(20, "a", "b");
+        s.call(30, "b", "c");
+        s.call(40, "c", "longjmp");
+        // longjmp lands in the middle of a.
+        s.ev(50, EventKind::Jump, "longjmp", "a", false);
+        s.ret(60, "a", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-60 inferred",
+                "1 a 10-60",
+                "2 b 20-50",
+                "3 c 30-50",
+                "4 longjmp 40-50",
+            ]
+        );
+    }
+
+    #[test]
+    fn unwinding_in_a_loop_never_grows_the_stack() {
+        let mut s = Script::new();
+        s.call(0, "main", "run");
+        for i in 0..1000u64 {
+            let t = 10 + i * 10;
+            s.call(t, "run", "thrower");
+            s.call(t + 1, "thrower", "_Unwind_RaiseException");
+            // The landing pad is in the middle of run.
+            s.ev(t + 5, EventKind::Jump, "_Unwind_RaiseException", "run", false);
+        }
+        let (_, stats) = {
+            let Script { funcs: _, b } = s;
+            b.finish()
+        };
+        assert!(stats.max_depth <= 4, "{}", stats.max_depth);
+    }
+
+    #[test]
+    fn syscall_and_untraced_spans_nest_under_the_caller() {
+        let mut s = Script::new();
+        s.call(10, "main", "write");
+        s.ev(20, EventKind::TraceEnd(EndReason::Syscall), "write", "", false);
+        s.ev(50, EventKind::TraceBegin, "", "write", false);
+        s.ev(60, EventKind::TraceEnd(EndReason::Other), "write", "", false);
+        s.ev(70, EventKind::TraceBegin, "", "write", false);
+        s.ret(80, "write", "main");
+        let tree = s.tree();
+        assert_eq!(
+            tree,
+            [
+                "0 main 10-80 inferred",
+                "1 write 10-80",
+                "2 [syscall] 20-50",
+                "2 [untraced] 60-70",
+            ]
+        );
+        let _ = (SYSCALL, UNTRACED);
+    }
+
+    #[test]
+    fn double_enable_and_disable_are_counted_not_believed() {
+        let mut s = Script::new();
+        // The enable that opens the thread is believed.
+        s.ev(5, EventKind::TraceBegin, "", "main", false);
+        s.ev(6, EventKind::TraceBegin, "", "other", false);
+        s.call(10, "main", "a");
+        s.ev(20, EventKind::TraceEnd(EndReason::Other), "a", "", false);
+        s.ev(21, EventKind::TraceEnd(EndReason::Other), "a", "", false);
+        s.ev(30, EventKind::TraceBegin, "", "a", false);
+        s.ret(40, "a", "main");
+        let stats = s.b.stats.clone();
+        assert_eq!(stats.double_enable, 1);
+        assert_eq!(stats.double_disable, 1);
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 5-40 inferred",
+                "1 a 10-40",
+                "2 [untraced] 20-30"
+            ]
+        );
+    }
+
+    #[test]
+    fn signal_handler_nests_under_the_interrupted_frame_and_returns_to_it() {
+        let mut s = Script::new();
+        s.call(10, "main", "work");
+        s.ev(20, EventKind::TraceEnd(EndReason::Async), "work", "", false);
+        // The kernel delivers the signal: tracing resumes at the handler.
+        s.ev(30, EventKind::TraceBegin, "", "handler", true);
+        s.call(35, "handler", "puts");
+        s.ret(36, "puts", "handler");
+        s.ret(40, "handler", "__restore_rt");
+        s.ev(41, EventKind::TraceEnd(EndReason::Syscall), "__restore_rt", "", false);
+        s.ev(50, EventKind::TraceBegin, "", "work", false);
+        s.ret(60, "work", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-60 inferred",
+                "1 work 10-60",
+                "2 [untraced] 20-30",
+                "2 handler 30-40",
+                "3 puts 35-36",
+                "2 __restore_rt 40-50 inferred",
+                "3 [syscall] 41-50",
+            ]
+        );
+    }
+
+    #[test]
+    fn overflow_resets_the_stack_and_starts_a_segment() {
+        let mut s = Script::new();
+        s.call(19, "add_order", "memmove");
+        s.ret(20, "memmove", "add_order");
+        s.call(21, "add_order", "memmove");
+        s.ev(21, EventKind::Error, "", "!err Overflow packet", false);
+        s.ev(67, EventKind::TraceBegin, "", "memmove", false);
+        s.ret(141, "memmove", "add_order");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 add_order 19-21 inferred",
+                "1 memmove 19-20",
+                "0 [decode error: Overflow packet] 21-67",
+                "1 memmove 21-21",
+                "0 add_order 67-141 inferred",
+                "1 memmove 67-141 inferred",
+            ]
+        );
+    }
+
+    #[test]
+    fn decode_error_keeps_a_stack_it_can_trust() {
+        let mut s = Script::new();
+        s.call(10, "main", "a");
+        s.call(20, "a", "b");
+        s.ev(25, EventKind::Error, "", "!err bad opcode", false);
+        // Decoding resumes in a, which is still on the stack.
+        s.ev(40, EventKind::TraceBegin, "", "a", false);
+        s.ret(50, "a", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-50 inferred",
+                "1 a 10-50",
+                "2 b 20-40",
+                "3 [decode error: bad opcode] 25-40",
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_binary_is_a_labelled_frame() {
+        let mut s = Script::new();
+        s.call(10, "main", "!nobin /lib/libfoo.so");
+        s.ev(11, EventKind::Error, "", "!nobin /lib/libfoo.so", false);
+        s.ev(30, EventKind::TraceBegin, "", "main", false);
+        s.call(40, "main", "a");
+        let tree = s.tree();
+        assert_eq!(
+            tree,
+            [
+                "0 main 10-40 inferred",
+                "1 [no binary: /lib/libfoo.so] 10-30",
+                "1 a 40-40",
+            ]
+        );
+    }
+
+    #[test]
+    fn return_into_a_frame_lower_on_the_stack_pops_to_it() {
+        let mut s = Script::new();
+        s.call(10, "main", "a");
+        s.call(20, "a", "b");
+        // b's frame returns straight to main (a was tail-called away unseen).
+        s.ret(30, "b", "main");
+        s.call(40, "main", "c");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-40 inferred",
+                "1 a 10-30",
+                "2 b 20-30",
+                "1 c 40-40"
+            ]
+        );
+    }
+
+    #[test]
+    fn deep_recursion_is_bounded_only_by_memory() {
+        let mut s = Script::new();
+        let n = 100_000u64;
+        s.call(0, "main", "f");
+        for i in 1..n {
+            s.call(i, "f", "f");
+        }
+        for i in 0..n {
+            s.ret(n + i, "f", if i + 1 == n { "main" } else { "f" });
+        }
+        let (spans, stats) = {
+            let Script { funcs: _, b } = s;
+            b.finish()
+        };
+        assert_eq!(stats.max_depth, n as usize + 1);
+        assert_eq!(spans.span_count(), n as usize + 1);
+    }
+}

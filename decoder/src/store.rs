@@ -1,0 +1,310 @@
+//! The span store: per thread, one sorted lane of spans per call depth.
+//!
+//! This is the model the viewer draws, so it is laid out for scanning:
+//! each lane is a flat `Vec<Span>` sorted by start time, 16 bytes a span,
+//! so finding what is visible in a time window is two binary searches per
+//! depth and drawing is a linear walk. Durations that do not fit in 32 bits
+//! (over 4.29 s) are rare and live in a side table.
+
+use std::collections::HashMap;
+
+use crate::event::FuncId;
+
+/// One call (or pseudo-call) on one thread at one depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Span {
+    /// perf time in ns.
+    pub start: u64,
+    /// Duration in ns; [`Span::LONG`] means "look it up in the long table".
+    dur: u32,
+    /// Function id in the low 28 bits, flags in the high 4.
+    func_flags: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Span>() == 16);
+
+/// Span flags.
+pub mod flag {
+    /// The start time was interpolated, not read from a timing packet.
+    pub const START_ESTIMATED: u32 = 1 << 31;
+    /// The end time was interpolated.
+    pub const END_ESTIMATED: u32 = 1 << 30;
+    /// The call began before the trace did; its start is back-dated.
+    pub const INFERRED_START: u32 = 1 << 29;
+    /// The call had not returned when the trace ended.
+    pub const OPEN_END: u32 = 1 << 28;
+    pub const ALL: u32 = 0xF000_0000;
+}
+
+/// The largest function id a span can hold.
+pub const MAX_FUNC: FuncId = (1 << 28) - 1;
+
+impl Span {
+    const LONG: u32 = u32::MAX;
+
+    pub fn func(&self) -> FuncId {
+        self.func_flags & !flag::ALL
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.func_flags & flag::ALL
+    }
+
+    pub fn has(&self, f: u32) -> bool {
+        self.func_flags & f != 0
+    }
+
+    /// Either end of the span was estimated (or back-dated, or cut off).
+    pub fn is_estimated(&self) -> bool {
+        self.func_flags & flag::ALL != 0
+    }
+}
+
+/// The spans of one thread.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadSpans {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    lanes: Vec<Vec<Span>>,
+    /// Durations of spans longer than `u32::MAX - 1` ns, by (depth, index).
+    long: HashMap<(u32, u32), u64>,
+}
+
+impl ThreadSpans {
+    pub fn new(pid: i32, tid: i32, comm: String) -> ThreadSpans {
+        ThreadSpans {
+            pid,
+            tid,
+            comm,
+            ..ThreadSpans::default()
+        }
+    }
+
+    /// Appends a span at `depth`. Spans of one depth must arrive in start
+    /// order and must not overlap, which call nesting guarantees.
+    pub fn push(&mut self, depth: usize, start: u64, end: u64, func: FuncId, flags: u32) {
+        debug_assert!(func <= MAX_FUNC);
+        if self.lanes.len() <= depth {
+            self.lanes.resize_with(depth + 1, Vec::new);
+        }
+        let lane = &mut self.lanes[depth];
+        debug_assert!(lane.last().is_none_or(|l| l.start <= start));
+        let dur = end.saturating_sub(start);
+        let stored = if dur >= Span::LONG as u64 {
+            self.long.insert((depth as u32, lane.len() as u32), dur);
+            Span::LONG
+        } else {
+            dur as u32
+        };
+        lane.push(Span {
+            start,
+            dur: stored,
+            func_flags: (func & !flag::ALL) | (flags & flag::ALL),
+        });
+    }
+
+    pub fn depth(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub fn lane(&self, depth: usize) -> &[Span] {
+        self.lanes.get(depth).map_or(&[], |l| l.as_slice())
+    }
+
+    pub fn lanes(&self) -> impl Iterator<Item = (usize, &[Span])> {
+        self.lanes.iter().enumerate().map(|(d, l)| (d, l.as_slice()))
+    }
+
+    /// The duration of the span at `index` of lane `depth`.
+    pub fn duration(&self, depth: usize, index: usize) -> u64 {
+        let s = &self.lanes[depth][index];
+        if s.dur == Span::LONG {
+            self.long
+                .get(&(depth as u32, index as u32))
+                .copied()
+                .unwrap_or(0)
+        } else {
+            s.dur as u64
+        }
+    }
+
+    pub fn end(&self, depth: usize, index: usize) -> u64 {
+        self.lanes[depth][index].start + self.duration(depth, index)
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.lanes.iter().map(Vec::len).sum()
+    }
+
+    /// First start and last end over all spans.
+    pub fn time_range(&self) -> Option<(u64, u64)> {
+        let mut r: Option<(u64, u64)> = None;
+        for (d, lane) in self.lanes.iter().enumerate() {
+            if lane.is_empty() {
+                continue;
+            }
+            let lo = lane[0].start;
+            // Ends are not sorted in a lane only if spans overlap, which
+            // they do not; the last span ends last.
+            let hi = self.end(d, lane.len() - 1);
+            r = Some(r.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+        r
+    }
+
+    /// Index range of the spans in lane `depth` that overlap `[from, to)`.
+    pub fn visible(&self, depth: usize, from: u64, to: u64) -> std::ops::Range<usize> {
+        let lane = self.lane(depth);
+        let hi = lane.partition_point(|s| s.start < to);
+        // Spans of a lane do not overlap, so their ends are sorted too.
+        let (mut lo, mut h) = (0, hi);
+        while lo < h {
+            let mid = (lo + h) / 2;
+            if self.end(depth, mid) <= from {
+                lo = mid + 1;
+            } else {
+                h = mid;
+            }
+        }
+        lo..hi
+    }
+
+    /// Bytes of memory the spans take.
+    pub fn memory_bytes(&self) -> usize {
+        self.lanes
+            .iter()
+            .map(|l| l.capacity() * std::mem::size_of::<Span>())
+            .sum::<usize>()
+            + self.long.len() * 24
+    }
+}
+
+/// Per-function figures over a set of threads (pseudo-spans included): what `ptscope stats` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    pub calls: u64,
+    pub total_ns: u64,
+    pub self_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+}
+
+impl FuncStats {
+    pub fn avg_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+/// Calls, total, self, min and max per function, over the spans of
+/// `threads` that lie in `[from, to)` (by start time). Self time is the
+/// duration less the time of direct children.
+pub fn function_stats(
+    threads: &[ThreadSpans],
+    from: u64,
+    to: u64,
+) -> HashMap<FuncId, FuncStats> {
+    let mut out: HashMap<FuncId, FuncStats> = HashMap::new();
+    for t in threads {
+        for d in 0..t.depth() {
+            let lane = t.lane(d);
+            let child = t.lane(d + 1);
+            // Children of consecutive parents are consecutive: sweep.
+            let mut c = 0usize;
+            for (i, s) in lane.iter().enumerate() {
+                let dur = t.duration(d, i);
+                let end = s.start + dur;
+                let mut child_ns = 0u64;
+                while c < child.len() && child[c].start < s.start {
+                    c += 1;
+                }
+                while c < child.len() && child[c].start < end.max(s.start + 1) {
+                    let ce = t.end(d + 1, c).min(end);
+                    child_ns += ce.saturating_sub(child[c].start);
+                    c += 1;
+                }
+                if s.start < from || s.start >= to {
+                    continue;
+                }
+                let e = out.entry(s.func()).or_insert(FuncStats {
+                    min_ns: u64::MAX,
+                    ..FuncStats::default()
+                });
+                e.calls += 1;
+                e.total_ns += dur;
+                e.self_ns += dur.saturating_sub(child_ns);
+                e.min_ns = e.min_ns.min(dur);
+                e.max_ns = e.max_ns.max(dur);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{FuncTable, SpanKind};
+
+    #[test]
+    fn spans_are_16_bytes_and_keep_flags() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 100, 250, 7, flag::INFERRED_START);
+        let s = t.lane(0)[0];
+        assert_eq!(s.func(), 7);
+        assert!(s.has(flag::INFERRED_START));
+        assert!(!s.has(flag::OPEN_END));
+        assert_eq!(t.duration(0, 0), 150);
+    }
+
+    #[test]
+    fn long_durations_go_to_the_side_table() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        let ten_s = 10_000_000_000u64;
+        t.push(0, 5, 5 + ten_s, 3, 0);
+        t.push(0, 5 + ten_s, 6 + ten_s, 3, 0);
+        assert_eq!(t.duration(0, 0), ten_s);
+        assert_eq!(t.duration(0, 1), 1);
+        assert_eq!(t.time_range(), Some((5, 6 + ten_s)));
+        assert_eq!(t.visible(0, 6, 7), 0..1);
+        assert_eq!(t.visible(0, 5 + ten_s, 5 + ten_s + 1), 1..2);
+    }
+
+    #[test]
+    fn visible_finds_overlapping_spans() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        for i in 0..10u64 {
+            t.push(0, i * 10, i * 10 + 5, 1, 0);
+        }
+        assert_eq!(t.visible(0, 12, 31), 1..4);
+        assert_eq!(t.visible(0, 16, 19), 2..2);
+        assert_eq!(t.visible(0, 0, 1000), 0..10);
+        assert_eq!(t.visible(3, 0, 1000), 0..0);
+    }
+
+    #[test]
+    fn stats_count_self_time() {
+        let mut funcs = FuncTable::default();
+        let a = funcs.intern("a", "", 0, SpanKind::Call);
+        let b = funcs.intern("b", "", 0, SpanKind::Call);
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 0, 100, a, 0);
+        t.push(1, 10, 30, b, 0);
+        t.push(1, 50, 60, b, 0);
+        t.push(0, 200, 210, a, 0);
+        let s = function_stats(&[t], 0, u64::MAX);
+        assert_eq!(
+            s[&a],
+            FuncStats {
+                calls: 2,
+                total_ns: 110,
+                self_ns: 80,
+                min_ns: 10,
+                max_ns: 100
+            }
+        );
+        assert_eq!(s[&b].calls, 2);
+        assert_eq!(s[&b].self_ns, 30);
+    }
+}
