@@ -102,6 +102,47 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
+    /// Decode into call spans per thread, with stacks rebuilt and times in
+    /// ns since the input's first timestamp.
+    Decode {
+        #[command(flatten)]
+        input: InputOpts,
+        /// Only spans that end at or after NS.
+        #[arg(long, value_name = "NS")]
+        from: Option<u64>,
+        /// Only spans that start at or before NS.
+        #[arg(long, value_name = "NS")]
+        to: Option<u64>,
+        /// text: an indented call tree; json: one span per line.
+        #[arg(long, value_enum, default_value = "text")]
+        format: crate::report::Format,
+    },
+    /// Per function: calls, total, self, min, avg and max time.
+    Stats {
+        #[command(flatten)]
+        input: InputOpts,
+        /// Column to sort by (descending; name ascending).
+        #[arg(long, value_enum, default_value = "total")]
+        sort: crate::report::SortKey,
+        /// Print only the first N functions.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InputOpts {
+    /// A `.ptscope` snapshot, a perf.data recorded with intel_pt, a text
+    /// file of `perf script --itrace=bep -F pid,tid,time,flags,ip,addr,sym,symoff,dso,event`
+    /// output, or with --raw a raw PT dump.
+    pub file: PathBuf,
+    /// Only this thread (repeatable).
+    #[arg(long = "thread", value_name = "TID")]
+    pub threads: Vec<i32>,
+    /// FILE is a raw PT dump; load the raw binary image IMAGE at ADDR
+    /// (repeatable, like ptxed's --raw). Times are then TSC ticks.
+    #[arg(long, value_name = "IMAGE:ADDR", value_parser = crate::report::parse_raw)]
+    pub raw: Vec<(PathBuf, u64)>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -135,7 +176,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
             thread,
             limit,
         }) => packets(&file, thread, limit),
+        Some(Command::Decode {
+            input,
+            from,
+            to,
+            format,
+        }) => {
+            let m = load_input(input)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            crate::report::decode(&m, from, to, format, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Stats { input, sort, limit }) => {
+            let m = load_input(input)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            crate::report::stats(&m, sort, limit, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
+    let threads = (!input.threads.is_empty()).then_some(input.threads);
+    crate::report::load(&input.file, &input.raw, threads)
 }
 
 const INTEL_PT_SYSFS: &str = "/sys/bus/event_source/devices/intel_pt";

@@ -5,6 +5,7 @@
 
 mod cli;
 mod gui;
+mod report;
 
 use clap::Parser;
 

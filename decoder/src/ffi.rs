@@ -19,6 +19,19 @@ impl PtError {
     pub fn is_eos(self) -> bool {
         self.0 == -(sys::pt_error_code_pte_eos as i32)
     }
+
+    /// No memory is mapped at the address the decoder needed.
+    pub fn is_nomap(self) -> bool {
+        self.0 == -(sys::pt_error_code_pte_nomap as i32)
+    }
+
+    /// libipt's message, without the code.
+    pub fn message(self) -> String {
+        // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
+        let msg =
+            unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-self.0) as sys::pt_error_code)) };
+        msg.to_string_lossy().into_owned()
+    }
 }
 
 impl std::fmt::Display for PtError {
@@ -40,6 +53,31 @@ pub struct DecoderConfig {
     pub cpuid_0x15_ebx: u32,
     pub mtc_freq: u8,
     pub nom_freq: u8,
+}
+
+/// A zeroed pt_config over `trace` with the CPU and timing parameters set.
+fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
+    // SAFETY: pt_config is plain data for which all-zero is the documented
+    // default; the begin/end pointers stay valid as long as `trace`, which
+    // callers tie to the decoder's lifetime.
+    unsafe {
+        let mut c: sys::pt_config = zeroed();
+        c.size = size_of::<sys::pt_config>();
+        c.begin = trace.as_ptr() as *mut u8;
+        c.end = trace.as_ptr().add(trace.len()) as *mut u8;
+        c.cpu.vendor = sys::pt_cpu_vendor_pcv_intel;
+        c.cpu.family = cfg.family;
+        c.cpu.model = cfg.model;
+        c.cpu.stepping = cfg.stepping;
+        if cfg.family != 0 {
+            sys::pt_cpu_errata(&mut c.errata, &c.cpu);
+        }
+        c.cpuid_0x15_eax = cfg.cpuid_0x15_eax;
+        c.cpuid_0x15_ebx = cfg.cpuid_0x15_ebx;
+        c.mtc_freq = cfg.mtc_freq;
+        c.nom_freq = cfg.nom_freq;
+        c
+    }
 }
 
 /// One instruction as libipt reports it.
@@ -69,25 +107,10 @@ pub struct InsnDecoder<'a> {
 impl<'a> InsnDecoder<'a> {
     /// A decoder over `trace`; libipt reads the buffer in place.
     pub fn new(trace: &'a [u8], cfg: &DecoderConfig) -> Result<InsnDecoder<'a>, PtError> {
-        // SAFETY: pt_config is plain data; we zero it, set size and the
-        // buffer bounds (which `trace` keeps alive for 'a), and libipt copies
-        // it at allocation.
+        let c = raw_config(trace, cfg);
+        // SAFETY: `c` points into `trace`, which outlives the decoder ('a);
+        // libipt copies the config at allocation.
         unsafe {
-            let mut c: sys::pt_config = zeroed();
-            c.size = size_of::<sys::pt_config>();
-            c.begin = trace.as_ptr() as *mut u8;
-            c.end = trace.as_ptr().add(trace.len()) as *mut u8;
-            c.cpu.vendor = sys::pt_cpu_vendor_pcv_intel;
-            c.cpu.family = cfg.family;
-            c.cpu.model = cfg.model;
-            c.cpu.stepping = cfg.stepping;
-            if cfg.family != 0 {
-                sys::pt_cpu_errata(&mut c.errata, &c.cpu);
-            }
-            c.cpuid_0x15_eax = cfg.cpuid_0x15_eax;
-            c.cpuid_0x15_ebx = cfg.cpuid_0x15_ebx;
-            c.mtc_freq = cfg.mtc_freq;
-            c.nom_freq = cfg.nom_freq;
             let dec = sys::pt_insn_alloc_decoder(&c);
             if dec.is_null() {
                 return Err(PtError(-(sys::pt_error_code_pte_nomem as i32)));
@@ -223,6 +246,373 @@ impl Drop for InsnDecoder<'_> {
         unsafe {
             sys::pt_insn_free_decoder(self.dec);
             sys::pt_image_free(self.image);
+        }
+    }
+}
+
+fn nomem() -> PtError {
+    PtError(-(sys::pt_error_code_pte_nomem as i32))
+}
+
+/// libipt's image section cache: each binary section is mapped and
+/// block-cached once, however many process images share it.
+pub struct SectionCache {
+    raw: *mut sys::pt_image_section_cache,
+}
+
+// SAFETY: the cache is only touched through &mut self or through images
+// and decoders that live on the same thread as their use.
+unsafe impl Send for SectionCache {}
+
+impl SectionCache {
+    pub fn new() -> Result<SectionCache, PtError> {
+        // SAFETY: a NULL name is allowed.
+        let raw = unsafe { sys::pt_iscache_alloc(std::ptr::null()) };
+        if raw.is_null() {
+            return Err(nomem());
+        }
+        Ok(SectionCache { raw })
+    }
+
+    /// Adds `size` bytes of `file` from `offset` to be mapped at `vaddr`;
+    /// returns the section id. The same section added twice gets one id.
+    pub fn add_file(
+        &mut self,
+        file: &Path,
+        offset: u64,
+        size: u64,
+        vaddr: u64,
+    ) -> Result<i32, PtError> {
+        let name = CString::new(file.as_os_str().as_encoded_bytes())
+            .map_err(|_| PtError(-(sys::pt_error_code_pte_invalid as i32)))?;
+        // SAFETY: raw is live; name is a valid C string that libipt copies.
+        let rc =
+            unsafe { sys::pt_iscache_add_file(self.raw, name.as_ptr(), offset, size, vaddr) };
+        if rc < 0 {
+            Err(PtError(rc))
+        } else {
+            Ok(rc)
+        }
+    }
+}
+
+impl Drop for SectionCache {
+    fn drop(&mut self) {
+        // SAFETY: allocated by pt_iscache_alloc; images that reference it
+        // must be dropped first, which `Image`'s borrow guarantees.
+        unsafe { sys::pt_iscache_free(self.raw) }
+    }
+}
+
+/// The memory image of one process, built from cached sections.
+pub struct Image<'c> {
+    raw: *mut sys::pt_image,
+    cache: &'c SectionCache,
+}
+
+impl<'c> Image<'c> {
+    pub fn new(cache: &'c SectionCache) -> Result<Image<'c>, PtError> {
+        // SAFETY: a NULL name is allowed.
+        let raw = unsafe { sys::pt_image_alloc(std::ptr::null()) };
+        if raw.is_null() {
+            return Err(nomem());
+        }
+        Ok(Image { raw, cache })
+    }
+
+    pub fn add(&mut self, isid: i32) -> Result<(), PtError> {
+        // SAFETY: both pointers are live; a NULL asid means "any".
+        let rc =
+            unsafe { sys::pt_image_add_cached(self.raw, self.cache.raw, isid, std::ptr::null()) };
+        if rc < 0 {
+            Err(PtError(rc))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Image<'_> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by pt_image_alloc; decoders using it borrow it.
+        unsafe { sys::pt_image_free(self.raw) }
+    }
+}
+
+/// The class of a block's last instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockEnd {
+    Call,
+    Return,
+    Jump,
+    CondJump,
+    /// syscall, sysenter, far call, int.
+    FarCall,
+    /// sysret, iret, far ret.
+    FarReturn,
+    FarJump,
+    /// Not a branch: the block ended for another reason.
+    Other,
+}
+
+/// A run of instructions as the block decoder reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub ip: u64,
+    pub end_ip: u64,
+    pub ninsn: u32,
+    pub end: BlockEnd,
+}
+
+/// What the block walk reports, in trace order. `tsc` is the event's
+/// timestamp when libipt attached one.
+#[derive(Clone, Copy, Debug)]
+pub enum BlockItem {
+    /// Decoding (re)started at a PSB at this trace offset.
+    Sync { offset: u64 },
+    Block(Block),
+    /// Tracing enabled at `ip`; a status update repeats the known state.
+    Enabled {
+        ip: u64,
+        status_update: bool,
+        tsc: Option<u64>,
+    },
+    /// Tracing disabled after the last block (synchronously).
+    Disabled { ip: Option<u64>, tsc: Option<u64> },
+    /// Tracing disabled asynchronously at `at` (an interrupt or fault).
+    AsyncDisabled { at: u64, tsc: Option<u64> },
+    /// An asynchronous branch with both ends traced.
+    AsyncBranch { from: u64, to: u64, tsc: Option<u64> },
+    /// The hardware lost trace; decoding resumes at `ip`.
+    Overflow { ip: Option<u64>, tsc: Option<u64> },
+    /// Time is known exactly at the end of the last block.
+    Tick { ip: Option<u64>, tsc: u64 },
+    /// A decode error at `offset`; the walk resyncs at the next PSB. `ip`
+    /// is where the decoder was.
+    Error {
+        offset: u64,
+        error: PtError,
+        ip: Option<u64>,
+    },
+}
+
+/// A block decoder over one PT buffer.
+pub struct BlockDecoder<'a> {
+    dec: *mut sys::pt_block_decoder,
+    _buf: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> BlockDecoder<'a> {
+    /// A decoder over `trace` that ends blocks at every call and jump (so
+    /// every function change is seen) and reports tick events (so times
+    /// bind to the exact branch that carried them).
+    pub fn new(trace: &'a [u8], cfg: &DecoderConfig) -> Result<BlockDecoder<'a>, PtError> {
+        let mut c = raw_config(trace, cfg);
+        // SAFETY: the block variant of the flags union is the one the
+        // block decoder reads.
+        unsafe {
+            let f = &mut c.flags.variant.block;
+            f.set_end_on_call(1);
+            f.set_end_on_jump(1);
+            f.set_enable_tick_events(1);
+            f.set_keep_tcal_on_ovf(1);
+        }
+        // SAFETY: `c` points into `trace`, which outlives the decoder.
+        let dec = unsafe { sys::pt_blk_alloc_decoder(&c) };
+        if dec.is_null() {
+            return Err(nomem());
+        }
+        Ok(BlockDecoder {
+            dec,
+            _buf: std::marker::PhantomData,
+        })
+    }
+
+    /// Decodes against `image` from now on (e.g. after a context switch).
+    pub fn set_image(&mut self, image: &'a Image<'_>) -> Result<(), PtError> {
+        // SAFETY: both are live; `image` outlives the decoder's use by 'a.
+        let rc = unsafe { sys::pt_blk_set_image(self.dec, image.raw) };
+        if rc < 0 {
+            Err(PtError(rc))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn offset(&self) -> u64 {
+        let mut off = 0u64;
+        // SAFETY: dec is live; off is a valid out-pointer.
+        unsafe { sys::pt_blk_get_offset(self.dec, &mut off) };
+        off
+    }
+
+    /// The decoder's current time (TSC), if it has seen any.
+    pub fn time(&self) -> Option<u64> {
+        let (mut t, mut m, mut c) = (0u64, 0u32, 0u32);
+        // SAFETY: dec is live; out-pointers are valid.
+        let rc = unsafe { sys::pt_blk_time(self.dec, &mut t, &mut m, &mut c) };
+        (rc >= 0).then_some(t)
+    }
+
+    /// Walks the whole buffer. `on_item` returns false to stop early; it
+    /// may call [`BlockDecoder::set_image`] through the decoder it is
+    /// given.
+    pub fn walk(&mut self, mut on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
+        let event_pending = sys::pt_status_flag_pts_event_pending as i32;
+        let eos_flag = sys::pt_status_flag_pts_eos as i32;
+        let mut last_fail: Option<u64> = None;
+        macro_rules! emit {
+            ($item:expr) => {
+                if !on_item(self, $item) {
+                    return;
+                }
+            };
+        }
+        'sync: loop {
+            // SAFETY: dec is live.
+            let mut st = unsafe { sys::pt_blk_sync_forward(self.dec) };
+            if st < 0 {
+                if PtError(st).is_eos() {
+                    return;
+                }
+                let off = self.offset();
+                emit!(BlockItem::Error {
+                    offset: off,
+                    error: PtError(st),
+                    ip: None
+                });
+                if last_fail.is_some_and(|l| off <= l) {
+                    return;
+                }
+                last_fail = Some(off);
+                continue;
+            }
+            emit!(BlockItem::Sync {
+                offset: self.offset()
+            });
+            loop {
+                while st >= 0 && st & event_pending != 0 {
+                    // SAFETY: zeroed plain data of the size we pass.
+                    let mut ev: sys::pt_event = unsafe { zeroed() };
+                    // SAFETY: dec is live; ev is a valid out-struct.
+                    st = unsafe { sys::pt_blk_event(self.dec, &mut ev, size_of::<sys::pt_event>()) };
+                    if st < 0 {
+                        break;
+                    }
+                    if let Some(item) = event_item(&ev) {
+                        emit!(item);
+                    }
+                }
+                if st < 0 {
+                    if PtError(st).is_eos() {
+                        return;
+                    }
+                    let off = self.offset();
+                    emit!(BlockItem::Error {
+                        offset: off,
+                        error: PtError(st),
+                        ip: None
+                    });
+                    continue 'sync;
+                }
+                if st & eos_flag != 0 {
+                    return;
+                }
+                // SAFETY: zeroed plain data of the size we pass.
+                let mut b: sys::pt_block = unsafe { zeroed() };
+                // SAFETY: dec is live; b is a valid out-struct.
+                st = unsafe { sys::pt_blk_next(self.dec, &mut b, size_of::<sys::pt_block>()) };
+                // A block that comes back with an error still ran.
+                if b.ninsn > 0 {
+                    emit!(BlockItem::Block(Block {
+                        ip: b.ip,
+                        end_ip: b.end_ip,
+                        ninsn: b.ninsn as u32,
+                        end: block_end(b.iclass),
+                    }));
+                }
+                if st < 0 {
+                    if PtError(st).is_eos() {
+                        return;
+                    }
+                    let off = self.offset();
+                    // Where decoding stopped: past the partial block, or
+                    // where the failed block would have started.
+                    let ip = if b.ninsn > 0 {
+                        None
+                    } else {
+                        (b.ip != 0).then_some(b.ip)
+                    };
+                    emit!(BlockItem::Error {
+                        offset: off,
+                        error: PtError(st),
+                        ip
+                    });
+                    continue 'sync;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for BlockDecoder<'_> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by pt_blk_alloc_decoder and freed once.
+        unsafe { sys::pt_blk_free_decoder(self.dec) }
+    }
+}
+
+fn block_end(iclass: sys::pt_insn_class) -> BlockEnd {
+    #[allow(non_upper_case_globals)]
+    match iclass {
+        sys::pt_insn_class_ptic_call => BlockEnd::Call,
+        sys::pt_insn_class_ptic_return => BlockEnd::Return,
+        sys::pt_insn_class_ptic_jump => BlockEnd::Jump,
+        sys::pt_insn_class_ptic_cond_jump => BlockEnd::CondJump,
+        sys::pt_insn_class_ptic_far_call => BlockEnd::FarCall,
+        sys::pt_insn_class_ptic_far_return => BlockEnd::FarReturn,
+        sys::pt_insn_class_ptic_far_jump => BlockEnd::FarJump,
+        _ => BlockEnd::Other,
+    }
+}
+
+/// The events the coarse pass needs; the rest (paging, mode changes, power,
+/// ptwrite, event trace) are skipped, whatever libipt version adds.
+fn event_item(ev: &sys::pt_event) -> Option<BlockItem> {
+    let tsc = (ev.has_tsc() != 0).then_some(ev.tsc);
+    let ip = |suppressed: bool, ip: u64| (!suppressed).then_some(ip);
+    let supp = ev.ip_suppressed() != 0;
+    // SAFETY: each arm reads the union member that `type_` selects.
+    unsafe {
+        #[allow(non_upper_case_globals)]
+        match ev.type_ {
+            sys::pt_event_type_ptev_enabled => Some(BlockItem::Enabled {
+                ip: ev.variant.enabled.ip,
+                status_update: ev.status_update() != 0,
+                tsc,
+            }),
+            sys::pt_event_type_ptev_disabled => Some(BlockItem::Disabled {
+                ip: ip(supp, ev.variant.disabled.ip),
+                tsc,
+            }),
+            sys::pt_event_type_ptev_async_disabled => Some(BlockItem::AsyncDisabled {
+                at: ev.variant.async_disabled.at,
+                tsc,
+            }),
+            sys::pt_event_type_ptev_async_branch => Some(BlockItem::AsyncBranch {
+                from: ev.variant.async_branch.from,
+                to: ev.variant.async_branch.to,
+                tsc,
+            }),
+            sys::pt_event_type_ptev_overflow => Some(BlockItem::Overflow {
+                ip: ip(supp, ev.variant.overflow.ip),
+                tsc,
+            }),
+            sys::pt_event_type_ptev_tick => tsc.map(|tsc| BlockItem::Tick {
+                ip: ip(supp, ev.variant.tick.ip),
+                tsc,
+            }),
+            _ => None,
         }
     }
 }

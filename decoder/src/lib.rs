@@ -6,6 +6,8 @@
 //! (through `libipt-sys` directly, to avoid the Rust wrapper's known panics
 //! and dropped instructions).
 
+pub mod clock;
+pub mod coarse;
 pub mod event;
 pub mod ffi;
 pub mod image;

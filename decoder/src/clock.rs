@@ -1,0 +1,142 @@
+//! Timing: from timing anchors to a time for every branch.
+//!
+//! PT timestamps only some branches (those that carry a TNT or TIP packet
+//! right after a CYC, MTC or TSC); libipt turns the timing packets into TSC
+//! values (MTC with TMA and the CTC ratio, CYC with the nominal frequency
+//! and CBR) and reports each as a tick at the branch it binds to. Between
+//! two anchors we spread time by instruction count: instructions, not
+//! events, are what takes time, so a loop of equal iterations gets equal
+//! durations. Items are held until the next anchor is known, then released
+//! in order with their times.
+
+/// Anything that needs a time, with its position in retired instructions.
+pub struct Clock<T> {
+    pending: Vec<(u64, T)>,
+    anchor: Option<(u64, u64)>,
+    /// TSC ticks per instruction, as a 32.32 fixed-point fraction, from the
+    /// last two anchors: used past the last anchor.
+    rate: u64,
+}
+
+impl<T> Default for Clock<T> {
+    fn default() -> Self {
+        Clock {
+            pending: Vec::new(),
+            anchor: None,
+            rate: 0,
+        }
+    }
+}
+
+/// A released item's time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub tsc: u64,
+    /// Read from a timing packet at this very position, not spread.
+    pub exact: bool,
+}
+
+impl<T> Clock<T> {
+    pub fn push(&mut self, pos: u64, item: T) {
+        self.pending.push((pos, item));
+    }
+
+    /// Time is `tsc` at instruction position `pos`: releases every held
+    /// item up to here.
+    pub fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, T)) {
+        let (p0, t0) = match self.anchor {
+            // Time never runs backwards; a smaller TSC is noise.
+            Some((p0, t0)) => (p0, t0),
+            None => (pos, tsc),
+        };
+        let tsc = tsc.max(t0);
+        for (p, item) in self.pending.drain(..) {
+            let stamp = if p >= pos {
+                Stamp { tsc, exact: p == pos }
+            } else if self.anchor.is_none() || pos <= p0 {
+                // Before the first anchor: back-extrapolate with the rate
+                // we do not have yet, so pin it to the anchor.
+                Stamp { tsc, exact: false }
+            } else {
+                let span = (tsc - t0) as u128;
+                let num = (p.saturating_sub(p0)) as u128;
+                let den = (pos - p0) as u128;
+                Stamp {
+                    tsc: t0 + (span * num / den) as u64,
+                    exact: false,
+                }
+            };
+            release(stamp, item);
+        }
+        if let Some((p0, t0)) = self.anchor {
+            if pos > p0 && tsc >= t0 {
+                self.rate = (((tsc - t0) as u128) << 32).div_ceil((pos - p0) as u128) as u64;
+            }
+        }
+        if self.anchor.is_none_or(|(p0, _)| pos >= p0) {
+            self.anchor = Some((pos, tsc));
+        }
+    }
+
+    /// Releases what is left, extrapolating from the last anchor.
+    pub fn finish(&mut self, mut release: impl FnMut(Stamp, T)) {
+        let (p0, t0) = self.anchor.unwrap_or((0, 0));
+        for (p, item) in self.pending.drain(..) {
+            let dt = ((p.saturating_sub(p0) as u128 * self.rate as u128) >> 32) as u64;
+            release(
+                Stamp {
+                    tsc: t0 + dt,
+                    exact: false,
+                },
+                item,
+            );
+        }
+    }
+
+    /// Items are waiting for an anchor.
+    pub fn is_holding(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(c: &mut Clock<u32>, pos: u64, tsc: u64, out: &mut Vec<(u32, u64, bool)>) {
+        c.anchor(pos, tsc, |s, i| out.push((i, s.tsc, s.exact)));
+    }
+
+    #[test]
+    fn spreads_by_instruction_count_between_anchors() {
+        let mut c = Clock::default();
+        let mut out = Vec::new();
+        run(&mut c, 100, 1000, &mut out);
+        c.push(110, 1);
+        c.push(150, 2);
+        c.push(200, 3);
+        run(&mut c, 200, 2000, &mut out);
+        assert_eq!(out, [(1, 1100, false), (2, 1500, false), (3, 2000, true)]);
+    }
+
+    #[test]
+    fn extrapolates_past_the_last_anchor_at_the_last_rate() {
+        let mut c = Clock::default();
+        let mut out = Vec::new();
+        run(&mut c, 0, 0, &mut out);
+        run(&mut c, 10, 20, &mut out);
+        c.push(15, 7);
+        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        assert_eq!(out, [(7, 30, false)]);
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let mut c = Clock::default();
+        let mut out = Vec::new();
+        run(&mut c, 0, 500, &mut out);
+        c.push(5, 1);
+        run(&mut c, 10, 400, &mut out);
+        assert_eq!(out, [(1, 500, false)]);
+    }
+}

@@ -1,0 +1,432 @@
+//! From snapshot to model: every thread's trace through the coarse pass,
+//! with one section cache and one symbol table per binary shared by all.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ptscope_capture::snapshot::{Snapshot, Trace};
+
+use crate::coarse::{decode_thread, Checkpoint, Resolve, Resolved, WalkFigures};
+use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
+use crate::ffi::{DecoderConfig, Image, PtError, SectionCache};
+use crate::image::{sections, Section};
+use crate::insn::decoder_config;
+use crate::packet::psb_offsets;
+use crate::stack::StackStats;
+use crate::store::ThreadSpans;
+use crate::symbols::ModuleSymbols;
+
+/// Why a snapshot could not be decoded at all. Problems inside a trace
+/// (decode errors, missing binaries) are not errors: they become labelled
+/// spans.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{path}: {source}")]
+    Snapshot {
+        path: PathBuf,
+        source: ptscope_capture::CaptureError,
+    },
+    #[error("{path}: libipt could not set up a decoder: {error}")]
+    Libipt { path: PathBuf, error: PtError },
+    #[error("{path}: {problem}")]
+    Input { path: PathBuf, problem: String },
+}
+
+/// One thread's decoded trace.
+pub struct ThreadModel {
+    pub spans: ThreadSpans,
+    pub stack: StackStats,
+    pub walk: WalkFigures,
+    pub checkpoints: Vec<Checkpoint>,
+    pub checkpoint_frames: Vec<(FuncId, u64)>,
+    /// Index of the AUX stream it came from, if any.
+    pub stream: Option<u32>,
+}
+
+/// The decoded snapshot: what the viewer draws.
+pub struct Model {
+    pub funcs: FuncTable,
+    pub threads: Vec<ThreadModel>,
+    /// Mapped binaries that were not in the snapshot or on this machine.
+    pub missing_binaries: Vec<String>,
+}
+
+impl Model {
+    /// First start and last end over all threads.
+    pub fn time_range(&self) -> Option<(u64, u64)> {
+        self.threads
+            .iter()
+            .filter_map(|t| t.spans.time_range())
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.threads.iter().map(|t| t.spans.span_count()).sum()
+    }
+}
+
+/// Which threads to decode.
+#[derive(Clone, Debug, Default)]
+pub struct DecodeOptions {
+    pub threads: Option<Vec<i32>>,
+}
+
+/// Symbols of every binary, loaded once.
+#[derive(Default)]
+pub struct SymbolCache {
+    modules: HashMap<PathBuf, Option<Arc<ModuleSymbols>>>,
+}
+
+impl SymbolCache {
+    pub fn get(&mut self, file: &Path) -> Option<Arc<ModuleSymbols>> {
+        self.modules
+            .entry(file.to_path_buf())
+            .or_insert_with(|| ModuleSymbols::load(file).ok().map(Arc::new))
+            .clone()
+    }
+}
+
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    path: String,
+    module: Option<Arc<ModuleSymbols>>,
+    /// The binary is missing: `[no binary: path]`.
+    missing: bool,
+}
+
+/// A process's mappings with their symbols: the coarse pass's resolver.
+pub struct ProcessSymbols {
+    maps: Vec<Mapping>,
+    /// Function ids by (mapping, entry svma), so lookups intern once.
+    ids: HashMap<(usize, u64), FuncId>,
+}
+
+impl ProcessSymbols {
+    pub fn new(
+        sections: &[Section],
+        missing: &[(u64, u64, String)],
+        symbols: &mut SymbolCache,
+    ) -> ProcessSymbols {
+        let mut maps: Vec<Mapping> = sections
+            .iter()
+            .map(|s| Mapping {
+                start: s.vaddr,
+                end: s.vaddr + s.size,
+                pgoff: s.offset,
+                path: s.mapped_path.clone(),
+                module: symbols.get(&s.file),
+                missing: false,
+            })
+            .chain(missing.iter().map(|(start, len, path)| Mapping {
+                start: *start,
+                end: start + len,
+                pgoff: 0,
+                path: path.clone(),
+                module: None,
+                missing: true,
+            }))
+            .collect();
+        maps.sort_by_key(|m| m.start);
+        ProcessSymbols {
+            maps,
+            ids: HashMap::new(),
+        }
+    }
+
+    fn mapping(&self, addr: u64) -> Option<usize> {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        (i > 0 && addr < self.maps[i - 1].end).then(|| i - 1)
+    }
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Resolve for ProcessSymbols {
+    fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
+        let Some(mi) = self.mapping(addr) else {
+            // Unmapped: one unknown function up to the next mapping.
+            let i = self.maps.partition_point(|m| m.start <= addr);
+            let lo = if i > 0 { self.maps[i - 1].end } else { 0 };
+            let hi = self.maps.get(i).map_or(u64::MAX, |m| m.start);
+            return Resolved {
+                func: UNKNOWN,
+                lo,
+                hi,
+                entry: 0,
+            };
+        };
+        let m = &self.maps[mi];
+        if m.missing {
+            return Resolved {
+                func: funcs.no_binary(&m.path),
+                lo: m.start,
+                hi: m.end,
+                entry: 0,
+            };
+        }
+        let file_off = m.pgoff + (addr - m.start);
+        let module = m.module.as_ref();
+        let svma = module.and_then(|md| md.file_offset_to_svma(file_off));
+        if let (Some(md), Some(svma)) = (module, svma) {
+            if let Some(f) = md.function(svma) {
+                let entry = addr - (svma - f.start);
+                let lo = entry.max(m.start);
+                let hi = (entry + (f.end - f.start)).min(m.end).max(addr + 1);
+                let id = *self.ids.entry((mi, f.start)).or_insert_with(|| {
+                    funcs.intern(&f.name, &m.path, entry, SpanKind::Call)
+                });
+                return Resolved {
+                    func: id,
+                    lo,
+                    hi,
+                    entry,
+                };
+            }
+        }
+        // Code no symbol covers: one `[unknown]` per module, named by the
+        // module offset where we first met it.
+        let id = *self.ids.entry((mi, u64::MAX)).or_insert_with(|| {
+            funcs.intern(
+                &format!("[unknown] {}+{:#x}", basename(&m.path), file_off),
+                &m.path,
+                0,
+                SpanKind::Call,
+            )
+        });
+        Resolved {
+            func: id,
+            lo: addr,
+            hi: addr + 1,
+            entry: 0,
+        }
+    }
+
+    fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
+        if let Some(mi) = ip.and_then(|ip| self.mapping(ip)) {
+            if self.maps[mi].missing {
+                return funcs.no_binary(&self.maps[mi].path);
+            }
+        }
+        funcs.decode_error(&error.message())
+    }
+}
+
+/// Decodes every thread of `snap` (or those `opts` selects).
+pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, DecodeError> {
+    let path = snap.path.clone();
+    let trace = snap.trace().map_err(|source| DecodeError::Snapshot {
+        path: path.clone(),
+        source,
+    })?;
+    decode_trace(snap, &trace, opts)
+}
+
+fn decode_trace(snap: &Snapshot, trace: &Trace, opts: &DecodeOptions) -> Result<Model, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: snap.path.clone(),
+        error,
+    };
+    let cfg = decoder_config(trace);
+    let mut cache = SectionCache::new().map_err(libipt)?;
+    let mut symbols = SymbolCache::default();
+    let mut funcs = FuncTable::default();
+    let mut missing_binaries = Vec::new();
+    // Per process: its image (as cached section ids) and resolver.
+    let mut procs: HashMap<i32, (Vec<i32>, ProcessSymbols)> = HashMap::new();
+    let pid_of = |tid: i32| trace.thread(tid).map_or(tid, |t| t.pid);
+    let mut work = Vec::new();
+    for s in &trace.streams {
+        let Some(tid) = s.tid else {
+            // Per-CPU traces are attributed through sideband elsewhere.
+            continue;
+        };
+        if opts.threads.as_ref().is_some_and(|t| !t.contains(&tid)) {
+            continue;
+        }
+        let pid = pid_of(tid);
+        if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
+            let (secs, missing) = sections(snap, trace, Some(pid));
+            let mut isids = Vec::new();
+            for sec in &secs {
+                isids.push(
+                    cache
+                        .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
+                        .map_err(libipt)?,
+                );
+            }
+            let missing_maps: Vec<(u64, u64, String)> = trace
+                .mmaps
+                .iter()
+                .filter(|m| m.pid == pid && missing.contains(&m.path))
+                .map(|m| (m.start, m.len, m.path.clone()))
+                .collect();
+            for m in missing {
+                if !missing_binaries.contains(&m) {
+                    missing_binaries.push(m);
+                }
+            }
+            let resolver = ProcessSymbols::new(&secs, &missing_maps, &mut symbols);
+            e.insert((isids, resolver));
+        }
+        work.push((s, tid, pid));
+    }
+    let params = trace.params.clone();
+    let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+    let mut threads = Vec::new();
+    for (s, tid, pid) in work {
+        let (isids, resolver) = procs.get_mut(&pid).expect("added above");
+        let mut image = Image::new(&cache).map_err(libipt)?;
+        for &isid in isids.iter() {
+            image.add(isid).map_err(libipt)?;
+        }
+        let comm = trace.thread(tid).map(|t| t.comm.clone()).unwrap_or_default();
+        let psbs = psb_offsets(&s.data);
+        let d = decode_thread(
+            &s.data,
+            &cfg,
+            &image,
+            resolver,
+            &mut funcs,
+            &to_ns,
+            &psbs,
+            (pid, tid, comm),
+        )
+        .map_err(libipt)?;
+        threads.push(ThreadModel {
+            spans: d.spans,
+            stack: d.stack,
+            walk: d.walk,
+            checkpoints: d.checkpoints,
+            checkpoint_frames: d.stacks,
+            stream: Some(s.idx),
+        });
+    }
+    threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
+    // Keep the section cache alive until every image is gone.
+    drop(cache);
+    Ok(Model {
+        funcs,
+        threads,
+        missing_binaries,
+    })
+}
+
+/// Decodes a raw PT dump against raw binary images loaded at fixed
+/// addresses, like ptxed's `--raw FILE:ADDR`. Times are TSC ticks.
+pub fn decode_raw(
+    pt_path: &Path,
+    pt: &[u8],
+    images: &[(PathBuf, u64)],
+    cfg: &DecoderConfig,
+) -> Result<Model, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: pt_path.to_path_buf(),
+        error,
+    };
+    let mut cache = SectionCache::new().map_err(libipt)?;
+    let mut secs = Vec::new();
+    for (file, addr) in images {
+        let len = std::fs::metadata(file)
+            .map_err(|e| DecodeError::Input {
+                path: file.clone(),
+                problem: format!("cannot read the raw image: {e}"),
+            })?
+            .len();
+        if len == 0 {
+            return Err(DecodeError::Input {
+                path: file.clone(),
+                problem: "the raw image is empty".into(),
+            });
+        }
+        secs.push(Section {
+            file: file.clone(),
+            offset: 0,
+            size: len,
+            vaddr: *addr,
+            mapped_path: file.display().to_string(),
+        });
+    }
+    let mut isids = Vec::new();
+    for s in &secs {
+        isids.push(
+            cache
+                .add_file(&s.file, s.offset, s.size, s.vaddr)
+                .map_err(|e| DecodeError::Input {
+                    path: s.file.clone(),
+                    problem: format!("libipt cannot map it: {e}"),
+                })?,
+        );
+    }
+    let mut image = Image::new(&cache).map_err(libipt)?;
+    for id in isids {
+        image.add(id).map_err(libipt)?;
+    }
+    let mut symbols = SymbolCache::default();
+    let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
+    let mut funcs = FuncTable::default();
+    let psbs = psb_offsets(pt);
+    if psbs.is_empty() {
+        return Err(DecodeError::Input {
+            path: pt_path.to_path_buf(),
+            problem: "no PSB packet: this is not Intel PT data".into(),
+        });
+    }
+    let d = decode_thread(
+        pt,
+        cfg,
+        &image,
+        &mut resolver,
+        &mut funcs,
+        &|tsc| tsc,
+        &psbs,
+        (0, 0, "raw".into()),
+    )
+    .map_err(libipt)?;
+    drop(image);
+    drop(cache);
+    Ok(Model {
+        funcs,
+        threads: vec![ThreadModel {
+            spans: d.spans,
+            stack: d.stack,
+            walk: d.walk,
+            checkpoints: d.checkpoints,
+            checkpoint_frames: d.stacks,
+            stream: None,
+        }],
+        missing_binaries: Vec::new(),
+    })
+}
+
+/// Rebuilds the spans of imported `perf script` text.
+pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
+    let crate::perf_script::ScriptTrace { threads, funcs, .. } = script;
+    let threads = threads
+        .into_iter()
+        .map(|t| {
+            let mut b = crate::stack::StackBuilder::new(t.pid, t.tid, String::new());
+            for ev in &t.events {
+                b.event(ev, &funcs);
+            }
+            let (spans, stack) = b.finish();
+            ThreadModel {
+                spans,
+                stack,
+                walk: WalkFigures::default(),
+                checkpoints: Vec::new(),
+                checkpoint_frames: Vec::new(),
+                stream: None,
+            }
+        })
+        .collect();
+    Model {
+        funcs,
+        threads,
+        missing_binaries: Vec::new(),
+    }
+}
