@@ -4,10 +4,12 @@
 //! This crate holds the packet parser used for listings and PSB indexing,
 //! the process image built from sideband, and the libipt instruction walk
 //! (through `libipt-sys` directly, to avoid the Rust wrapper's known panics
-//! and dropped instructions).
+//! and dropped instructions). It also imports `perf script` branch text, for
+//! traces that perf recorded and decoded.
 
 pub mod event;
 pub mod ffi;
 pub mod image;
 pub mod insn;
 pub mod packet;
+pub mod perf_script;
