@@ -1,10 +1,22 @@
 //! From snapshot to model.
 //!
-//! The decoder turns the PT bytes of a snapshot into what the viewer draws.
-//! This crate holds the packet parser used for listings and PSB indexing,
-//! the process image built from sideband, and the libipt instruction walk
-//! (through `libipt-sys` directly, to avoid the Rust wrapper's known panics
-//! and dropped instructions).
+//! The decoder turns the PT bytes of a snapshot into what the viewer draws:
+//! per thread, every function call as a span with its start and end times.
+//!
+//! The pipeline, one module each:
+//! - [`packet`]: our own bounds-checked PT packet parser, for listings and
+//!   PSB indexing;
+//! - [`ffi`]: libipt through `libipt-sys` directly (the `libipt` crate
+//!   panics on newer events and drops the instruction returned with an
+//!   error), with its image section cache;
+//! - [`image`] and [`symbols`]: the process image from MMAP2 sideband and
+//!   bundled binaries, and ELF/DWARF symbols;
+//! - [`coarse`] and [`clock`]: the block-decoder pass that turns PT into
+//!   timed branch [`event`]s;
+//! - [`perf_script`]: the same events from `perf script` text;
+//! - [`stack`]: call-stack reconstruction, the heart of it;
+//! - [`store`]: the span store the viewer draws from;
+//! - [`model`]: all of it put together for a snapshot.
 
 pub mod clock;
 pub mod coarse;
@@ -12,6 +24,8 @@ pub mod event;
 pub mod ffi;
 pub mod image;
 pub mod insn;
+pub mod model;
 pub mod packet;
+pub mod perf_script;
 pub mod stack;
 pub mod store;
