@@ -137,15 +137,9 @@ fn our_tree(m: &Model) -> (Vec<String>, Vec<String>) {
     let mut paths = Vec::new();
     let mut pseudo = Vec::new();
     for t in &m.threads {
-        let mut rows: Vec<(u64, usize, usize)> = t
-            .spans
-            .lanes()
-            .flat_map(|(d, lane)| lane.iter().enumerate().map(move |(i, s)| (s.start, d, i)))
-            .collect();
-        rows.sort_unstable();
-        // Open ancestors: (depth, end, name).
+        // Open ancestors: (depth, end, name, real).
         let mut open: Vec<(usize, u64, String, bool)> = Vec::new();
-        for (start, d, i) in rows {
+        for (d, i) in t.spans.tree_order() {
             let s = t.spans.lane(d)[i];
             let f = m.funcs.get(s.func());
             while open.last().is_some_and(|o| o.0 >= d) {
@@ -163,7 +157,6 @@ fn our_tree(m: &Model) -> (Vec<String>, Vec<String>) {
             } else {
                 pseudo.push(f.name.clone());
             }
-            let _ = start;
             open.push((d, t.spans.end(d, i), f.name.clone(), real));
         }
     }

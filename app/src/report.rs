@@ -113,17 +113,6 @@ fn json_str(out: &mut impl Write, s: &str) -> std::io::Result<()> {
     out.write_all(b"\"")
 }
 
-/// Every span of one thread in tree order: (start, depth, index).
-fn tree_order(m: &Model, t: usize) -> Vec<(u64, usize, usize)> {
-    let spans = &m.threads[t].spans;
-    let mut rows: Vec<(u64, usize, usize)> = spans
-        .lanes()
-        .flat_map(|(d, lane)| lane.iter().enumerate().map(move |(i, s)| (s.start, d, i)))
-        .collect();
-    rows.sort_unstable();
-    rows
-}
-
 pub fn decode(
     m: &Model,
     from: Option<u64>,
@@ -137,7 +126,7 @@ pub fn decode(
     if m.threads.is_empty() {
         bail!("no thread has any trace to decode");
     }
-    for (ti, t) in m.threads.iter().enumerate() {
+    for t in &m.threads {
         if format == Format::Text {
             writeln!(
                 out,
@@ -153,7 +142,8 @@ pub fn decode(
                 t.spans.depth()
             )?;
         }
-        for (start, d, i) in tree_order(m, ti) {
+        for (d, i) in t.spans.tree_order() {
+            let start = t.spans.lane(d)[i].start;
             let end = t.spans.end(d, i);
             if end < lo || start > hi {
                 continue;

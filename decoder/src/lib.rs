@@ -29,3 +29,4 @@ pub mod packet;
 pub mod perf_script;
 pub mod stack;
 pub mod store;
+pub mod symbols;

@@ -174,10 +174,10 @@ impl Resolve for ProcessSymbols {
         let svma = module.and_then(|md| md.file_offset_to_svma(file_off));
         if let (Some(md), Some(svma)) = (module, svma) {
             if let Some(f) = md.function(svma) {
-                let entry = addr - (svma - f.start);
+                let entry = addr - (svma - f.entry);
                 let lo = entry.max(m.start);
-                let hi = (entry + (f.end - f.start)).min(m.end).max(addr + 1);
-                let id = *self.ids.entry((mi, f.start)).or_insert_with(|| {
+                let hi = (entry + (f.end - f.entry)).min(m.end).max(addr + 1);
+                let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
                     funcs.intern(&f.name, &m.path, entry, SpanKind::Call)
                 });
                 return Resolved {
@@ -285,7 +285,7 @@ fn decode_trace(snap: &Snapshot, trace: &Trace, opts: &DecodeOptions) -> Result<
             image.add(isid).map_err(libipt)?;
         }
         let comm = trace.thread(tid).map(|t| t.comm.clone()).unwrap_or_default();
-        let psbs = psb_offsets(&s.data);
+        let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
         let d = decode_thread(
             &s.data,
             &cfg,
@@ -369,7 +369,7 @@ pub fn decode_raw(
     let mut symbols = SymbolCache::default();
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
     let mut funcs = FuncTable::default();
-    let psbs = psb_offsets(pt);
+    let psbs: Vec<u64> = psb_offsets(pt).into_iter().map(|o| o as u64).collect();
     if psbs.is_empty() {
         return Err(DecodeError::Input {
             path: pt_path.to_path_buf(),

@@ -61,6 +61,8 @@ struct Frame {
     func: FuncId,
     start: u64,
     flags: u32,
+    /// Address of the call that made this frame, 0 if not made by a call.
+    call_site: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -124,6 +126,7 @@ impl StackBuilder {
                 func,
                 start,
                 flags: 0,
+                call_site: 0,
             });
         }
     }
@@ -152,11 +155,14 @@ impl StackBuilder {
                 self.stats.calls += 1;
                 self.sync_from(ev, t, funcs);
                 self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+                if let Some(f) = self.stack.last_mut() {
+                    f.call_site = ev.from;
+                }
             }
             EventKind::Return => {
                 self.stats.returns += 1;
                 self.sync_from(ev, t, funcs);
-                self.ret(ev.to_fn, t, est, ev.to_is_entry);
+                self.ret(ev, t, est);
             }
             EventKind::Jump => {
                 if ev.from_fn == ev.to_fn {
@@ -231,6 +237,7 @@ impl StackBuilder {
             func,
             start: t,
             flags,
+            call_site: 0,
         });
     }
 
@@ -278,6 +285,7 @@ impl StackBuilder {
                 func,
                 start: self.seg_start,
                 flags: flag::INFERRED_START,
+                call_site: 0,
             },
         );
     }
@@ -324,7 +332,9 @@ impl StackBuilder {
         }
     }
 
-    fn ret(&mut self, to: FuncId, t: u64, est: u32, to_is_entry: bool) {
+    fn ret(&mut self, ev: &Event, t: u64, est: u32) {
+        let to = ev.to_fn;
+        let call_site = self.stack.last().map_or(0, |f| f.call_site);
         self.pop(t, est & flag::END_ESTIMATED);
         if to == UNKNOWN && self.stack.is_empty() {
             return;
@@ -334,11 +344,24 @@ impl StackBuilder {
             Some(top) if top == to => {}
             Some(_) => match self.find_below(to) {
                 Some(i) => self.pop_to(i, t, est),
+                // Back to just after the call, but under another name: the
+                // caller continues past a label (`_start` into
+                // `_dl_start_user`). Same frame, new name.
+                None if call_site != 0 && ev.to > call_site && ev.to - call_site <= 15 => {
+                    self.pop(t, est & flag::END_ESTIMATED);
+                    self.push(to, t, est & flag::START_ESTIMATED);
+                }
+                // A `ret` used as a jump, or a signal trampoline: the target
+                // takes the returning frame's place.
                 None => self.push(
                     to,
                     t,
                     (est & flag::START_ESTIMATED)
-                        | if to_is_entry { 0 } else { flag::INFERRED_START },
+                        | if ev.to_is_entry {
+                            0
+                        } else {
+                            flag::INFERRED_START
+                        },
                 ),
             },
         }
@@ -481,8 +504,8 @@ mod tests {
             let ev = Event {
                 time: t,
                 kind,
-                from: if from.is_empty() { 0 } else { 1 },
-                to: if to.is_empty() { 0 } else { 1 },
+                from: if from.is_empty() { 0 } else { 0x1000 + t * 16 },
+                to: if to.is_empty() { 0 } else { 0x9000_0000 + t },
                 from_fn,
                 to_fn,
                 to_is_entry: entry,
@@ -770,6 +793,36 @@ mod tests {
                 "1 a 10-30",
                 "2 b 20-30",
                 "1 c 40-40"
+            ]
+        );
+    }
+
+    #[test]
+    fn return_past_a_label_renames_the_caller() {
+        let mut s = Script::new();
+        s.call(10, "_start", "_dl_start");
+        // _dl_start returns right after the call, into _dl_start_user.
+        let f = s.f("_dl_start");
+        let to_fn = s.f("_dl_start_user");
+        let ev = Event {
+            time: 20,
+            kind: EventKind::Return,
+            from: 0x5000,
+            to: 0x1000 + 10 * 16 + 5,
+            from_fn: f,
+            to_fn,
+            to_is_entry: false,
+            estimated: false,
+        };
+        s.b.event(&ev, &s.funcs);
+        s.call(30, "_dl_start_user", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 _start 10-20 inferred",
+                "1 _dl_start 10-20",
+                "0 _dl_start_user 20-30",
+                "1 main 30-30",
             ]
         );
     }

@@ -171,6 +171,38 @@ impl ThreadSpans {
         lo..hi
     }
 
+    /// Every span in tree order (parents before children, siblings by
+    /// time), as (depth, index). A span's parent is the earliest span one
+    /// level up that contains it, which settles zero-length spans at a
+    /// boundary the way they were made.
+    pub fn tree_order(&self) -> Vec<(usize, usize)> {
+        let n = self.lanes.len();
+        let mut out = Vec::with_capacity(self.span_count());
+        let mut cur = vec![0usize; n];
+        // End times of the open ancestors; open.len() is the next depth.
+        let mut open: Vec<u64> = Vec::new();
+        while n > 0 && cur[0] < self.lanes[0].len() {
+            out.push((0, cur[0]));
+            open.push(self.end(0, cur[0]));
+            cur[0] += 1;
+            while let Some(&parent_end) = open.last() {
+                let d = open.len();
+                if d < n && cur[d] < self.lanes[d].len() && self.end(d, cur[d]) <= parent_end {
+                    out.push((d, cur[d]));
+                    open.push(self.end(d, cur[d]));
+                    cur[d] += 1;
+                } else {
+                    open.pop();
+                }
+            }
+        }
+        // Spans no parent contains (inconsistent input) still appear.
+        for (d, &c) in cur.iter().enumerate() {
+            out.extend((c..self.lanes[d].len()).map(|i| (d, i)));
+        }
+        out
+    }
+
     /// Bytes of memory the spans take.
     pub fn memory_bytes(&self) -> usize {
         self.lanes
@@ -281,6 +313,23 @@ mod tests {
         assert_eq!(t.visible(0, 16, 19), 2..2);
         assert_eq!(t.visible(0, 0, 1000), 0..10);
         assert_eq!(t.visible(3, 0, 1000), 0..0);
+    }
+
+    #[test]
+    fn tree_order_puts_boundary_children_under_the_right_parent() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        // a (10-20) tail-calls b (20-30); c (20-25) is b's child, and the
+        // zero-length d (20-20) is a's last child.
+        t.push(0, 10, 20, 1, 0);
+        t.push(0, 20, 30, 2, 0);
+        t.push(1, 20, 20, 4, 0);
+        t.push(1, 20, 25, 3, 0);
+        let order: Vec<u32> = t
+            .tree_order()
+            .into_iter()
+            .map(|(d, i)| t.lane(d)[i].func())
+            .collect();
+        assert_eq!(order, [1, 4, 2, 3]);
     }
 
     #[test]

@@ -1,0 +1,339 @@
+//! End to end: `ptscope decode` and `ptscope stats` on emulated captures of
+//! the test programs, judged by perf's own decoder of the same file, by
+//! what each program's source implies, and by the emulated clock.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use support::*;
+
+/// One span of `ptscope decode --format json`.
+#[derive(Debug, Clone)]
+struct JsonSpan {
+    tid: i32,
+    depth: usize,
+    start: u64,
+    end: u64,
+    name: String,
+    kind: String,
+    inferred: bool,
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\":");
+    let at = line.find(&pat).unwrap_or_else(|| panic!("no {key} in {line}")) + pat.len();
+    let rest = &line[at..];
+    if let Some(s) = rest.strip_prefix('"') {
+        // Names in these tests hold no escaped quotes.
+        &s[..s.find('"').unwrap()]
+    } else {
+        &rest[..rest.find([',', '}']).unwrap()]
+    }
+}
+
+fn decode_json(snap: &Path, extra: &[&str]) -> Vec<JsonSpan> {
+    let out = ptscope()
+        .args(["decode", "--format", "json"])
+        .args(extra)
+        .arg(snap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope decode failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| JsonSpan {
+            tid: field(l, "tid").parse().unwrap(),
+            depth: field(l, "depth").parse().unwrap(),
+            start: field(l, "start_ns").parse().unwrap(),
+            end: field(l, "end_ns").parse().unwrap(),
+            name: field(l, "name").to_string(),
+            kind: field(l, "kind").to_string(),
+            inferred: l.contains("\"inferred_start\":true"),
+        })
+        .collect()
+}
+
+/// Function names as both tools print them: C++ without parameters.
+fn norm(name: &str) -> String {
+    match name.find('(') {
+        Some(p) if p > 0 => name[..p].to_string(),
+        _ => name.to_string(),
+    }
+}
+
+/// perf's decoding: per thread, calls per target function, jumps that land
+/// on another function's entry (tail calls, PLT stubs), and the deepest
+/// nesting of `deep` below `root` on a naive call/return stack.
+struct PerfBranches {
+    calls: BTreeMap<String, u64>,
+    tail: BTreeMap<String, u64>,
+}
+
+fn perf_branches(extracted: &Path) -> PerfBranches {
+    let out = Command::new("perf")
+        .arg("--buildid-dir")
+        .arg(extracted)
+        .args([
+            "script",
+            "--itrace=b",
+            "-F",
+            "pid,tid,time,flags,ip,addr,sym,symoff,dso",
+            "-i",
+        ])
+        .arg(extracted.join("perf.data"))
+        .output()
+        .expect("perf is not installed; the tests need linux-perf (see README)");
+    assert!(out.status.success(), "perf script failed");
+    let mut calls = BTreeMap::new();
+    let mut tail = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
+        let Ok(Some(ScriptRecord::Branch {
+            flags, from, to, ..
+        })) = parse_line(line)
+        else {
+            continue;
+        };
+        let Some(sym) = to.sym else { continue };
+        let kind = flags.kind();
+        use ptscope_decoder::event::EventKind;
+        if kind == EventKind::Call {
+            *calls.entry(norm(sym)).or_insert(0) += 1;
+        } else if kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym {
+            *tail.entry(norm(sym)).or_insert(0) += 1;
+        }
+    }
+    PerfBranches { calls, tail }
+}
+
+/// Spans entered by a call or tail call, per normalized name.
+fn our_calls(spans: &[JsonSpan]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for s in spans {
+        if s.kind == "call" && !s.inferred {
+            *out.entry(norm(&s.name)).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Every function perf saw called must have exactly as many spans, plus
+/// the tail calls into it.
+fn check_against_perf(name: &str, snap: &Path, dir: &Path) -> Vec<JsonSpan> {
+    let spans = decode_json(snap, &[]);
+    assert!(!spans.is_empty(), "{name}: no spans");
+    let extracted = extract(snap, dir);
+    let perf = perf_branches(&extracted);
+    let ours = our_calls(&spans);
+    let mut diffs = Vec::new();
+    let mut names: Vec<&String> = perf.calls.keys().chain(perf.tail.keys()).collect();
+    names.sort();
+    names.dedup();
+    for f in names {
+        let want = perf.calls.get(f).copied().unwrap_or(0) + perf.tail.get(f).copied().unwrap_or(0);
+        let got = ours.get(f).copied().unwrap_or(0);
+        if got != want {
+            diffs.push(format!("{f}: perf {want}, ptscope {got}"));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{name}: call counts differ from perf's decoder:\n{}",
+        diffs.join("\n")
+    );
+    spans
+}
+
+fn count(spans: &[JsonSpan], name: &str) -> usize {
+    spans
+        .iter()
+        .filter(|s| norm(&s.name) == name && !s.inferred)
+        .count()
+}
+
+/// Deepest depth of `deep` minus the depth of `root`, on one thread.
+fn relative_depth(spans: &[JsonSpan], root: &str, deep: &str) -> usize {
+    let r = spans.iter().find(|s| norm(&s.name) == root).unwrap().depth;
+    spans
+        .iter()
+        .filter(|s| norm(&s.name) == deep)
+        .map(|s| s.depth - r)
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn c_program_calls_match_perf_and_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
+    let spans = check_against_perf("calls", &snap, dir.path());
+    // What calls.c implies: work(50) calls leaf for i % 3 == 0, fib(12)
+    // makes 2*fib(13)-1 calls, ops alternate twice/negate over 10 calls,
+    // deep_jump recurses 5..0 and longjmps out.
+    assert_eq!(count(&spans, "main"), 1);
+    assert_eq!(count(&spans, "work"), 1);
+    assert_eq!(count(&spans, "leaf"), 17);
+    assert_eq!(count(&spans, "fib"), 465);
+    assert_eq!(count(&spans, "twice"), 5);
+    assert_eq!(count(&spans, "negate"), 5);
+    assert_eq!(count(&spans, "deep_jump"), 6);
+    assert_eq!(count(&spans, "on_signal"), 1);
+    // fib(12) nests 12 deep under main; deep_jump 6 deep.
+    assert_eq!(relative_depth(&spans, "main", "fib"), 12);
+    assert_eq!(relative_depth(&spans, "main", "deep_jump"), 6);
+    // longjmp unwound every deep_jump frame: they all end together.
+    let ends: Vec<u64> = spans
+        .iter()
+        .filter(|s| s.name == "deep_jump")
+        .map(|s| s.end)
+        .collect();
+    assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
+}
+
+#[test]
+fn cpp_exceptions_match_perf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exceptions.cpp");
+    let (snap, _) = record(dir.path(), "exceptions", &[], &[exe.to_str().unwrap()]);
+    let spans = check_against_perf("exceptions", &snap, dir.path());
+    let max = spans.iter().map(|s| s.depth).max().unwrap();
+    assert!(max < 40, "unwinding must not grow the stack: depth {max}");
+}
+
+#[test]
+fn rust_program_matches_perf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "rust_prog.rs");
+    let (snap, _) = record(dir.path(), "rust", &[], &[exe.to_str().unwrap()]);
+    check_against_perf("rust", &snap, dir.path());
+}
+
+#[test]
+fn threads_decode_separately_and_match_perf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c");
+    let (snap, _) = record(dir.path(), "threads", &[], &[exe.to_str().unwrap()]);
+    let spans = check_against_perf("threads", &snap, dir.path());
+    let tids: std::collections::BTreeSet<i32> = spans.iter().map(|s| s.tid).collect();
+    assert!(tids.len() >= 2, "{tids:?}");
+}
+
+/// Number of instructions in `func` of `exe`, by objdump.
+fn instructions_in(exe: &Path, func: &str) -> u64 {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(format!("--disassemble={func}"))
+        .arg(exe)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            l.split_once(':')
+                .is_some_and(|(a, rest)| u64::from_str_radix(a, 16).is_ok() && !rest.trim().is_empty())
+        })
+        .count() as u64
+}
+
+#[test]
+fn emulated_clock_gives_exact_durations_for_a_known_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "timing.c");
+    let (snap, _) = record(dir.path(), "timing", &[], &[exe.to_str().unwrap()]);
+    let spans = decode_json(&snap, &[]);
+    let k = instructions_in(&exe, "step");
+    assert!(k >= 10, "step has {k} instructions");
+    let steps: Vec<&JsonSpan> = spans.iter().filter(|s| s.name == "step").collect();
+    assert_eq!(steps.len(), 1000);
+    // From the call's retirement to the ret's: step's own instructions.
+    let wrong: Vec<u64> = steps
+        .iter()
+        .map(|s| s.end - s.start)
+        .filter(|&d| d != k)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of 1000 calls are not {k} ns: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    // And the loop around them repeats with a constant period.
+    let periods: std::collections::BTreeSet<u64> =
+        steps.windows(2).map(|w| w[1].start - w[0].start).collect();
+    assert_eq!(periods.len(), 1, "{periods:?}");
+}
+
+#[test]
+fn stats_and_text_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
+    let out = ptscope()
+        .args(["stats", "--sort", "calls", "--limit", "3"])
+        .arg(&snap)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    // fib is called most.
+    assert!(rows[0].trim_end().ends_with("fib  (calls)"), "{text}");
+    assert!(rows[0].trim_start().starts_with("465 "), "{text}");
+
+    let out = ptscope().arg("decode").arg(&snap).output().unwrap();
+    assert!(out.status.success());
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(tree.starts_with("thread "), "{tree}");
+    // fib's recursion is indented under main.
+    let main_indent = tree
+        .lines()
+        .find(|l| l.ends_with(" main"))
+        .map(|l| l.len() - l.trim_start_matches(|c: char| c == ' ' || c.is_ascii_digit()).len())
+        .unwrap();
+    assert!(main_indent > 0);
+}
+
+#[test]
+fn perf_script_text_decodes_like_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
+    let extracted = extract(&snap, dir.path());
+    let out = Command::new("perf")
+        .arg("--buildid-dir")
+        .arg(&extracted)
+        .args([
+            "script",
+            "--itrace=bep",
+            "-F",
+            "pid,tid,time,flags,ip,addr,sym,symoff,dso,event",
+            "-i",
+        ])
+        .arg(extracted.join("perf.data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text_file = dir.path().join("calls.perf-script");
+    std::fs::write(&text_file, &out.stdout).unwrap();
+    let from_text = decode_json(&text_file, &[]);
+    let from_snap = decode_json(&snap, &[]);
+    // Same program functions, same call counts, same depths.
+    for f in ["main", "work", "leaf", "fib", "twice", "negate", "deep_jump", "on_signal"] {
+        assert_eq!(count(&from_text, f), count(&from_snap, f), "{f}");
+    }
+    assert_eq!(
+        relative_depth(&from_text, "main", "fib"),
+        relative_depth(&from_snap, "main", "fib")
+    );
+}
