@@ -30,3 +30,4 @@ pub mod perf_script;
 pub mod stack;
 pub mod store;
 pub mod symbols;
+pub mod symbols;
