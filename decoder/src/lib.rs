@@ -30,4 +30,3 @@ pub mod perf_script;
 pub mod stack;
 pub mod store;
 pub mod symbols;
-pub mod symbols;
