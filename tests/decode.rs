@@ -20,6 +20,8 @@ struct JsonSpan {
     name: String,
     kind: String,
     inferred: bool,
+    /// The function's entry address, when known.
+    entry: Option<u64>,
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
@@ -57,6 +59,9 @@ fn decode_json(snap: &Path, extra: &[&str]) -> Vec<JsonSpan> {
             name: field(l, "name").to_string(),
             kind: field(l, "kind").to_string(),
             inferred: l.contains("\"inferred_start\":true"),
+            entry: l
+                .contains("\"entry\":")
+                .then(|| field(l, "entry").parse().unwrap()),
         })
         .collect()
 }
@@ -73,8 +78,10 @@ fn norm(name: &str) -> String {
 /// on another function's entry (tail calls, PLT stubs), and the deepest
 /// nesting of `deep` below `root` on a naive call/return stack.
 struct PerfBranches {
-    calls: BTreeMap<String, u64>,
-    tail: BTreeMap<String, u64>,
+    /// Calls per target address, with perf's name for it.
+    calls: BTreeMap<u64, (u64, String)>,
+    /// Jumps from one function to another's entry, per target address.
+    tail: BTreeMap<u64, (u64, String)>,
 }
 
 fn perf_branches(extracted: &Path) -> PerfBranches {
@@ -102,24 +109,24 @@ fn perf_branches(extracted: &Path) -> PerfBranches {
         else {
             continue;
         };
-        let Some(sym) = to.sym else { continue };
+        let sym = to.sym.unwrap_or("?").to_string();
         let kind = flags.kind();
         use ptscope_decoder::event::EventKind;
         if kind == EventKind::Call {
-            *calls.entry(norm(sym)).or_insert(0) += 1;
+            calls.entry(to.ip).or_insert((0, sym)).0 += 1;
         } else if kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym {
-            *tail.entry(norm(sym)).or_insert(0) += 1;
+            tail.entry(to.ip).or_insert((0, sym)).0 += 1;
         }
     }
     PerfBranches { calls, tail }
 }
 
-/// Spans entered by a call or tail call, per normalized name.
-fn our_calls(spans: &[JsonSpan]) -> BTreeMap<String, u64> {
+/// Spans entered by a call or tail call, per function entry address.
+fn our_calls(spans: &[JsonSpan]) -> BTreeMap<u64, (u64, String)> {
     let mut out = BTreeMap::new();
     for s in spans {
-        if s.kind == "call" && !s.inferred {
-            *out.entry(norm(&s.name)).or_insert(0) += 1;
+        if let (false, Some(e)) = (s.inferred, s.entry) {
+            out.entry(e).or_insert((0, s.name.clone())).0 += 1;
         }
     }
     out
@@ -134,14 +141,18 @@ fn check_against_perf(name: &str, snap: &Path, dir: &Path) -> Vec<JsonSpan> {
     let perf = perf_branches(&extracted);
     let ours = our_calls(&spans);
     let mut diffs = Vec::new();
-    let mut names: Vec<&String> = perf.calls.keys().chain(perf.tail.keys()).collect();
-    names.sort();
-    names.dedup();
-    for f in names {
-        let want = perf.calls.get(f).copied().unwrap_or(0) + perf.tail.get(f).copied().unwrap_or(0);
-        let got = ours.get(f).copied().unwrap_or(0);
+    let mut addrs: Vec<&u64> = perf.calls.keys().chain(perf.tail.keys()).collect();
+    addrs.sort();
+    addrs.dedup();
+    for a in addrs {
+        let name = perf.calls.get(a).or(perf.tail.get(a)).map_or("", |c| c.1.as_str());
+        let want =
+            perf.calls.get(a).map_or(0, |c| c.0) + perf.tail.get(a).map_or(0, |c| c.0);
+        let (got, our_name) = ours.get(a).map_or((0, ""), |c| (c.0, c.1.as_str()));
         if got != want {
-            diffs.push(format!("{f}: perf {want}, ptscope {got}"));
+            diffs.push(format!(
+                "{a:#x} {name} (ours: {our_name}): perf {want}, ptscope {got}"
+            ));
         }
     }
     assert!(

@@ -170,6 +170,9 @@ pub fn decode(
                     if s.has(flag::INFERRED_START) {
                         write!(out, ",\"inferred_start\":true")?;
                     }
+                    if f.entry != 0 {
+                        write!(out, ",\"entry\":{}", f.entry)?;
+                    }
                     writeln!(out, "}}")?;
                 }
                 Format::Text => {

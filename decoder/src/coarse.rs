@@ -170,6 +170,9 @@ fn release(
     let time = to_ns(stamp.tsc);
     match held {
         Held::Event(mut ev) => {
+            if std::env::var_os("PTSCOPE_DEBUG_EVENTS").is_some() {
+                eprintln!("{time} {:?} {:#x} {} -> {:#x} {} entry={} est={}", ev.kind, ev.from, funcs.name(ev.from_fn), ev.to, funcs.name(ev.to_fn), ev.to_is_entry, !stamp.exact);
+            }
             ev.time = time;
             ev.estimated = !stamp.exact;
             builder.event(&ev, funcs);
@@ -259,7 +262,7 @@ impl<R: Resolve> Walker<'_, R> {
         match end {
             BlockEnd::Call => self.emit(EventKind::Call, from, to),
             BlockEnd::Return => self.emit(EventKind::Return, from, to),
-            BlockEnd::Jump | BlockEnd::CondJump | BlockEnd::FarJump => {
+            BlockEnd::Jump | BlockEnd::CondJump | BlockEnd::FarJump | BlockEnd::Indirect => {
                 let f = self.resolve(from);
                 if to < f.lo || to >= f.hi {
                     self.emit(EventKind::Jump, from, to);
@@ -305,11 +308,10 @@ impl<R: Resolve> Walker<'_, R> {
     fn item(&mut self, dec: &mut BlockDecoder<'_>, item: BlockItem) {
         match item {
             BlockItem::Sync { .. } => {
+                // libipt's decoder time is not valid yet here; the PSB+
+                // status events and ticks that follow carry it.
                 self.branch = None;
                 self.need_begin = true;
-                if let Some(tsc) = dec.time() {
-                    self.anchor(tsc);
-                }
             }
             BlockItem::Block(b) => self.block(dec, b),
             BlockItem::Tick { tsc, .. } => {
@@ -321,11 +323,13 @@ impl<R: Resolve> Walker<'_, R> {
                 status_update,
                 tsc,
             } => {
-                if let Some(t) = tsc {
-                    self.anchor(t);
-                }
+                // PSB+ status updates do not bind to an instruction: their
+                // time would pin the wrong one.
                 if status_update {
                     return;
+                }
+                if let Some(t) = tsc {
+                    self.anchor(t);
                 }
                 self.branch = None;
                 self.need_begin = false;
@@ -335,12 +339,14 @@ impl<R: Resolve> Walker<'_, R> {
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }
+                // Only a far transfer (syscall) disables user-only tracing
+                // synchronously; the block cache reports it as indirect.
                 let reason = match self.branch {
-                    Some((BlockEnd::FarCall, _)) => EndReason::Syscall,
+                    Some((BlockEnd::FarCall | BlockEnd::Indirect, _)) => EndReason::Syscall,
                     _ => EndReason::Other,
                 };
                 let from = match self.branch.take() {
-                    Some((BlockEnd::FarCall, from)) => from,
+                    Some((BlockEnd::FarCall | BlockEnd::Indirect, from)) => from,
                     Some((end, from)) => {
                         // A branch out of the traced region: show it.
                         self.branch = Some((end, from));

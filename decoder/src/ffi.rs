@@ -351,6 +351,9 @@ pub enum BlockEnd {
     /// sysret, iret, far ret.
     FarReturn,
     FarJump,
+    /// An indirect jump or a far transfer: libipt's block cache does not
+    /// tell which (`ptic_indirect`).
+    Indirect,
     /// Not a branch: the block ended for another reason.
     Other,
 }
@@ -572,6 +575,7 @@ fn block_end(iclass: sys::pt_insn_class) -> BlockEnd {
         sys::pt_insn_class_ptic_far_call => BlockEnd::FarCall,
         sys::pt_insn_class_ptic_far_return => BlockEnd::FarReturn,
         sys::pt_insn_class_ptic_far_jump => BlockEnd::FarJump,
+        sys::pt_insn_class_ptic_indirect => BlockEnd::Indirect,
         _ => BlockEnd::Other,
     }
 }

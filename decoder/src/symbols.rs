@@ -79,6 +79,9 @@ pub enum SymbolSource {
     Plt,
     /// A `DW_TAG_subprogram` range that no symbol covers.
     Dwarf,
+    /// An `.eh_frame` FDE that no symbol or DWARF covers: a function of a
+    /// stripped binary, named `[unknown] module+0xoffset` after its entry.
+    Unwind,
 }
 
 /// The function containing an address.
@@ -499,6 +502,15 @@ fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         }
     }
 
+    // Unwind tables cover every function of a stripped binary: its FDEs
+    // give exact boundaries where no name is known.
+    let fde = unwind_functions(&file, &code, &segments, path, &mut funcs);
+    if !fde.is_empty() {
+        let known = flatten(pieces.clone());
+        pieces.extend(subtract(&flatten(fde), &known));
+        pieces.sort_by_key(|p| p.start);
+    }
+
     build(
         path,
         funcs,
@@ -508,6 +520,76 @@ fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         context,
         dwarf_problem,
     )
+}
+
+/// Function ranges from `.eh_frame` FDEs, named by module offset.
+fn unwind_functions<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    code: &[(u64, u64)],
+    segments: &[Segment],
+    path: &Path,
+    funcs: &mut Vec<PendingFunc<'d>>,
+) -> Vec<Interval> {
+    use gimli::UnwindSection;
+    use object::{Object, ObjectSection};
+    let mut out = Vec::new();
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return out;
+    };
+    let Ok(data) = section.data() else {
+        return out;
+    };
+    let little = file.is_little_endian();
+    let endian = if little {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let mut eh = gimli::EhFrame::new(data, endian);
+    eh.set_address_size(if file.is_64() { 8 } else { 4 });
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let module = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut entries = eh.entries(&bases);
+    // Bounded: a hostile section cannot loop forever, each entry advances.
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|_, bases, o| eh.cie_from_offset(bases, o)) else {
+            continue;
+        };
+        let start = fde.initial_address();
+        let Some(end) = start.checked_add(fde.len()) else {
+            continue;
+        };
+        if fde.len() == 0 || region_containing(code, start).is_none() {
+            continue;
+        }
+        let Ok(func) = u32::try_from(funcs.len()) else {
+            break;
+        };
+        let offset = segments
+            .iter()
+            .find(|s| start >= s.vaddr && start - s.vaddr < s.filesz)
+            .map_or(start, |s| start - s.vaddr + s.offset);
+        funcs.push(PendingFunc {
+            entry: start,
+            end,
+            name: Cow::Owned(format!("[unknown] {module}+{offset:#x}")),
+            plt: false,
+            source: SymbolSource::Unwind,
+        });
+        out.push(Interval { start, end, func });
+    }
+    out
 }
 
 /// Executable address ranges, sorted and merged: from the section headers,
@@ -617,6 +699,7 @@ fn source_rank(source: SymbolSource) -> u8 {
         SymbolSource::Dynsym => 1,
         SymbolSource::Plt => 2,
         SymbolSource::Dwarf => 3,
+        SymbolSource::Unwind => 4,
     }
 }
 
