@@ -184,15 +184,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }) => {
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            crate::report::decode(&m, from, to, format, &mut out)?;
-            out.flush()?;
+            crate::report::quiet_pipe(
+                crate::report::decode(&m, from, to, format, &mut out)
+                    .and_then(|()| Ok(out.flush()?)),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Stats { input, sort, limit }) => {
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            crate::report::stats(&m, sort, limit, &mut out)?;
-            out.flush()?;
+            crate::report::quiet_pipe(
+                crate::report::stats(&m, sort, limit, &mut out).and_then(|()| Ok(out.flush()?)),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -113,6 +113,19 @@ fn json_str(out: &mut impl Write, s: &str) -> std::io::Result<()> {
     out.write_all(b"\"")
 }
 
+/// A closed pipe (`ptscope decode … | head`) is not an error.
+pub fn quiet_pipe(r: Result<()>) -> Result<()> {
+    match r {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 pub fn decode(
     m: &Model,
     from: Option<u64>,
@@ -237,7 +250,11 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
     for (id, s) in rows.iter().take(limit.unwrap_or(usize::MAX)) {
         let f = m.funcs.get(*id);
         let name = if kind_is_call(&m.funcs, *id) && !f.module.is_empty() {
-            format!("{}  ({})", f.name, f.module.rsplit('/').next().unwrap_or(""))
+            format!(
+                "{}  ({})",
+                f.name,
+                f.module.rsplit('/').next().unwrap_or("")
+            )
         } else {
             f.name.clone()
         };

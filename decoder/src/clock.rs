@@ -52,7 +52,10 @@ impl<T> Clock<T> {
         let tsc = tsc.max(t0);
         for (p, item) in self.pending.drain(..) {
             let stamp = if p >= pos {
-                Stamp { tsc, exact: p == pos }
+                Stamp {
+                    tsc,
+                    exact: p == pos,
+                }
             } else if self.anchor.is_none() || pos <= p0 {
                 // Before the first anchor: back-extrapolate with the rate
                 // we do not have yet, so pin it to the anchor.

@@ -27,6 +27,12 @@ pub struct Resolved {
 /// Maps addresses to functions; implemented per process over its mappings.
 pub trait Resolve {
     fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved;
+    /// `addr` is a call target: a function starts there even if no symbol
+    /// says so. Returns true if that is news (cached ranges are stale).
+    fn learn_entry(&mut self, addr: u64, funcs: &mut FuncTable) -> bool {
+        let _ = (addr, funcs);
+        false
+    }
     /// The label of a decode error at `ip` (e.g. a missing binary there).
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
         let _ = ip;
@@ -147,7 +153,17 @@ pub fn decode_thread<R: Resolve>(
         figures,
         ..
     } = w;
-    clock.finish(|s, h| release(&mut builder, funcs, to_ns, &mut checkpoints, &mut stacks, s, h));
+    clock.finish(|s, h| {
+        release(
+            &mut builder,
+            funcs,
+            to_ns,
+            &mut checkpoints,
+            &mut stacks,
+            s,
+            h,
+        )
+    });
     let (spans, stack) = builder.finish();
     Ok(ThreadDecode {
         spans,
@@ -170,9 +186,6 @@ fn release(
     let time = to_ns(stamp.tsc);
     match held {
         Held::Event(mut ev) => {
-            if std::env::var_os("PTSCOPE_DEBUG_EVENTS").is_some() {
-                eprintln!("{time} {:?} {:#x} {} -> {:#x} {} entry={} est={}", ev.kind, ev.from, funcs.name(ev.from_fn), ev.to, funcs.name(ev.to_fn), ev.to_is_entry, !stamp.exact);
-            }
             ev.time = time;
             ev.estimated = !stamp.exact;
             builder.event(&ev, funcs);
@@ -215,6 +228,14 @@ impl<R: Resolve> Walker<'_, R> {
         } else {
             self.resolve(from).func
         };
+        if kind == EventKind::Call && to != 0 && self.resolver.learn_entry(to, self.funcs) {
+            self.cur = Resolved {
+                func: UNKNOWN,
+                lo: 1,
+                hi: 0,
+                entry: 0,
+            };
+        }
         let (to_fn, to_is_entry) = if to == 0 {
             (UNKNOWN, false)
         } else {

@@ -286,8 +286,7 @@ impl SectionCache {
         let name = CString::new(file.as_os_str().as_encoded_bytes())
             .map_err(|_| PtError(-(sys::pt_error_code_pte_invalid as i32)))?;
         // SAFETY: raw is live; name is a valid C string that libipt copies.
-        let rc =
-            unsafe { sys::pt_iscache_add_file(self.raw, name.as_ptr(), offset, size, vaddr) };
+        let rc = unsafe { sys::pt_iscache_add_file(self.raw, name.as_ptr(), offset, size, vaddr) };
         if rc < 0 {
             Err(PtError(rc))
         } else {
@@ -372,7 +371,9 @@ pub struct Block {
 #[derive(Clone, Copy, Debug)]
 pub enum BlockItem {
     /// Decoding (re)started at a PSB at this trace offset.
-    Sync { offset: u64 },
+    Sync {
+        offset: u64,
+    },
     Block(Block),
     /// Tracing enabled at `ip`; a status update repeats the known state.
     Enabled {
@@ -381,15 +382,31 @@ pub enum BlockItem {
         tsc: Option<u64>,
     },
     /// Tracing disabled after the last block (synchronously).
-    Disabled { ip: Option<u64>, tsc: Option<u64> },
+    Disabled {
+        ip: Option<u64>,
+        tsc: Option<u64>,
+    },
     /// Tracing disabled asynchronously at `at` (an interrupt or fault).
-    AsyncDisabled { at: u64, tsc: Option<u64> },
+    AsyncDisabled {
+        at: u64,
+        tsc: Option<u64>,
+    },
     /// An asynchronous branch with both ends traced.
-    AsyncBranch { from: u64, to: u64, tsc: Option<u64> },
+    AsyncBranch {
+        from: u64,
+        to: u64,
+        tsc: Option<u64>,
+    },
     /// The hardware lost trace; decoding resumes at `ip`.
-    Overflow { ip: Option<u64>, tsc: Option<u64> },
+    Overflow {
+        ip: Option<u64>,
+        tsc: Option<u64>,
+    },
     /// Time is known exactly at the end of the last block.
-    Tick { ip: Option<u64>, tsc: u64 },
+    Tick {
+        ip: Option<u64>,
+        tsc: u64,
+    },
     /// A decode error at `offset`; the walk resyncs at the next PSB. `ip`
     /// is where the decoder was.
     Error {
@@ -498,7 +515,8 @@ impl<'a> BlockDecoder<'a> {
                     // SAFETY: zeroed plain data of the size we pass.
                     let mut ev: sys::pt_event = unsafe { zeroed() };
                     // SAFETY: dec is live; ev is a valid out-struct.
-                    st = unsafe { sys::pt_blk_event(self.dec, &mut ev, size_of::<sys::pt_event>()) };
+                    st =
+                        unsafe { sys::pt_blk_event(self.dec, &mut ev, size_of::<sys::pt_event>()) };
                     if st < 0 {
                         break;
                     }

@@ -102,6 +102,9 @@ pub struct ProcessSymbols {
     maps: Vec<Mapping>,
     /// Function ids by (mapping, entry svma), so lookups intern once.
     ids: HashMap<(usize, u64), FuncId>,
+    /// Call targets in code no symbol covers: each starts a function that
+    /// runs to the next one, named `[unknown] module+0xoffset`.
+    learned: std::collections::BTreeMap<u64, FuncId>,
 }
 
 impl ProcessSymbols {
@@ -133,6 +136,7 @@ impl ProcessSymbols {
         ProcessSymbols {
             maps,
             ids: HashMap::new(),
+            learned: std::collections::BTreeMap::new(),
         }
     }
 
@@ -170,23 +174,23 @@ impl Resolve for ProcessSymbols {
             };
         }
         let file_off = m.pgoff + (addr - m.start);
-        let module = m.module.as_ref();
-        let svma = module.and_then(|md| md.file_offset_to_svma(file_off));
-        if let (Some(md), Some(svma)) = (module, svma) {
-            if let Some(f) = md.function(svma) {
-                let entry = addr - (svma - f.entry);
-                let lo = entry.max(m.start);
-                let hi = (entry + (f.end - f.entry)).min(m.end).max(addr + 1);
-                let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
-                    funcs.intern(&f.name, &m.path, entry, SpanKind::Call)
-                });
-                return Resolved {
-                    func: id,
-                    lo,
-                    hi,
-                    entry,
-                };
-            }
+        if let Some(r) = self.symbol(mi, addr, funcs) {
+            return r;
+        }
+        let m = &self.maps[mi];
+        // A function learned from a call into unnamed code.
+        if let Some((&start, &func)) = self.learned.range(m.start..=addr).next_back() {
+            let hi = self
+                .learned
+                .range(addr + 1..m.end)
+                .next()
+                .map_or(m.end, |(&s, _)| s);
+            return Resolved {
+                func,
+                lo: start,
+                hi,
+                entry: start,
+            };
         }
         // Code no symbol covers: one `[unknown]` per module, named by the
         // module offset where we first met it.
@@ -206,6 +210,28 @@ impl Resolve for ProcessSymbols {
         }
     }
 
+    fn learn_entry(&mut self, addr: u64, funcs: &mut FuncTable) -> bool {
+        let Some(mi) = self.mapping(addr) else {
+            return false;
+        };
+        if self.maps[mi].missing
+            || self.learned.contains_key(&addr)
+            || self.symbol(mi, addr, funcs).is_some()
+        {
+            return false;
+        }
+        let m = &self.maps[mi];
+        let off = m.pgoff + (addr - m.start);
+        let id = funcs.intern(
+            &format!("[unknown] {}+{:#x}", basename(&m.path), off),
+            &m.path,
+            addr,
+            SpanKind::Call,
+        );
+        self.learned.insert(addr, id);
+        true
+    }
+
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
         if let Some(mi) = ip.and_then(|ip| self.mapping(ip)) {
             if self.maps[mi].missing {
@@ -213,6 +239,41 @@ impl Resolve for ProcessSymbols {
             }
         }
         funcs.decode_error(&error.message())
+    }
+}
+
+impl ProcessSymbols {
+    /// The symbol (or unwind-table function) at `addr` of mapping `mi`.
+    fn symbol(&mut self, mi: usize, addr: u64, funcs: &mut FuncTable) -> Option<Resolved> {
+        let m = &self.maps[mi];
+        let file_off = m.pgoff + (addr - m.start);
+        let module = m.module.as_ref();
+        let svma = module.and_then(|md| md.file_offset_to_svma(file_off));
+        if let (Some(md), Some(svma)) = (module, svma) {
+            if let Some(f) = md.function(svma) {
+                let entry = addr - (svma - f.entry);
+                let lo = entry.max(m.start);
+                let hi = (entry + (f.end - f.entry)).min(m.end).max(addr + 1);
+                let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
+                    // Unwind-table functions are named after the module
+                    // as mapped, not the cached file's name.
+                    if f.source == crate::symbols::SymbolSource::Unwind {
+                        let off = m.pgoff + (entry.saturating_sub(m.start));
+                        let name = format!("[unknown] {}+{off:#x}", basename(&m.path));
+                        funcs.intern(&name, &m.path, entry, SpanKind::Call)
+                    } else {
+                        funcs.intern(f.name, &m.path, entry, SpanKind::Call)
+                    }
+                });
+                return Some(Resolved {
+                    func: id,
+                    lo,
+                    hi,
+                    entry,
+                });
+            }
+        }
+        None
     }
 }
 
@@ -226,7 +287,11 @@ pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, D
     decode_trace(snap, &trace, opts)
 }
 
-fn decode_trace(snap: &Snapshot, trace: &Trace, opts: &DecodeOptions) -> Result<Model, DecodeError> {
+fn decode_trace(
+    snap: &Snapshot,
+    trace: &Trace,
+    opts: &DecodeOptions,
+) -> Result<Model, DecodeError> {
     let libipt = |error| DecodeError::Libipt {
         path: snap.path.clone(),
         error,
@@ -284,7 +349,10 @@ fn decode_trace(snap: &Snapshot, trace: &Trace, opts: &DecodeOptions) -> Result<
         for &isid in isids.iter() {
             image.add(isid).map_err(libipt)?;
         }
-        let comm = trace.thread(tid).map(|t| t.comm.clone()).unwrap_or_default();
+        let comm = trace
+            .thread(tid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_default();
         let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
         let d = decode_thread(
             &s.data,

@@ -534,7 +534,11 @@ mod tests {
                             funcs.name(s.func()),
                             s.start,
                             spans.end(d, i),
-                            if s.has(flag::INFERRED_START) { " inferred" } else { "" }
+                            if s.has(flag::INFERRED_START) {
+                                " inferred"
+                            } else {
+                                ""
+                            }
                         ),
                     ));
                 }
@@ -600,7 +604,9 @@ mod tests {
             s.ret(t + 20, "puts", "main");
         }
         let tree = s.tree();
-        assert!(tree.iter().all(|r| r.starts_with('0') || r.starts_with('1')));
+        assert!(tree
+            .iter()
+            .all(|r| r.starts_with('0') || r.starts_with('1')));
         assert_eq!(tree.iter().filter(|r| r.contains(" puts ")).count(), 3);
         assert_eq!(tree.iter().filter(|r| r.contains("puts@plt")).count(), 3);
     }
@@ -636,7 +642,13 @@ mod tests {
             s.call(t, "run", "thrower");
             s.call(t + 1, "thrower", "_Unwind_RaiseException");
             // The landing pad is in the middle of run.
-            s.ev(t + 5, EventKind::Jump, "_Unwind_RaiseException", "run", false);
+            s.ev(
+                t + 5,
+                EventKind::Jump,
+                "_Unwind_RaiseException",
+                "run",
+                false,
+            );
         }
         let (_, stats) = {
             let Script { funcs: _, b } = s;
@@ -649,9 +661,21 @@ mod tests {
     fn syscall_and_untraced_spans_nest_under_the_caller() {
         let mut s = Script::new();
         s.call(10, "main", "write");
-        s.ev(20, EventKind::TraceEnd(EndReason::Syscall), "write", "", false);
+        s.ev(
+            20,
+            EventKind::TraceEnd(EndReason::Syscall),
+            "write",
+            "",
+            false,
+        );
         s.ev(50, EventKind::TraceBegin, "", "write", false);
-        s.ev(60, EventKind::TraceEnd(EndReason::Other), "write", "", false);
+        s.ev(
+            60,
+            EventKind::TraceEnd(EndReason::Other),
+            "write",
+            "",
+            false,
+        );
         s.ev(70, EventKind::TraceBegin, "", "write", false);
         s.ret(80, "write", "main");
         let tree = s.tree();
@@ -683,11 +707,7 @@ mod tests {
         assert_eq!(stats.double_disable, 1);
         assert_eq!(
             s.tree(),
-            [
-                "0 main 5-40 inferred",
-                "1 a 10-40",
-                "2 [untraced] 20-30"
-            ]
+            ["0 main 5-40 inferred", "1 a 10-40", "2 [untraced] 20-30"]
         );
     }
 
@@ -701,7 +721,13 @@ mod tests {
         s.call(35, "handler", "puts");
         s.ret(36, "puts", "handler");
         s.ret(40, "handler", "__restore_rt");
-        s.ev(41, EventKind::TraceEnd(EndReason::Syscall), "__restore_rt", "", false);
+        s.ev(
+            41,
+            EventKind::TraceEnd(EndReason::Syscall),
+            "__restore_rt",
+            "",
+            false,
+        );
         s.ev(50, EventKind::TraceBegin, "", "work", false);
         s.ret(60, "work", "main");
         assert_eq!(

@@ -114,7 +114,10 @@ impl ThreadSpans {
     }
 
     pub fn lanes(&self) -> impl Iterator<Item = (usize, &[Span])> {
-        self.lanes.iter().enumerate().map(|(d, l)| (d, l.as_slice()))
+        self.lanes
+            .iter()
+            .enumerate()
+            .map(|(d, l)| (d, l.as_slice()))
     }
 
     /// The duration of the span at `index` of lane `depth`.
@@ -232,11 +235,7 @@ impl FuncStats {
 /// Calls, total, self, min and max per function, over the spans of
 /// `threads` that lie in `[from, to)` (by start time). Self time is the
 /// duration less the time of direct children.
-pub fn function_stats(
-    threads: &[ThreadSpans],
-    from: u64,
-    to: u64,
-) -> HashMap<FuncId, FuncStats> {
+pub fn function_stats(threads: &[ThreadSpans], from: u64, to: u64) -> HashMap<FuncId, FuncStats> {
     let mut out: HashMap<FuncId, FuncStats> = HashMap::new();
     for t in threads {
         for d in 0..t.depth() {
