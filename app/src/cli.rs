@@ -21,7 +21,7 @@ use ptscope_decoder::packet::{self, Packets};
     name = "ptscope",
     version,
     about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.",
-    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on FILE, or on the bundled demo snapshot (the timeline view is being built; for now the window sums up the snapshot).\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
+    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on FILE, or on the bundled demo snapshot (the timeline view is being built; for now the window sums up the snapshot; `ptscope decode` prints every call).\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
 )]
 pub struct Args {
     #[command(subcommand)]
