@@ -1778,7 +1778,13 @@ mod tests {
         let f = syms.function(main + 2).unwrap();
         assert_eq!((f.name, f.entry, f.end), ("main", main, main + size));
         assert_eq!(f.source, SymbolSource::Dynsym);
-        assert_eq!(syms.function(nm["sum_bumps"].0), None);
+        // The static function lost its name, but the unwind table still
+        // knows where it starts and ends.
+        let (sb, sb_size) = nm["sum_bumps"];
+        let f = syms.function(sb + 1).unwrap();
+        assert_eq!(f.source, SymbolSource::Unwind);
+        assert_eq!((f.entry, f.end), (sb, sb + sb_size));
+        assert!(f.name.starts_with("[unknown] dynamic+0x"), "{}", f.name);
         for (addr, label) in &plt {
             assert_eq!(syms.function(*addr).unwrap().name, label);
         }
