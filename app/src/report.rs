@@ -221,8 +221,7 @@ fn kind_is_call(funcs: &FuncTable, id: u32) -> bool {
 }
 
 pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Write) -> Result<()> {
-    let spans: Vec<_> = m.threads.iter().map(|t| t.spans.clone()).collect();
-    let all = function_stats(&spans, 0, u64::MAX);
+    let all = function_stats(m.threads.iter().map(|t| &t.spans), 0, u64::MAX);
     let mut rows: Vec<(u32, FuncStats)> = all.into_iter().collect();
     let key = |s: &FuncStats| match sort {
         SortKey::Calls => s.calls,

@@ -95,11 +95,6 @@ impl<T> Clock<T> {
             );
         }
     }
-
-    /// Items are waiting for an anchor.
-    pub fn is_holding(&self) -> bool {
-        !self.pending.is_empty()
-    }
 }
 
 #[cfg(test)]

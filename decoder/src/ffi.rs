@@ -466,14 +466,6 @@ impl<'a> BlockDecoder<'a> {
         off
     }
 
-    /// The decoder's current time (TSC), if it has seen any.
-    pub fn time(&self) -> Option<u64> {
-        let (mut t, mut m, mut c) = (0u64, 0u32, 0u32);
-        // SAFETY: dec is live; out-pointers are valid.
-        let rc = unsafe { sys::pt_blk_time(self.dec, &mut t, &mut m, &mut c) };
-        (rc >= 0).then_some(t)
-    }
-
     /// Walks the whole buffer. `on_item` returns false to stop early; it
     /// may call [`BlockDecoder::set_image`] through the decoder it is
     /// given.

@@ -235,7 +235,11 @@ impl FuncStats {
 /// Calls, total, self, min and max per function, over the spans of
 /// `threads` that lie in `[from, to)` (by start time). Self time is the
 /// duration less the time of direct children.
-pub fn function_stats(threads: &[ThreadSpans], from: u64, to: u64) -> HashMap<FuncId, FuncStats> {
+pub fn function_stats<'a>(
+    threads: impl IntoIterator<Item = &'a ThreadSpans>,
+    from: u64,
+    to: u64,
+) -> HashMap<FuncId, FuncStats> {
     let mut out: HashMap<FuncId, FuncStats> = HashMap::new();
     for t in threads {
         for d in 0..t.depth() {
@@ -341,7 +345,7 @@ mod tests {
         t.push(1, 10, 30, b, 0);
         t.push(1, 50, 60, b, 0);
         t.push(0, 200, 210, a, 0);
-        let s = function_stats(&[t], 0, u64::MAX);
+        let s = function_stats([&t], 0, u64::MAX);
         assert_eq!(
             s[&a],
             FuncStats {
