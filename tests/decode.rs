@@ -265,6 +265,100 @@ fn threads_decode_separately_and_match_perf() {
     assert!(tids.len() >= 2, "{tids:?}");
 }
 
+/// perf's calls (plus tail calls) per (tid, entry address).
+fn perf_calls_per_thread(extracted: &Path) -> BTreeMap<(i32, u64), u64> {
+    let out = Command::new("perf")
+        .arg("--buildid-dir")
+        .arg(extracted)
+        .args([
+            "script",
+            "--itrace=b",
+            "-F",
+            "pid,tid,time,flags,ip,addr,sym,symoff,dso",
+            "-i",
+        ])
+        .arg(extracted.join("perf.data"))
+        .output()
+        .expect("perf is not installed; the tests need linux-perf (see README)");
+    assert!(out.status.success(), "perf script failed");
+    let mut calls = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        use ptscope_decoder::event::EventKind;
+        use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
+        let Ok(Some(ScriptRecord::Branch {
+            tid,
+            flags,
+            from,
+            to,
+            ..
+        })) = parse_line(line)
+        else {
+            continue;
+        };
+        let kind = flags.kind();
+        let tail = kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym;
+        if kind == EventKind::Call || tail {
+            *calls.entry((tid, to.ip)).or_insert(0) += 1;
+        }
+    }
+    calls
+}
+
+#[test]
+fn per_cpu_trace_is_divided_among_threads_like_perf_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c");
+    let (snap, _) = record(
+        dir.path(),
+        "threads",
+        &["--per-cpu"],
+        &[exe.to_str().unwrap()],
+    );
+    let spans = decode_json(&snap, &[]);
+    let extracted = extract(&snap, dir.path());
+    let perf = perf_calls_per_thread(&extracted);
+    let mut ours: BTreeMap<(i32, u64), u64> = BTreeMap::new();
+    for s in &spans {
+        if let (false, Some(e), "call") = (s.inferred, s.entry, s.kind.as_str()) {
+            *ours.entry((s.tid, e)).or_insert(0) += 1;
+        }
+    }
+    let diffs: Vec<String> = perf
+        .iter()
+        .filter(|(k, n)| ours.get(k) != Some(n))
+        .map(|((tid, a), n)| {
+            format!(
+                "tid {tid} {a:#x}: perf {n}, ptscope {:?}",
+                ours.get(&(*tid, *a))
+            )
+        })
+        .collect();
+    println!(
+        "per-cpu: {} of {} (thread, function) call counts agree with perf",
+        perf.len() - diffs.len(),
+        perf.len()
+    );
+    assert!(diffs.len() <= 3 && perf.len() > 20, "{}", diffs.join("\n"));
+    // What threads.c implies, thread by thread: main spins once, the
+    // worker once, inside `worker`.
+    let tids: std::collections::BTreeSet<i32> = spans.iter().map(|s| s.tid).collect();
+    assert_eq!(tids.len(), 2, "{tids:?}");
+    let on = |tid: i32, f: &str| {
+        spans
+            .iter()
+            .filter(|s| s.tid == tid && norm(&s.name) == f && !s.inferred)
+            .count()
+    };
+    let main_tid = *tids.iter().min().unwrap();
+    let worker_tid = *tids.iter().max().unwrap();
+    assert_eq!(on(main_tid, "main"), 1);
+    assert_eq!(on(main_tid, "spin"), 1);
+    assert_eq!(on(main_tid, "worker"), 0);
+    assert_eq!(on(worker_tid, "worker"), 1);
+    assert_eq!(on(worker_tid, "spin"), 1);
+    assert_eq!(on(worker_tid, "main"), 0);
+}
+
 /// Number of instructions in `func` of `exe`, by objdump.
 fn instructions_in(exe: &Path, func: &str) -> u64 {
     let out = Command::new("objdump")

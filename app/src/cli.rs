@@ -63,6 +63,11 @@ pub struct CaptureOpts {
     /// as ground truth for testing. Emulated backend only.
     #[arg(long, value_name = "FILE", hide = true)]
     pub ip_log: Option<PathBuf>,
+    /// Trace through one CPU-wide PT unit, as `perf record -a -e intel_pt//u`
+    /// does: one AUX queue for the CPU, threads told apart by context-switch
+    /// records. The emulated backend runs every thread on one virtual CPU.
+    #[arg(long)]
+    pub per_cpu: bool,
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -259,6 +264,7 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
             ip_log: opts.ip_log.is_some(),
             progress: !opts.quiet,
             interrupt,
+            per_cpu: opts.per_cpu,
         },
     )?;
     let stop = match &cap.stop {

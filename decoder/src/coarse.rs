@@ -40,6 +40,18 @@ pub trait Resolve {
     }
 }
 
+impl<R: Resolve + ?Sized> Resolve for &mut R {
+    fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
+        (**self).resolve(addr, funcs)
+    }
+    fn learn_entry(&mut self, addr: u64, funcs: &mut FuncTable) -> bool {
+        (**self).learn_entry(addr, funcs)
+    }
+    fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
+        (**self).error_func(ip, error, funcs)
+    }
+}
+
 /// Where re-decoding can start: one per PSB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -54,6 +66,8 @@ pub struct Checkpoint {
     /// The open frames there: `stacks[stack_start..stack_start+stack_len]`.
     pub stack_start: u32,
     pub stack_len: u32,
+    /// The AUX queue (thread or CPU) `offset` is in.
+    pub queue: u32,
 }
 
 /// Counters from one thread's walk.
@@ -77,20 +91,175 @@ pub struct ThreadDecode {
     pub stacks: Vec<(FuncId, u64)>,
 }
 
-enum Held {
-    Event(Event),
-    Checkpoint { offset: u64, ip: u64, insn: u64 },
+/// A thread whose code appears in a queue's trace.
+pub struct QueueThread {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    /// Index of its process in the `procs` given to [`decode_queue`].
+    pub proc: usize,
 }
 
-struct Walker<'r, R: Resolve> {
-    resolver: &'r mut R,
-    funcs: &'r mut FuncTable,
-    to_ns: &'r dyn Fn(u64) -> u64,
-    clock: Clock<Held>,
+/// Who runs on a per-CPU queue: from each `(time, slot)` on, the thread
+/// `threads[slot]` does, until the next entry. Sorted by time (perf ns).
+pub type Schedule = [(u64, usize)];
+
+/// The thread `schedule` puts on the CPU at `time`; before its first
+/// entry, the one that entry names (tracing starts with a switch-in).
+pub fn scheduled(schedule: &Schedule, time: u64) -> Option<usize> {
+    let i = schedule.partition_point(|&(t, _)| t <= time);
+    schedule.get(i.saturating_sub(1)).map(|&(_, slot)| slot)
+}
+
+enum Held {
+    Event(Event, usize),
+    Checkpoint {
+        offset: u64,
+        ip: u64,
+        insn: u64,
+        slot: usize,
+    },
+}
+
+/// Where a walk's timed events and checkpoints go, per thread slot.
+pub trait Sink {
+    fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable);
+    fn checkpoint(&mut self, slot: usize, at: Checkpoint);
+}
+
+/// One thread's stack builder and checkpoints.
+struct Out {
     builder: StackBuilder,
     checkpoints: Vec<Checkpoint>,
     stacks: Vec<(FuncId, u64)>,
     figures: WalkFigures,
+}
+
+/// The sink that builds each thread's stacks as its events arrive in time
+/// order.
+pub struct ThreadBuilders {
+    outs: Vec<Out>,
+}
+
+impl ThreadBuilders {
+    pub fn new(threads: &[QueueThread]) -> ThreadBuilders {
+        ThreadBuilders {
+            outs: threads
+                .iter()
+                .map(|t| Out {
+                    builder: StackBuilder::new(t.pid, t.tid, t.comm.clone()),
+                    checkpoints: Vec::new(),
+                    stacks: Vec::new(),
+                    figures: WalkFigures::default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Adds a walk's counters to its threads'.
+    pub fn add_figures(&mut self, figures: Vec<WalkFigures>) {
+        for (o, f) in self.outs.iter_mut().zip(figures) {
+            let of = &mut o.figures;
+            of.blocks += f.blocks;
+            of.instructions += f.instructions;
+            of.ticks += f.ticks;
+            of.overflows += f.overflows;
+            of.errors.extend(f.errors);
+        }
+    }
+
+    pub fn finish(self) -> Vec<ThreadDecode> {
+        self.outs
+            .into_iter()
+            .map(|o| {
+                let (spans, stack) = o.builder.finish();
+                ThreadDecode {
+                    spans,
+                    stack,
+                    walk: o.figures,
+                    checkpoints: o.checkpoints,
+                    stacks: o.stacks,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Sink for ThreadBuilders {
+    fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable) {
+        self.outs[slot].builder.event(ev, funcs);
+    }
+
+    fn checkpoint(&mut self, slot: usize, mut at: Checkpoint) {
+        let o = &mut self.outs[slot];
+        at.stack_start = o.stacks.len() as u32;
+        o.stacks.extend(o.builder.frames());
+        at.stack_len = o.stacks.len() as u32 - at.stack_start;
+        o.checkpoints.push(at);
+    }
+}
+
+/// A timed item of a per-CPU queue, kept so that queues can be merged in
+/// time order: a thread that migrates between CPUs has one stack.
+#[derive(Clone, Debug)]
+pub enum Timed {
+    Event(Event),
+    Checkpoint(Checkpoint),
+}
+
+/// The sink that keeps a queue's items, by thread slot, in time order.
+#[derive(Default)]
+pub struct TimedItems {
+    pub items: Vec<(usize, Timed)>,
+}
+
+impl TimedItems {
+    fn time(t: &Timed) -> u64 {
+        match t {
+            Timed::Event(e) => e.time,
+            Timed::Checkpoint(c) => c.time,
+        }
+    }
+
+    /// Merges queues into `sink` in time order (queue order breaks ties).
+    pub fn merge_into(queues: Vec<TimedItems>, sink: &mut dyn Sink, funcs: &FuncTable) {
+        let mut all: Vec<(usize, Timed)> = queues.into_iter().flat_map(|q| q.items).collect();
+        all.sort_by_key(|(_, t)| Self::time(t));
+        for (slot, t) in all {
+            match t {
+                Timed::Event(e) => sink.event(slot, &e, funcs),
+                Timed::Checkpoint(c) => sink.checkpoint(slot, c),
+            }
+        }
+    }
+}
+
+impl Sink for TimedItems {
+    fn event(&mut self, slot: usize, ev: &Event, _funcs: &FuncTable) {
+        self.items.push((slot, Timed::Event(ev.clone())));
+    }
+
+    fn checkpoint(&mut self, slot: usize, at: Checkpoint) {
+        self.items.push((slot, Timed::Checkpoint(at)));
+    }
+}
+
+struct Walker<'r, 'i, R: Resolve> {
+    procs: &'r mut [R],
+    images: &'r [&'i Image<'i>],
+    thread_proc: Vec<usize>,
+    schedule: &'r Schedule,
+    /// The thread on the CPU, and its process.
+    slot: usize,
+    proc: usize,
+    /// The last time a timing packet gave (TSC), for scheduling.
+    last_tsc: Option<u64>,
+    funcs: &'r mut FuncTable,
+    to_ns: &'r dyn Fn(u64) -> u64,
+    clock: Clock<Held>,
+    sink: &'r mut dyn Sink,
+    queue: u32,
+    figures: Vec<WalkFigures>,
     /// Instructions retired so far.
     pos: u64,
     /// A branch whose target the next block or event will tell.
@@ -109,23 +278,76 @@ pub fn decode_thread<R: Resolve>(
     trace: &[u8],
     cfg: &DecoderConfig,
     image: &Image<'_>,
-    resolver: &mut R,
+    resolver: R,
     funcs: &mut FuncTable,
     to_ns: &dyn Fn(u64) -> u64,
     psbs: &[u64],
     thread: (i32, i32, String),
 ) -> Result<ThreadDecode, PtError> {
+    let threads = [QueueThread {
+        pid: thread.0,
+        tid: thread.1,
+        comm: thread.2,
+        proc: 0,
+    }];
+    let mut procs = [resolver];
+    let mut sink = ThreadBuilders::new(&threads);
+    let figures = decode_queue(
+        trace,
+        (cfg, 0),
+        &[image],
+        &mut procs,
+        &[0],
+        &[],
+        funcs,
+        to_ns,
+        psbs,
+        &mut sink,
+    )?;
+    sink.add_figures(figures);
+    Ok(sink.finish().pop().expect("one thread in, one out"))
+}
+
+/// Runs the coarse pass over one AUX queue: a thread's trace, or a CPU's
+/// that `schedule` divides among `threads` (from context-switch
+/// sideband). The thread is chosen again at every trace enable, since in
+/// user-space tracing a context switch always passes through the kernel;
+/// the decoder's image follows the thread's process (`images[proc]`,
+/// resolved by `procs[proc]`; `thread_procs[slot]` is a thread's process).
+/// Timed events go to `sink`; returns each thread's walk counters.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_queue<'i, R: Resolve>(
+    trace: &'i [u8],
+    (cfg, queue): (&DecoderConfig, u32),
+    images: &[&'i Image<'i>],
+    procs: &mut [R],
+    thread_procs: &[usize],
+    schedule: &Schedule,
+    funcs: &mut FuncTable,
+    to_ns: &dyn Fn(u64) -> u64,
+    psbs: &[u64],
+    sink: &mut dyn Sink,
+) -> Result<Vec<WalkFigures>, PtError> {
     let mut dec = BlockDecoder::new(trace, cfg)?;
-    dec.set_image(image)?;
+    let slot = schedule.first().map_or(0, |&(_, s)| s);
+    let proc = thread_procs.get(slot).copied().unwrap_or(0);
+    if let Some(image) = images.get(proc) {
+        dec.set_image(image)?;
+    }
     let mut w = Walker {
-        resolver,
+        procs,
+        images,
+        thread_proc: thread_procs.to_vec(),
+        schedule,
+        slot,
+        proc,
+        last_tsc: None,
         funcs,
         to_ns,
         clock: Clock::default(),
-        builder: StackBuilder::new(thread.0, thread.1, thread.2),
-        checkpoints: Vec::new(),
-        stacks: Vec::new(),
-        figures: WalkFigures::default(),
+        sink,
+        queue,
+        figures: vec![WalkFigures::default(); thread_procs.len().max(1)],
         pos: 0,
         branch: None,
         need_begin: true,
@@ -145,67 +367,93 @@ pub fn decode_thread<R: Resolve>(
     w.flush_branch(None);
     let Walker {
         mut clock,
-        mut builder,
         funcs,
         to_ns,
-        mut checkpoints,
-        mut stacks,
+        sink,
+        queue,
         figures,
         ..
     } = w;
-    clock.finish(|s, h| {
-        release(
-            &mut builder,
-            funcs,
-            to_ns,
-            &mut checkpoints,
-            &mut stacks,
-            s,
-            h,
-        )
-    });
-    let (spans, stack) = builder.finish();
-    Ok(ThreadDecode {
-        spans,
-        stack,
-        walk: figures,
-        checkpoints,
-        stacks,
-    })
+    clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
+    Ok(figures)
 }
 
 fn release(
-    builder: &mut StackBuilder,
+    sink: &mut dyn Sink,
+    queue: u32,
     funcs: &FuncTable,
     to_ns: &dyn Fn(u64) -> u64,
-    checkpoints: &mut Vec<Checkpoint>,
-    stacks: &mut Vec<(FuncId, u64)>,
     stamp: Stamp,
     held: Held,
 ) {
     let time = to_ns(stamp.tsc);
     match held {
-        Held::Event(mut ev) => {
+        Held::Event(mut ev, slot) => {
             ev.time = time;
             ev.estimated = !stamp.exact;
-            builder.event(&ev, funcs);
+            sink.event(slot, &ev, funcs);
         }
-        Held::Checkpoint { offset, ip, insn } => {
-            let start = stacks.len() as u32;
-            stacks.extend(builder.frames());
-            checkpoints.push(Checkpoint {
-                offset,
-                time,
-                ip,
-                insn,
-                stack_start: start,
-                stack_len: stacks.len() as u32 - start,
-            });
+        Held::Checkpoint {
+            offset,
+            ip,
+            insn,
+            slot,
+        } => {
+            sink.checkpoint(
+                slot,
+                Checkpoint {
+                    offset,
+                    time,
+                    ip,
+                    insn,
+                    stack_start: 0,
+                    stack_len: 0,
+                    queue,
+                },
+            );
         }
     }
 }
 
-impl<R: Resolve> Walker<'_, R> {
+impl<'i, R: Resolve> Walker<'_, 'i, R> {
+    fn figures(&mut self) -> &mut WalkFigures {
+        &mut self.figures[self.slot]
+    }
+
+    /// Tracing (re)starts at TSC `tsc`: put the thread the schedule names
+    /// on the CPU, with its process's image.
+    fn reschedule(&mut self, dec: &mut BlockDecoder<'i>, tsc: Option<u64>) {
+        if self.schedule.is_empty() {
+            return;
+        }
+        let Some(tsc) = tsc.or(self.last_tsc) else {
+            return;
+        };
+        let Some(slot) = scheduled(self.schedule, (self.to_ns)(tsc)) else {
+            return;
+        };
+        if slot == self.slot || slot >= self.figures.len() {
+            return;
+        }
+        self.slot = slot;
+        let proc = self.thread_proc[slot];
+        if proc != self.proc {
+            if let Some(image) = self.images.get(proc) {
+                if let Err(e) = dec.set_image(image) {
+                    let offset = dec.offset();
+                    self.figures().errors.push((offset, e.message()));
+                }
+            }
+            self.proc = proc;
+            self.cur = Resolved {
+                func: UNKNOWN,
+                lo: 1,
+                hi: 0,
+                entry: 0,
+            };
+        }
+    }
+
     fn resolve(&mut self, addr: u64) -> Resolved {
         if addr >= self.cur.lo && addr < self.cur.hi {
             return self.cur;
@@ -218,7 +466,7 @@ impl<R: Resolve> Walker<'_, R> {
                 entry: 0,
             };
         }
-        self.cur = self.resolver.resolve(addr, self.funcs);
+        self.cur = self.procs[self.proc].resolve(addr, self.funcs);
         self.cur
     }
 
@@ -228,7 +476,7 @@ impl<R: Resolve> Walker<'_, R> {
         } else {
             self.resolve(from).func
         };
-        if kind == EventKind::Call && to != 0 && self.resolver.learn_entry(to, self.funcs) {
+        if kind == EventKind::Call && to != 0 && self.procs[self.proc].learn_entry(to, self.funcs) {
             self.cur = Resolved {
                 func: UNKNOWN,
                 lo: 1,
@@ -255,22 +503,22 @@ impl<R: Resolve> Walker<'_, R> {
     }
 
     fn push_event(&mut self, ev: Event) {
-        self.clock.push(self.pos, Held::Event(ev));
+        self.clock.push(self.pos, Held::Event(ev, self.slot));
     }
 
     fn anchor(&mut self, tsc: u64) {
+        self.last_tsc = Some(tsc);
         let Walker {
             clock,
-            builder,
+            sink,
+            queue,
             funcs,
             to_ns,
-            checkpoints,
-            stacks,
             pos,
             ..
         } = self;
         clock.anchor(*pos, tsc, |s, h| {
-            release(builder, funcs, *to_ns, checkpoints, stacks, s, h)
+            release(*sink, *queue, funcs, *to_ns, s, h)
         });
     }
 
@@ -296,8 +544,9 @@ impl<R: Resolve> Walker<'_, R> {
     }
 
     fn block(&mut self, dec: &BlockDecoder<'_>, b: Block) {
-        self.figures.blocks += 1;
-        self.figures.instructions += b.ninsn as u64;
+        let f = self.figures();
+        f.blocks += 1;
+        f.instructions += b.ninsn as u64;
         if self.need_begin {
             self.need_begin = false;
             self.branch = None;
@@ -317,6 +566,7 @@ impl<R: Resolve> Walker<'_, R> {
                     offset,
                     ip: b.ip,
                     insn: self.pos,
+                    slot: self.slot,
                 },
             );
         }
@@ -326,7 +576,7 @@ impl<R: Resolve> Walker<'_, R> {
         }
     }
 
-    fn item(&mut self, dec: &mut BlockDecoder<'_>, item: BlockItem) {
+    fn item(&mut self, dec: &mut BlockDecoder<'i>, item: BlockItem) {
         match item {
             BlockItem::Sync { .. } => {
                 // libipt's decoder time is not valid yet here; the PSB+
@@ -336,7 +586,7 @@ impl<R: Resolve> Walker<'_, R> {
             }
             BlockItem::Block(b) => self.block(dec, b),
             BlockItem::Tick { tsc, .. } => {
-                self.figures.ticks += 1;
+                self.figures().ticks += 1;
                 self.anchor(tsc);
             }
             BlockItem::Enabled {
@@ -344,6 +594,7 @@ impl<R: Resolve> Walker<'_, R> {
                 status_update,
                 tsc,
             } => {
+                self.reschedule(dec, tsc);
                 // PSB+ status updates do not bind to an instruction: their
                 // time would pin the wrong one.
                 if status_update {
@@ -396,7 +647,7 @@ impl<R: Resolve> Walker<'_, R> {
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }
-                self.figures.overflows += 1;
+                self.figures().overflows += 1;
                 self.branch = None;
                 let f = self.funcs.decode_error("overflow");
                 self.push_error(f);
@@ -408,8 +659,8 @@ impl<R: Resolve> Walker<'_, R> {
             BlockItem::Error { offset, error, ip } => {
                 // The held branch's target is where decoding failed.
                 self.flush_branch(ip);
-                self.figures.errors.push((offset, error.message()));
-                let f = self.resolver.error_func(ip, error, self.funcs);
+                self.figures().errors.push((offset, error.message()));
+                let f = self.procs[self.proc].error_func(ip, error, self.funcs);
                 self.push_error(f);
                 self.need_begin = true;
             }
@@ -420,5 +671,68 @@ impl<R: Resolve> Walker<'_, R> {
         let mut ev = Event::new(0, EventKind::Error);
         ev.to_fn = func;
         self.push_event(ev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_names_who_runs_at_a_time() {
+        let s = [(100, 0), (200, 1), (300, 0)];
+        // Before the first switch-in, the first thread (tracing starts
+        // with it).
+        assert_eq!(scheduled(&s, 50), Some(0));
+        assert_eq!(scheduled(&s, 100), Some(0));
+        assert_eq!(scheduled(&s, 199), Some(0));
+        assert_eq!(scheduled(&s, 200), Some(1));
+        assert_eq!(scheduled(&s, 10_000), Some(0));
+        assert_eq!(scheduled(&[], 5), None);
+    }
+
+    #[test]
+    fn queues_merge_in_time_order_into_one_stack_per_thread() {
+        // A thread that migrates: its call on CPU 1 and return on CPU 0
+        // must meet in one stack.
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("f", "m", 0x10, crate::event::SpanKind::Call);
+        let threads = [QueueThread {
+            pid: 1,
+            tid: 1,
+            comm: "t".into(),
+            proc: 0,
+        }];
+        let ev = |time, kind, to_fn| {
+            let mut e = Event::new(time, kind);
+            e.to_fn = to_fn;
+            e.to_is_entry = kind == EventKind::Call;
+            e.estimated = false;
+            e
+        };
+        let cpu0 = TimedItems {
+            items: vec![(0, Timed::Event(ev(30, EventKind::Return, UNKNOWN)))],
+        };
+        let cpu1 = TimedItems {
+            items: vec![
+                (0, Timed::Event(ev(10, EventKind::TraceBegin, UNKNOWN))),
+                (0, Timed::Event(ev(20, EventKind::Call, f))),
+            ],
+        };
+        let mut b = ThreadBuilders::new(&threads);
+        TimedItems::merge_into(vec![cpu0, cpu1], &mut b, &funcs);
+        let d = b.finish().pop().unwrap();
+        let calls: Vec<(u64, u64)> = (0..d.spans.depth())
+            .flat_map(|depth| {
+                let spans = &d.spans;
+                spans
+                    .lane(depth)
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.func() == f)
+                    .map(move |(i, s)| (s.start, spans.end(depth, i)))
+            })
+            .collect();
+        assert_eq!(calls, vec![(20, 30)]);
     }
 }

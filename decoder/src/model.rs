@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use ptscope_capture::snapshot::{Snapshot, Trace};
 
-use crate::coarse::{decode_thread, Checkpoint, Resolve, Resolved, WalkFigures};
+use crate::coarse::{
+    decode_queue, decode_thread, Checkpoint, QueueThread, Resolve, Resolved, ThreadBuilders,
+    TimedItems, WalkFigures,
+};
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
 use crate::ffi::{DecoderConfig, Image, PtError, SectionCache};
 use crate::image::{sections, Section};
@@ -287,6 +290,49 @@ pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, D
     decode_trace(snap, &trace, opts)
 }
 
+/// A process's image (as cached section ids) and resolver.
+type Proc = (Vec<i32>, ProcessSymbols);
+
+/// Builds the image and resolver of process `pid`, once.
+fn add_proc<'p>(
+    procs: &'p mut HashMap<i32, Proc>,
+    pid: i32,
+    (snap, trace): (&Snapshot, &Trace),
+    cache: &mut SectionCache,
+    symbols: &mut SymbolCache,
+    missing_binaries: &mut Vec<String>,
+) -> Result<&'p mut Proc, PtError> {
+    if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
+        let (secs, missing) = sections(snap, trace, Some(pid));
+        let mut isids = Vec::new();
+        for sec in &secs {
+            isids.push(cache.add_file(&sec.file, sec.offset, sec.size, sec.vaddr)?);
+        }
+        let missing_maps: Vec<(u64, u64, String)> = trace
+            .mmaps
+            .iter()
+            .filter(|m| m.pid == pid && missing.contains(&m.path))
+            .map(|m| (m.start, m.len, m.path.clone()))
+            .collect();
+        for m in missing {
+            if !missing_binaries.contains(&m) {
+                missing_binaries.push(m);
+            }
+        }
+        let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
+        e.insert((isids, resolver));
+    }
+    Ok(procs.get_mut(&pid).expect("inserted above"))
+}
+
+fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, PtError> {
+    let mut image = Image::new(cache)?;
+    for &isid in isids {
+        image.add(isid)?;
+    }
+    Ok(image)
+}
+
 fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
@@ -301,58 +347,36 @@ fn decode_trace(
     let mut symbols = SymbolCache::default();
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
-    // Per process: its image (as cached section ids) and resolver.
-    let mut procs: HashMap<i32, (Vec<i32>, ProcessSymbols)> = HashMap::new();
+    let mut procs: HashMap<i32, Proc> = HashMap::new();
     let pid_of = |tid: i32| trace.thread(tid).map_or(tid, |t| t.pid);
-    let mut work = Vec::new();
-    for s in &trace.streams {
-        let Some(tid) = s.tid else {
-            // Per-CPU traces are attributed through sideband elsewhere.
-            continue;
-        };
-        if opts.threads.as_ref().is_some_and(|t| !t.contains(&tid)) {
-            continue;
-        }
-        let pid = pid_of(tid);
-        if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
-            let (secs, missing) = sections(snap, trace, Some(pid));
-            let mut isids = Vec::new();
-            for sec in &secs {
-                isids.push(
-                    cache
-                        .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
-                        .map_err(libipt)?,
-                );
-            }
-            let missing_maps: Vec<(u64, u64, String)> = trace
-                .mmaps
-                .iter()
-                .filter(|m| m.pid == pid && missing.contains(&m.path))
-                .map(|m| (m.start, m.len, m.path.clone()))
-                .collect();
-            for m in missing {
-                if !missing_binaries.contains(&m) {
-                    missing_binaries.push(m);
-                }
-            }
-            let resolver = ProcessSymbols::new(&secs, &missing_maps, &mut symbols);
-            e.insert((isids, resolver));
-        }
-        work.push((s, tid, pid));
-    }
+    let wanted = |tid: i32| opts.threads.as_ref().is_none_or(|t| t.contains(&tid));
+    let comm_of = |tid: i32| {
+        trace
+            .thread(tid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_default()
+    };
     let params = trace.params.clone();
     let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
     let mut threads = Vec::new();
-    for (s, tid, pid) in work {
-        let (isids, resolver) = procs.get_mut(&pid).expect("added above");
-        let mut image = Image::new(&cache).map_err(libipt)?;
-        for &isid in isids.iter() {
-            image.add(isid).map_err(libipt)?;
+
+    // Per-thread queues.
+    for s in &trace.streams {
+        let Some(tid) = s.tid else { continue };
+        if !wanted(tid) {
+            continue;
         }
-        let comm = trace
-            .thread(tid)
-            .map(|t| t.comm.clone())
-            .unwrap_or_default();
+        let pid = pid_of(tid);
+        let (isids, resolver) = add_proc(
+            &mut procs,
+            pid,
+            (snap, trace),
+            &mut cache,
+            &mut symbols,
+            &mut missing_binaries,
+        )
+        .map_err(libipt)?;
+        let image = new_image(&cache, isids).map_err(libipt)?;
         let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
         let d = decode_thread(
             &s.data,
@@ -362,7 +386,7 @@ fn decode_trace(
             &mut funcs,
             &to_ns,
             &psbs,
-            (pid, tid, comm),
+            (pid, tid, comm_of(tid)),
         )
         .map_err(libipt)?;
         threads.push(ThreadModel {
@@ -374,8 +398,115 @@ fn decode_trace(
             stream: Some(s.idx),
         });
     }
+
+    // Per-CPU queues: divided among threads by the switch sideband, decoded
+    // per CPU, then merged in time order into one stack per thread.
+    let cpu_streams: Vec<_> = trace.streams.iter().filter(|s| s.tid.is_none()).collect();
+    if !cpu_streams.is_empty() {
+        let mut slot_of: HashMap<i32, usize> = HashMap::new();
+        let mut queue_threads: Vec<QueueThread> = Vec::new();
+        let mut pids: Vec<i32> = Vec::new();
+        for sw in &trace.switches {
+            // tid 0 is the idle task: no user code of its own.
+            if sw.tid <= 0 || slot_of.contains_key(&sw.tid) {
+                continue;
+            }
+            let pid = if sw.pid > 0 { sw.pid } else { pid_of(sw.tid) };
+            let proc = match pids.iter().position(|&p| p == pid) {
+                Some(i) => i,
+                None => {
+                    pids.push(pid);
+                    pids.len() - 1
+                }
+            };
+            slot_of.insert(sw.tid, queue_threads.len());
+            queue_threads.push(QueueThread {
+                pid,
+                tid: sw.tid,
+                comm: comm_of(sw.tid),
+                proc,
+            });
+        }
+        if queue_threads.is_empty() {
+            return Err(DecodeError::Input {
+                path: snap.path.clone(),
+                problem: "its trace is per CPU but it has no context-switch records to tell \
+                          the threads apart (record with `perf record --switch-events`)"
+                    .into(),
+            });
+        }
+        for &pid in &pids {
+            add_proc(
+                &mut procs,
+                pid,
+                (snap, trace),
+                &mut cache,
+                &mut symbols,
+                &mut missing_binaries,
+            )
+            .map_err(libipt)?;
+        }
+        let mut images = Vec::new();
+        for pid in &pids {
+            images.push(new_image(&cache, &procs[pid].0).map_err(libipt)?);
+        }
+        let image_refs: Vec<&Image> = images.iter().collect();
+        let mut taken: Vec<(i32, Proc)> = pids
+            .iter()
+            .map(|p| (*p, procs.remove(p).expect("added above")))
+            .collect();
+        let mut resolvers: Vec<&mut ProcessSymbols> =
+            taken.iter_mut().map(|(_, p)| &mut p.1).collect();
+        let thread_procs: Vec<usize> = queue_threads.iter().map(|t| t.proc).collect();
+        let mut builders = ThreadBuilders::new(&queue_threads);
+        let mut queues = Vec::new();
+        for s in cpu_streams {
+            let cpu = s.cpu.unwrap_or(0);
+            let schedule: Vec<(u64, usize)> = trace
+                .switches
+                .iter()
+                .filter(|sw| sw.cpu == cpu)
+                .filter_map(|sw| slot_of.get(&sw.tid).map(|&slot| (sw.time, slot)))
+                .collect();
+            let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
+            let mut items = TimedItems::default();
+            let figures = decode_queue(
+                &s.data,
+                (&cfg, s.idx),
+                &image_refs,
+                &mut resolvers,
+                &thread_procs,
+                &schedule,
+                &mut funcs,
+                &to_ns,
+                &psbs,
+                &mut items,
+            )
+            .map_err(libipt)?;
+            builders.add_figures(figures);
+            queues.push(items);
+        }
+        TimedItems::merge_into(queues, &mut builders, &funcs);
+        drop(resolvers);
+        procs.extend(taken);
+        for (t, d) in queue_threads.iter().zip(builders.finish()) {
+            if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
+                continue;
+            }
+            threads.push(ThreadModel {
+                spans: d.spans,
+                stack: d.stack,
+                walk: d.walk,
+                checkpoints: d.checkpoints,
+                checkpoint_frames: d.stacks,
+                stream: None,
+            });
+        }
+        drop(images);
+    }
     threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
     // Keep the section cache alive until every image is gone.
+    drop(procs);
     drop(cache);
     Ok(Model {
         funcs,

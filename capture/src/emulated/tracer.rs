@@ -58,11 +58,14 @@ pub enum SidebandEvent {
         pid: i32,
         tid: i32,
     },
+    /// A context switch on the (one, virtual) CPU of a per-CPU capture:
+    /// `tid` goes out or comes in; `next_prev` is the other side.
     Switch {
         pid: i32,
         tid: i32,
         out: bool,
         preempt: bool,
+        next_prev: (i32, i32),
     },
 }
 
@@ -87,6 +90,15 @@ pub struct ThreadTrace {
     pub instructions: u64,
 }
 
+/// The trace of the one virtual CPU of a per-CPU capture.
+#[derive(Debug)]
+pub struct CpuTrace {
+    pub cpu: u32,
+    pub aux: Vec<u8>,
+    pub aux_head: u64,
+    pub wrapped: bool,
+}
+
 /// Why the capture ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StopReason {
@@ -103,7 +115,10 @@ pub enum StopReason {
 #[derive(Debug)]
 pub struct Capture {
     pub pid: i32,
+    /// Every thread; in a per-CPU capture their `aux` is empty and the
+    /// trace is in `cpus`.
     pub threads: Vec<ThreadTrace>,
+    pub cpus: Vec<CpuTrace>,
     pub sideband: Vec<Sideband>,
     /// The `[vdso]` image and its address, as dumped at the start.
     pub vdso: Option<(u64, Vec<u8>)>,
@@ -128,6 +143,9 @@ pub struct TracerOptions {
     pub progress: bool,
     /// Set by the caller's SIGINT handler: take the snapshot now.
     pub interrupt: Arc<AtomicBool>,
+    /// One PT unit for the one virtual CPU all threads run on, as
+    /// `perf record -a` traces, instead of one per thread.
+    pub per_cpu: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +165,11 @@ struct Thread {
     ptid: i32,
     state: State,
     rip: u64,
-    pt: ThreadPt,
+    /// User instructions it retired.
+    instructions: u64,
+    /// Per-CPU mode: its syscall instruction was already retired into the
+    /// CPU's trace when it entered the kernel.
+    syscall_retired: bool,
     /// The instruction being stepped and where it was.
     stepping: Option<(u64, Insn)>,
     pending_signal: Option<Signal>,
@@ -180,7 +202,18 @@ pub struct Tracer {
     in_syscall: usize,
     ip_logs: Vec<(i32, Vec<u64>)>,
     exit_code: Option<i32>,
+    /// The PT units: one per thread, keyed by tid, or one keyed by
+    /// [`CPU_UNIT`] in per-CPU mode.
+    units: HashMap<i32, ThreadPt>,
+    /// Per-CPU mode: the thread whose user code the CPU last ran.
+    on_cpu: Option<i32>,
 }
+
+/// Virtual time a context switch takes in per-CPU mode.
+const CONTEXT_SWITCH_NS: u64 = 500;
+
+/// The key of the one PT unit in per-CPU mode.
+const CPU_UNIT: i32 = -1;
 
 /// Instructions a thread runs while others are ready before it is preempted
 /// (20 µs of virtual time): short, so that a thread spinning on another one
@@ -222,6 +255,83 @@ impl Tracer {
             in_syscall: 0,
             ip_logs: Vec::new(),
             exit_code: None,
+            units: HashMap::new(),
+            on_cpu: None,
+        }
+    }
+
+    fn unit_key(&self, tid: i32) -> i32 {
+        if self.opts.per_cpu {
+            CPU_UNIT
+        } else {
+            tid
+        }
+    }
+
+    fn unit(&mut self, tid: i32) -> &mut ThreadPt {
+        let key = self.unit_key(tid);
+        let (settings, now) = (self.opts.settings, self.now);
+        self.units
+            .entry(key)
+            .or_insert_with(|| ThreadPt::new(settings, now))
+    }
+
+    /// Whether `tid`'s user code is being traced right now.
+    fn thread_tracing(&self, tid: i32) -> bool {
+        if self.opts.per_cpu && self.on_cpu != Some(tid) {
+            return false;
+        }
+        self.units
+            .get(&self.unit_key(tid))
+            .is_some_and(|u| u.tracing())
+    }
+
+    /// Per-CPU mode: puts `tid` on the CPU. The previous thread is already
+    /// out of user space (syscall, preemption, signal); the switch records
+    /// fall between its TIP.PGD and the new thread's TIP.PGE, which comes
+    /// with a TSC as after any context switch.
+    fn switch_to(&mut self, tid: i32) {
+        if !self.opts.per_cpu || self.on_cpu == Some(tid) {
+            return;
+        }
+        let prev = self.on_cpu.replace(tid);
+        // The kernel's share of a switch: the records fall strictly after
+        // the last instruction of the thread going out.
+        self.now += CONTEXT_SWITCH_NS;
+        if let Some(p) = prev {
+            if let Some(rip) = self.threads.get(&p).map(|t| t.rip) {
+                if self.units.get(&CPU_UNIT).is_some_and(|u| u.tracing()) {
+                    let now = self.now;
+                    self.unit(p).interrupt(rip, now);
+                }
+            }
+        }
+        let pid = self.pid;
+        let (prev_pid, prev_tid) = match prev {
+            Some(p) => (pid, p),
+            None => (0, 0),
+        };
+        if prev.is_some() {
+            self.emit(SidebandEvent::Switch {
+                pid,
+                tid: prev_tid,
+                out: true,
+                preempt: self
+                    .threads
+                    .get(&prev_tid)
+                    .is_some_and(|t| t.state == State::Ready),
+                next_prev: (pid, tid),
+            });
+        }
+        self.emit(SidebandEvent::Switch {
+            pid,
+            tid,
+            out: false,
+            preempt: false,
+            next_prev: (prev_pid, prev_tid),
+        });
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.resync = true;
         }
     }
 
@@ -234,7 +344,8 @@ impl Tracer {
 
     fn add_thread(&mut self, tid: i32, ptid: i32, state: State) {
         let comm = procfs::comm(self.pid, tid);
-        let pt = ThreadPt::new(self.opts.settings, self.now);
+        let first = self.units.is_empty();
+        self.unit(tid);
         self.threads.insert(
             tid,
             Thread {
@@ -242,7 +353,8 @@ impl Tracer {
                 ptid,
                 state,
                 rip: 0,
-                pt,
+                instructions: 0,
+                syscall_retired: false,
                 stepping: None,
                 pending_signal: None,
                 entering_handler: false,
@@ -252,7 +364,10 @@ impl Tracer {
             },
         );
         self.order.push_back(tid);
-        self.emit(SidebandEvent::ItraceStart { pid: self.pid, tid });
+        // A CPU-wide event starts once; later threads arrive by switches.
+        if !self.opts.per_cpu || first {
+            self.emit(SidebandEvent::ItraceStart { pid: self.pid, tid });
+        }
     }
 
     /// Re-reads the mappings and emits MMAP2 events for new executable ones.
@@ -361,9 +476,12 @@ impl Tracer {
             .get_mut(&cur)
             .filter(|t| t.state == State::Ready)
         {
-            t.pt.interrupt(t.rip, now);
             t.resync = true;
+            let rip = t.rip;
             self.order.rotate_left(1);
+            if self.thread_tracing(cur) {
+                self.unit(cur).interrupt(rip, now);
+            }
         }
     }
 
@@ -374,20 +492,26 @@ impl Tracer {
             let t = &self.threads[&tid];
             (t.rip, t.pending_signal)
         };
+        self.switch_to(tid);
         if let Some(sym) = &self.symbol {
             if sym.address() == Some(rip) {
                 let now = self.now;
-                self.threads.get_mut(&tid).unwrap().pt.interrupt(rip, now);
+                if self.thread_tracing(tid) {
+                    self.unit(tid).interrupt(rip, now);
+                }
                 return Ok(true);
             }
         }
-        let t = self.threads.get_mut(&tid).unwrap();
-        t.pending_signal = None;
+        self.threads.get_mut(&tid).unwrap().pending_signal = None;
         if let Some(sig) = signal {
             if procfs::signal_caught(tid, sig as i32) {
                 // The kernel builds the handler frame and stops at the
                 // handler's first instruction: an async exit from user space.
-                t.pt.interrupt(rip, self.now);
+                let now = self.now;
+                if self.thread_tracing(tid) {
+                    self.unit(tid).interrupt(rip, now);
+                }
+                let t = self.threads.get_mut(&tid).unwrap();
                 t.entering_handler = true;
                 t.stepping = None;
                 t.state = State::Stepping;
@@ -397,10 +521,32 @@ impl Tracer {
         }
         let insn = self.decode_at(tid, rip)?;
         let now = self.now;
+        // A syscall stepped again after a stop that came before it ran was
+        // already written into the CPU's trace.
+        let again = self.threads[&tid].syscall_retired;
+        let resync = std::mem::take(&mut self.threads.get_mut(&tid).unwrap().resync);
+        if !again {
+            self.unit(tid).enter_user(rip, now, resync);
+        }
+        if self.opts.per_cpu && insn.class == InsnClass::KernelEntry && !again {
+            // Other threads may run while this one is in the kernel: its
+            // TIP.PGD goes into the CPU's trace now, not on return.
+            self.now += 1;
+            self.steps_total += 1;
+            let now = self.now;
+            self.unit(tid).retire(rip, &insn, insn.next_ip(rip), now);
+        }
+        let per_cpu = self.opts.per_cpu;
         let t = self.threads.get_mut(&tid).unwrap();
-        t.pt.enter_user(rip, now, std::mem::take(&mut t.resync));
         t.stepping = Some((rip, insn));
         if insn.class == InsnClass::KernelEntry {
+            if per_cpu && !again {
+                t.instructions += 1;
+                t.syscall_retired = true;
+                if self.opts.ip_log {
+                    t.log.push(rip);
+                }
+            }
             t.state = State::InSyscall {
                 since: now,
                 others: self.steps_total,
@@ -445,6 +591,9 @@ impl Tracer {
             }
             return;
         }
+        if std::mem::take(&mut t.syscall_retired) {
+            return;
+        }
         self.now += 1;
         self.steps_total += 1;
         let next = if insn.class == InsnClass::KernelEntry {
@@ -452,18 +601,22 @@ impl Tracer {
         } else {
             new_rip
         };
-        t.pt.retire(ip, &insn, next, self.now);
+        t.instructions += 1;
         if ip_log {
             t.log.push(ip);
         }
+        let now = self.now;
+        self.unit(tid).retire(ip, &insn, next, now);
     }
 
     fn remove_thread(&mut self, tid: i32) {
-        if let Some(mut t) = self.threads.remove(&tid) {
+        if let Some(t) = self.threads.remove(&tid) {
             if matches!(t.state, State::InSyscall { .. }) {
                 self.in_syscall -= 1;
             }
-            t.pt.finish();
+            if self.on_cpu == Some(tid) {
+                self.on_cpu = None;
+            }
             self.emit(SidebandEvent::Exit {
                 pid: self.pid,
                 ppid: self.pid,
@@ -476,19 +629,25 @@ impl Tracer {
     }
 
     fn finish_thread(&mut self, mut t: Thread) {
-        t.pt.finish();
-        let ring = t.pt.ring();
         if self.opts.ip_log {
             self.ip_logs.push((t.tid, std::mem::take(&mut t.log)));
         }
+        let (aux, aux_head, wrapped) = match self.units.remove(&t.tid) {
+            Some(mut unit) => {
+                unit.finish();
+                let ring = unit.ring();
+                (ring.snapshot().to_vec(), ring.head(), ring.wrapped())
+            }
+            None => (Vec::new(), 0, false),
+        };
         self.finished.push(ThreadTrace {
             pid: self.pid,
             tid: t.tid,
             comm: t.comm.clone(),
-            aux: ring.snapshot().to_vec(),
-            aux_head: ring.head(),
-            wrapped: ring.wrapped(),
-            instructions: t.pt.insn_count,
+            aux,
+            aux_head,
+            wrapped,
+            instructions: t.instructions,
         });
     }
 
@@ -553,6 +712,7 @@ impl Tracer {
                     }
                     t.state = State::Ready;
                     t.stepping = None;
+                    t.syscall_retired = false;
                 }
                 if let Some(sig) = sig {
                     self.threads.get_mut(&tid).unwrap().pending_signal = Some(sig);
@@ -652,7 +812,7 @@ impl Tracer {
     /// After a syscall retired (the thread is out of traced code): pick up
     /// mapping changes. `orig_rax` is the syscall number.
     fn after_syscall(&mut self, tid: i32, orig_rax: u64) {
-        if self.threads.get(&tid).is_none_or(|t| t.pt.tracing()) {
+        if !self.threads.contains_key(&tid) || self.thread_tracing(tid) {
             return;
         }
         // Only re-read the maps after memory-management calls.
@@ -748,9 +908,9 @@ impl Tracer {
 
     fn report(&self, elapsed: Duration) {
         let fill = self
-            .threads
+            .units
             .values()
-            .map(|t| t.pt.ring().fill())
+            .map(|u| u.ring().fill())
             .fold(0.0f64, f64::max);
         eprintln!(
             "ptscope: {} instructions traced ({:.0}k/s), {} threads, ring {:.0}% full",
@@ -765,11 +925,13 @@ impl Tracer {
     fn release(&mut self) {
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
-            let mut t = self.threads.remove(&tid).unwrap();
+            let t = self.threads.remove(&tid).unwrap();
             let now = self.now;
             match t.state {
                 State::Ready => {
-                    t.pt.interrupt(t.rip, now);
+                    if self.thread_tracing(tid) {
+                        self.unit(tid).interrupt(t.rip, now);
+                    }
                     let _ = ptrace::detach(tid, t.pending_signal);
                 }
                 State::Starting => {
@@ -896,11 +1058,25 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
     let child = if exit_code.is_some() { None } else { child };
     let mut threads = std::mem::take(&mut tracer.finished);
     threads.sort_by_key(|t| t.tid);
+    let cpus = match tracer.units.remove(&CPU_UNIT) {
+        Some(mut unit) => {
+            unit.finish();
+            let ring = unit.ring();
+            vec![CpuTrace {
+                cpu: 0,
+                aux: ring.snapshot().to_vec(),
+                aux_head: ring.head(),
+                wrapped: ring.wrapped(),
+            }]
+        }
+        None => Vec::new(),
+    };
     let mut ip_log = std::mem::take(&mut tracer.ip_logs);
     ip_log.sort_by_key(|(tid, _)| *tid);
     Ok(Capture {
         pid,
         threads,
+        cpus,
         sideband: tracer.sideband,
         vdso: tracer.vdso,
         start_time: tracer.start_time,

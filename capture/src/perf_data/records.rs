@@ -145,6 +145,15 @@ pub enum Record<'a> {
         preempt: bool,
         sample_id: SampleId,
     },
+    /// A context switch on a CPU-wide event: who comes in (on a switch-out)
+    /// or who went out (on a switch-in).
+    SwitchCpuWide {
+        out: bool,
+        preempt: bool,
+        next_prev_pid: u32,
+        next_prev_tid: u32,
+        sample_id: SampleId,
+    },
     Aux {
         offset: u64,
         size: u64,
@@ -333,6 +342,24 @@ impl Record<'_> {
                     m |= misc::SWITCH_OUT_PREEMPT;
                 }
                 (kind::SWITCH, m, Some(sample_id))
+            }
+            Record::SwitchCpuWide {
+                out: o,
+                preempt,
+                next_prev_pid,
+                next_prev_tid,
+                sample_id,
+            } => {
+                let mut m = 0;
+                if *o {
+                    m |= misc::SWITCH_OUT;
+                }
+                if *preempt {
+                    m |= misc::SWITCH_OUT_PREEMPT;
+                }
+                out.put_u32(*next_prev_pid);
+                out.put_u32(*next_prev_tid);
+                (kind::SWITCH_CPU_WIDE, m, Some(sample_id))
             }
             Record::Aux {
                 offset,
@@ -531,6 +558,16 @@ impl Record<'_> {
                 preempt: misc_ & misc::SWITCH_OUT_PREEMPT != 0,
                 sample_id: trailer(&b)?,
             },
+            kind::SWITCH_CPU_WIDE => {
+                let w = "SWITCH_CPU_WIDE record";
+                Record::SwitchCpuWide {
+                    out: misc_ & misc::SWITCH_OUT != 0,
+                    preempt: misc_ & misc::SWITCH_OUT_PREEMPT != 0,
+                    next_prev_pid: b.u32(w)?,
+                    next_prev_tid: b.u32(w)?,
+                    sample_id: trailer(&b)?,
+                }
+            }
             kind::AUX => {
                 let w = "AUX record";
                 Record::Aux {
@@ -643,6 +680,7 @@ impl Record<'_> {
             | Record::Exit { sample_id, .. }
             | Record::ItraceStart { sample_id, .. }
             | Record::Switch { sample_id, .. }
+            | Record::SwitchCpuWide { sample_id, .. }
             | Record::Aux { sample_id, .. }
             | Record::Lost { sample_id, .. } => Some(sample_id),
             _ => None,

@@ -15,7 +15,7 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 pub use metadata::Metadata;
-pub use trace::{AuxStream, MmapEvent, ThreadInfo, Trace};
+pub use trace::{AuxStream, CpuSwitch, MmapEvent, ThreadInfo, Trace};
 pub use write::{
     emulated_config, emulated_params, write_snapshot, EMULATED_CONFIG_STR, SAMPLE_TYPE,
 };

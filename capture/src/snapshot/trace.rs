@@ -41,6 +41,16 @@ pub struct ThreadInfo {
     pub exit_time: Option<u64>,
 }
 
+/// A thread going onto a CPU, from SWITCH / SWITCH_CPU_WIDE /
+/// ITRACE_START sideband: it runs there from `time` until the next one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSwitch {
+    pub time: u64,
+    pub cpu: u32,
+    pub pid: i32,
+    pub tid: i32,
+}
+
 /// A queue's tid, cpu and buffers while reading.
 type QueueParts<'a> = (Option<i32>, Option<u32>, Vec<&'a [u8]>);
 
@@ -52,6 +62,9 @@ pub struct Trace<'a> {
     pub streams: Vec<AuxStream<'a>>,
     pub threads: Vec<ThreadInfo>,
     pub mmaps: Vec<MmapEvent>,
+    /// Who runs on which CPU when, sorted by time; what per-CPU queues are
+    /// divided among threads by. Empty unless records carry the CPU.
+    pub switches: Vec<CpuSwitch>,
     pub features: Features,
     /// First and last sideband timestamps (perf ns), if any.
     pub time_range: Option<(u64, u64)>,
@@ -67,6 +80,12 @@ impl<'a> Trace<'a> {
         let mut chunks: BTreeMap<u32, QueueParts<'a>> = BTreeMap::new();
         let mut threads: BTreeMap<i32, ThreadInfo> = BTreeMap::new();
         let mut mmaps = Vec::new();
+        let mut switches = Vec::new();
+        // Records carry their CPU only when the sample type says so.
+        let has_cpu = file
+            .attrs
+            .first()
+            .is_some_and(|a| a.attr.sample_type & crate::perf_data::sample::CPU != 0);
         let mut build_ids_by_path: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
         for b in &file.features.build_ids {
             build_ids_by_path.insert(&b.filename, b.build_id.clone());
@@ -145,6 +164,46 @@ impl<'a> Trace<'a> {
                         build_id,
                     });
                 }
+                Record::SwitchCpuWide {
+                    out,
+                    next_prev_pid,
+                    next_prev_tid,
+                    sample_id,
+                    ..
+                } if has_cpu => {
+                    // A switch-out names who comes in; a switch-in is it.
+                    let (pid, tid) = if out {
+                        (next_prev_pid as i32, next_prev_tid as i32)
+                    } else {
+                        (sample_id.pid as i32, sample_id.tid as i32)
+                    };
+                    switches.push(CpuSwitch {
+                        time: sample_id.time,
+                        cpu: sample_id.cpu,
+                        pid,
+                        tid,
+                    });
+                }
+                Record::Switch {
+                    out: false,
+                    sample_id,
+                    ..
+                } if has_cpu => switches.push(CpuSwitch {
+                    time: sample_id.time,
+                    cpu: sample_id.cpu,
+                    pid: sample_id.pid as i32,
+                    tid: sample_id.tid as i32,
+                }),
+                Record::ItraceStart {
+                    pid,
+                    tid,
+                    sample_id,
+                } if has_cpu => switches.push(CpuSwitch {
+                    time: sample_id.time,
+                    cpu: sample_id.cpu,
+                    pid: pid as i32,
+                    tid: tid as i32,
+                }),
                 Record::Lost { lost, .. } => lost_records += lost,
                 Record::Aux { flags, .. } if flags & crate::perf_data::aux_flag::TRUNCATED != 0 => {
                     truncated_aux += 1;
@@ -188,6 +247,11 @@ impl<'a> Trace<'a> {
             streams,
             threads: threads.into_values().collect(),
             mmaps,
+            switches: {
+                // Stable: records of equal time keep the file's order.
+                switches.sort_by_key(|s| s.time);
+                switches
+            },
             features: file.features.clone(),
             time_range,
             lost_records,

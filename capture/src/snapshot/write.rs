@@ -106,20 +106,36 @@ fn build_perf_data(
         );
     }
 
+    // Per-CPU captures have one event pair on CPU 0 (as `perf record -a`
+    // opens them), records carry the CPU, and context switches are
+    // CPU-wide records naming the other thread.
+    let per_cpu = !cap.cpus.is_empty();
+    let sample_type = if per_cpu {
+        SAMPLE_TYPE | sample::CPU
+    } else {
+        SAMPLE_TYPE
+    };
     let tids: Vec<i32> = cap.threads.iter().map(|t| t.tid).collect();
     let index: std::collections::HashMap<i32, u64> = tids
         .iter()
         .enumerate()
         .map(|(i, &t)| (t, i as u64))
         .collect();
-    let index_of = |tid: i32| index.get(&tid).copied().unwrap_or(0);
+    let index_of = |tid: i32| {
+        if per_cpu {
+            0
+        } else {
+            index.get(&tid).copied().unwrap_or(0)
+        }
+    };
     let pt_id = |tid: i32| 2 * index_of(tid) + 1;
     let dummy_id = |tid: i32| 2 * index_of(tid) + 2;
+    let queues: Vec<i32> = if per_cpu { vec![-1] } else { tids.clone() };
 
     // What both events share, as `perf record -e intel_pt//u` sets it.
     let base = PerfEventAttr {
         sample_period: 1,
-        sample_type: SAMPLE_TYPE,
+        sample_type,
         read_format: 4,
         flags: flag::DISABLED
             | flag::EXCLUDE_KERNEL
@@ -143,24 +159,29 @@ fn build_perf_data(
             | flag::COMM
             | flag::TASK
             | flag::MMAP2
-            | flag::COMM_EXEC,
+            | flag::COMM_EXEC
+            | if per_cpu { flag::CONTEXT_SWITCH } else { 0 },
         ..base
     };
     let attrs = vec![
         EventAttr {
             attr: pt_attr,
             name: EMULATED_CONFIG_STR.into(),
-            ids: tids.iter().map(|&t| pt_id(t)).collect(),
+            ids: queues.iter().map(|&t| pt_id(t)).collect(),
         },
         EventAttr {
             attr: dummy_attr,
             name: "dummy:u".into(),
-            ids: tids.iter().map(|&t| dummy_id(t)).collect(),
+            ids: queues.iter().map(|&t| dummy_id(t)).collect(),
         },
     ];
 
-    let params = emulated_params();
-    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), SAMPLE_TYPE)?;
+    let mut params = emulated_params();
+    if per_cpu {
+        // Context switches come from CPU-wide switch records.
+        params.have_sched_switch = 3;
+    }
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type)?;
     w.write(&Record::TimeConv(TimeConv {
         time_shift: params.time_shift,
         time_mult: params.time_mult,
@@ -171,12 +192,12 @@ fn build_perf_data(
         cap_user_time_short: false,
     }))?;
     let mut index = Vec::new();
-    for &tid in &tids {
+    for &tid in &queues {
         for id in [pt_id(tid), dummy_id(tid)] {
             index.push(IdIndexEntry {
                 id,
                 idx: index_of(tid),
-                cpu: u64::MAX,
+                cpu: if per_cpu { 0 } else { u64::MAX },
                 tid: tid as u64,
             });
         }
@@ -277,15 +298,28 @@ fn build_perf_data(
                 tid,
                 out,
                 preempt,
-            } => Record::Switch {
-                out: *out,
-                preempt: *preempt,
-                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
-            },
+                next_prev,
+            } => {
+                if per_cpu {
+                    Record::SwitchCpuWide {
+                        out: *out,
+                        preempt: *preempt,
+                        next_prev_pid: next_prev.0 as u32,
+                        next_prev_tid: next_prev.1 as u32,
+                        sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                    }
+                } else {
+                    Record::Switch {
+                        out: *out,
+                        preempt: *preempt,
+                        sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                    }
+                }
+            }
         };
         w.write(&rec)?;
     }
-    for t in &cap.threads {
+    for t in cap.threads.iter().filter(|_| !per_cpu) {
         let size = t.aux.len() as u64;
         w.write(&Record::Aux {
             offset: t.aux_head - size,
@@ -294,7 +328,22 @@ fn build_perf_data(
             sample_id: sid(t.pid, t.tid, cap.end_time, pt_id(t.tid)),
         })?;
     }
-    for t in &cap.threads {
+    for c in &cap.cpus {
+        let size = c.aux.len() as u64;
+        w.write(&Record::Aux {
+            offset: c.aux_head - size,
+            size,
+            flags: perf_data::aux_flag::OVERWRITE,
+            sample_id: SampleId {
+                pid: u32::MAX,
+                tid: u32::MAX,
+                time: cap.end_time,
+                id: pt_id(-1),
+                cpu: c.cpu,
+            },
+        })?;
+    }
+    for t in cap.threads.iter().filter(|_| !per_cpu) {
         w.write(&Record::Auxtrace {
             offset: t.aux_head - t.aux.len() as u64,
             reference: cap.end_time,
@@ -302,6 +351,16 @@ fn build_perf_data(
             tid: t.tid as u32,
             cpu: u32::MAX,
             data: &t.aux,
+        })?;
+    }
+    for c in &cap.cpus {
+        w.write(&Record::Auxtrace {
+            offset: c.aux_head - c.aux.len() as u64,
+            reference: cap.end_time,
+            idx: c.cpu,
+            tid: u32::MAX,
+            cpu: c.cpu,
+            data: &c.aux,
         })?;
     }
     w.write(&Record::FinishedRound)?;
