@@ -236,7 +236,7 @@ impl TimedItems {
 
 impl Sink for TimedItems {
     fn event(&mut self, slot: usize, ev: &Event, _funcs: &FuncTable) {
-        self.items.push((slot, Timed::Event(ev.clone())));
+        self.items.push((slot, Timed::Event(*ev)));
     }
 
     fn checkpoint(&mut self, slot: usize, at: Checkpoint) {
