@@ -95,7 +95,13 @@ pub fn load(file: &Path, raw: &[(PathBuf, u64)], threads: Option<Vec<i32>>) -> R
         return Ok(m);
     }
     let snap = Snapshot::open(file)?;
-    Ok(model::decode_snapshot(&snap, &DecodeOptions { threads })?)
+    Ok(model::decode_snapshot(
+        &snap,
+        &DecodeOptions {
+            threads,
+            progress: None,
+        },
+    )?)
 }
 
 fn json_str(out: &mut impl Write, s: &str) -> std::io::Result<()> {

@@ -11,6 +11,7 @@
 use crate::clock::{Clock, Stamp};
 use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::ffi::{Block, BlockDecoder, BlockEnd, BlockItem, DecoderConfig, Image, PtError};
+use crate::progress::DecodeProgress;
 use crate::stack::{StackBuilder, StackStats};
 use crate::store::ThreadSpans;
 
@@ -260,6 +261,7 @@ struct Walker<'r, 'i, R: Resolve> {
     sink: &'r mut dyn Sink,
     queue: u32,
     figures: Vec<WalkFigures>,
+    progress: Option<&'r DecodeProgress>,
     /// Instructions retired so far.
     pos: u64,
     /// A branch whose target the next block or event will tell.
@@ -303,6 +305,7 @@ pub fn decode_thread<R: Resolve>(
         to_ns,
         psbs,
         &mut sink,
+        None,
     )?;
     sink.add_figures(figures);
     Ok(sink.finish().pop().expect("one thread in, one out"))
@@ -327,6 +330,7 @@ pub fn decode_queue<'i, R: Resolve>(
     to_ns: &dyn Fn(u64) -> u64,
     psbs: &[u64],
     sink: &mut dyn Sink,
+    progress: Option<&DecodeProgress>,
 ) -> Result<Vec<WalkFigures>, PtError> {
     let mut dec = BlockDecoder::new(trace, cfg)?;
     let slot = schedule.first().map_or(0, |&(_, s)| s);
@@ -348,6 +352,7 @@ pub fn decode_queue<'i, R: Resolve>(
         sink,
         queue,
         figures: vec![WalkFigures::default(); thread_procs.len().max(1)],
+        progress,
         pos: 0,
         branch: None,
         need_begin: true,
@@ -360,9 +365,10 @@ pub fn decode_queue<'i, R: Resolve>(
         psbs,
         next_psb: 0,
     };
+    // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
         w.item(dec, item);
-        true
+        !w.progress.is_some_and(|p| p.is_cancelled())
     });
     w.flush_branch(None);
     let Walker {
@@ -560,6 +566,9 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
         while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {
             let offset = self.psbs[self.next_psb];
             self.next_psb += 1;
+            if let Some(p) = self.progress {
+                p.segment_done();
+            }
             self.clock.push(
                 self.pos,
                 Held::Checkpoint {

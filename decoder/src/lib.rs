@@ -16,7 +16,8 @@
 //! - [`perf_script`]: the same events from `perf script` text;
 //! - [`stack`]: call-stack reconstruction, the heart of it;
 //! - [`store`]: the span store the viewer draws from;
-//! - [`model`]: all of it put together for a snapshot.
+//! - [`model`]: all of it put together for a snapshot;
+//! - [`progress`]: what a background decode shares with the GUI.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; 2 differ only where ptscope
@@ -33,6 +34,7 @@ pub mod insn;
 pub mod model;
 pub mod packet;
 pub mod perf_script;
+pub mod progress;
 pub mod stack;
 pub mod store;
 pub mod symbols;

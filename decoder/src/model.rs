@@ -16,6 +16,7 @@ use crate::ffi::{DecoderConfig, Image, PtError, SectionCache};
 use crate::image::{sections, Section};
 use crate::insn::decoder_config;
 use crate::packet::psb_offsets;
+use crate::progress::DecodeProgress;
 use crate::stack::StackStats;
 use crate::store::ThreadSpans;
 use crate::symbols::ModuleSymbols;
@@ -34,9 +35,12 @@ pub enum DecodeError {
     Libipt { path: PathBuf, error: PtError },
     #[error("{path}: {problem}")]
     Input { path: PathBuf, problem: String },
+    #[error("{path}: decoding was cancelled")]
+    Cancelled { path: PathBuf },
 }
 
 /// One thread's decoded trace.
+#[derive(Clone)]
 pub struct ThreadModel {
     pub spans: ThreadSpans,
     pub stack: StackStats,
@@ -73,6 +77,8 @@ impl Model {
 #[derive(Clone, Debug, Default)]
 pub struct DecodeOptions {
     pub threads: Option<Vec<i32>>,
+    /// Counters to report to, a cancel flag, and partial models.
+    pub progress: Option<Arc<DecodeProgress>>,
 }
 
 /// Symbols of every binary, loaded once.
@@ -359,9 +365,31 @@ fn decode_trace(
     let params = trace.params.clone();
     let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
     let mut threads = Vec::new();
+    let progress = opts.progress.as_deref();
+    let psbs_of =
+        |data: &[u8]| -> Vec<u64> { psb_offsets(data).into_iter().map(|o| o as u64).collect() };
+    let queue_psbs: Vec<Vec<u64>> = trace.streams.iter().map(|s| psbs_of(&s.data)).collect();
+    if let Some(p) = progress {
+        let total: usize = trace
+            .streams
+            .iter()
+            .zip(&queue_psbs)
+            .filter(|(s, _)| s.tid.is_none_or(wanted))
+            .map(|(_, p)| p.len())
+            .sum();
+        p.segments_total
+            .store(total as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    let cancelled = || {
+        progress
+            .is_some_and(|p| p.is_cancelled())
+            .then(|| DecodeError::Cancelled {
+                path: snap.path.clone(),
+            })
+    };
 
     // Per-thread queues.
-    for s in &trace.streams {
+    for (s, psbs) in trace.streams.iter().zip(&queue_psbs) {
         let Some(tid) = s.tid else { continue };
         if !wanted(tid) {
             continue;
@@ -377,18 +405,32 @@ fn decode_trace(
         )
         .map_err(libipt)?;
         let image = new_image(&cache, isids).map_err(libipt)?;
-        let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
-        let d = decode_thread(
+        let qt = [QueueThread {
+            pid,
+            tid,
+            comm: comm_of(tid),
+            proc: 0,
+        }];
+        let mut sink = ThreadBuilders::new(&qt);
+        let figures = decode_queue(
             &s.data,
-            &cfg,
-            &image,
-            resolver,
+            (&cfg, s.idx),
+            &[&image],
+            &mut [resolver],
+            &[0],
+            &[],
             &mut funcs,
             &to_ns,
-            &psbs,
-            (pid, tid, comm_of(tid)),
+            psbs,
+            &mut sink,
+            progress,
         )
         .map_err(libipt)?;
+        if let Some(e) = cancelled() {
+            return Err(e);
+        }
+        sink.add_figures(figures);
+        let d = sink.finish().pop().expect("one thread in, one out");
         threads.push(ThreadModel {
             spans: d.spans,
             stack: d.stack,
@@ -397,12 +439,18 @@ fn decode_trace(
             checkpoint_frames: d.stacks,
             stream: Some(s.idx),
         });
+        if let Some(p) = progress {
+            p.offer(|| Model {
+                funcs: funcs.clone(),
+                threads: threads.clone(),
+                missing_binaries: missing_binaries.clone(),
+            });
+        }
     }
 
     // Per-CPU queues: divided among threads by the switch sideband, decoded
     // per CPU, then merged in time order into one stack per thread.
-    let cpu_streams: Vec<_> = trace.streams.iter().filter(|s| s.tid.is_none()).collect();
-    if !cpu_streams.is_empty() {
+    if trace.streams.iter().any(|s| s.tid.is_none()) {
         let mut slot_of: HashMap<i32, usize> = HashMap::new();
         let mut queue_threads: Vec<QueueThread> = Vec::new();
         let mut pids: Vec<i32> = Vec::new();
@@ -460,7 +508,10 @@ fn decode_trace(
         let thread_procs: Vec<usize> = queue_threads.iter().map(|t| t.proc).collect();
         let mut builders = ThreadBuilders::new(&queue_threads);
         let mut queues = Vec::new();
-        for s in cpu_streams {
+        for (s, psbs) in trace.streams.iter().zip(&queue_psbs) {
+            if s.tid.is_some() {
+                continue;
+            }
             let cpu = s.cpu.unwrap_or(0);
             let schedule: Vec<(u64, usize)> = trace
                 .switches
@@ -468,7 +519,6 @@ fn decode_trace(
                 .filter(|sw| sw.cpu == cpu)
                 .filter_map(|sw| slot_of.get(&sw.tid).map(|&slot| (sw.time, slot)))
                 .collect();
-            let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
             let mut items = TimedItems::default();
             let figures = decode_queue(
                 &s.data,
@@ -479,10 +529,14 @@ fn decode_trace(
                 &schedule,
                 &mut funcs,
                 &to_ns,
-                &psbs,
+                psbs,
                 &mut items,
+                progress,
             )
             .map_err(libipt)?;
+            if let Some(e) = cancelled() {
+                return Err(e);
+            }
             builders.add_figures(figures);
             queues.push(items);
         }
@@ -627,5 +681,47 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         funcs,
         threads,
         missing_binaries: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> Snapshot {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+        Snapshot::open(&path).expect("the bundled demo opens")
+    }
+
+    #[test]
+    fn progress_counts_every_segment_and_publishes_the_model_so_far() {
+        let progress = DecodeProgress::new();
+        let opts = DecodeOptions {
+            threads: None,
+            progress: Some(progress.clone()),
+        };
+        let model = decode_snapshot(&demo(), &opts).unwrap();
+        let (done, total) = progress.segments();
+        assert!(total > 0);
+        assert_eq!(done, total);
+        let partial = progress.take_partial().expect("a partial model");
+        assert!(partial.span_count() > 0);
+        assert!(partial.span_count() <= model.span_count());
+    }
+
+    #[test]
+    fn a_cancelled_decode_stops_with_an_error() {
+        let progress = DecodeProgress::new();
+        progress.cancel();
+        let opts = DecodeOptions {
+            threads: None,
+            progress: Some(progress.clone()),
+        };
+        let err = decode_snapshot(&demo(), &opts).err().expect("cancelled");
+        assert!(matches!(err, DecodeError::Cancelled { .. }), "{err}");
+        assert!(err.to_string().contains("demo.ptscope"));
+        // It stopped at the first block, not at the end.
+        let (done, total) = progress.segments();
+        assert!(done < total, "{done} of {total}");
     }
 }
