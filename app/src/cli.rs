@@ -21,13 +21,17 @@ use ptscope_decoder::packet::{self, Packets};
     name = "ptscope",
     version,
     about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.",
-    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on FILE, or on the bundled demo snapshot (the timeline view is being built; for now the window sums up the snapshot; `ptscope decode` prints every call).\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
+    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on each FILE (one tab each), or on the bundled demo snapshot. More files open from File > Open, the recent-files list, or by dropping them on the window.\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
 )]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// A `.ptscope` snapshot or a perf.data recorded with intel_pt, to open in the viewer.
-    pub file: Option<PathBuf>,
+    /// Files to open in the viewer: `.ptscope` snapshots, perf.data files
+    /// recorded with intel_pt, or `perf script` branch text.
+    pub files: Vec<PathBuf>,
+    /// Save a PNG of the window once the first file is drawn, then exit.
+    #[arg(long, value_name = "PNG", hide = true)]
+    pub screenshot: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -120,7 +124,7 @@ pub enum Command {
         to: Option<u64>,
         /// text: an indented call tree; json: one span per line.
         #[arg(long, value_enum, default_value = "text")]
-        format: crate::report::Format,
+        format: ptscope::report::Format,
     },
     /// Per function: calls, total, self, min, avg and max time.
     Stats {
@@ -128,7 +132,7 @@ pub enum Command {
         input: InputOpts,
         /// Column to sort by (descending; name ascending).
         #[arg(long, value_enum, default_value = "total")]
-        sort: crate::report::SortKey,
+        sort: ptscope::report::SortKey,
         /// Print only the first N functions.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -146,7 +150,7 @@ pub struct InputOpts {
     pub threads: Vec<i32>,
     /// FILE is a raw PT dump; load the raw binary image IMAGE at ADDR
     /// (repeatable, like ptxed's --raw). Times are then TSC ticks.
-    #[arg(long, value_name = "IMAGE:ADDR", value_parser = crate::report::parse_raw)]
+    #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
 }
 
@@ -172,7 +176,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        None => crate::gui::run(args.file),
+        None => ptscope::gui::run(args.files, args.screenshot),
         Some(Command::Record { opts, command }) => capture(Target::Spawn(command), opts),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
         Some(Command::Info { file }) => info(&file),
@@ -189,8 +193,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }) => {
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            crate::report::quiet_pipe(
-                crate::report::decode(&m, from, to, format, &mut out)
+            ptscope::report::quiet_pipe(
+                ptscope::report::decode(&m, from, to, format, &mut out)
                     .and_then(|()| Ok(out.flush()?)),
             )?;
             Ok(ExitCode::SUCCESS)
@@ -198,8 +202,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(Command::Stats { input, sort, limit }) => {
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            crate::report::quiet_pipe(
-                crate::report::stats(&m, sort, limit, &mut out).and_then(|()| Ok(out.flush()?)),
+            ptscope::report::quiet_pipe(
+                ptscope::report::stats(&m, sort, limit, &mut out).and_then(|()| Ok(out.flush()?)),
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -208,7 +212,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     let threads = (!input.threads.is_empty()).then_some(input.threads);
-    crate::report::load(&input.file, &input.raw, threads)
+    ptscope::report::load(&input.file, &input.raw, threads)
 }
 
 const INTEL_PT_SYSFS: &str = "/sys/bus/event_source/devices/intel_pt";

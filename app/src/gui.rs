@@ -1,43 +1,472 @@
-//! The desktop window. Until the timeline lands, it shows what the snapshot
-//! holds.
+//! The desktop window: tabs of open snapshots, each a [`TraceView`].
+//!
+//! Files open from the command line, File > Open, the recent-files list
+//! (kept in eframe's storage) and drag-and-drop. Each file decodes on a
+//! background thread ([`Load`]); its tab shows progress and a Cancel
+//! button, and draws the threads decoded so far as soon as there are any.
+//! A file that cannot be read gets a tab saying why; the rest of the app
+//! carries on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Result;
+use eframe::egui;
+use ptscope_viewer::TraceView;
 
-pub fn run(file: Option<PathBuf>) -> Result<ExitCode> {
-    let path = file.unwrap_or_else(demo_path);
-    let summary = ptscope_viewer::summary::SnapshotSummary::load(&path);
+use crate::loader::{Load, Poll};
+
+/// How many recent files the File menu keeps.
+const RECENT_MAX: usize = 10;
+const RECENT_KEY: &str = "ptscope.recent";
+
+/// What `ptscope` with no command does: opens the window on `files` (or
+/// the demo). With `screenshot`, saves a PNG of the window once the first
+/// file is drawn, then exits (the Xvfb test and the README's images).
+pub fn run(files: Vec<PathBuf>, screenshot: Option<PathBuf>) -> Result<ExitCode> {
+    let files = if files.is_empty() {
+        vec![demo_path()]
+    } else {
+        files
+    };
     let options = eframe::NativeOptions {
-        viewport: eframe::egui::ViewportBuilder::default()
+        viewport: egui::ViewportBuilder::default()
             .with_title("ptscope")
-            .with_inner_size([1100.0, 700.0]),
+            .with_app_id("ptscope")
+            .with_inner_size([1280.0, 800.0])
+            .with_drag_and_drop(true),
         ..Default::default()
     };
+    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let failed2 = failed.clone();
     eframe::run_native(
         "ptscope",
         options,
-        Box::new(move |_cc| Ok(Box::new(App { summary }))),
+        Box::new(move |cc| {
+            let mut app = App::new(cc.storage);
+            for f in &files {
+                app.open(f, &cc.egui_ctx);
+            }
+            app.screenshot = screenshot.map(|path| Screenshot {
+                path,
+                frames_drawn: 0,
+                requested: false,
+                failed: failed2,
+            });
+            Ok(Box::new(app))
+        }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))?;
+    if let Some(e) = failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        anyhow::bail!("{e}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The bundled demo: next to the executable's workspace, or installed.
+/// The bundled demo: `assets/demo` of the source tree this binary was
+/// built from, or next to an installed binary.
 pub fn demo_path() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.join("../assets/demo/demo.ptscope")
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+    if built.exists() {
+        return built;
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("assets/demo/demo.ptscope")))
+        .unwrap_or(built)
 }
 
-struct App {
-    summary: ptscope_viewer::summary::SnapshotSummary,
+enum TabState {
+    /// Decoding; `view` shows the threads decoded so far.
+    Loading {
+        load: Load,
+        view: Option<TraceView>,
+    },
+    Ready(TraceView),
+    Failed(String),
+}
+
+pub struct Tab {
+    pub path: PathBuf,
+    state: TabState,
+}
+
+impl Tab {
+    fn title(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.path.display().to_string())
+    }
+
+    /// The viewer, once there is something to view.
+    pub fn view(&self) -> Option<&TraceView> {
+        match &self.state {
+            TabState::Ready(v) => Some(v),
+            TabState::Loading { view, .. } => view.as_ref(),
+            TabState::Failed(_) => None,
+        }
+    }
+
+    pub fn view_mut(&mut self) -> Option<&mut TraceView> {
+        match &mut self.state {
+            TabState::Ready(v) => Some(v),
+            TabState::Loading { view, .. } => view.as_mut(),
+            TabState::Failed(_) => None,
+        }
+    }
+
+    /// Why the file could not be opened, if it could not.
+    pub fn error(&self) -> Option<&str> {
+        match &self.state {
+            TabState::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn is_loading(&self) -> bool {
+        matches!(self.state, TabState::Loading { .. })
+    }
+
+    /// Takes in what the background decode has produced since last time.
+    fn poll(&mut self) {
+        let TabState::Loading { load, view } = &mut self.state else {
+            return;
+        };
+        match load.poll() {
+            Poll::Pending(Some(partial)) => match view {
+                Some(v) => v.set_model(partial),
+                None => *view = Some(TraceView::new(partial)),
+            },
+            Poll::Pending(None) => {}
+            Poll::Done(r) => self.finish(r),
+        }
+    }
+
+    fn finish(&mut self, r: Result<Arc<ptscope_decoder::model::Model>, String>) {
+        let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
+        let view = match old {
+            TabState::Loading { view, .. } => view,
+            _ => None,
+        };
+        self.state = match r {
+            Ok(model) => match view {
+                Some(mut v) => {
+                    v.set_model(model);
+                    TabState::Ready(v)
+                }
+                None => TabState::Ready(TraceView::new(model)),
+            },
+            Err(e) => TabState::Failed(e),
+        };
+    }
+
+    /// Blocks until the tab's file is decoded (tests, `--screenshot`).
+    pub fn wait(&mut self) {
+        if let TabState::Loading { load, .. } = &mut self.state {
+            let r = load.wait();
+            self.finish(r);
+        }
+    }
+}
+
+struct Screenshot {
+    path: PathBuf,
+    frames_drawn: u32,
+    requested: bool,
+    failed: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// The application state: every open tab and the recent files.
+pub struct App {
+    pub tabs: Vec<Tab>,
+    pub active: usize,
+    pub recent: Vec<PathBuf>,
+    screenshot: Option<Screenshot>,
+}
+
+impl App {
+    pub fn new(storage: Option<&dyn eframe::Storage>) -> App {
+        let recent = storage
+            .and_then(|s| s.get_string(RECENT_KEY))
+            .map(|s| {
+                s.lines()
+                    .filter(|l| !l.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        App {
+            tabs: Vec::new(),
+            active: 0,
+            recent,
+            screenshot: None,
+        }
+    }
+
+    /// Opens `path` in a new tab (or shows its tab if it is open already)
+    /// and starts decoding it in the background.
+    pub fn open(&mut self, path: &Path, ctx: &egui::Context) {
+        if let Some(i) = self.tabs.iter().position(|t| t.path == path) {
+            self.active = i;
+            return;
+        }
+        let ctx = ctx.clone();
+        let load = Load::start(path, move || ctx.request_repaint());
+        self.tabs.push(Tab {
+            path: path.to_path_buf(),
+            state: TabState::Loading { load, view: None },
+        });
+        self.active = self.tabs.len() - 1;
+        self.recent.retain(|p| p != path);
+        self.recent.insert(0, path.to_path_buf());
+        self.recent.truncate(RECENT_MAX);
+    }
+
+    pub fn close(&mut self, i: usize) {
+        if i < self.tabs.len() {
+            self.tabs.remove(i);
+            if self.active >= self.tabs.len() {
+                self.active = self.tabs.len().saturating_sub(1);
+            }
+        }
+    }
+
+    pub fn active_tab(&self) -> Option<&Tab> {
+        self.tabs.get(self.active)
+    }
+
+    pub fn active_tab_mut(&mut self) -> Option<&mut Tab> {
+        self.tabs.get_mut(self.active)
+    }
+
+    /// Draws the whole window into `ui`.
+    pub fn show(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        for t in &mut self.tabs {
+            t.poll();
+        }
+        if self.tabs.iter().any(Tab::is_loading) {
+            // Progress and partial models arrive without input events.
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw
+                .dropped_files
+                .iter()
+                .map(|f| f.path().to_path_buf())
+                .collect()
+        });
+        for p in dropped {
+            self.open(&p, &ctx);
+        }
+
+        egui::Panel::top("menu").show(ui, |ui| {
+            egui::MenuBar::new().ui(ui, |ui| self.menu(ui));
+        });
+        if self.tabs.len() > 1 {
+            egui::Panel::top("tabs").show(ui, |ui| self.tab_strip(ui));
+        }
+        egui::CentralPanel::default().show(ui, |ui| self.body(ui));
+        self.screenshot_step(&ctx);
+    }
+
+    fn menu(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        ui.menu_button("File", |ui| {
+            if ui.button("Open…").clicked() {
+                ui.close();
+                if let Some(p) = rfd::FileDialog::new()
+                    .set_title("Open a snapshot or perf.data")
+                    .add_filter("ptscope snapshot", &["ptscope"])
+                    .add_filter("perf.data", &["data"])
+                    .add_filter("perf script text", &["txt"])
+                    .add_filter("any file", &["*"])
+                    .pick_file()
+                {
+                    self.open(&p, &ctx);
+                }
+            }
+            ui.menu_button("Open recent", |ui| {
+                if self.recent.is_empty() {
+                    ui.label("(none yet)");
+                }
+                let mut pick = None;
+                for p in &self.recent {
+                    if ui.button(p.display().to_string()).clicked() {
+                        pick = Some(p.clone());
+                    }
+                }
+                if let Some(p) = pick {
+                    ui.close();
+                    self.open(&p, &ctx);
+                }
+            });
+            if ui.button("Open the demo").clicked() {
+                ui.close();
+                self.open(&demo_path(), &ctx);
+            }
+            if ui
+                .add_enabled(!self.tabs.is_empty(), egui::Button::new("Close tab"))
+                .clicked()
+            {
+                ui.close();
+                self.close(self.active);
+            }
+            if ui.button("Quit").clicked() {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+        });
+        ui.menu_button("Help", |ui| {
+            if ui.button("Keyboard and mouse (?)").clicked() {
+                ui.close();
+                if let Some(v) = self.active_tab_mut().and_then(Tab::view_mut) {
+                    v.show_help(true);
+                }
+            }
+        });
+        if let Some(t) = self.tabs.get(self.active) {
+            ui.separator();
+            ui.label(egui::RichText::new(t.path.display().to_string()).weak());
+        }
+    }
+
+    fn tab_strip(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let mut close = None;
+            for (i, t) in self.tabs.iter().enumerate() {
+                let mut title = t.title();
+                if t.is_loading() {
+                    title.push_str(" …");
+                }
+                if ui.selectable_label(i == self.active, title).clicked() {
+                    self.active = i;
+                }
+                if ui
+                    .small_button("×")
+                    .on_hover_text("Close this tab")
+                    .clicked()
+                {
+                    close = Some(i);
+                }
+                ui.separator();
+            }
+            if let Some(i) = close {
+                self.close(i);
+            }
+        });
+    }
+
+    fn body(&mut self, ui: &mut egui::Ui) {
+        let Some(tab) = self.tabs.get_mut(self.active) else {
+            ui.centered_and_justified(|ui| {
+                ui.label("Open a snapshot with File > Open, or drop one on the window.");
+            });
+            return;
+        };
+        if let TabState::Loading { load, view } = &tab.state {
+            let (done, total) = load.segments();
+            let mut cancel = false;
+            ui.horizontal(|ui| {
+                ui.spinner();
+                let frac = if total > 0 {
+                    done as f32 / total as f32
+                } else {
+                    0.0
+                };
+                ui.add(
+                    egui::ProgressBar::new(frac)
+                        .desired_width(240.0)
+                        .text(format!("decoding: {done} of {total} segments")),
+                );
+                cancel = ui.button("Cancel").clicked();
+                if view.is_some() {
+                    ui.label("showing the threads decoded so far");
+                }
+            });
+            if cancel {
+                load.cancel();
+            }
+        }
+        match &mut tab.state {
+            TabState::Failed(e) => {
+                ui.add_space(20.0);
+                ui.heading("Cannot open this file");
+                ui.label(egui::RichText::new(e.as_str()).color(ui.visuals().error_fg_color));
+                ui.add_space(8.0);
+                ui.label("ptscope opens .ptscope snapshots, perf.data files recorded with intel_pt, and `perf script` branch text.");
+            }
+            TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => v.ui(ui),
+            TabState::Loading { view: None, .. } => {}
+        }
+    }
+
+    fn screenshot_step(&mut self, ctx: &egui::Context) {
+        let Some(s) = &mut self.screenshot else {
+            return;
+        };
+        let ready = self.tabs.get(self.active).is_some_and(|t| !t.is_loading());
+        if !ready {
+            return;
+        }
+        if let Some(e) = self.tabs.get(self.active).and_then(Tab::error) {
+            *s.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            return;
+        }
+        // A few frames first, so layout and fonts have settled.
+        s.frames_drawn += 1;
+        if s.frames_drawn < 5 {
+            ctx.request_repaint();
+            return;
+        }
+        if s.requested {
+            // Keep frames coming until the image arrives.
+            ctx.request_repaint();
+            return;
+        }
+        s.requested = true;
+        let path = s.path.clone();
+        let failed = s.failed.clone();
+        let ctx2 = ctx.clone();
+        ctx.request_screenshot(move |image| {
+            if let Err(e) = save_png(&path, &image) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("{}: cannot write the screenshot: {e}", path.display()));
+            }
+            ctx2.send_viewport_cmd(egui::ViewportCommand::Close);
+            ctx2.request_repaint();
+        });
+        ctx.request_repaint();
+    }
+}
+
+fn save_png(path: &Path, image: &egui::ColorImage) -> std::io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    let [w, h] = image.size;
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w as u32, h as u32);
+    enc.set_color(png::ColorType::Rgba);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header().map_err(std::io::Error::other)?;
+    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
+    writer
+        .write_image_data(&bytes)
+        .map_err(std::io::Error::other)?;
+    writer.finish().map_err(std::io::Error::other)
 }
 
 impl eframe::App for App {
-    fn ui(&mut self, ui: &mut eframe::egui::Ui, _frame: &mut eframe::Frame) {
-        eframe::egui::CentralPanel::default().show(ui, |ui| {
-            self.summary.ui(ui);
-        });
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.show(ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        let list: Vec<String> = self
+            .recent
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        storage.set_string(RECENT_KEY, list.join("\n"));
     }
 }

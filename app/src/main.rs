@@ -4,8 +4,6 @@
 //! FILE); the subcommands capture and inspect snapshots from the shell.
 
 mod cli;
-mod gui;
-mod report;
 
 use clap::Parser;
 

@@ -69,6 +69,16 @@ fn is_text(path: &Path) -> Result<bool> {
 
 /// Decodes any input `decode` and `stats` accept.
 pub fn load(file: &Path, raw: &[(PathBuf, u64)], threads: Option<Vec<i32>>) -> Result<Model> {
+    load_with(file, raw, threads, None)
+}
+
+/// [`load`], reporting to `progress` (the GUI's background loads).
+pub fn load_with(
+    file: &Path,
+    raw: &[(PathBuf, u64)],
+    threads: Option<Vec<i32>>,
+    progress: Option<std::sync::Arc<ptscope_decoder::progress::DecodeProgress>>,
+) -> Result<Model> {
     if file.is_dir() {
         bail!("{}: is a directory, not a snapshot", file.display());
     }
@@ -97,10 +107,7 @@ pub fn load(file: &Path, raw: &[(PathBuf, u64)], threads: Option<Vec<i32>>) -> R
     let snap = Snapshot::open(file)?;
     Ok(model::decode_snapshot(
         &snap,
-        &DecodeOptions {
-            threads,
-            progress: None,
-        },
+        &DecodeOptions { threads, progress },
     )?)
 }
 

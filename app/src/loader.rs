@@ -1,0 +1,119 @@
+//! Loading a file off the UI thread.
+//!
+//! A [`Load`] decodes on its own thread and shares a
+//! [`DecodeProgress`] with the window: the window polls it each frame for
+//! the segments decoded so far and for partial models, so the first
+//! threads are drawn while the rest decode, and the user can cancel.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ptscope_decoder::model::Model;
+use ptscope_decoder::progress::DecodeProgress;
+
+/// What a poll of a load found.
+pub enum Poll {
+    /// Still decoding; maybe with a newer partial model.
+    Pending(Option<Arc<Model>>),
+    Done(Result<Arc<Model>, String>),
+}
+
+pub struct Load {
+    pub path: PathBuf,
+    progress: Arc<DecodeProgress>,
+    rx: mpsc::Receiver<Result<Model, String>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts decoding `path`; `wake` runs when it is done (to repaint).
+    pub fn start(path: &Path, wake: impl Fn() + Send + 'static) -> Load {
+        let progress = DecodeProgress::new();
+        let (tx, rx) = mpsc::channel();
+        let p = progress.clone();
+        let file = path.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("ptscope-load".into())
+            .spawn(move || {
+                let r = crate::report::load_with(&file, &[], None, Some(p))
+                    .map_err(|e| format!("{e:#}"));
+                let _ = tx.send(r);
+                wake();
+            })
+            .ok();
+        if thread.is_none() {
+            // Without a thread there is no load; say so instead of hanging.
+            let (tx, rx2) = mpsc::channel();
+            let _ = tx.send(Err(format!(
+                "{}: cannot start a thread to decode it",
+                path.display()
+            )));
+            return Load {
+                path: path.to_path_buf(),
+                progress,
+                rx: rx2,
+                thread: None,
+            };
+        }
+        Load {
+            path: path.to_path_buf(),
+            progress,
+            rx,
+            thread,
+        }
+    }
+
+    /// (segments decoded, segments in all).
+    pub fn segments(&self) -> (u64, u64) {
+        self.progress.segments()
+    }
+
+    pub fn cancel(&self) {
+        self.progress.cancel();
+    }
+
+    pub fn poll(&mut self) -> Poll {
+        match self.rx.try_recv() {
+            Ok(r) => {
+                self.join();
+                Poll::Done(r.map(Arc::new))
+            }
+            Err(mpsc::TryRecvError::Empty) => Poll::Pending(self.progress.take_partial()),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.join();
+                Poll::Done(Err(format!(
+                    "{}: the decoder stopped without a result",
+                    self.path.display()
+                )))
+            }
+        }
+    }
+
+    /// Blocks until the load ends (tests, and `--screenshot`).
+    pub fn wait(&mut self) -> Result<Arc<Model>, String> {
+        let r = match self.rx.recv() {
+            Ok(r) => r.map(Arc::new),
+            Err(_) => Err(format!(
+                "{}: the decoder stopped without a result",
+                self.path.display()
+            )),
+        };
+        self.join();
+        r
+    }
+
+    fn join(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        // A closed tab stops its decode; the thread ends on its own.
+        self.progress.cancel();
+    }
+}
