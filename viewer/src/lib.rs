@@ -1,5 +1,30 @@
-//! The egui widgets of ptscope: timeline, tracks and panels.
+//! The egui widgets of ptscope: the timeline viewer of a decoded snapshot.
 //!
-//! Widgets here only read models built by the decoder; they never decode.
+//! [`TraceView`] is the entry point: it owns an `Arc` of the decoder's
+//! [`Model`](ptscope_decoder::model::Model) plus all UI state, and draws
+//! the toolbar, overview strip, time axis, thread tracks and the details,
+//! range and flame-graph panels. Widgets here only read models built by
+//! the decoder; they never decode.
+//!
+//! Frame building is designed for tens of millions of spans: each lane is
+//! scanned by binary search, tiny spans merge per pixel ([`layout`]), and
+//! all boxes go into one mesh. `benches/frame.rs` prints the figures.
 
+pub mod axis;
+pub mod color;
+pub mod details;
+pub mod help;
+pub mod layout;
+pub mod overview;
+pub mod range;
+pub mod search;
+pub mod spans;
 pub mod summary;
+pub mod synth;
+pub mod timeline;
+pub mod view;
+pub mod window;
+
+pub use spans::SpanRef;
+pub use view::{PanelTab, TraceView};
+pub use window::TimeWindow;

@@ -1,0 +1,274 @@
+//! The selection: one span, its call path, and every call of the same
+//! function (count, total, min/avg/max, next/previous, slowest).
+
+use ptscope_decoder::event::FuncId;
+use ptscope_decoder::model::Model;
+
+use crate::spans::{call_path, self_time, SpanRef};
+
+/// Figures over every call of one function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FuncCalls {
+    pub func: FuncId,
+    pub calls: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// The call that took `max_ns` (the first one, if several).
+    pub slowest: Option<SpanRef>,
+}
+
+impl FuncCalls {
+    pub fn avg_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+/// Scans every span of `model` for calls of `func`.
+pub fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
+    let mut out = FuncCalls {
+        func,
+        min_ns: u64::MAX,
+        ..FuncCalls::default()
+    };
+    for (ti, t) in model.threads.iter().enumerate() {
+        let t = &t.spans;
+        for (d, lane) in t.lanes() {
+            for (i, s) in lane.iter().enumerate() {
+                if s.func() != func {
+                    continue;
+                }
+                let dur = t.duration(d, i);
+                out.calls += 1;
+                out.total_ns += dur;
+                out.min_ns = out.min_ns.min(dur);
+                if dur > out.max_ns || out.slowest.is_none() {
+                    out.max_ns = dur;
+                    out.slowest = Some(SpanRef::new(ti, d, i));
+                }
+            }
+        }
+    }
+    if out.calls == 0 {
+        out.min_ns = 0;
+    }
+    out
+}
+
+/// Orders spans by start time, then thread, depth and index, so "next
+/// call" is well defined across threads.
+fn key(model: &Model, r: SpanRef) -> Option<(u64, SpanRef)> {
+    Some((r.span(model)?.start, r))
+}
+
+/// The next (or previous) call of `func` after (before) `from` in time
+/// order, over every thread. `func` need not be `from`'s function.
+pub fn step_call(model: &Model, func: FuncId, from: SpanRef, forward: bool) -> Option<SpanRef> {
+    let here = key(model, from)?;
+    let mut best: Option<(u64, SpanRef)> = None;
+    for (ti, t) in model.threads.iter().enumerate() {
+        let t = &t.spans;
+        for (d, lane) in t.lanes() {
+            let p = lane.partition_point(|s| s.start < here.0);
+            let found = if forward {
+                // Same-start spans may still come after `from` by key.
+                lane[p..].iter().enumerate().find_map(|(k, s)| {
+                    let r = SpanRef::new(ti, d, p + k);
+                    (s.func() == func && (s.start, r) > here).then_some((s.start, r))
+                })
+            } else {
+                let q = lane.partition_point(|s| s.start <= here.0);
+                lane[..q].iter().enumerate().rev().find_map(|(k, s)| {
+                    let r = SpanRef::new(ti, d, k);
+                    (s.func() == func && (s.start, r) < here).then_some((s.start, r))
+                })
+            };
+            if let Some(f) = found {
+                let better = match best {
+                    None => true,
+                    Some(b) if forward => f < b,
+                    Some(b) => f > b,
+                };
+                if better {
+                    best = Some(f);
+                }
+            }
+        }
+    }
+    best.map(|b| b.1)
+}
+
+/// Everything the details panel shows about the selected span.
+#[derive(Clone, Debug)]
+pub struct Details {
+    pub span: SpanRef,
+    pub func: FuncId,
+    pub name: String,
+    pub module: String,
+    pub entry: u64,
+    pub start: u64,
+    pub dur_ns: u64,
+    pub self_ns: u64,
+    pub flags: u32,
+    /// Outermost first; the span itself last.
+    pub path: Vec<(SpanRef, FuncId)>,
+    pub calls: FuncCalls,
+}
+
+impl Details {
+    /// Gathers the details of `r`, or `None` if `model` has no such span.
+    pub fn new(model: &Model, r: SpanRef) -> Option<Details> {
+        let s = r.span(model)?;
+        let t = r.thread(model)?;
+        let (d, i) = (r.depth as usize, r.index as usize);
+        let f = model.funcs.get(s.func());
+        let path = call_path(model, r)
+            .into_iter()
+            .filter_map(|p| Some((p, p.span(model)?.func())))
+            .collect();
+        Some(Details {
+            span: r,
+            func: s.func(),
+            name: f.name.clone(),
+            module: f.module.clone(),
+            entry: f.entry,
+            start: s.start,
+            dur_ns: t.duration(d, i),
+            self_ns: self_time(t, d, i),
+            flags: s.flags(),
+            path,
+            calls: func_calls(model, s.func()),
+        })
+    }
+}
+
+/// What the user asked for in the details panel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetailsAction {
+    Select(SpanRef),
+    /// Select and fit this span.
+    Show(SpanRef),
+    /// Next (true) or previous call of the selected function.
+    Step(bool),
+}
+
+/// Draws the details of the selection.
+pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &Details) -> Option<DetailsAction> {
+    use crate::axis::format_duration;
+    let mut action = None;
+    ui.heading("Selected span");
+    egui::Grid::new("ptscope-details")
+        .num_columns(2)
+        .show(ui, |ui| {
+            ui.label("Function");
+            ui.strong(&d.name);
+            ui.end_row();
+            ui.label("Duration");
+            ui.label(format_duration(d.dur_ns));
+            ui.end_row();
+            ui.label("Self time");
+            ui.label(format_duration(d.self_ns));
+            ui.end_row();
+            if !d.module.is_empty() {
+                ui.label("Module");
+                ui.label(&d.module);
+                ui.end_row();
+            }
+            if d.entry != 0 {
+                ui.label("Entry");
+                ui.label(format!("{:#x}", d.entry));
+                ui.end_row();
+            }
+            if d.flags != 0 {
+                ui.label("Times");
+                ui.colored_label(
+                    egui::Color32::YELLOW,
+                    crate::timeline::estimate_note(d.flags),
+                );
+                ui.end_row();
+            }
+        });
+    if ui.button("Zoom to span").clicked() {
+        action = Some(DetailsAction::Show(d.span));
+    }
+    ui.separator();
+    ui.heading("Call path");
+    for (depth, (r, f)) in d.path.iter().enumerate() {
+        let text = format!("{}{}", "  ".repeat(depth), model.funcs.name(*f));
+        if ui.selectable_label(*r == d.span, text).clicked() {
+            action = Some(DetailsAction::Select(*r));
+        }
+    }
+    ui.separator();
+    ui.heading("All calls of this function");
+    let c = &d.calls;
+    ui.label(format!("{} calls", c.calls));
+    ui.label(format!(
+        "total {}   min {}   avg {}   max {}",
+        format_duration(c.total_ns),
+        format_duration(c.min_ns),
+        format_duration(c.avg_ns()),
+        format_duration(c.max_ns)
+    ));
+    ui.horizontal(|ui| {
+        if ui.button("◀ Previous call").clicked() {
+            action = Some(DetailsAction::Step(false));
+        }
+        if ui.button("Next call ▶").clicked() {
+            action = Some(DetailsAction::Step(true));
+        }
+        if let Some(slow) = c.slowest {
+            if ui.button("Zoom to slowest call").clicked() {
+                action = Some(DetailsAction::Show(slow));
+            }
+        }
+    });
+    action
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spans::tests::small_model;
+
+    #[test]
+    fn stats_over_every_call() {
+        let m = small_model();
+        let c = func_calls(&m, 4); // a: 30 ns and 10 ns
+        assert_eq!(
+            (c.calls, c.total_ns, c.min_ns, c.max_ns, c.avg_ns()),
+            (2, 40, 10, 30, 20)
+        );
+        assert_eq!(c.slowest, Some(SpanRef::new(0, 1, 0)));
+        let none = func_calls(&m, 0);
+        assert_eq!((none.calls, none.min_ns, none.slowest), (0, 0, None));
+    }
+
+    #[test]
+    fn next_and_previous_calls() {
+        let m = small_model();
+        let a0 = SpanRef::new(0, 1, 0);
+        let a1 = SpanRef::new(0, 1, 1);
+        assert_eq!(step_call(&m, 4, a0, true), Some(a1));
+        assert_eq!(step_call(&m, 4, a1, true), None);
+        assert_eq!(step_call(&m, 4, a1, false), Some(a0));
+        assert_eq!(step_call(&m, 4, a0, false), None);
+        // The next `main` after `b`.
+        assert_eq!(
+            step_call(&m, 3, SpanRef::new(0, 2, 0), true),
+            Some(SpanRef::new(0, 0, 1))
+        );
+    }
+
+    #[test]
+    fn details_of_a_nested_span() {
+        let m = small_model();
+        let d = Details::new(&m, SpanRef::new(0, 2, 0)).unwrap();
+        assert_eq!(d.name, "b");
+        assert_eq!((d.start, d.dur_ns, d.self_ns), (20, 10, 10));
+        let names: Vec<&str> = d.path.iter().map(|p| m.funcs.name(p.1)).collect();
+        assert_eq!(names, ["main", "a", "b"]);
+        assert_eq!(d.calls.calls, 1);
+        assert!(Details::new(&m, SpanRef::new(0, 9, 0)).is_none());
+    }
+}

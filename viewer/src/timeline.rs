@@ -1,0 +1,693 @@
+//! The timeline widget: time axis, one collapsible track per thread with a
+//! lane per call depth, navigation (zoom, pan, fit), hover and selection.
+//!
+//! Drawing goes through [`crate::layout`]: all span boxes of a frame are
+//! one mesh; only the labels that fit become text shapes.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use egui::{
+    pos2, vec2, Align2, Color32, CursorIcon, FontId, Key, Painter, PointerButton, Rect,
+    Response, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo,
+};
+use ptscope_decoder::model::Model;
+use ptscope_decoder::store::flag;
+
+use crate::axis::{self, format_duration, format_duration_f, TimeMode};
+use crate::color::{text_on, FuncStyle, MERGED};
+use crate::layout::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
+use crate::spans::{self_time, SpanRef};
+use crate::window::{max_width_for, TimeWindow};
+
+/// Height of the time axis.
+pub const AXIS_H: f32 = 22.0;
+/// Height of a thread's header row.
+pub const HEADER_H: f32 = 20.0;
+/// Height of one depth lane.
+pub const LANE_H: f32 = 18.0;
+/// Boxes narrower than this get no label.
+const LABEL_MIN_PX: f32 = 18.0;
+/// Zoom speed of W/S, per second held.
+const KEY_ZOOM_PER_S: f64 = 4.0;
+/// Pan speed of A/D, in window widths per second held.
+const KEY_PAN_PER_S: f64 = 0.8;
+
+/// One lane on screen this frame.
+#[derive(Clone, Copy, Debug)]
+pub struct Row {
+    pub thread: u32,
+    pub depth: u32,
+    pub y0: f32,
+    pub y1: f32,
+}
+
+/// What the user did in the timeline this frame.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TimelineEvent {
+    /// A span was clicked (`None`: empty space).
+    Select(Option<SpanRef>),
+    /// A shift-drag finished over `[from, to)`.
+    Range(u64, u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Drag {
+    None,
+    Pan,
+    /// Range selection from this time.
+    Range(u64),
+}
+
+/// What the timeline draws with this frame.
+pub struct TimelineInput<'a> {
+    pub model: &'a Model,
+    pub styles: &'a [FuncStyle],
+    pub search: Option<&'a [bool]>,
+    pub selected: Option<SpanRef>,
+    pub range: Option<(u64, u64)>,
+}
+
+/// Navigation state and per-frame buffers of the timeline.
+pub struct Timeline {
+    pub window: TimeWindow,
+    pub mode: TimeMode,
+    /// Trace bounds, `[first start, last end]`.
+    pub bounds: Option<(u64, u64)>,
+    /// Collapsed threads, by tid (stable across model updates).
+    collapsed: HashSet<i32>,
+    scroll_y: f32,
+    buf: FrameBuf,
+    rows: Vec<Row>,
+    /// Boxes of each row in `buf.boxes`.
+    row_boxes: Vec<Range<usize>>,
+    drag: Drag,
+    /// Range being dragged out, for drawing.
+    dragging_range: Option<(u64, u64)>,
+    /// Width of the tracks last frame, for programmatic zooms.
+    width_px: f32,
+    /// Screen rect of the tracks last frame.
+    tracks_rect: Rect,
+    /// Self time of the hovered span, computed once per span.
+    hover_self: Option<(SpanRef, u64)>,
+    /// Where the pointer is in time, for the axis readout.
+    hover_time: Option<u64>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            window: TimeWindow::new(0, 1_000_000.0),
+            mode: TimeMode::Relative,
+            bounds: None,
+            collapsed: HashSet::new(),
+            scroll_y: 0.0,
+            buf: FrameBuf::default(),
+            rows: Vec::new(),
+            row_boxes: Vec::new(),
+            drag: Drag::None,
+            dragging_range: None,
+            width_px: 1000.0,
+            tracks_rect: Rect::NOTHING,
+            hover_self: None,
+            hover_time: None,
+        }
+    }
+}
+
+impl Timeline {
+    /// Sets the trace bounds; the first time, shows all of it.
+    pub fn set_bounds(&mut self, bounds: Option<(u64, u64)>) {
+        let first = self.bounds.is_none();
+        self.bounds = bounds;
+        if let Some((lo, hi)) = bounds {
+            if first {
+                self.window = TimeWindow::fit(lo, hi);
+            }
+        }
+    }
+
+    fn max_width(&self) -> f64 {
+        self.bounds
+            .map_or(f64::MAX, |(lo, hi)| max_width_for(lo, hi))
+    }
+
+    fn clamp(&mut self) {
+        if let Some((lo, hi)) = self.bounds {
+            self.window.clamp_to(lo, hi);
+        }
+    }
+
+    /// Zooms by `factor` (> 1: in) around `anchor` (0 left .. 1 right).
+    pub fn zoom(&mut self, factor: f64, anchor: f64) {
+        let max = self.max_width();
+        self.window.zoom(factor, anchor, max);
+        self.clamp();
+    }
+
+    /// Pans by `ns` (positive: later).
+    pub fn pan_ns(&mut self, ns: f64) {
+        self.window.shift(ns);
+        self.clamp();
+    }
+
+    /// Shows `[from, to)` with a margin.
+    pub fn fit(&mut self, from: u64, to: u64) {
+        self.window = TimeWindow::fit(from, to);
+        self.clamp();
+    }
+
+    /// Shows the whole trace.
+    pub fn fit_all(&mut self) {
+        if let Some((lo, hi)) = self.bounds {
+            self.fit(lo, hi);
+        }
+    }
+
+    pub fn is_collapsed(&self, tid: i32) -> bool {
+        self.collapsed.contains(&tid)
+    }
+
+    pub fn set_collapsed(&mut self, tid: i32, collapsed: bool) {
+        if collapsed {
+            self.collapsed.insert(tid);
+        } else {
+            self.collapsed.remove(&tid);
+        }
+    }
+
+    /// The screen rect of span `r` as drawn last frame (its visible part),
+    /// if its lane was on screen.
+    pub fn span_rect(&self, model: &Model, r: SpanRef) -> Option<Rect> {
+        let row = self
+            .rows
+            .iter()
+            .find(|w| w.thread == r.thread && w.depth == r.depth)?;
+        let (s, e) = r.times(model)?;
+        let ppn = self.window.px_per_ns(self.width_px);
+        let left = self.tracks_rect.left();
+        let x0 = (self.window.x(s, ppn).max(0.0) as f32 + left).min(self.tracks_rect.right());
+        let x1 = (self.window.x(e, ppn) as f32 + left).clamp(x0 + 1.0, self.tracks_rect.right());
+        Some(Rect::from_x_y_ranges(x0..=x1, row.y0..=row.y1))
+    }
+
+    /// The screen x of time `t` last frame.
+    pub fn screen_x(&self, t: u64) -> f32 {
+        let ppn = self.window.px_per_ns(self.width_px);
+        self.tracks_rect.left() + self.window.x(t, ppn) as f32
+    }
+
+    /// Draws the axis and the tracks in the rest of `ui`.
+    pub fn ui(&mut self, ui: &mut Ui, input: &TimelineInput) -> Vec<TimelineEvent> {
+        let mut events = Vec::new();
+        let full = ui.available_rect_before_wrap();
+        ui.allocate_rect(full, Sense::hover());
+        let axis_rect = Rect::from_min_size(full.min, vec2(full.width(), AXIS_H));
+        let tracks = Rect::from_min_max(pos2(full.left(), axis_rect.bottom()), full.max);
+        self.tracks_rect = tracks;
+        self.width_px = tracks.width().max(1.0);
+
+        let id = ui.scope_id().with("ptscope-tracks");
+        let resp = ui.interact(tracks, id, Sense::click_and_drag());
+        resp.widget_info(|| WidgetInfo::labeled(egui::Role::Canvas, true, "Timeline tracks"));
+        self.navigate(ui, &resp, input, &mut events);
+
+        // Layout of rows: headers and lanes, scrolled.
+        let content_h = self.content_height(input.model);
+        let max_scroll = (content_h - tracks.height()).max(0.0);
+        self.scroll_y = self.scroll_y.clamp(0.0, max_scroll);
+
+        let painter = ui.painter_at(tracks);
+        painter.rect_filled(tracks, 0.0, ui.visuals().extreme_bg_color);
+        self.build_rows(input.model, tracks);
+        self.layout_spans(input, tracks);
+        painter.add(Shape::mesh(self.buf.take_mesh()));
+        self.draw_labels(&painter, input);
+        self.draw_selection(&painter, input);
+        self.draw_range(&painter, input, tracks);
+        self.headers(ui, input.model, tracks);
+        self.hover(&resp, input);
+        self.draw_axis(ui, axis_rect);
+        events
+    }
+
+    fn content_height(&self, model: &Model) -> f32 {
+        model
+            .threads
+            .iter()
+            .map(|t| {
+                HEADER_H
+                    + if self.collapsed.contains(&t.spans.tid) {
+                        0.0
+                    } else {
+                        t.spans.depth() as f32 * LANE_H
+                    }
+            })
+            .sum()
+    }
+
+    /// The rows that intersect `tracks` vertically.
+    fn build_rows(&mut self, model: &Model, tracks: Rect) {
+        self.rows.clear();
+        let mut y = tracks.top() - self.scroll_y;
+        for (ti, t) in model.threads.iter().enumerate() {
+            y += HEADER_H;
+            if self.collapsed.contains(&t.spans.tid) {
+                continue;
+            }
+            for d in 0..t.spans.depth() {
+                let (y0, y1) = (y, y + LANE_H);
+                y = y1;
+                if y1 < tracks.top() || y0 > tracks.bottom() {
+                    continue;
+                }
+                self.rows.push(Row {
+                    thread: ti as u32,
+                    depth: d as u32,
+                    y0,
+                    y1: y1 - 1.0,
+                });
+            }
+            if y > tracks.bottom() {
+                break;
+            }
+        }
+    }
+
+    fn layout_spans(&mut self, input: &TimelineInput, tracks: Rect) {
+        self.buf.clear();
+        self.row_boxes.clear();
+        let paint = Paint {
+            styles: input.styles,
+            search: input.search,
+        };
+        for (ri, row) in self.rows.iter().enumerate() {
+            let t = &input.model.threads[row.thread as usize].spans;
+            let geom = LaneGeom {
+                left: tracks.left(),
+                width: tracks.width(),
+                y0: row.y0,
+                y1: row.y1,
+                row: ri as u32,
+            };
+            let r = layout::layout_lane(
+                &mut self.buf,
+                t,
+                row.depth as usize,
+                &self.window,
+                &geom,
+                &paint,
+            );
+            self.row_boxes.push(r);
+        }
+    }
+
+    fn draw_labels(&self, painter: &Painter, input: &TimelineInput) {
+        let font = FontId::monospace(11.0);
+        let char_w = painter.fonts_mut(|f| f.glyph_width(&font, 'x')).max(1.0);
+        let clip = painter.clip_rect();
+        let mut text = String::new();
+        for b in &self.buf.boxes {
+            let x0 = b.x0.max(clip.left());
+            let x1 = b.x1.min(clip.right());
+            let w = x1 - x0;
+            if w < LABEL_MIN_PX {
+                continue;
+            }
+            let row = &self.rows[b.row as usize];
+            let fits = ((w - 6.0) / char_w).floor().max(0.0) as usize;
+            if fits < 2 {
+                continue;
+            }
+            text.clear();
+            let bg = if b.count > 1 {
+                use std::fmt::Write;
+                let _ = write!(text, "{} calls", b.count);
+                MERGED
+            } else {
+                let t = &input.model.threads[row.thread as usize].spans;
+                let f = t.lane(row.depth as usize)[b.first as usize].func();
+                text.push_str(input.model.funcs.name(f));
+                let st = &input.styles[f as usize];
+                if input.search.is_some_and(|m| !m[f as usize]) {
+                    st.dimmed
+                } else {
+                    st.fill
+                }
+            };
+            let n = text.chars().count();
+            if n > fits {
+                // Cut at a char boundary and mark the cut.
+                let cut = text
+                    .char_indices()
+                    .nth(fits - 1)
+                    .map_or(text.len(), |(i, _)| i);
+                text.truncate(cut);
+                text.push('…');
+            }
+            painter.text(
+                pos2(x0 + 3.0, (row.y0 + row.y1) / 2.0),
+                Align2::LEFT_CENTER,
+                &text,
+                font.clone(),
+                text_on(bg),
+            );
+        }
+    }
+
+    fn draw_selection(&self, painter: &Painter, input: &TimelineInput) {
+        if let Some(r) = input.selected.and_then(|s| self.span_rect(input.model, s)) {
+            painter.rect_stroke(
+                r.expand(1.0),
+                0.0,
+                Stroke::new(2.0, Color32::WHITE),
+                StrokeKind::Outside,
+            );
+        }
+    }
+
+    fn draw_range(&self, painter: &Painter, input: &TimelineInput, tracks: Rect) {
+        let Some((a, b)) = self.dragging_range.or(input.range) else {
+            return;
+        };
+        let x0 = self.screen_x(a).max(tracks.left() - 1.0);
+        let x1 = self.screen_x(b).min(tracks.right() + 1.0);
+        if x1 < tracks.left() || x0 > tracks.right() {
+            return;
+        }
+        let r = Rect::from_x_y_ranges(x0..=x1.max(x0 + 1.0), tracks.y_range());
+        painter.rect_filled(r, 0.0, Color32::from_rgba_unmultiplied(80, 140, 255, 40));
+        painter.vline(x0, tracks.y_range(), Stroke::new(1.0, Color32::LIGHT_BLUE));
+        painter.vline(x1, tracks.y_range(), Stroke::new(1.0, Color32::LIGHT_BLUE));
+        painter.text(
+            pos2((x0 + x1) / 2.0, tracks.top() + 2.0),
+            Align2::CENTER_TOP,
+            format_duration(b.saturating_sub(a)),
+            FontId::proportional(12.0),
+            Color32::LIGHT_BLUE,
+        );
+    }
+
+    /// Thread headers: a clickable, labelled bar per thread that folds its
+    /// lanes.
+    fn headers(&mut self, ui: &mut Ui, model: &Model, tracks: Rect) {
+        let painter = ui.painter_at(tracks);
+        let mut y = tracks.top() - self.scroll_y;
+        let mut toggle = None;
+        for t in &model.threads {
+            let t = &t.spans;
+            let r = Rect::from_min_size(pos2(tracks.left(), y), vec2(tracks.width(), HEADER_H));
+            let collapsed = self.collapsed.contains(&t.tid);
+            y += HEADER_H
+                + if collapsed {
+                    0.0
+                } else {
+                    t.depth() as f32 * LANE_H
+                };
+            if r.bottom() < tracks.top() || r.top() > tracks.bottom() {
+                continue;
+            }
+            let name = format!("{} {}", t.tid, t.comm);
+            let resp = ui.interact(
+                r.intersect(tracks),
+                ui.scope_id().with(("ptscope-thread", t.tid)),
+                Sense::click(),
+            );
+            resp.widget_info(|| {
+                WidgetInfo::selected(egui::Role::Button, true, !collapsed, &name)
+            });
+            let bg = if resp.hovered() {
+                ui.visuals().widgets.hovered.bg_fill
+            } else {
+                ui.visuals().faint_bg_color
+            };
+            painter.rect_filled(r, 0.0, bg);
+            let arrow = if collapsed { "▶" } else { "▼" };
+            painter.text(
+                pos2(r.left() + 6.0, r.center().y),
+                Align2::LEFT_CENTER,
+                format!("{arrow} {name}   ({} spans)", t.span_count()),
+                FontId::proportional(13.0),
+                ui.visuals().strong_text_color(),
+            );
+            if resp.clicked() {
+                toggle = Some((t.tid, !collapsed));
+            }
+        }
+        if let Some((tid, c)) = toggle {
+            self.set_collapsed(tid, c);
+        }
+    }
+
+    /// The box under the pointer, as (row, box).
+    fn hovered_box(&self, pos: egui::Pos2) -> Option<(Row, DrawnBox)> {
+        let ri = self.rows.iter().position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
+        let boxes = &self.buf.boxes[self.row_boxes[ri].clone()];
+        let bi = layout::hit(boxes, pos.x)?;
+        Some((self.rows[ri], boxes[bi]))
+    }
+
+    fn hover(&mut self, resp: &Response, input: &TimelineInput) {
+        self.hover_time = None;
+        let Some(pos) = resp.hover_pos() else {
+            return;
+        };
+        let ppn = self.window.px_per_ns(self.width_px);
+        self.hover_time = Some(
+            self.window
+                .time_at_px((pos.x - self.tracks_rect.left()) as f64, ppn),
+        );
+        if self.drag != Drag::None {
+            return;
+        }
+        let Some((row, b)) = self.hovered_box(pos) else {
+            return;
+        };
+        let model = input.model;
+        let t = &model.threads[row.thread as usize].spans;
+        let d = row.depth as usize;
+        let lane = t.lane(d);
+        if b.count > 1 {
+            let first = b.first as usize;
+            let last = first + b.count as usize - 1;
+            let covered = t.end(d, last) - lane[first].start;
+            resp.clone().on_hover_ui_at_pointer(|ui| {
+                ui.label(format!("{} calls merged", b.count));
+                ui.label(format!("covering {}", format_duration(covered)));
+                ui.weak("Click to zoom in");
+            });
+            return;
+        }
+        let r = SpanRef::new(row.thread as usize, d, b.first as usize);
+        let self_ns = match self.hover_self {
+            Some((h, v)) if h == r => v,
+            _ => {
+                let v = self_time(t, d, b.first as usize);
+                self.hover_self = Some((r, v));
+                v
+            }
+        };
+        let s = lane[b.first as usize];
+        let f = model.funcs.get(s.func());
+        let dur = t.duration(d, b.first as usize);
+        resp.clone().on_hover_ui_at_pointer(|ui| {
+            ui.strong(&f.name);
+            ui.label(format!("Duration: {}", format_duration(dur)));
+            ui.label(format!("Self: {}", format_duration(self_ns)));
+            if !f.module.is_empty() {
+                ui.label(format!("Module: {}", f.module));
+            }
+            if f.entry != 0 {
+                ui.label(format!("Entry: {:#x}", f.entry));
+            }
+            if s.is_estimated() {
+                ui.colored_label(Color32::YELLOW, estimate_note(s.flags()));
+            }
+        });
+    }
+
+    fn draw_axis(&self, ui: &mut Ui, rect: Rect) {
+        let painter = ui.painter_at(rect);
+        painter.rect_filled(rect, 0.0, ui.visuals().faint_bg_color);
+        let origin = self.bounds.map_or(0, |b| b.0);
+        let stroke = Stroke::new(1.0, ui.visuals().weak_text_color());
+        for t in axis::ticks(&self.window, rect.width(), origin, self.mode) {
+            let x = rect.left() + t.x;
+            painter.vline(x, rect.bottom() - 6.0..=rect.bottom(), stroke);
+            painter.text(
+                pos2(x + 3.0, rect.top() + 2.0),
+                Align2::LEFT_TOP,
+                t.label,
+                FontId::proportional(11.0),
+                ui.visuals().text_color(),
+            );
+        }
+        // Window width at the right edge.
+        painter.text(
+            pos2(rect.right() - 4.0, rect.top() + 2.0),
+            Align2::RIGHT_TOP,
+            format!("view {}", format_duration_f(self.window.width)),
+            FontId::proportional(11.0),
+            ui.visuals().weak_text_color(),
+        );
+        if let Some(t) = self.hover_time {
+            let x = self.screen_x(t);
+            painter.vline(x, rect.y_range(), Stroke::new(1.0, Color32::YELLOW));
+        }
+    }
+
+    /// Zoom, pan, fit, clicks and range drags.
+    fn navigate(
+        &mut self,
+        ui: &Ui,
+        resp: &Response,
+        input: &TimelineInput,
+        events: &mut Vec<TimelineEvent>,
+    ) {
+        let ctx = ui.ctx().clone();
+        let tracks = self.tracks_rect;
+        let ppn = self.window.px_per_ns(self.width_px);
+        let anchor = |p: Option<egui::Pos2>| {
+            p.map_or(0.5, |p| ((p.x - tracks.left()) / tracks.width()) as f64)
+        };
+        let hover = resp.hover_pos();
+
+        // Wheel, pinch and trackpad.
+        if hover.is_some() {
+            let (zoom, scroll) = ctx.input(|i| (i.zoom_delta() as f64, i.smooth_scroll_delta()));
+            if zoom != 1.0 {
+                self.zoom(zoom, anchor(hover));
+            }
+            if scroll.x != 0.0 {
+                self.pan_ns(-scroll.x as f64 / ppn);
+            }
+            if scroll.y != 0.0 {
+                let content = self.content_height(input.model);
+                if content > tracks.height() {
+                    self.scroll_y -= scroll.y;
+                } else {
+                    self.pan_ns(-scroll.y as f64 / ppn);
+                }
+            }
+        }
+
+        // Keys, unless a text box has them.
+        if !ctx.egui_wants_keyboard_input() {
+            let (dt, zin, zout, left, right, fit_all, esc) = ctx.input(|i| {
+                let held = |k: Key| i.key_down(k) || i.key_pressed(k);
+                (
+                    (i.stable_dt as f64).clamp(1.0 / 120.0, 0.1),
+                    held(Key::W),
+                    held(Key::S),
+                    held(Key::A),
+                    held(Key::D),
+                    i.key_pressed(Key::Num0) || i.key_pressed(Key::Home),
+                    i.key_pressed(Key::Escape),
+                )
+            });
+            let at = anchor(hover);
+            if zin {
+                self.zoom((KEY_ZOOM_PER_S * dt).exp(), at);
+            }
+            if zout {
+                self.zoom((-KEY_ZOOM_PER_S * dt).exp(), at);
+            }
+            if left {
+                self.pan_ns(-self.window.width * KEY_PAN_PER_S * dt);
+            }
+            if right {
+                self.pan_ns(self.window.width * KEY_PAN_PER_S * dt);
+            }
+            if fit_all {
+                self.fit_all();
+            }
+            if esc {
+                events.push(TimelineEvent::Select(None));
+            }
+            if zin || zout || left || right {
+                ctx.request_repaint();
+            }
+        }
+
+        // Drags: pan, or shift-drag a range.
+        if resp.drag_started_by(PointerButton::Primary) {
+            let shift = ctx.input(|i| i.modifiers.shift);
+            self.drag = match (shift, resp.interact_pointer_pos()) {
+                (true, Some(p)) => {
+                    let t = self.window.time_at_px((p.x - tracks.left()) as f64, ppn);
+                    Drag::Range(t)
+                }
+                _ => Drag::Pan,
+            };
+        }
+        if resp.dragged_by(PointerButton::Primary) {
+            match self.drag {
+                Drag::Pan => {
+                    let d = resp.drag_delta();
+                    self.pan_ns(-d.x as f64 / ppn);
+                    self.scroll_y -= d.y;
+                    ctx.set_cursor_icon(CursorIcon::Grabbing);
+                }
+                Drag::Range(a) => {
+                    if let Some(p) = resp.interact_pointer_pos() {
+                        let b = self.window.time_at_px((p.x - tracks.left()) as f64, ppn);
+                        self.dragging_range = Some((a.min(b), a.max(b)));
+                    }
+                }
+                Drag::None => {}
+            }
+        }
+        if resp.drag_stopped() {
+            if let Some((a, b)) = self.dragging_range.take() {
+                if b > a {
+                    events.push(TimelineEvent::Range(a, b));
+                }
+            }
+            self.drag = Drag::None;
+        }
+
+        // Clicks: select, zoom into merged boxes, fit on double-click.
+        if resp.clicked() || resp.double_clicked() {
+            let pos = resp.interact_pointer_pos();
+            let hit = pos.and_then(|p| self.hovered_box(p));
+            match hit {
+                Some((row, b)) if b.count > 1 => {
+                    let t = &input.model.threads[row.thread as usize].spans;
+                    let d = row.depth as usize;
+                    let first = b.first as usize;
+                    let last = first + b.count as usize - 1;
+                    self.fit(t.lane(d)[first].start, t.end(d, last));
+                }
+                Some((row, b)) => {
+                    let r = SpanRef::new(row.thread as usize, row.depth as usize, b.first as usize);
+                    if resp.double_clicked() {
+                        if let Some((s, e)) = r.times(input.model) {
+                            self.fit(s, e);
+                        }
+                    }
+                    events.push(TimelineEvent::Select(Some(r)));
+                }
+                None if resp.clicked() => events.push(TimelineEvent::Select(None)),
+                None => {}
+            }
+        }
+    }
+}
+
+/// What the estimate flags of a span mean, for the tooltip.
+pub fn estimate_note(flags: u32) -> String {
+    let mut parts = Vec::new();
+    if flags & flag::START_ESTIMATED != 0 {
+        parts.push("start estimated");
+    }
+    if flags & flag::END_ESTIMATED != 0 {
+        parts.push("end estimated");
+    }
+    if flags & flag::INFERRED_START != 0 {
+        parts.push("began before the trace");
+    }
+    if flags & flag::OPEN_END != 0 {
+        parts.push("still running at the end");
+    }
+    format!("≈ {}", parts.join(", "))
+}
