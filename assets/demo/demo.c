@@ -1,7 +1,8 @@
-/* The ptscope demo: a tiny request loop where one request in sixteen takes
- * a slow path. The snapshot is taken when `slow_path` is first entered, so
- * the trace shows the ordinary requests before it and the one that went
- * wrong. */
+/* The ptscope demo: a request loop where a few requests take a slow path.
+ * After each request the loop checks whether it was slow; the first time
+ * one is, it calls `on_slow_request`, the snapshot's trigger. The trace then
+ * holds the slow request whole and the ordinary ones before it: what a
+ * latency hunter wants to see. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,31 +20,47 @@ __attribute__((noinline)) static unsigned hash_key(const char *s) {
 
 __attribute__((noinline)) static int parse(struct request *r, int id) {
     r->id = id;
-    snprintf(r->key, sizeof r->key, "user:%d", id * 7919 % 1000);
+    snprintf(r->key, sizeof r->key, "user:%d", id * 7919 % 100000);
     return (int)strlen(r->key);
 }
 
+/* The slow path: a cache miss that rehashes the key many times. */
 __attribute__((noinline)) int slow_path(struct request *r) {
     unsigned acc = 0;
-    for (int i = 0; i < 2000; i++) acc += hash_key(r->key) >> (i & 7);
+    for (int i = 0; i < 300; i++) acc += hash_key(r->key) >> (i & 7);
     return (int)(acc & 0xff);
 }
 
-__attribute__((noinline)) static int lookup(struct request *r) {
+__attribute__((noinline)) static int lookup(struct request *r, int *slow) {
     r->hash = hash_key(r->key);
-    if ((r->hash & 15) == 0) return slow_path(r);
+    if ((r->hash & 255) == 0) {
+        *slow = 1;
+        return slow_path(r);
+    }
     return (int)(r->hash & 0xff);
 }
 
-__attribute__((noinline)) static int handle(int id) {
+__attribute__((noinline)) static int handle(int id, int *slow) {
     struct request r;
     parse(&r, id);
-    return lookup(&r);
+    return lookup(&r, slow);
+}
+
+/* The trigger: called once a request has turned out slow. */
+__attribute__((noinline)) void on_slow_request(int id) {
+    printf("request %d was slow\n", id);
 }
 
 int main(void) {
     int total = 0;
-    for (int id = 0; id < 200; id++) total += handle(id);
-    printf("handled 200 requests, checksum %d\n", total);
+    for (int id = 0; id < 100000; id++) {
+        int slow = 0;
+        total += handle(id, &slow);
+        if (slow) {
+            on_slow_request(id);
+            break;
+        }
+    }
+    printf("checksum %d\n", total);
     return 0;
 }
