@@ -1,0 +1,316 @@
+//! End to end through the window: egui_kittest drives the real application
+//! state (tabs, background loads, the timeline) by its AccessKit labels,
+//! and the real binary runs under Xvfb to take the README's screenshots.
+//! No native dialog ever opens: files are handed to the app directly.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use ptscope::gui::{demo_path, App};
+
+fn harness_with(files: &[&Path]) -> Harness<'static, App> {
+    let mut h = Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    let ctx = h.ctx.clone();
+    for f in files {
+        h.state_mut().open(f, &ctx);
+        h.state_mut().active_tab_mut().unwrap().wait();
+    }
+    h.run_steps(3);
+    h
+}
+
+fn demo_harness() -> Harness<'static, App> {
+    harness_with(&[&demo_path()])
+}
+
+fn view<'h>(h: &'h Harness<'_, App>) -> &'h ptscope_viewer::TraceView {
+    h.state().active_tab().unwrap().view().expect("a view")
+}
+
+/// A point inside the timeline at `frac` of its width, on `span`'s row.
+fn timeline_point(h: &Harness<'_, App>, frac: f32) -> egui::Pos2 {
+    let r = h.get_by_label("Timeline tracks").rect();
+    egui::pos2(r.left() + r.width() * frac, r.top() + 30.0)
+}
+
+#[test]
+fn opens_the_demo_and_shows_its_thread() {
+    let h = demo_harness();
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    let model = view(&h).model().clone();
+    assert_eq!(model.threads.len(), 1);
+    let t = &model.threads[0].spans;
+    // The track header names the thread by tid and comm.
+    h.get_by_label_contains(&format!("{} {}", t.tid, t.comm));
+    h.get_by_label("Timeline tracks");
+    h.get_by_label("Overview");
+    h.get_by_label("Search functions");
+}
+
+#[test]
+fn zooms_in_and_out_from_the_keyboard_and_wheel() {
+    let mut h = demo_harness();
+    let (a0, b0) = view(&h).view_range();
+    let p = timeline_point(&h, 0.5);
+    h.hover_at(p);
+    h.run_steps(2);
+    for _ in 0..3 {
+        h.key_press(egui::Key::W);
+        h.run_steps(2);
+    }
+    let (a1, b1) = view(&h).view_range();
+    assert!(
+        b1 - a1 < (b0 - a0) / 2,
+        "W zooms in: {}..{} -> {}..{}",
+        a0,
+        b0,
+        a1,
+        b1
+    );
+    // The time under the cursor stays put (within a pixel's worth).
+    let mid0 = a0 + (b0 - a0) / 2;
+    let mid1 = a1 + (b1 - a1) / 2;
+    assert!(mid0.abs_diff(mid1) < (b0 - a0) / 100, "{mid0} vs {mid1}");
+    for _ in 0..3 {
+        h.key_press(egui::Key::S);
+        h.run_steps(2);
+    }
+    let (a2, b2) = view(&h).view_range();
+    assert!(b2 - a2 > (b1 - a1) * 4, "S zooms out");
+    // Ctrl+wheel zooms too.
+    h.event_modifiers(
+        egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Line,
+            delta: egui::vec2(0.0, 5.0),
+            modifiers: egui::Modifiers::CTRL,
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+        },
+        egui::Modifiers::CTRL,
+    );
+    h.run_steps(3);
+    let (a3, b3) = view(&h).view_range();
+    assert!(b3 - a3 < b2 - a2, "ctrl+wheel zooms in: {a2}..{b2} -> {a3}..{b3}");
+}
+
+#[test]
+fn clicking_a_span_shows_its_details() {
+    let mut h = demo_harness();
+    // Fit the slow request's span, then click it.
+    let r = view(&h).find_span("slow_path").expect("slow_path is in the demo");
+    h.state_mut()
+        .active_tab_mut()
+        .unwrap()
+        .view_mut()
+        .unwrap()
+        .show_span(r);
+    h.run_steps(3);
+    let rect = view(&h).span_rect(r).expect("on screen");
+    h.hover_at(rect.center());
+    h.run_steps(1);
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos: rect.center(),
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.run_steps(3);
+    assert_eq!(view(&h).selected(), Some(r));
+    let d = view(&h).details().expect("details");
+    assert_eq!(d.name, "slow_path");
+    assert_eq!(d.calls.calls, 1, "the demo stops at its first slow request");
+    // The panel says it: the name and the call path through `handle`.
+    h.get_by_label_contains("slow_path");
+    h.get_by_label_contains("handle");
+}
+
+#[test]
+fn search_counts_matches() {
+    let mut h = demo_harness();
+    h.get_by_label("Search functions").click();
+    h.run_steps(2);
+    h.get_by_label("Search functions").type_text("hash_key");
+    h.run_steps(3);
+    let n = view(&h).match_count();
+    // Every request hashes its key once; the slow one 300 times more.
+    let requests = view(&h)
+        .model()
+        .threads
+        .iter()
+        .map(|t| count_calls(t, &view(&h).model().funcs, "handle"))
+        .sum::<u64>();
+    assert!(requests > 100, "{requests}");
+    assert!(n >= requests + 300, "{n} matches for {requests} requests");
+    h.get_by_label_contains(&format!("{n} matches"));
+}
+
+fn count_calls(
+    t: &ptscope_decoder::model::ThreadModel,
+    funcs: &ptscope_decoder::event::FuncTable,
+    name: &str,
+) -> u64 {
+    t.spans
+        .lanes()
+        .flat_map(|(_, lane)| lane.iter())
+        .filter(|s| funcs.name(s.func()) == name)
+        .count() as u64
+}
+
+#[test]
+fn shift_drag_selects_a_range_and_fills_the_table() {
+    let mut h = demo_harness();
+    let from = timeline_point(&h, 0.2);
+    let to = timeline_point(&h, 0.8);
+    h.hover_at(from);
+    h.run_steps(1);
+    let shift = egui::Modifiers::SHIFT;
+    h.event_modifiers(
+        egui::Event::PointerButton {
+            pos: from,
+            button: egui::PointerButton::Primary,
+            pressed: true,
+            modifiers: shift,
+        },
+        shift,
+    );
+    h.run_steps(1);
+    for i in 1..=10 {
+        let x = from.x + (to.x - from.x) * i as f32 / 10.0;
+        h.event_modifiers(egui::Event::PointerMoved(egui::pos2(x, from.y)), shift);
+        h.run_steps(1);
+    }
+    h.event_modifiers(
+        egui::Event::PointerButton {
+            pos: to,
+            button: egui::PointerButton::Primary,
+            pressed: false,
+            modifiers: shift,
+        },
+        shift,
+    );
+    h.run_steps(3);
+    let (a, b) = view(&h).range().expect("a range");
+    assert!(b > a);
+    let rows = view(&h).range_rows();
+    let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(names.contains(&"handle"), "{names:?}");
+    assert!(names.contains(&"parse"), "{names:?}");
+    h.get_by_label_contains("handle");
+}
+
+#[test]
+fn a_bad_file_shows_its_error_and_the_app_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("garbage.ptscope");
+    std::fs::write(&bad, b"PERFILE2 this is not a perf.data file at all").unwrap();
+    let mut h = harness_with(&[&bad]);
+    let err = h
+        .state()
+        .active_tab()
+        .unwrap()
+        .error()
+        .expect("an error")
+        .to_string();
+    assert!(err.contains("garbage.ptscope"), "names the file: {err}");
+    h.get_by_label("Cannot open this file");
+    assert!(h.get_all_by_label_contains("garbage.ptscope").count() >= 2);
+    // Another file still opens, in its own tab.
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&demo_path(), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    assert_eq!(h.state().tabs.len(), 2);
+    assert!(h.state().active_tab().unwrap().view().is_some());
+    h.get_by_label("Timeline tracks");
+}
+
+#[test]
+fn renders_with_wgpu_on_lavapipe() {
+    let mut h = Harness::builder()
+        .with_size([800.0, 500.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&demo_path(), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let img = h.render().expect("wgpu renders");
+    let first = *img.get_pixel(0, 0);
+    let differing = img.pixels().filter(|p| **p != first).count();
+    assert!(
+        differing > (img.width() * img.height() / 10) as usize,
+        "the timeline drew something"
+    );
+}
+
+/// The real binary in a real X server: it opens the demo, draws it, saves
+/// a screenshot and exits 0. `PTSCOPE_SCREENSHOTS=DIR` keeps the images
+/// (the README's come from here: `scripts/screenshots`).
+#[test]
+fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
+    let Some(xvfb) = which("Xvfb") else {
+        panic!("Xvfb is not installed; the tests need it (scripts/test installs xvfb)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let keep = std::env::var_os("PTSCOPE_SCREENSHOTS").map(PathBuf::from);
+    let out_dir = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
+    std::fs::create_dir_all(&out_dir).unwrap();
+    // A free display number: try a few.
+    let mut server = None;
+    for n in 90..110 {
+        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
+            continue;
+        }
+        let child = Command::new(&xvfb)
+            .arg(format!(":{n}"))
+            .args(["-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        server = Some((n, child));
+        break;
+    }
+    let (display, mut xvfb_child) = server.expect("a free X display");
+    let shot = out_dir.join("demo.png");
+    let result = support::ptscope()
+        .env("DISPLAY", format!(":{display}"))
+        .env_remove("WAYLAND_DISPLAY")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .arg("--screenshot")
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let _ = xvfb_child.kill();
+    let _ = xvfb_child.wait();
+    assert!(
+        result.status.success(),
+        "ptscope under Xvfb failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let bytes = std::fs::read(&shot).expect("a screenshot");
+    assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
+    let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+    let reader = decoder.read_info().unwrap();
+    let info = reader.info();
+    assert!(info.width >= 1000 && info.height >= 600, "{}x{}", info.width, info.height);
+    assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
+}
