@@ -198,7 +198,7 @@ mod tests {
         let w = TimeWindow::new(1_000_000, 1_000_000.0);
         let t = ticks(&w, 1000.0, 1_000_000, TimeMode::Relative);
         assert!(t.len() >= 3);
-        assert_eq!(t[0].label, "0 ns");
+        assert_eq!(t[0].label, "0 µs");
         assert!(t.windows(2).all(|p| p[0].x < p[1].x));
         assert!(t.iter().all(|k| k.x >= -1.0 && k.x <= 1001.0));
         // Deep zoom at a large absolute time: ns ticks, exact labels.
