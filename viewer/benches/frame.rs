@@ -102,7 +102,12 @@ fn main() {
     let spans = model.span_count();
     let bytes: usize = model.threads.iter().map(|t| t.spans.memory_bytes()).sum();
     let (lo, hi) = model.time_range().expect("spans");
-    let max_depth = model.threads.iter().map(|t| t.spans.depth()).max().unwrap_or(0);
+    let max_depth = model
+        .threads
+        .iter()
+        .map(|t| t.spans.depth())
+        .max()
+        .unwrap_or(0);
     println!(
         "model: {spans} spans, {} threads, depth up to {max_depth}, {:.1} ms of trace, built in {:.1} s",
         model.threads.len(),
@@ -237,7 +242,10 @@ fn main() {
     }
     println!();
     println!("frame ms: TraceView::ui in an egui pass + Context::tessellate, 1920x1080, median of {FRAMES}");
-    println!("layout ms: layout_lane over the {} lanes on screen", rows.len());
+    println!(
+        "layout ms: layout_lane over the {} lanes on screen",
+        rows.len()
+    );
     println!("merged: spans drawn inside merged boxes");
     println!("rect_filled: mesh ms / rect_filled-per-box ms for the same boxes (layout + egui pass + tessellate)");
     // A per-span rect_filled, without merging, on the densest window.

@@ -73,7 +73,10 @@ fn format_fixed(v: i128, div_exp: u32, decimals: usize, unit: &str) -> String {
     let frac = a % div;
     // frac has div_exp digits; keep the first `decimals`.
     let digits = format!("{frac:0width$}", width = div_exp as usize);
-    format!("{sign}{whole}.{} {unit}", &digits[..decimals.min(digits.len())])
+    format!(
+        "{sign}{whole}.{} {unit}",
+        &digits[..decimals.min(digits.len())]
+    )
 }
 
 /// A duration for tooltips and tables: three significant digits.
@@ -179,10 +182,7 @@ mod tests {
         assert_eq!(format_tick(1_234_567_891, 1), "1.234567891 s");
         assert_eq!(format_tick(-20_000, 10_000), "-20 µs");
         // Absolute time deep in a trace keeps every digit.
-        assert_eq!(
-            format_tick(1_000_000_000_000_005, 5),
-            "1000000.000000005 s"
-        );
+        assert_eq!(format_tick(1_000_000_000_000_005, 5), "1000000.000000005 s");
     }
 
     #[test]
