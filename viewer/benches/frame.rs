@@ -114,10 +114,13 @@ fn main() {
         (hi - lo) as f64 / 1e6,
         t0.elapsed().as_secs_f64()
     );
+    // memory_bytes counts Vec capacity: lanes grown by push keep up to
+    // 2x slack until shrunk. The spans themselves are 16 bytes.
     println!(
-        "span store: {:.2} bytes/span ({:.0} MiB)",
+        "span store: {:.2} bytes/span as allocated ({:.0} MiB), {} bytes/span of spans",
         bytes as f64 / spans as f64,
-        bytes as f64 / (1 << 20) as f64
+        bytes as f64 / (1 << 20) as f64,
+        std::mem::size_of::<ptscope_decoder::store::Span>()
     );
 
     // Center the zoomed windows on a deep call in the middle of thread 0.
@@ -142,7 +145,8 @@ fn main() {
     let model = Arc::new(model);
     let mut styles = Vec::new();
     extend_styles(&mut styles, &model.funcs);
-    let rows = lanes(&model, ((H - 140.0 - 240.0) / LANE_H) as usize);
+    // Worst case for the layout column: lanes over the whole height.
+    let rows = lanes(&model, ((H - 100.0) / LANE_H) as usize);
     if std::env::var_os("PER_LANE").is_some() {
         let win = TimeWindow::fit(lo, hi);
         let mut buf = FrameBuf::default();
@@ -243,7 +247,7 @@ fn main() {
     println!();
     println!("frame ms: TraceView::ui in an egui pass + Context::tessellate, 1920x1080, median of {FRAMES}");
     println!(
-        "layout ms: layout_lane over the {} lanes on screen",
+        "layout ms: layout_lane over {} lanes (a 1080 px screen full of lanes)",
         rows.len()
     );
     println!("merged: spans drawn inside merged boxes");
