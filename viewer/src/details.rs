@@ -154,8 +154,18 @@ pub enum DetailsAction {
 
 /// Draws the details of the selection.
 pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &Details) -> Option<DetailsAction> {
-    use crate::axis::format_duration;
     let mut action = None;
+    // Two columns: the span on the left, its function's calls on the
+    // right, so the buttons stay visible in a short bottom panel.
+    ui.columns(2, |cols| {
+        span_column(&mut cols[0], model, d, &mut action);
+        calls_column(&mut cols[1], d, &mut action);
+    });
+    action
+}
+
+fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Option<DetailsAction>) {
+    use crate::axis::format_duration;
     ui.heading("Selected span");
     egui::Grid::new("ptscope-details")
         .num_columns(2)
@@ -188,42 +198,52 @@ pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &Details) -> Option<Detai
                 ui.end_row();
             }
         });
-    if ui.button("Zoom to span").clicked() {
-        action = Some(DetailsAction::Show(d.span));
-    }
-    ui.separator();
     ui.heading("Call path");
     for (depth, (r, f)) in d.path.iter().enumerate() {
         let text = format!("{}{}", "  ".repeat(depth), model.funcs.name(*f));
         if ui.selectable_label(*r == d.span, text).clicked() {
-            action = Some(DetailsAction::Select(*r));
+            *action = Some(DetailsAction::Select(*r));
         }
     }
-    ui.separator();
+}
+
+fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsAction>) {
+    use crate::axis::format_duration;
     ui.heading("All calls of this function");
     let c = &d.calls;
     ui.label(format!("{} calls", c.calls));
-    ui.label(format!(
-        "total {}   min {}   avg {}   max {}",
-        format_duration(c.total_ns),
-        format_duration(c.min_ns),
-        format_duration(c.avg_ns()),
-        format_duration(c.max_ns)
-    ));
-    ui.horizontal(|ui| {
-        if ui.button("◀ Previous call").clicked() {
-            action = Some(DetailsAction::Step(false));
+    egui::Grid::new("ptscope-func-calls")
+        .num_columns(2)
+        .show(ui, |ui| {
+            for (k, v) in [
+                ("Total", c.total_ns),
+                ("Min", c.min_ns),
+                ("Avg", c.avg_ns()),
+                ("Max", c.max_ns),
+            ] {
+                ui.label(k);
+                ui.label(format_duration(v));
+                ui.end_row();
+            }
+        });
+    ui.horizontal_wrapped(|ui| {
+        if ui.button("< Previous call").clicked() {
+            *action = Some(DetailsAction::Step(false));
         }
-        if ui.button("Next call ▶").clicked() {
-            action = Some(DetailsAction::Step(true));
+        if ui.button("Next call >").clicked() {
+            *action = Some(DetailsAction::Step(true));
+        }
+    });
+    ui.horizontal_wrapped(|ui| {
+        if ui.button("Zoom to span").clicked() {
+            *action = Some(DetailsAction::Show(d.span));
         }
         if let Some(slow) = c.slowest {
             if ui.button("Zoom to slowest call").clicked() {
-                action = Some(DetailsAction::Show(slow));
+                *action = Some(DetailsAction::Show(slow));
             }
         }
     });
-    action
 }
 
 #[cfg(test)]

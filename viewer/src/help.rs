@@ -16,7 +16,10 @@ pub const BINDINGS: &[(&str, &str)] = &[
     ("Z", "zoom to the selected span or range"),
     ("0 / Home", "show the whole snapshot"),
     ("Ctrl + F", "search functions"),
-    ("Enter / Shift + Enter", "next / previous match (in the search box)"),
+    (
+        "Enter / Shift + Enter",
+        "next / previous match (in the search box)",
+    ),
     ("Esc", "clear the selection"),
     ("? / F1", "this help"),
 ];

@@ -15,13 +15,17 @@ use std::ops::Range;
 
 use egui::epaint::{Mesh, Vertex, WHITE_UV};
 use egui::{pos2, Color32, Pos2};
-use ptscope_decoder::store::ThreadSpans;
+use ptscope_decoder::store::{Span, ThreadSpans};
 
 use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
 use crate::window::TimeWindow;
 
 /// Spans narrower than this (px) merge with their neighbours.
 pub const MERGE_PX: f64 = 3.0;
+/// A run of narrow spans absorbs spans starting within this many px of
+/// its end. Each step of a run moves about this far, so a lane costs
+/// about `width / MERGE_GAP_PX` searches however many spans it holds.
+pub const MERGE_GAP_PX: f64 = 3.0;
 /// Narrow spans are drawn at least this wide so they stay visible.
 pub const MIN_BOX_PX: f64 = 1.0;
 /// Boxes at least this wide get a 1 px gap on the right, so neighbours
@@ -137,6 +141,25 @@ fn hatch(mesh: &mut Mesh, x0: f32, x1: f32, y0: f32, y1: f32) {
     }
 }
 
+/// The first index in `i..hi` whose span starts after `reach` (or `hi`).
+/// The answer is usually a few spans past `i`, so this gallops outward
+/// from `i` before bisecting: the probes stay near `i` in memory, where a
+/// plain binary search over the whole lane would miss the cache at
+/// nearly every step.
+#[inline]
+fn gallop(lane: &[Span], i: usize, hi: usize, reach: u64) -> usize {
+    let mut lo = i;
+    let mut probe = i;
+    let mut step = 1;
+    while probe < hi && lane[probe].start <= reach {
+        lo = probe + 1;
+        probe = i + step;
+        step *= 2;
+    }
+    let end = probe.min(hi);
+    lo + lane[lo..end].partition_point(|s| s.start <= reach)
+}
+
 /// Lays out lane `depth` of `spans` for window `win`, appending boxes to
 /// `out`. Returns the range of `out.boxes` it added (sorted by x).
 pub fn layout_lane(
@@ -191,13 +214,13 @@ pub fn layout_lane(
             continue;
         }
         // A narrow span: extend a run over every span that starts within
-        // a pixel of its end, jumping by binary search.
+        // a few pixels of its end, jumping by search, not walking.
         let first = i;
         let mut run_end = x1;
         i += 1;
         while i < hi {
-            let reach = win.time_at_px(run_end + 1.0, ppn);
-            let j = i + lane[i..hi].partition_point(|s| s.start <= reach);
+            let reach = win.time_at_px(run_end + MERGE_GAP_PX, ppn);
+            let j = gallop(lane, i, hi, reach);
             if j == i {
                 break;
             }
@@ -417,6 +440,22 @@ mod tests {
         );
         assert_eq!(buf.mesh.vertices[0].color, st[3].fill);
         assert_eq!(buf.mesh.vertices[4].color, st[4].dimmed);
+    }
+
+    #[test]
+    fn gallop_agrees_with_binary_search() {
+        let mut t = ThreadSpans::new(1, 1, "t".into());
+        for i in 0..1000u64 {
+            t.push(0, i * 3, i * 3 + 1, 3, 0);
+        }
+        let lane = t.lane(0);
+        for i in [0usize, 1, 17, 500, 999] {
+            for reach in [0u64, 2, 3, 50, 1500, 2997, 5000] {
+                let want = i + lane[i..].partition_point(|s| s.start <= reach);
+                assert_eq!(gallop(lane, i, lane.len(), reach), want, "{i} {reach}");
+            }
+        }
+        assert_eq!(gallop(lane, 10, 20, 5000), 20);
     }
 
     #[test]

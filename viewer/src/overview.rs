@@ -22,8 +22,10 @@ pub fn ui(
     view: &mut TimeWindow,
     buf: &mut FrameBuf,
 ) -> bool {
-    let (rect, resp) =
-        ui.allocate_exact_size(vec2(ui.available_width(), OVERVIEW_H), Sense::click_and_drag());
+    let (rect, resp) = ui.allocate_exact_size(
+        vec2(ui.available_width(), OVERVIEW_H),
+        Sense::click_and_drag(),
+    );
     resp.widget_info(|| WidgetInfo::labeled(egui::Role::Canvas, true, "Overview"));
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 0.0, ui.visuals().extreme_bg_color);
@@ -62,7 +64,11 @@ pub fn ui(
         x0.max(rect.left())..=x1.max(x0 + 2.0).min(rect.right()),
         rect.y_range(),
     );
-    painter.rect_filled(marked, 0.0, Color32::from_rgba_unmultiplied(255, 255, 255, 30));
+    painter.rect_filled(
+        marked,
+        0.0,
+        Color32::from_rgba_unmultiplied(255, 255, 255, 30),
+    );
     painter.rect_stroke(
         marked,
         0.0,

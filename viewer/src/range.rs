@@ -216,11 +216,8 @@ pub fn table_ui(ui: &mut egui::Ui, model: &Model, stats: &mut RangeStats, sort: 
     ui.horizontal(|ui| {
         for (i, (label, by)) in cols.iter().enumerate() {
             let w = if i == 0 { name_w } else { W[i] };
-            let text = if *sort == *by {
-                format!("{label} ⏷")
-            } else {
-                label.to_string()
-            };
+            // The sorted column is the highlighted one.
+            let text = label.to_string();
             ui.allocate_ui_with_layout(
                 egui::vec2(w, 18.0),
                 Layout::left_to_right(Align::Center),
@@ -283,9 +280,7 @@ pub fn flame_ui(
         .auto_shrink([false, false])
         .show(ui, |ui| {
             let (rect, resp) = ui.allocate_exact_size(vec2(avail.width(), h), Sense::hover());
-            resp.widget_info(|| {
-                egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Flame graph")
-            });
+            resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Flame graph"));
             let painter = ui.painter_at(rect);
             let root_total = stats.flame[0].total_ns.max(1) as f64;
             let px = rect.width() as f64 / root_total;

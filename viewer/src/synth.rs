@@ -107,7 +107,11 @@ impl Gen<'_> {
 /// Builds a model per `spec`.
 pub fn synthetic_model(spec: &SynthSpec) -> Model {
     let mut funcs = FuncTable::default();
-    let modules = ["/usr/bin/server", "/usr/lib/libc.so.6", "/usr/lib/libssl.so"];
+    let modules = [
+        "/usr/bin/server",
+        "/usr/lib/libc.so.6",
+        "/usr/lib/libssl.so",
+    ];
     let ids: Vec<FuncId> = (0..spec.functions)
         .map(|i| {
             let name = match i % 5 {
@@ -117,7 +121,12 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
                 3 => format!("std::collections::HashMap::insert_{i}"),
                 _ => format!("worker_loop_{i}"),
             };
-            funcs.intern(&name, modules[i % 3], 0x40_0000 + i as u64 * 64, SpanKind::Call)
+            funcs.intern(
+                &name,
+                modules[i % 3],
+                0x40_0000 + i as u64 * 64,
+                SpanKind::Call,
+            )
         })
         .collect();
     let err = funcs.decode_error("overflow");
@@ -184,8 +193,8 @@ mod tests {
             assert_eq!(t.spans.span_count(), 20_000);
             assert!(t.spans.depth() >= 10, "depth {}", t.spans.depth());
             for (d, lane) in t.spans.lanes() {
-                for i in 1..lane.len() {
-                    assert!(t.spans.end(d, i - 1) <= lane[i].start);
+                for (i, s) in lane.iter().enumerate().skip(1) {
+                    assert!(t.spans.end(d, i - 1) <= s.start);
                 }
             }
         }

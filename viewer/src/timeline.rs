@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use egui::{
-    pos2, vec2, Align2, Color32, CursorIcon, FontId, Key, Painter, PointerButton, Rect,
-    Response, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo,
+    pos2, vec2, Align2, Color32, CursorIcon, FontId, Key, Painter, PointerButton, Rect, Response,
+    Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo,
 };
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
@@ -186,8 +186,11 @@ impl Timeline {
         let (s, e) = r.times(model)?;
         let ppn = self.window.px_per_ns(self.width_px);
         let left = self.tracks_rect.left();
-        let x0 = (self.window.x(s, ppn).max(0.0) as f32 + left).min(self.tracks_rect.right());
-        let x1 = (self.window.x(e, ppn) as f32 + left).clamp(x0 + 1.0, self.tracks_rect.right());
+        let right = self.tracks_rect.right();
+        let x0 = (self.window.x(s, ppn).max(0.0) as f32 + left).min(right - 1.0);
+        let x1 = (self.window.x(e, ppn) as f32 + left)
+            .min(right)
+            .max(x0 + 1.0);
         Some(Rect::from_x_y_ranges(x0..=x1, row.y0..=row.y1))
     }
 
@@ -413,22 +416,36 @@ impl Timeline {
                 ui.scope_id().with(("ptscope-thread", t.tid)),
                 Sense::click(),
             );
-            resp.widget_info(|| {
-                WidgetInfo::selected(egui::Role::Button, true, !collapsed, &name)
-            });
+            resp.widget_info(|| WidgetInfo::selected(egui::Role::Button, true, !collapsed, &name));
             let bg = if resp.hovered() {
                 ui.visuals().widgets.hovered.bg_fill
             } else {
                 ui.visuals().faint_bg_color
             };
             painter.rect_filled(r, 0.0, bg);
-            let arrow = if collapsed { "▶" } else { "▼" };
+            // A fold triangle, drawn (fonts may lack the arrow glyphs).
+            let c = pos2(r.left() + 10.0, r.center().y);
+            let tri = if collapsed {
+                vec![
+                    c + vec2(-3.0, -5.0),
+                    c + vec2(4.0, 0.0),
+                    c + vec2(-3.0, 5.0),
+                ]
+            } else {
+                vec![
+                    c + vec2(-5.0, -3.0),
+                    c + vec2(5.0, -3.0),
+                    c + vec2(0.0, 4.0),
+                ]
+            };
+            let fg = ui.visuals().strong_text_color();
+            painter.add(Shape::convex_polygon(tri, fg, Stroke::NONE));
             painter.text(
-                pos2(r.left() + 6.0, r.center().y),
+                pos2(r.left() + 20.0, r.center().y),
                 Align2::LEFT_CENTER,
-                format!("{arrow} {name}   ({} spans)", t.span_count()),
+                format!("{name}   ({} spans)", t.span_count()),
                 FontId::proportional(13.0),
-                ui.visuals().strong_text_color(),
+                fg,
             );
             if resp.clicked() {
                 toggle = Some((t.tid, !collapsed));
@@ -441,7 +458,10 @@ impl Timeline {
 
     /// The box under the pointer, as (row, box).
     fn hovered_box(&self, pos: egui::Pos2) -> Option<(Row, DrawnBox)> {
-        let ri = self.rows.iter().position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
+        let ri = self
+            .rows
+            .iter()
+            .position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
         let boxes = &self.buf.boxes[self.row_boxes[ri].clone()];
         let bi = layout::hit(boxes, pos.x)?;
         Some((self.rows[ri], boxes[bi]))

@@ -369,7 +369,8 @@ impl TraceView {
         });
         egui::Panel::bottom("ptscope-panel")
             .resizable(true)
-            .default_size(240.0)
+            .min_size(200.0)
+            .default_size(260.0)
             .show(ui, |ui| self.bottom_panel(ui));
         egui::CentralPanel::default().show(ui, |ui| {
             let model = self.model.clone();
@@ -463,10 +464,10 @@ impl TraceView {
                     "{} matches in {} functions",
                     self.matched_calls, self.search.matched_funcs
                 ));
-                if ui.button("◀").on_hover_text("Previous match").clicked() {
+                if ui.button("<").on_hover_text("Previous match").clicked() {
                     self.step_match(false);
                 }
-                if ui.button("▶").on_hover_text("Next match").clicked() {
+                if ui.button(">").on_hover_text("Next match").clicked() {
                     self.step_match(true);
                 }
             }
@@ -507,7 +508,9 @@ impl TraceView {
                 (PanelTab::FlameGraph, "Flame graph"),
             ] {
                 let r = ui.selectable_label(self.tab == tab, label);
-                r.widget_info(|| WidgetInfo::selected(egui::Role::Tab, true, self.tab == tab, label));
+                r.widget_info(|| {
+                    WidgetInfo::selected(egui::Role::Tab, true, self.tab == tab, label)
+                });
                 if r.clicked() {
                     self.tab = tab;
                 }

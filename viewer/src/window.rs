@@ -76,7 +76,8 @@ impl TimeWindow {
     /// The right edge, rounded up: spans starting at or after it are
     /// not visible.
     pub fn end(&self) -> u64 {
-        self.start.saturating_add((self.frac + self.width).ceil() as u64)
+        self.start
+            .saturating_add((self.frac + self.width).ceil() as u64)
     }
 
     /// Moves the left edge by `ns` (negative: to the left).
