@@ -49,8 +49,11 @@ use ptscope_decoder::packet::psb_offsets;
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter argument would mean "not us".
-    if std::env::args().skip(1).any(|a| !a.starts_with('-')) {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not,
+    // and a filter argument means another benchmark was asked for.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
+        println!("coarse: skipped (run it with `cargo bench -p ptscope --bench coarse`)");
         return;
     }
     pin_to_one_core();
