@@ -1,0 +1,449 @@
+//! The coarse pass against its two yardsticks (issue 3, Performance): on one
+//! core it must be at least 10x faster than `perf script --itrace=cr` on the
+//! same file, and no slower than libipt's block decoder walking the same
+//! trace alone. This prints figures; it asserts nothing.
+//!
+//! Input: `$PTSCOPE_BENCH_FILE` (a `.ptscope` snapshot or a per-thread
+//! perf.data), else a snapshot of `tests/programs/bench_loop.c` taken by the
+//! real binary with the emulated backend after 30 s (`$PTSCOPE_BENCH_SECONDS`)
+//! and kept under the target directory for the next run
+//! (`PTSCOPE_BENCH_RECAPTURE=1` takes a new one).
+//!
+//! What is timed, each the median of 9 rounds (`$PTSCOPE_BENCH_ROUNDS`) that
+//! run every variant in turn, all in this one process pinned to CPU 0 (it
+//! re-runs itself under `taskset -c 0`; perf inherits the pinning). The
+//! decoder is single threaded, so pinning is all "one core" takes.
+//! - **ptscope, end to end**: `model::decode_snapshot` on the opened
+//!   snapshot: perf.data parsing, image and symbol loading, the block walk,
+//!   timing, symbol resolution and stack reconstruction. Three of its fixed
+//!   costs are also timed alone: parsing, loading every binary's symbols,
+//!   and building the section cache and images.
+//! - **ptscope, coarse pass**: the same per-thread `coarse::decode_thread`
+//!   that `decode_snapshot` runs, with symbols already loaded: a fresh
+//!   section cache and image, PSB index, walk, resolution and stacks.
+//! - **libipt alone**: a fresh section cache and image with the same
+//!   sections and config (`BlockDecoder::new`: blocks end at calls and
+//!   jumps, tick events on), and `BlockDecoder::walk` discarding every item.
+//! - Both again with one section cache kept across runs, so libipt's block
+//!   cache is warm.
+//! - **perf script**: `perf script --itrace=cr` on the same perf.data with
+//!   the snapshot's binaries, output to /dev/null, wall time.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ptscope_capture::snapshot::{Snapshot, Trace};
+use ptscope_decoder::coarse::decode_thread;
+use ptscope_decoder::event::FuncTable;
+use ptscope_decoder::ffi::{BlockDecoder, BlockItem, Image, SectionCache};
+use ptscope_decoder::image::{sections, Section};
+use ptscope_decoder::insn::decoder_config;
+use ptscope_decoder::model::{decode_snapshot, DecodeOptions, ProcessSymbols, SymbolCache};
+use ptscope_decoder::packet::psb_offsets;
+
+const PINNED: &str = "PTSCOPE_BENCH_PINNED";
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not,
+    // and a filter argument means another benchmark was asked for.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
+        println!("coarse: skipped (run it with `cargo bench -p ptscope --bench coarse`)");
+        return;
+    }
+    pin_to_one_core();
+    let input = match std::env::var_os("PTSCOPE_BENCH_FILE") {
+        Some(p) => bench_file(PathBuf::from(p)),
+        None => capture(),
+    };
+    run(&input);
+}
+
+/// `$PTSCOPE_BENCH_FILE`: cargo runs benchmarks in `app/`, so a relative
+/// path that is not found there is taken from the workspace root.
+fn bench_file(p: PathBuf) -> PathBuf {
+    if p.is_absolute() || p.exists() {
+        return p;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&p);
+    if root.exists() {
+        root
+    } else {
+        p
+    }
+}
+
+/// Re-runs this benchmark under `taskset -c 0`, so that it and its perf
+/// child use one core. Without taskset it runs unpinned and says so.
+fn pin_to_one_core() {
+    if std::env::var_os(PINNED).is_some() {
+        println!("pinned to CPU 0 (taskset -c 0)");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let status = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(PINNED, "1")
+        .status();
+    match status {
+        Ok(s) => std::process::exit(s.code().unwrap_or(1)),
+        Err(e) => println!("not pinned: cannot run taskset ({e}); figures may use several cores"),
+    }
+}
+
+/// A snapshot of bench_loop.c taken with the emulated backend, reused while
+/// it is newer than the program's source.
+fn capture() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
+    std::fs::create_dir_all(&dir).unwrap();
+    let snap = dir.join("bench_loop.ptscope");
+    let src = support::programs_dir().join("bench_loop.c");
+    let fresh = |p: &Path| {
+        let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&src)) else {
+            return false;
+        };
+        a.modified().unwrap() > b.modified().unwrap()
+    };
+    if fresh(&snap) && std::env::var_os("PTSCOPE_BENCH_RECAPTURE").is_none() {
+        println!("input: {} (kept from an earlier run)", snap.display());
+        return snap;
+    }
+    let secs: u64 = std::env::var("PTSCOPE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let exe = support::build(&dir, "bench_loop.c");
+    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
+    let t = Instant::now();
+    let out = support::ptscope()
+        .args(["record", "-q", "--backend", "emulated", "--size", "64M"])
+        .args(["--duration", &(secs * 1000).to_string(), "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "input: {} (captured in {:.1?})",
+        snap.display(),
+        t.elapsed()
+    );
+    snap
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// One timed variant: `f` returns a count to cross-check.
+struct Variant<'a> {
+    name: &'static str,
+    f: Box<dyn FnMut() -> u64 + 'a>,
+    samples: Vec<Duration>,
+    count: u64,
+}
+
+fn variant<'a>(name: &'static str, f: impl FnMut() -> u64 + 'a) -> Variant<'a> {
+    Variant {
+        name,
+        f: Box::new(f),
+        samples: Vec::new(),
+        count: 0,
+    }
+}
+
+/// Runs every variant once as a warm-up, then `rounds` times in turn, so
+/// that load from elsewhere on the machine falls on all of them alike.
+fn measure(variants: &mut [Variant], rounds: usize) {
+    for v in variants.iter_mut() {
+        v.count = (v.f)();
+    }
+    for _ in 0..rounds {
+        for v in variants.iter_mut() {
+            let t = Instant::now();
+            let n = std::hint::black_box((v.f)());
+            v.samples.push(t.elapsed());
+            assert_eq!(n, v.count, "{}: not the same result twice", v.name);
+        }
+    }
+}
+
+/// Per process: its sections and mapped paths whose binaries are missing.
+struct Proc {
+    sections: Vec<Section>,
+    missing: Vec<(u64, u64, String)>,
+}
+
+fn processes(snap: &Snapshot, trace: &Trace) -> HashMap<i32, Proc> {
+    let mut out = HashMap::new();
+    for s in &trace.streams {
+        let Some(tid) = s.tid else { continue };
+        let pid = trace.thread(tid).map_or(tid, |t| t.pid);
+        out.entry(pid).or_insert_with(|| {
+            let (sections, missing) = sections(snap, trace, Some(pid));
+            let missing = trace
+                .mmaps
+                .iter()
+                .filter(|m| m.pid == pid && missing.contains(&m.path))
+                .map(|m| (m.start, m.len, m.path.clone()))
+                .collect();
+            Proc { sections, missing }
+        });
+    }
+    out
+}
+
+/// A fresh section cache holding every process's sections, and the
+/// section ids per process.
+fn section_cache(procs: &HashMap<i32, Proc>) -> (SectionCache, HashMap<i32, Vec<i32>>) {
+    let mut cache = SectionCache::new().unwrap();
+    let mut ids = HashMap::new();
+    for (&pid, p) in procs {
+        let v = p
+            .sections
+            .iter()
+            .map(|s| cache.add_file(&s.file, s.offset, s.size, s.vaddr).unwrap())
+            .collect();
+        ids.insert(pid, v);
+    }
+    (cache, ids)
+}
+
+fn image<'c>(cache: &'c SectionCache, ids: &[i32]) -> Image<'c> {
+    let mut image = Image::new(cache).unwrap();
+    for &id in ids {
+        image.add(id).unwrap();
+    }
+    image
+}
+
+fn run(input: &Path) {
+    let snap = Snapshot::open(input).unwrap();
+    let trace = snap.trace().unwrap();
+    let cfg = decoder_config(&trace);
+    let streams: Vec<_> = trace.streams.iter().filter(|s| s.tid.is_some()).collect();
+    assert!(
+        !streams.is_empty(),
+        "{}: no per-thread trace (per-CPU traces are not decoded yet)",
+        input.display()
+    );
+    let pt_bytes: usize = streams.iter().map(|s| s.data.len()).sum();
+    let pid_of = |tid: i32| trace.thread(tid).map_or(tid, |t| t.pid);
+    let procs = processes(&snap, &trace);
+    let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(9);
+
+    let model = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+    let spans = model.span_count();
+    let events: u64 = model.threads.iter().map(|t| t.stack.events).sum();
+    let blocks: u64 = model.threads.iter().map(|t| t.walk.blocks).sum();
+    let insns: u64 = model.threads.iter().map(|t| t.walk.instructions).sum();
+    let errors: usize = model.threads.iter().map(|t| t.walk.errors.len()).sum();
+    drop(model);
+
+    // The coarse pass proper, with symbols loaded once for all runs.
+    let symbols = std::cell::RefCell::new(SymbolCache::default());
+    for p in procs.values() {
+        let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols.borrow_mut());
+    }
+    let params = trace.params.clone();
+    let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+    let coarse = |cache: &SectionCache, ids: &HashMap<i32, Vec<i32>>| {
+        let mut funcs = FuncTable::default();
+        let mut n = 0;
+        for s in &streams {
+            let tid = s.tid.unwrap();
+            let pid = pid_of(tid);
+            let p = &procs[&pid];
+            let image = image(cache, &ids[&pid]);
+            let mut resolver =
+                ProcessSymbols::new(&p.sections, &p.missing, &mut symbols.borrow_mut());
+            let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
+            let d = decode_thread(
+                &s.data,
+                &cfg,
+                &image,
+                &mut resolver,
+                &mut funcs,
+                &to_ns,
+                &psbs,
+                (pid, tid, String::new()),
+            )
+            .unwrap();
+            n += d.spans.span_count() as u64;
+        }
+        n
+    };
+    // libipt's block decoder alone, discarding what it reports.
+    let ipt = |cache: &SectionCache, ids: &HashMap<i32, Vec<i32>>| {
+        let mut n = 0u64;
+        for s in &streams {
+            let image = image(cache, &ids[&pid_of(s.tid.unwrap())]);
+            let mut dec = BlockDecoder::new(&s.data, &cfg).unwrap();
+            dec.set_image(&image).unwrap();
+            dec.walk(|_, item| {
+                n += matches!(std::hint::black_box(item), BlockItem::Block(_)) as u64;
+                true
+            });
+        }
+        n
+    };
+    // One section cache kept across runs: libipt's block cache warm.
+    let (warm_cache, warm_ids) = section_cache(&procs);
+
+    // perf script --itrace=cr, on the extracted perf.data.
+    let tmp = tempfile::tempdir().unwrap();
+    let (perf_data, buildid_dir) = if snap.buildid_dir().is_some() {
+        let d = support::extract(input, tmp.path());
+        (d.join("perf.data"), Some(d))
+    } else {
+        (input.to_path_buf(), None)
+    };
+    let perf_script = || {
+        let mut cmd = Command::new("perf");
+        if let Some(d) = &buildid_dir {
+            cmd.arg("--buildid-dir").arg(d);
+        }
+        cmd.args(["script", "--itrace=cr", "-i"])
+            .arg(&perf_data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    let perf_ok = perf_script().status().is_ok_and(|s| s.success());
+    let perf_calls = perf_ok.then(|| {
+        let mut cmd = perf_script();
+        cmd.stdout(Stdio::piped());
+        let out = cmd.output().unwrap();
+        out.stdout.iter().filter(|&&b| b == b'\n').count()
+    });
+
+    let mut variants = vec![
+        variant("ptscope decode_snapshot (end to end)", || {
+            decode_snapshot(&snap, &DecodeOptions::default())
+                .unwrap()
+                .span_count() as u64
+        }),
+        variant("  of which: perf.data parse", || {
+            snap.trace().unwrap().streams.len() as u64
+        }),
+        variant("  of which: symbol loading", || {
+            let mut symbols = SymbolCache::default();
+            for p in procs.values() {
+                let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols);
+            }
+            0
+        }),
+        variant("  of which: section cache + images", || {
+            let (cache, ids) = section_cache(&procs);
+            for s in &streams {
+                drop(image(&cache, &ids[&pid_of(s.tid.unwrap())]));
+            }
+            0
+        }),
+        variant("ptscope coarse pass (symbols loaded)", || {
+            let (cache, ids) = section_cache(&procs);
+            coarse(&cache, &ids)
+        }),
+        variant("libipt block decoder alone", || {
+            let (cache, ids) = section_cache(&procs);
+            ipt(&cache, &ids)
+        }),
+        variant("ptscope coarse pass, warm caches", || {
+            coarse(&warm_cache, &warm_ids)
+        }),
+        variant("libipt alone, warm block cache", || {
+            ipt(&warm_cache, &warm_ids)
+        }),
+    ];
+    if perf_ok {
+        variants.push(variant("perf script --itrace=cr", || {
+            assert!(perf_script().status().unwrap().success());
+            0
+        }));
+    }
+    measure(&mut variants, rounds);
+    assert_eq!(variants[0].count, spans as u64);
+    assert_eq!(
+        variants[4].count, spans as u64,
+        "the coarse pass alone made other spans"
+    );
+    assert_eq!(
+        variants[5].count, blocks,
+        "libipt alone walked other blocks"
+    );
+    let t: Vec<Duration> = variants.iter().map(|v| median(v.samples.clone())).collect();
+    let (t_full, t_pass, t_ipt, t_pass_warm, t_ipt_warm) = (t[0], t[4], t[5], t[6], t[7]);
+    let t_perf = perf_ok.then(|| t[8]);
+
+    // Figures.
+    let mb = pt_bytes as f64 / 1e6;
+    println!();
+    println!("input:          {}", input.display());
+    println!(
+        "trace:          {pt_bytes} bytes of PT in {} thread(s), {insns} instructions, {blocks} blocks, {errors} decode errors",
+        streams.len()
+    );
+    println!("produced:       {events} branch events, {spans} spans");
+    if let Some(n) = perf_calls {
+        println!("perf script:    {n} call/return samples");
+    }
+    println!();
+    println!(
+        "{:<38} {:>12} {:>10} {:>14} {:>12}",
+        format!("one core, median of {rounds}"),
+        "time",
+        "MB/s",
+        "ns per span",
+        "ns per event"
+    );
+    let row = |name: &str, t: Duration| {
+        let s = t.as_secs_f64();
+        println!(
+            "{:<38} {:>12.3?} {:>10.1} {:>14.1} {:>12.1}",
+            name,
+            t,
+            mb / s,
+            s * 1e9 / spans.max(1) as f64,
+            s * 1e9 / events.max(1) as f64,
+        );
+    };
+    for (v, &t) in variants.iter().zip(&t) {
+        row(v.name, t);
+    }
+    if !perf_ok {
+        println!("perf script --itrace=cr: could not run (is linux-perf installed?)");
+    }
+    println!();
+    if let Some(t) = t_perf {
+        let r = t.as_secs_f64() / t_full.as_secs_f64();
+        println!(
+            "perf script / ptscope end to end:  {r:.1}x  (target >= 10x: {})",
+            if r >= 10.0 { "met" } else { "NOT met" }
+        );
+    }
+    let r = t_ipt.as_secs_f64() / t_pass.as_secs_f64();
+    println!(
+        "libipt alone / ptscope coarse pass: {r:.2}x  (target >= 1x, no slower: {})",
+        if r >= 1.0 { "met" } else { "NOT met" }
+    );
+    let r = t_ipt_warm.as_secs_f64() / t_pass_warm.as_secs_f64();
+    println!("libipt alone / ptscope coarse pass, both warm: {r:.2}x");
+    let r = t_ipt.as_secs_f64() / t_full.as_secs_f64();
+    println!("libipt alone / ptscope end to end:  {r:.2}x");
+}
