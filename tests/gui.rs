@@ -100,14 +100,19 @@ fn zooms_in_and_out_from_the_keyboard_and_wheel() {
     );
     h.run_steps(3);
     let (a3, b3) = view(&h).view_range();
-    assert!(b3 - a3 < b2 - a2, "ctrl+wheel zooms in: {a2}..{b2} -> {a3}..{b3}");
+    assert!(
+        b3 - a3 < b2 - a2,
+        "ctrl+wheel zooms in: {a2}..{b2} -> {a3}..{b3}"
+    );
 }
 
 #[test]
 fn clicking_a_span_shows_its_details() {
     let mut h = demo_harness();
     // Fit the slow request's span, then click it.
-    let r = view(&h).find_span("slow_path").expect("slow_path is in the demo");
+    let r = view(&h)
+        .find_span("slow_path")
+        .expect("slow_path is in the demo");
     h.state_mut()
         .active_tab_mut()
         .unwrap()
@@ -131,6 +136,8 @@ fn clicking_a_span_shows_its_details() {
     let d = view(&h).details().expect("details");
     assert_eq!(d.name, "slow_path");
     assert_eq!(d.calls.calls, 1, "the demo stops at its first slow request");
+    let src = d.source.as_deref().unwrap_or("");
+    assert!(src.contains("demo.c:"), "source of slow_path: {src:?}");
     // The panel says it: the name and the call path through `handle`.
     h.get_by_label("Selected span");
     h.get_by_label("Call path");
@@ -209,10 +216,16 @@ fn shift_drag_selects_a_range_and_fills_the_table() {
     let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
     assert!(names.contains(&"handle"), "{names:?}");
     assert!(names.contains(&"parse"), "{names:?}");
-    h.get_by_label("Range").click();
+    h.get_by_role_and_label(egui::accesskit::Role::Tab, "Range")
+        .click();
     h.run_steps(3);
     h.get_by_label("Calls");
-    assert!(h.get_all_by_label_contains("handle").count() >= 1);
+    // The table's first row (by total time) is on screen.
+    let first = &rows[0].0;
+    assert!(
+        h.get_all_by_label_contains(first).count() >= 1,
+        "{first} is not shown"
+    );
 }
 
 #[test]
@@ -290,28 +303,49 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
         break;
     }
     let (display, mut xvfb_child) = server.expect("a free X display");
-    let shot = out_dir.join("demo.png");
-    let result = support::ptscope()
-        .env("DISPLAY", format!(":{display}"))
-        .env_remove("WAYLAND_DISPLAY")
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .arg("--screenshot")
-        .arg(&shot)
-        .output()
-        .unwrap();
+    // The demo as it opens, and zoomed to its slow request.
+    let shots = [
+        ("demo.png", None),
+        ("demo-slow-path.png", Some("slow_path")),
+    ];
+    let mut results = Vec::new();
+    for (name, select) in shots {
+        let shot = out_dir.join(name);
+        let mut cmd = support::ptscope();
+        cmd.env("DISPLAY", format!(":{display}"))
+            .env_remove("WAYLAND_DISPLAY")
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .arg("--screenshot")
+            .arg(&shot);
+        if let Some(f) = select {
+            cmd.arg("--select").arg(f);
+        }
+        results.push((shot, cmd.output().unwrap()));
+    }
     let _ = xvfb_child.kill();
     let _ = xvfb_child.wait();
-    assert!(
-        result.status.success(),
-        "ptscope under Xvfb failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let bytes = std::fs::read(&shot).expect("a screenshot");
+    for (shot, result) in results {
+        assert!(
+            result.status.success(),
+            "ptscope under Xvfb failed: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        check_png(&shot);
+    }
+}
+
+fn check_png(shot: &Path) {
+    let bytes = std::fs::read(shot).expect("a screenshot");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
     let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
     let reader = decoder.read_info().unwrap();
     let info = reader.info();
-    assert!(info.width >= 1000 && info.height >= 600, "{}x{}", info.width, info.height);
+    assert!(
+        info.width >= 1000 && info.height >= 600,
+        "{}x{}",
+        info.width,
+        info.height
+    );
     assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
 }
 

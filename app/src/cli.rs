@@ -32,6 +32,9 @@ pub struct Args {
     /// Save a PNG of the window once the first file is drawn, then exit.
     #[arg(long, value_name = "PNG", hide = true)]
     pub screenshot: Option<PathBuf>,
+    /// Select the first call of FUNCTION and zoom to it once loaded.
+    #[arg(long, value_name = "FUNCTION")]
+    pub select: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -176,7 +179,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        None => ptscope::gui::run(args.files, args.screenshot),
+        None => ptscope::gui::run(args.files, args.screenshot, args.select),
         Some(Command::Record { opts, command }) => capture(Target::Spawn(command), opts),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
         Some(Command::Info { file }) => info(&file),

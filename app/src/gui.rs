@@ -24,7 +24,11 @@ const RECENT_KEY: &str = "ptscope.recent";
 /// What `ptscope` with no command does: opens the window on `files` (or
 /// the demo). With `screenshot`, saves a PNG of the window once the first
 /// file is drawn, then exits (the Xvfb test and the README's images).
-pub fn run(files: Vec<PathBuf>, screenshot: Option<PathBuf>) -> Result<ExitCode> {
+pub fn run(
+    files: Vec<PathBuf>,
+    screenshot: Option<PathBuf>,
+    select: Option<String>,
+) -> Result<ExitCode> {
     let files = if files.is_empty() {
         vec![demo_path()]
     } else {
@@ -54,6 +58,7 @@ pub fn run(files: Vec<PathBuf>, screenshot: Option<PathBuf>) -> Result<ExitCode>
                 requested: false,
                 failed: failed2,
             });
+            app.select_on_load = select;
             Ok(Box::new(app))
         }),
     )
@@ -184,6 +189,8 @@ pub struct App {
     pub active: usize,
     pub recent: Vec<PathBuf>,
     screenshot: Option<Screenshot>,
+    /// A function to select and zoom to once the first file is decoded.
+    pub select_on_load: Option<String>,
 }
 
 impl App {
@@ -202,6 +209,7 @@ impl App {
             active: 0,
             recent,
             screenshot: None,
+            select_on_load: None,
         }
     }
 
@@ -269,6 +277,19 @@ impl App {
             egui::Panel::top("tabs").show(ui, |ui| self.tab_strip(ui));
         }
         egui::CentralPanel::default().show(ui, |ui| self.body(ui));
+        // After the view has drawn once (and fitted itself to the trace).
+        if let Some(name) = &self.select_on_load {
+            if let Some(t) = self.tabs.get_mut(self.active).filter(|t| !t.is_loading()) {
+                if let Some(v) = t.view_mut() {
+                    if let Some(r) = v.find_span(name) {
+                        v.select(Some(r));
+                        v.zoom_to_selection();
+                    }
+                }
+                self.select_on_load = None;
+                ctx.request_repaint();
+            }
+        }
         self.screenshot_step(&ctx);
     }
 
@@ -432,8 +453,10 @@ impl App {
         let ctx2 = ctx.clone();
         ctx.request_screenshot(move |image| {
             if let Err(e) = save_png(&path, &image) {
-                *failed.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(format!("{}: cannot write the screenshot: {e}", path.display()));
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                    "{}: cannot write the screenshot: {e}",
+                    path.display()
+                ));
             }
             ctx2.send_viewport_cmd(egui::ViewportCommand::Close);
             ctx2.request_repaint();

@@ -245,6 +245,21 @@ impl Sink for TimedItems {
     }
 }
 
+/// Slots of the walker's direct-mapped caches.
+const RECENT: usize = 1024;
+
+const NO_RANGE: Resolved = Resolved {
+    func: UNKNOWN,
+    lo: 1,
+    hi: 0,
+    entry: 0,
+};
+
+fn recent_slot(addr: u64) -> usize {
+    // Fibonacci hashing: call sites are spread, low bits alone collide.
+    (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % RECENT
+}
+
 struct Walker<'r, 'i, R: Resolve> {
     procs: &'r mut [R],
     images: &'r [&'i Image<'i>],
@@ -269,6 +284,11 @@ struct Walker<'r, 'i, R: Resolve> {
     /// The next block starts a run of trace (after a sync or an error).
     need_begin: bool,
     cur: Resolved,
+    /// Recently resolved functions, by address: calls and returns bounce
+    /// between a few functions, which one cached range keeps missing.
+    recent: Box<[Resolved; RECENT]>,
+    /// Call targets already offered to `learn_entry`, by address.
+    learned: Box<[u64; RECENT]>,
     psbs: &'r [u64],
     next_psb: usize,
 }
@@ -356,12 +376,9 @@ pub fn decode_queue<'i, R: Resolve>(
         pos: 0,
         branch: None,
         need_begin: true,
-        cur: Resolved {
-            func: UNKNOWN,
-            lo: 1,
-            hi: 0,
-            entry: 0,
-        },
+        cur: NO_RANGE,
+        recent: Box::new([NO_RANGE; RECENT]),
+        learned: Box::new([0; RECENT]),
         psbs,
         next_psb: 0,
     };
@@ -451,12 +468,7 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
                 }
             }
             self.proc = proc;
-            self.cur = Resolved {
-                func: UNKNOWN,
-                lo: 1,
-                hi: 0,
-                entry: 0,
-            };
+            self.forget_ranges();
         }
     }
 
@@ -472,8 +484,22 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
                 entry: 0,
             };
         }
+        let slot = recent_slot(addr);
+        let r = self.recent[slot];
+        if addr >= r.lo && addr < r.hi {
+            self.cur = r;
+            return r;
+        }
         self.cur = self.procs[self.proc].resolve(addr, self.funcs);
+        self.recent[slot] = self.cur;
         self.cur
+    }
+
+    /// Cached ranges are stale: the process or its known functions changed.
+    fn forget_ranges(&mut self) {
+        self.cur = NO_RANGE;
+        self.recent.fill(NO_RANGE);
+        self.learned.fill(0);
     }
 
     fn emit(&mut self, kind: EventKind, from: u64, to: u64) {
@@ -482,13 +508,14 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
         } else {
             self.resolve(from).func
         };
-        if kind == EventKind::Call && to != 0 && self.procs[self.proc].learn_entry(to, self.funcs) {
-            self.cur = Resolved {
-                func: UNKNOWN,
-                lo: 1,
-                hi: 0,
-                entry: 0,
-            };
+        if kind == EventKind::Call && to != 0 {
+            let slot = recent_slot(to);
+            if self.learned[slot] != to {
+                if self.procs[self.proc].learn_entry(to, self.funcs) {
+                    self.forget_ranges();
+                }
+                self.learned[slot] = to;
+            }
         }
         let (to_fn, to_is_entry) = if to == 0 {
             (UNKNOWN, false)

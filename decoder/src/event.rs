@@ -52,6 +52,8 @@ pub struct Func {
     /// symbol offsets, pseudo-functions).
     pub entry: u64,
     pub kind: SpanKind,
+    /// `file:line` of its entry, when the binary's DWARF says.
+    pub source: Option<String>,
 }
 
 /// Interned functions: every span names one by [`FuncId`].
@@ -92,6 +94,7 @@ impl FuncTable {
             module: key.2.clone(),
             entry,
             kind,
+            source: None,
         });
         self.index.insert(key, id);
         id
@@ -110,6 +113,12 @@ impl FuncTable {
     /// `[no binary: path]`.
     pub fn no_binary(&mut self, path: &str) -> FuncId {
         self.intern(&format!("[no binary: {path}]"), path, 0, SpanKind::NoBinary)
+    }
+
+    pub fn set_source(&mut self, id: FuncId, source: String) {
+        if let Some(f) = self.funcs.get_mut(id as usize) {
+            f.source = Some(source);
+        }
     }
 
     pub fn get(&self, id: FuncId) -> &Func {

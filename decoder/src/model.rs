@@ -271,7 +271,14 @@ impl ProcessSymbols {
                         let name = format!("[unknown] {}+{off:#x}", basename(&m.path));
                         funcs.intern(&name, &m.path, entry, SpanKind::Call)
                     } else {
-                        funcs.intern(f.name, &m.path, entry, SpanKind::Call)
+                        let id = funcs.intern(f.name, &m.path, entry, SpanKind::Call);
+                        // Once per function, so the tooltip can say where
+                        // it is without a lookup per frame.
+                        if let Some(loc) = md.location(f.entry) {
+                            let line = loc.line.map(|l| format!(":{l}")).unwrap_or_default();
+                            funcs.set_source(id, format!("{}{line}", loc.file));
+                        }
+                        id
                     }
                 });
                 return Some(Resolved {

@@ -225,6 +225,7 @@ impl StackBuilder {
         } else {
             self.close_segment(t, flag::OPEN_END);
         }
+        self.out.shrink_to_fit();
         (self.out, self.stats)
     }
 

@@ -207,6 +207,15 @@ impl ThreadSpans {
     }
 
     /// Bytes of memory the spans take.
+    /// Gives back the lanes' spare capacity once building is done, so the
+    /// store holds 16 bytes per span.
+    pub fn shrink_to_fit(&mut self) {
+        for l in &mut self.lanes {
+            l.shrink_to_fit();
+        }
+        self.lanes.shrink_to_fit();
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.lanes
             .iter()
@@ -291,6 +300,17 @@ mod tests {
         assert!(s.has(flag::INFERRED_START));
         assert!(!s.has(flag::OPEN_END));
         assert_eq!(t.duration(0, 0), 150);
+    }
+
+    #[test]
+    fn a_finished_store_holds_16_bytes_per_span() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        for i in 0..1000u64 {
+            t.push((i % 3) as usize, i * 10, i * 10 + 5, 1, 0);
+        }
+        assert!(t.memory_bytes() > 16 * 1000, "growth leaves spare room");
+        t.shrink_to_fit();
+        assert_eq!(t.memory_bytes(), 16 * 1000);
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct Details {
     pub func: FuncId,
     pub name: String,
     pub module: String,
+    /// `file:line` of the function, when known.
+    pub source: Option<String>,
     pub entry: u64,
     pub start: u64,
     pub dur_ns: u64,
@@ -131,6 +133,7 @@ impl Details {
             func: s.func(),
             name: f.name.clone(),
             module: f.module.clone(),
+            source: f.source.clone(),
             entry: f.entry,
             start: s.start,
             dur_ns: t.duration(d, i),
@@ -179,6 +182,11 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
             ui.label("Self time");
             ui.label(format_duration(d.self_ns));
             ui.end_row();
+            if let Some(src) = &d.source {
+                ui.label("Source");
+                ui.label(src);
+                ui.end_row();
+            }
             if !d.module.is_empty() {
                 ui.label("Module");
                 ui.label(&d.module);

@@ -161,6 +161,7 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
             }
             now += gap;
         }
+        t.shrink_to_fit();
         threads.push(ThreadModel {
             spans: t,
             stack: Default::default(),

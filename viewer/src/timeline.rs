@@ -517,6 +517,9 @@ impl Timeline {
             if !f.module.is_empty() {
                 ui.label(format!("Module: {}", f.module));
             }
+            if let Some(src) = &f.source {
+                ui.label(format!("Source: {src}"));
+            }
             if f.entry != 0 {
                 ui.label(format!("Entry: {:#x}", f.entry));
             }
