@@ -56,6 +56,9 @@ pub struct StackStats {
     pub max_depth: usize,
 }
 
+/// `Frame::call_site` of a frame entered by a syscall or interrupt.
+const KERNEL_ENTRY: u64 = u64::MAX;
+
 #[derive(Clone, Copy, Debug)]
 struct Frame {
     func: FuncId,
@@ -186,6 +189,18 @@ impl StackBuilder {
             }
             EventKind::TraceBegin => {
                 if self.tracing && !first {
+                    // Kernel code entered but not decoded (perf 5.x's `hw
+                    // int`/`syscall` then `tr strt`): this enable is the
+                    // return to user space, not a second enable.
+                    if self
+                        .stack
+                        .last()
+                        .is_some_and(|f| f.call_site == KERNEL_ENTRY)
+                    {
+                        self.pop_pseudo(t, est, funcs);
+                        self.land(ev.to_fn, t, est, ev.to_is_entry);
+                        return;
+                    }
                     self.stats.double_enable += 1;
                     return;
                 }
@@ -196,6 +211,9 @@ impl StackBuilder {
             EventKind::Syscall | EventKind::Interrupt => {
                 self.sync_from(ev, t, funcs);
                 self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+                if let Some(f) = self.stack.last_mut() {
+                    f.call_site = KERNEL_ENTRY;
+                }
             }
             EventKind::KernelReturn => {
                 self.sync_from(ev, t, funcs);
@@ -709,6 +727,26 @@ mod tests {
         assert_eq!(
             s.tree(),
             ["0 main 5-40 inferred", "1 a 10-40", "2 [untraced] 20-30"]
+        );
+    }
+
+    #[test]
+    fn an_enable_after_an_undecoded_kernel_entry_returns_to_user_space() {
+        // perf 5.x with kernel tracing but no kernel branches: `hw int` into
+        // the kernel, then `tr strt` back to user code.
+        let mut s = Script::new();
+        s.call(10, "main", "work");
+        s.ev(20, EventKind::Interrupt, "work", "asm_exc_page_fault", true);
+        s.ev(30, EventKind::TraceBegin, "", "work", false);
+        s.ret(40, "work", "main");
+        assert_eq!(s.b.stats.double_enable, 0);
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-40 inferred",
+                "1 work 10-40",
+                "2 asm_exc_page_fault 20-30"
+            ]
         );
     }
 
