@@ -10,65 +10,6 @@ use std::process::Command;
 
 use support::*;
 
-/// One span of `ptscope decode --format json`.
-#[derive(Debug, Clone)]
-struct JsonSpan {
-    tid: i32,
-    depth: usize,
-    start: u64,
-    end: u64,
-    name: String,
-    kind: String,
-    inferred: bool,
-    /// The function's entry address, when known.
-    entry: Option<u64>,
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!("\"{key}\":");
-    let at = line
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    let rest = &line[at..];
-    if let Some(s) = rest.strip_prefix('"') {
-        // Names in these tests hold no escaped quotes.
-        &s[..s.find('"').unwrap()]
-    } else {
-        &rest[..rest.find([',', '}']).unwrap()]
-    }
-}
-
-fn decode_json(snap: &Path, extra: &[&str]) -> Vec<JsonSpan> {
-    let out = ptscope()
-        .args(["decode", "--format", "json"])
-        .args(extra)
-        .arg(snap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ptscope decode failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| JsonSpan {
-            tid: field(l, "tid").parse().unwrap(),
-            depth: field(l, "depth").parse().unwrap(),
-            start: field(l, "start_ns").parse().unwrap(),
-            end: field(l, "end_ns").parse().unwrap(),
-            name: field(l, "name").to_string(),
-            kind: field(l, "kind").to_string(),
-            inferred: l.contains("\"inferred_start\":true"),
-            entry: l
-                .contains("\"entry\":")
-                .then(|| field(l, "entry").parse().unwrap()),
-        })
-        .collect()
-}
-
 /// Function names as both tools print them: C++ without parameters.
 fn norm(name: &str) -> String {
     match name.find('(') {
@@ -87,7 +28,12 @@ struct PerfBranches {
     tail: BTreeMap<u64, (u64, String)>,
 }
 
-fn perf_branches(extracted: &Path) -> PerfBranches {
+/// Runs perf's decoder on the snapshot and hands each call and tail call
+/// (a jump from one function to another's entry) to `each`: tid, target
+/// address, perf's name for it, and whether it was a tail call.
+fn perf_entries(extracted: &Path, mut each: impl FnMut(i32, u64, &str, bool)) {
+    use ptscope_decoder::event::EventKind;
+    use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
     let out = Command::new("perf")
         .arg("--buildid-dir")
         .arg(extracted)
@@ -102,25 +48,34 @@ fn perf_branches(extracted: &Path) -> PerfBranches {
         .output()
         .expect("perf is not installed; the tests need linux-perf (see README)");
     assert!(out.status.success(), "perf script failed");
-    let mut calls = BTreeMap::new();
-    let mut tail = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
         let Ok(Some(ScriptRecord::Branch {
-            flags, from, to, ..
+            tid,
+            flags,
+            from,
+            to,
+            ..
         })) = parse_line(line)
         else {
             continue;
         };
-        let sym = to.sym.unwrap_or("?").to_string();
         let kind = flags.kind();
-        use ptscope_decoder::event::EventKind;
+        let sym = to.sym.unwrap_or("?");
         if kind == EventKind::Call {
-            calls.entry(to.ip).or_insert((0, sym)).0 += 1;
+            each(tid, to.ip, sym, false);
         } else if kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym {
-            tail.entry(to.ip).or_insert((0, sym)).0 += 1;
+            each(tid, to.ip, sym, true);
         }
     }
+}
+
+fn perf_branches(extracted: &Path) -> PerfBranches {
+    let mut calls = BTreeMap::new();
+    let mut tail = BTreeMap::new();
+    perf_entries(extracted, |_, ip, sym, is_tail| {
+        let map = if is_tail { &mut tail } else { &mut calls };
+        map.entry(ip).or_insert((0, sym.to_string())).0 += 1;
+    });
     PerfBranches { calls, tail }
 }
 
@@ -267,40 +222,10 @@ fn threads_decode_separately_and_match_perf() {
 
 /// perf's calls (plus tail calls) per (tid, entry address).
 fn perf_calls_per_thread(extracted: &Path) -> BTreeMap<(i32, u64), u64> {
-    let out = Command::new("perf")
-        .arg("--buildid-dir")
-        .arg(extracted)
-        .args([
-            "script",
-            "--itrace=b",
-            "-F",
-            "pid,tid,time,flags,ip,addr,sym,symoff,dso",
-            "-i",
-        ])
-        .arg(extracted.join("perf.data"))
-        .output()
-        .expect("perf is not installed; the tests need linux-perf (see README)");
-    assert!(out.status.success(), "perf script failed");
     let mut calls = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        use ptscope_decoder::event::EventKind;
-        use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
-        let Ok(Some(ScriptRecord::Branch {
-            tid,
-            flags,
-            from,
-            to,
-            ..
-        })) = parse_line(line)
-        else {
-            continue;
-        };
-        let kind = flags.kind();
-        let tail = kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym;
-        if kind == EventKind::Call || tail {
-            *calls.entry((tid, to.ip)).or_insert(0) += 1;
-        }
-    }
+    perf_entries(extracted, |tid, ip, _, _| {
+        *calls.entry((tid, ip)).or_insert(0) += 1;
+    });
     calls
 }
 

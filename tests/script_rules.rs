@@ -19,7 +19,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::ptscope;
+use support::decode_json;
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/script-rules")
@@ -66,67 +66,17 @@ struct Row {
 
 /// `ptscope decode FILE --format json`, one row per span.
 fn decode(file: &Path) -> Vec<Row> {
-    let out = ptscope()
-        .args(["decode", "--format", "json"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: ptscope decode failed: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| Row {
-            tid: json_field(l, "tid").parse().unwrap(),
-            depth: json_field(l, "depth").parse().unwrap(),
-            start: json_field(l, "start_ns").parse().unwrap(),
-            end: json_field(l, "end_ns").parse().unwrap(),
-            name: json_string(l, "name"),
-            inferred: l.contains("\"inferred_start\":true"),
+    decode_json(file, &[])
+        .into_iter()
+        .map(|s| Row {
+            tid: s.tid,
+            depth: s.depth,
+            start: s.start,
+            end: s.end,
+            name: s.name,
+            inferred: s.inferred,
         })
         .collect()
-}
-
-fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!("\"{key}\":");
-    let at = line
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    let rest = &line[at..];
-    &rest[..rest.find([',', '}']).unwrap()]
-}
-
-/// A JSON string value, unescaped (names may hold quotes and backslashes).
-fn json_string(line: &str, key: &str) -> String {
-    let pat = format!("\"{key}\":\"");
-    let at = line
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    let mut out = String::new();
-    let mut chars = line[at..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return out,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some('u') => {
-                    let hex: String = chars.by_ref().take(4).collect();
-                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
-                }
-                Some(c) => out.push(c),
-                None => break,
-            },
-            c => out.push(c),
-        }
-    }
-    panic!("unterminated {key} in {line}")
 }
 
 /// The canonical text of a tree: threads by tid, spans in decode order.

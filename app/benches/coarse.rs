@@ -276,13 +276,14 @@ fn run(input: &Path) {
             let psbs: Vec<u64> = psb_offsets(&s.data).into_iter().map(|o| o as u64).collect();
             let d = decode_thread(
                 &s.data,
-                &cfg,
+                (&cfg, s.idx),
                 &image,
                 &mut resolver,
                 &mut funcs,
                 &to_ns,
                 &psbs,
                 (pid, tid, String::new()),
+                None,
             )
             .unwrap();
             n += d.spans.span_count() as u64;

@@ -167,7 +167,7 @@ impl Tab {
         };
     }
 
-    /// Blocks until the tab's file is decoded (tests, `--screenshot`).
+    /// Blocks until the tab's file is decoded (the GUI tests).
     pub fn wait(&mut self) {
         if let TabState::Loading { load, .. } = &mut self.state {
             let r = load.wait();

@@ -91,7 +91,7 @@ impl Load {
         }
     }
 
-    /// Blocks until the load ends (tests, and `--screenshot`).
+    /// Blocks until the load ends (the GUI tests).
     pub fn wait(&mut self) -> Result<Arc<Model>, String> {
         let r = match self.rx.recv() {
             Ok(r) => r.map(Arc::new),

@@ -293,18 +293,20 @@ struct Walker<'r, 'i, R: Resolve> {
     next_psb: usize,
 }
 
-/// Runs the coarse pass over one thread's trace. `psbs` are the trace's
-/// PSB offsets (for checkpoints); `to_ns` converts TSC to perf time.
+/// Runs the coarse pass over one thread's trace (AUX queue `queue`).
+/// `psbs` are the trace's PSB offsets (for checkpoints); `to_ns` converts
+/// TSC to perf time.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_thread<R: Resolve>(
     trace: &[u8],
-    cfg: &DecoderConfig,
+    (cfg, queue): (&DecoderConfig, u32),
     image: &Image<'_>,
     resolver: R,
     funcs: &mut FuncTable,
     to_ns: &dyn Fn(u64) -> u64,
     psbs: &[u64],
     thread: (i32, i32, String),
+    progress: Option<&DecodeProgress>,
 ) -> Result<ThreadDecode, PtError> {
     let threads = [QueueThread {
         pid: thread.0,
@@ -316,7 +318,7 @@ pub fn decode_thread<R: Resolve>(
     let mut sink = ThreadBuilders::new(&threads);
     let figures = decode_queue(
         trace,
-        (cfg, 0),
+        (cfg, queue),
         &[image],
         &mut procs,
         &[0],
@@ -325,7 +327,7 @@ pub fn decode_thread<R: Resolve>(
         to_ns,
         psbs,
         &mut sink,
-        None,
+        progress,
     )?;
     sink.add_figures(figures);
     Ok(sink.finish().pop().expect("one thread in, one out"))

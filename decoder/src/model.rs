@@ -9,7 +9,7 @@ use ptscope_capture::snapshot::{Snapshot, Trace};
 
 use crate::coarse::{
     decode_queue, decode_thread, Checkpoint, QueueThread, Resolve, Resolved, ThreadBuilders,
-    TimedItems, WalkFigures,
+    ThreadDecode, TimedItems, WalkFigures,
 };
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
 use crate::ffi::{DecoderConfig, Image, PtError, SectionCache};
@@ -49,6 +49,19 @@ pub struct ThreadModel {
     pub checkpoint_frames: Vec<(FuncId, u64)>,
     /// Index of the AUX stream it came from, if any.
     pub stream: Option<u32>,
+}
+
+impl ThreadModel {
+    fn new(d: ThreadDecode, stream: Option<u32>) -> ThreadModel {
+        ThreadModel {
+            spans: d.spans,
+            stack: d.stack,
+            walk: d.walk,
+            checkpoints: d.checkpoints,
+            checkpoint_frames: d.stacks,
+            stream,
+        }
+    }
 }
 
 /// The decoded snapshot: what the viewer draws.
@@ -412,40 +425,22 @@ fn decode_trace(
         )
         .map_err(libipt)?;
         let image = new_image(&cache, isids).map_err(libipt)?;
-        let qt = [QueueThread {
-            pid,
-            tid,
-            comm: comm_of(tid),
-            proc: 0,
-        }];
-        let mut sink = ThreadBuilders::new(&qt);
-        let figures = decode_queue(
+        let d = decode_thread(
             &s.data,
             (&cfg, s.idx),
-            &[&image],
-            &mut [resolver],
-            &[0],
-            &[],
+            &image,
+            resolver,
             &mut funcs,
             &to_ns,
             psbs,
-            &mut sink,
+            (pid, tid, comm_of(tid)),
             progress,
         )
         .map_err(libipt)?;
         if let Some(e) = cancelled() {
             return Err(e);
         }
-        sink.add_figures(figures);
-        let d = sink.finish().pop().expect("one thread in, one out");
-        threads.push(ThreadModel {
-            spans: d.spans,
-            stack: d.stack,
-            walk: d.walk,
-            checkpoints: d.checkpoints,
-            checkpoint_frames: d.stacks,
-            stream: Some(s.idx),
-        });
+        threads.push(ThreadModel::new(d, Some(s.idx)));
         if let Some(p) = progress {
             p.offer(|| Model {
                 funcs: funcs.clone(),
@@ -554,14 +549,7 @@ fn decode_trace(
             if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
                 continue;
             }
-            threads.push(ThreadModel {
-                spans: d.spans,
-                stack: d.stack,
-                walk: d.walk,
-                checkpoints: d.checkpoints,
-                checkpoint_frames: d.stacks,
-                stream: None,
-            });
+            threads.push(ThreadModel::new(d, None));
         }
         drop(images);
     }
@@ -638,27 +626,21 @@ pub fn decode_raw(
     }
     let d = decode_thread(
         pt,
-        cfg,
+        (cfg, 0),
         &image,
         &mut resolver,
         &mut funcs,
         &|tsc| tsc,
         &psbs,
         (0, 0, "raw".into()),
+        None,
     )
     .map_err(libipt)?;
     drop(image);
     drop(cache);
     Ok(Model {
         funcs,
-        threads: vec![ThreadModel {
-            spans: d.spans,
-            stack: d.stack,
-            walk: d.walk,
-            checkpoints: d.checkpoints,
-            checkpoint_frames: d.stacks,
-            stream: None,
-        }],
+        threads: vec![ThreadModel::new(d, None)],
         missing_binaries: Vec::new(),
     })
 }

@@ -172,3 +172,87 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
     }
     (per, errors)
 }
+
+/// One span of `ptscope decode --format json`.
+#[derive(Debug, Clone)]
+pub struct JsonSpan {
+    pub tid: i32,
+    pub depth: usize,
+    pub start: u64,
+    pub end: u64,
+    pub name: String,
+    pub kind: String,
+    pub inferred: bool,
+    /// The function's entry address, when known.
+    pub entry: Option<u64>,
+}
+
+/// `ptscope decode FILE --format json [extra]`, one span per line.
+pub fn decode_json(file: &Path, extra: &[&str]) -> Vec<JsonSpan> {
+    let out = ptscope()
+        .args(["decode", "--format", "json"])
+        .args(extra)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: ptscope decode failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| JsonSpan {
+            tid: json_field(l, "tid").parse().unwrap(),
+            depth: json_field(l, "depth").parse().unwrap(),
+            start: json_field(l, "start_ns").parse().unwrap(),
+            end: json_field(l, "end_ns").parse().unwrap(),
+            name: json_string(l, "name"),
+            kind: json_string(l, "kind"),
+            inferred: l.contains("\"inferred_start\":true"),
+            entry: l
+                .contains("\"entry\":")
+                .then(|| json_field(l, "entry").parse().unwrap()),
+        })
+        .collect()
+}
+
+fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\":");
+    let at = line
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + pat.len();
+    let rest = &line[at..];
+    &rest[..rest.find([',', '}']).unwrap()]
+}
+
+/// A JSON string value, unescaped (names may hold quotes and backslashes).
+fn json_string(line: &str, key: &str) -> String {
+    let pat = format!("\"{key}\":\"");
+    let at = line
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + pat.len();
+    let mut out = String::new();
+    let mut chars = line[at..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return out,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('u') => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+                }
+                Some(c) => out.push(c),
+                None => break,
+            },
+            c => out.push(c),
+        }
+    }
+    panic!("unterminated {key} in {line}")
+}

@@ -19,7 +19,6 @@ pub mod overview;
 pub mod range;
 pub mod search;
 pub mod spans;
-pub mod summary;
 pub mod synth;
 pub mod timeline;
 pub mod view;

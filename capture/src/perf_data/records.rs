@@ -333,16 +333,7 @@ impl Record<'_> {
                 out: o,
                 preempt,
                 sample_id,
-            } => {
-                let mut m = 0;
-                if *o {
-                    m |= misc::SWITCH_OUT;
-                }
-                if *preempt {
-                    m |= misc::SWITCH_OUT_PREEMPT;
-                }
-                (kind::SWITCH, m, Some(sample_id))
-            }
+            } => (kind::SWITCH, switch_misc(*o, *preempt), Some(sample_id)),
             Record::SwitchCpuWide {
                 out: o,
                 preempt,
@@ -350,16 +341,13 @@ impl Record<'_> {
                 next_prev_tid,
                 sample_id,
             } => {
-                let mut m = 0;
-                if *o {
-                    m |= misc::SWITCH_OUT;
-                }
-                if *preempt {
-                    m |= misc::SWITCH_OUT_PREEMPT;
-                }
                 out.put_u32(*next_prev_pid);
                 out.put_u32(*next_prev_tid);
-                (kind::SWITCH_CPU_WIDE, m, Some(sample_id))
+                (
+                    kind::SWITCH_CPU_WIDE,
+                    switch_misc(*o, *preempt),
+                    Some(sample_id),
+                )
             }
             Record::Aux {
                 offset,
@@ -686,6 +674,18 @@ impl Record<'_> {
             _ => None,
         }
     }
+}
+
+/// The header misc bits of a SWITCH or SWITCH_CPU_WIDE record.
+fn switch_misc(out: bool, preempt: bool) -> u16 {
+    let mut m = 0;
+    if out {
+        m |= misc::SWITCH_OUT;
+    }
+    if preempt {
+        m |= misc::SWITCH_OUT_PREEMPT;
+    }
+    m
 }
 
 fn write_header(out: &mut [u8], start: usize, kind: u32, misc: u16, size: usize) {
