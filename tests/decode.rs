@@ -83,7 +83,7 @@ fn perf_branches(extracted: &Path) -> PerfBranches {
 fn our_calls(spans: &[JsonSpan]) -> BTreeMap<u64, (u64, String)> {
     let mut out = BTreeMap::new();
     for s in spans {
-        if let (false, Some(e), "call") = (s.inferred, s.entry, s.kind.as_str()) {
+        if let (true, Some(e), "call") = (s.called(), s.entry, s.kind.as_str()) {
             out.entry(e).or_insert((0, s.name.clone())).0 += 1;
         }
     }
@@ -145,7 +145,7 @@ fn addrs_len(p: &PerfBranches) -> usize {
 fn count(spans: &[JsonSpan], name: &str) -> usize {
     spans
         .iter()
-        .filter(|s| norm(&s.name) == name && !s.inferred)
+        .filter(|s| norm(&s.name) == name && s.called())
         .count()
 }
 
@@ -244,7 +244,7 @@ fn per_cpu_trace_is_divided_among_threads_like_perf_does() {
     let perf = perf_calls_per_thread(&extracted);
     let mut ours: BTreeMap<(i32, u64), u64> = BTreeMap::new();
     for s in &spans {
-        if let (false, Some(e), "call") = (s.inferred, s.entry, s.kind.as_str()) {
+        if let (true, Some(e), "call") = (s.called(), s.entry, s.kind.as_str()) {
             *ours.entry((s.tid, e)).or_insert(0) += 1;
         }
     }
@@ -271,7 +271,7 @@ fn per_cpu_trace_is_divided_among_threads_like_perf_does() {
     let on = |tid: i32, f: &str| {
         spans
             .iter()
-            .filter(|s| s.tid == tid && norm(&s.name) == f && !s.inferred)
+            .filter(|s| s.tid == tid && norm(&s.name) == f && s.called())
             .count()
     };
     let main_tid = *tids.iter().min().unwrap();

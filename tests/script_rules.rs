@@ -36,23 +36,7 @@ enum Known {
 }
 
 /// Fixtures whose decoding does not match the rule yet.
-const KNOWN: &[(&str, Known, &str)] = &[
-    (
-        "03-cxx-exception",
-        Known::InferredMarks,
-        "a jump into the middle of a function that is not on the stack (the exception \
-         cleanup, which perf cannot name) starts a frame flagged inferred_start, though \
-         it begins at the jump, inside the trace; the flag means the call began before \
-         the trace did. The flag also tells consumers the span was not entered by a \
-         call (tests/decode.rs counts calls by it), so fixing this needs a separate \
-         'entered mid-function' mark",
-    ),
-    (
-        "09-plt-stubs",
-        Known::InferredMarks,
-        "the same for the jump from puts@plt into PLT0 (`_init+0x20`)",
-    ),
-];
+const KNOWN: &[(&str, Known, &str)] = &[];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Row {
@@ -275,6 +259,33 @@ fn fixtures_parse_without_skipped_lines() {
         );
         let events: usize = t.threads.iter().map(|th| th.events.len()).sum();
         assert_eq!(events, text.lines().count(), "{}", file.display());
+    }
+}
+
+/// Jumps into the middle of a function that is not on the stack (PLT0 in
+/// `09`, the exception cleanup in `03`) start frames marked `mid_entry`,
+/// and only those: their start is exact, so not `inferred_start`.
+#[test]
+fn mid_function_jumps_are_marked_mid_entry() {
+    let mid = |file: &str| -> Vec<(u64, usize, String)> {
+        decode_json(&fixtures_dir().join(file), &[])
+            .into_iter()
+            .filter(|s| s.mid_entry)
+            .inspect(|s| assert!(!s.inferred, "{file}: {s:?} is both"))
+            .map(|s| (s.start, s.depth, s.name))
+            .collect()
+    };
+    assert_eq!(mid("09-plt-stubs.perf"), [(3, 1, "_init".to_string())]);
+    let cleanup: Vec<_> = [225, 475, 725]
+        .into_iter()
+        .map(|t| (t, 2, "[unknown]".to_string()))
+        .collect();
+    assert_eq!(mid("03-cxx-exception.perf"), cleanup);
+    for file in fixtures() {
+        let name = stem(&file);
+        if !name.starts_with("03-") && !name.starts_with("09-") {
+            assert_eq!(mid(&format!("{name}.perf")), [], "{name}");
+        }
     }
 }
 

@@ -125,7 +125,10 @@ pub enum Command {
         /// Only spans that start at or before NS.
         #[arg(long, value_name = "NS")]
         to: Option<u64>,
-        /// text: an indented call tree; json: one span per line.
+        /// text: an indented call tree; json: one span per line, with
+        /// "inferred_start":true for calls that began before the trace and
+        /// "mid_entry":true for spans entered by a jump into the middle of
+        /// a function (not by a call).
         #[arg(long, value_enum, default_value = "text")]
         format: ptscope::report::Format,
     },

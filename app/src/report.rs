@@ -196,6 +196,9 @@ pub fn decode(
                     if s.has(flag::INFERRED_START) {
                         write!(out, ",\"inferred_start\":true")?;
                     }
+                    if s.has(flag::MID_ENTRY) {
+                        write!(out, ",\"mid_entry\":true")?;
+                    }
                     if f.entry != 0 {
                         write!(out, ",\"entry\":{}", f.entry)?;
                     }
@@ -205,6 +208,9 @@ pub fn decode(
                     let mut marks = String::new();
                     if s.has(flag::INFERRED_START) {
                         marks.push_str(" [inferred start]");
+                    }
+                    if s.has(flag::MID_ENTRY) {
+                        marks.push_str(" [entered mid-function]");
                     }
                     if s.has(flag::OPEN_END) {
                         marks.push_str(" [still running]");

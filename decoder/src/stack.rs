@@ -19,10 +19,17 @@
 //! - A jump to the entry of another function is a tail call: it replaces
 //!   the top frame. A jump into the middle of a function lower on the stack
 //!   is a non-local exit (longjmp, unwinding, an OCaml raise): frames are
-//!   popped down to it. Any other jump across functions replaces the top.
+//!   popped down to it. Any other jump across functions replaces the top;
+//!   if it lands in the middle of a function that is not on the stack
+//!   (exception cleanup code, PLT0), the new frame is flagged
+//!   [`flag::MID_ENTRY`], not [`flag::INFERRED_START`]: it begins at the
+//!   jump, inside the trace, so its start is exact, but no call entered it.
 //! - An event whose source is not in the top frame's function means
 //!   control moved without an event (a fall-through or a conditional tail
-//!   call): the same jump rules repair the top.
+//!   call): the same jump rules repair the top. A frame made by the repair
+//!   was entered at some unseen moment before the event, so it is flagged
+//!   [`flag::INFERRED_START`], as are frames that a `ret` used as a jump or
+//!   a resume from untraced code lands in mid-function.
 //! - Trace disable pushes `[untraced]` (or `[syscall]`), enable pops it.
 //!   A second enable or disable is counted and otherwise ignored; only a
 //!   thread's first enable opens it.
@@ -399,7 +406,9 @@ impl StackBuilder {
         self.pop(t, est & flag::END_ESTIMATED);
         let mut flags = est & flag::START_ESTIMATED;
         if !ev.to_is_entry {
-            flags |= flag::INFERRED_START;
+            // Entered at the jump, inside the trace: the start is exact, but
+            // no call made this frame (exception cleanup, PLT0).
+            flags |= flag::MID_ENTRY;
         }
         self.push(to, t, flags);
     }
@@ -553,10 +562,11 @@ mod tests {
                             funcs.name(s.func()),
                             s.start,
                             spans.end(d, i),
-                            if s.has(flag::INFERRED_START) {
-                                " inferred"
-                            } else {
-                                ""
+                            match (s.has(flag::INFERRED_START), s.has(flag::MID_ENTRY)) {
+                                (true, false) => " inferred",
+                                (false, true) => " mid",
+                                (true, true) => " inferred mid",
+                                (false, false) => "",
                             }
                         ),
                     ));
@@ -599,6 +609,58 @@ mod tests {
                 "1 e 140-140",
             ]
         );
+    }
+
+    #[test]
+    fn jump_into_the_middle_of_a_function_not_on_the_stack_is_a_mid_entry() {
+        let mut s = Script::new();
+        s.call(10, "main", "puts@plt");
+        // puts@plt jumps into PLT0, which perf names `_init+0x20`.
+        s.ev(11, EventKind::Jump, "puts@plt", "_init", false);
+        s.ev(12, EventKind::Jump, "_init", "_dl_runtime_resolve", true);
+        s.ret(20, "_dl_runtime_resolve", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-20 inferred",
+                "1 puts@plt 10-11",
+                "1 _init 11-12 mid",
+                "1 _dl_runtime_resolve 12-20",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mid_entry_on_an_empty_stack_only_infers_the_jumps_source() {
+        let mut s = Script::new();
+        // The trace starts in the unwinder, which jumps to cleanup code.
+        s.ev(10, EventKind::Jump, "_Unwind_Resume", "cleanup", false);
+        s.ret(20, "cleanup", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-20 inferred",
+                "1 _Unwind_Resume 10-10 inferred",
+                "1 cleanup 10-20 mid",
+            ]
+        );
+    }
+
+    #[test]
+    fn return_on_an_empty_stack_is_still_an_inferred_start() {
+        let mut s = Script::new();
+        s.ret(10, "leaf", "work");
+        s.ret(20, "work", "main");
+        let tree = s.tree();
+        assert_eq!(
+            tree,
+            [
+                "0 main 10-20 inferred",
+                "1 work 10-20 inferred",
+                "2 leaf 10-10 inferred",
+            ]
+        );
+        assert!(tree.iter().all(|r| !r.contains(" mid")));
     }
 
     #[test]

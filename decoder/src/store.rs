@@ -18,7 +18,7 @@ pub struct Span {
     pub start: u64,
     /// Duration in ns; [`Span::LONG`] means "look it up in the long table".
     dur: u32,
-    /// Function id in the low 28 bits, flags in the high 4.
+    /// Function id in the low 27 bits, flags in the high 5.
     func_flags: u32,
 }
 
@@ -34,11 +34,17 @@ pub mod flag {
     pub const INFERRED_START: u32 = 1 << 29;
     /// The call had not returned when the trace ended.
     pub const OPEN_END: u32 = 1 << 28;
-    pub const ALL: u32 = 0xF000_0000;
+    /// Entered by a jump into the middle of the function, not by a call;
+    /// its start is exact (the jump), unlike [`INFERRED_START`].
+    pub const MID_ENTRY: u32 = 1 << 27;
+    /// The flags that say a time is not exactly known.
+    pub const ESTIMATES: u32 = START_ESTIMATED | END_ESTIMATED | INFERRED_START | OPEN_END;
+    /// Every flag bit; the rest of `func_flags` is the function id.
+    pub const ALL: u32 = ESTIMATES | MID_ENTRY;
 }
 
 /// The largest function id a span can hold.
-pub const MAX_FUNC: FuncId = (1 << 28) - 1;
+pub const MAX_FUNC: FuncId = !flag::ALL;
 
 impl Span {
     const LONG: u32 = u32::MAX;
@@ -56,8 +62,9 @@ impl Span {
     }
 
     /// Either end of the span was estimated (or back-dated, or cut off).
+    /// An exact mid-function entry is not an estimate.
     pub fn is_estimated(&self) -> bool {
-        self.func_flags & flag::ALL != 0
+        self.func_flags & flag::ESTIMATES != 0
     }
 }
 
@@ -300,6 +307,22 @@ mod tests {
         assert!(s.has(flag::INFERRED_START));
         assert!(!s.has(flag::OPEN_END));
         assert_eq!(t.duration(0, 0), 150);
+    }
+
+    #[test]
+    fn mid_entry_is_a_flag_bit_but_not_an_estimate() {
+        assert_eq!(flag::ALL, 0xF800_0000);
+        assert_eq!(MAX_FUNC, (1 << 27) - 1);
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 100, 250, MAX_FUNC, flag::MID_ENTRY);
+        t.push(0, 300, 400, 9, flag::MID_ENTRY | flag::END_ESTIMATED);
+        let (a, b) = (t.lane(0)[0], t.lane(0)[1]);
+        assert_eq!(a.func(), MAX_FUNC);
+        assert_eq!(a.flags(), flag::MID_ENTRY);
+        assert!(!a.is_estimated());
+        assert!(!a.has(flag::INFERRED_START));
+        assert_eq!(b.func(), 9);
+        assert!(b.is_estimated());
     }
 
     #[test]

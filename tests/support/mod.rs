@@ -182,9 +182,20 @@ pub struct JsonSpan {
     pub end: u64,
     pub name: String,
     pub kind: String,
+    /// `inferred_start`: the call began before the trace did.
     pub inferred: bool,
+    /// `mid_entry`: entered by a jump into the middle of the function.
+    pub mid_entry: bool,
     /// The function's entry address, when known.
     pub entry: Option<u64>,
+}
+
+impl JsonSpan {
+    /// Entered by a call or tail call that the trace shows: neither
+    /// back-dated nor entered mid-function.
+    pub fn called(&self) -> bool {
+        !self.inferred && !self.mid_entry
+    }
 }
 
 /// `ptscope decode FILE --format json [extra]`, one span per line.
@@ -212,6 +223,7 @@ pub fn decode_json(file: &Path, extra: &[&str]) -> Vec<JsonSpan> {
             name: json_string(l, "name"),
             kind: json_string(l, "kind"),
             inferred: l.contains("\"inferred_start\":true"),
+            mid_entry: l.contains("\"mid_entry\":true"),
             entry: l
                 .contains("\"entry\":")
                 .then(|| json_field(l, "entry").parse().unwrap()),

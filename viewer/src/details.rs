@@ -3,6 +3,7 @@
 
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
+use ptscope_decoder::store::flag;
 
 use crate::spans::{call_path, self_time, SpanRef};
 
@@ -197,12 +198,17 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
                 ui.label(format!("{:#x}", d.entry));
                 ui.end_row();
             }
-            if d.flags != 0 {
+            if d.flags & flag::ESTIMATES != 0 {
                 ui.label("Times");
                 ui.colored_label(
                     egui::Color32::YELLOW,
                     crate::timeline::estimate_note(d.flags),
                 );
+                ui.end_row();
+            }
+            if let Some(note) = crate::timeline::entry_note(d.flags) {
+                ui.label("Entered");
+                ui.label(note);
                 ui.end_row();
             }
         });

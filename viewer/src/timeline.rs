@@ -526,6 +526,9 @@ impl Timeline {
             if s.is_estimated() {
                 ui.colored_label(Color32::YELLOW, estimate_note(s.flags()));
             }
+            if let Some(note) = entry_note(s.flags()) {
+                ui.label(note);
+            }
         });
     }
 
@@ -713,4 +716,10 @@ pub fn estimate_note(flags: u32) -> String {
         parts.push("still running at the end");
     }
     format!("≈ {}", parts.join(", "))
+}
+
+/// How a span was entered, when not by a call. Not an estimate: the start
+/// is exact.
+pub fn entry_note(flags: u32) -> Option<&'static str> {
+    (flags & flag::MID_ENTRY != 0).then_some("entered mid-function (jump)")
 }

@@ -35,7 +35,8 @@ fn model() -> Model {
     a.push(0, base, base + 10_000, main, 0);
     a.push(1, base + 500, base + 4_000, compute, 0);
     a.push(1, base + 5_000, base + 6_000, compute, flag::END_ESTIMATED);
-    a.push(1, base + 7_000, base + 9_000, parse, 0);
+    // Entered by a jump into its middle: exact times, not a call.
+    a.push(1, base + 7_000, base + 9_000, parse, flag::MID_ENTRY);
     let mut b = ThreadSpans::new(100, 101, "worker".into());
     b.push(0, base + 1_000, base + 4_000, work, 0);
     b.push(
@@ -137,6 +138,17 @@ fn clicking_a_span_shows_its_details() {
     assert_eq!(h.state().details().unwrap().name, "compute");
     // The estimated end shows.
     assert!(h.query_by_label_contains("end estimated").is_some());
+}
+
+#[test]
+fn a_mid_entry_span_says_so_without_an_estimate() {
+    let mut h = harness();
+    let span = h.state().find_span("parse_input").unwrap();
+    h.state_mut().select(Some(span));
+    h.run();
+    assert_eq!(h.state().details().unwrap().name, "parse_input");
+    h.get_by_label("entered mid-function (jump)");
+    assert!(h.query_by_label_contains("≈").is_none());
 }
 
 #[test]
