@@ -14,6 +14,7 @@ use ptscope_capture::emulated::tracer::{self, StopReason, Target, TracerOptions}
 use ptscope_capture::intel_pt::emulated_cpu;
 use ptscope_capture::snapshot::{self, Metadata, Snapshot, EMULATED_CONFIG_STR};
 use ptscope_capture::trigger::Trigger;
+use ptscope_decoder::model::Engine;
 use ptscope_decoder::packet::{self, Packets};
 
 #[derive(Parser, Debug)]
@@ -158,6 +159,16 @@ pub struct InputOpts {
     /// (repeatable, like ptxed's --raw). Times are then TSC ticks.
     #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
+    /// What walks the trace: ptscope's own flow decoder (fast), or
+    /// libipt's block decoder (the reference, to cross-check).
+    #[arg(long, value_enum, default_value = "ptscope")]
+    pub decoder: DecoderChoice,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecoderChoice {
+    Ptscope,
+    Libipt,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -218,7 +229,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     let threads = (!input.threads.is_empty()).then_some(input.threads);
-    ptscope::report::load(&input.file, &input.raw, threads)
+    let engine = match input.decoder {
+        DecoderChoice::Ptscope => Engine::Flow,
+        DecoderChoice::Libipt => Engine::Libipt,
+    };
+    ptscope::report::load(&input.file, &input.raw, threads, engine)
 }
 
 const INTEL_PT_SYSFS: &str = "/sys/bus/event_source/devices/intel_pt";

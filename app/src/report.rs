@@ -13,7 +13,7 @@ use ptscope_capture::intel_pt::emulated_cpu;
 use ptscope_capture::snapshot::Snapshot;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::ffi::DecoderConfig;
-use ptscope_decoder::model::{self, DecodeOptions, Model};
+use ptscope_decoder::model::{self, DecodeOptions, Engine, Model};
 use ptscope_decoder::perf_script;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
 
@@ -68,8 +68,13 @@ fn is_text(path: &Path) -> Result<bool> {
 }
 
 /// Decodes any input `decode` and `stats` accept.
-pub fn load(file: &Path, raw: &[(PathBuf, u64)], threads: Option<Vec<i32>>) -> Result<Model> {
-    load_with(file, raw, threads, None)
+pub fn load(
+    file: &Path,
+    raw: &[(PathBuf, u64)],
+    threads: Option<Vec<i32>>,
+    engine: Engine,
+) -> Result<Model> {
+    load_with(file, raw, threads, engine, None)
 }
 
 /// [`load`], reporting to `progress` (the GUI's background loads).
@@ -77,6 +82,7 @@ pub fn load_with(
     file: &Path,
     raw: &[(PathBuf, u64)],
     threads: Option<Vec<i32>>,
+    engine: Engine,
     progress: Option<std::sync::Arc<ptscope_decoder::progress::DecodeProgress>>,
 ) -> Result<Model> {
     if file.is_dir() {
@@ -92,7 +98,7 @@ pub fn load_with(
             stepping: emulated_cpu::STEPPING as u8,
             ..DecoderConfig::default()
         };
-        return Ok(model::decode_raw(file, &pt, raw, &cfg)?);
+        return Ok(model::decode_raw(file, &pt, raw, &cfg, engine)?);
     }
     if is_text(file)? {
         let text = std::fs::read_to_string(file)
@@ -107,7 +113,11 @@ pub fn load_with(
     let snap = Snapshot::open(file)?;
     Ok(model::decode_snapshot(
         &snap,
-        &DecodeOptions { threads, progress },
+        &DecodeOptions {
+            threads,
+            progress,
+            engine,
+        },
     )?)
 }
 

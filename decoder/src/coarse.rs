@@ -10,7 +10,9 @@
 
 use crate::clock::{Clock, Stamp};
 use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
-use crate::ffi::{Block, BlockDecoder, BlockEnd, BlockItem, DecoderConfig, Image, PtError};
+use crate::ffi::{Block, BlockDecoder, BlockEnd, BlockItem, Image, PtError};
+use crate::flow::FlowDecoder;
+use crate::memory::Memory;
 use crate::progress::DecodeProgress;
 use crate::stack::{StackBuilder, StackStats};
 use crate::store::ThreadSpans;
@@ -50,6 +52,45 @@ impl<R: Resolve + ?Sized> Resolve for &mut R {
     }
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
         (**self).error_func(ip, error, funcs)
+    }
+}
+
+/// A block walk over one AUX queue: libipt's block decoder, or our own
+/// flow decoder that agrees with it ([`crate::flow`]).
+pub trait Blocks<'i> {
+    /// What the process's code is read from.
+    type Image: 'i;
+    /// Decodes against `image` from now on (e.g. after a context switch).
+    fn set_image(&mut self, image: &'i Self::Image) -> Result<(), PtError>;
+    /// How far into the trace decoding has got.
+    fn offset(&self) -> u64;
+    /// Walks the whole buffer; `on_item` returns false to stop.
+    fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
+}
+
+impl<'i> Blocks<'i> for BlockDecoder<'i> {
+    type Image = Image<'i>;
+    fn set_image(&mut self, image: &'i Image<'i>) -> Result<(), PtError> {
+        BlockDecoder::set_image(self, image)
+    }
+    fn offset(&self) -> u64 {
+        BlockDecoder::offset(self)
+    }
+    fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
+        BlockDecoder::walk(self, on_item)
+    }
+}
+
+impl<'i> Blocks<'i> for FlowDecoder<'i> {
+    type Image = Memory;
+    fn set_image(&mut self, image: &'i Memory) -> Result<(), PtError> {
+        FlowDecoder::set_image(self, image)
+    }
+    fn offset(&self) -> u64 {
+        FlowDecoder::offset(self)
+    }
+    fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
+        FlowDecoder::walk(self, on_item)
     }
 }
 
@@ -260,9 +301,9 @@ fn recent_slot(addr: u64) -> usize {
     (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % RECENT
 }
 
-struct Walker<'r, 'i, R: Resolve> {
+struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>> {
     procs: &'r mut [R],
-    images: &'r [&'i Image<'i>],
+    images: &'r [&'i D::Image],
     thread_proc: Vec<usize>,
     schedule: &'r Schedule,
     /// The thread on the CPU, and its process.
@@ -297,10 +338,10 @@ struct Walker<'r, 'i, R: Resolve> {
 /// `psbs` are the trace's PSB offsets (for checkpoints); `to_ns` converts
 /// TSC to perf time.
 #[allow(clippy::too_many_arguments)]
-pub fn decode_thread<R: Resolve>(
-    trace: &[u8],
-    (cfg, queue): (&DecoderConfig, u32),
-    image: &Image<'_>,
+pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
+    dec: D,
+    queue: u32,
+    image: &'i D::Image,
     resolver: R,
     funcs: &mut FuncTable,
     to_ns: &dyn Fn(u64) -> u64,
@@ -317,8 +358,8 @@ pub fn decode_thread<R: Resolve>(
     let mut procs = [resolver];
     let mut sink = ThreadBuilders::new(&threads);
     let figures = decode_queue(
-        trace,
-        (cfg, queue),
+        dec,
+        queue,
         &[image],
         &mut procs,
         &[0],
@@ -341,10 +382,10 @@ pub fn decode_thread<R: Resolve>(
 /// resolved by `procs[proc]`; `thread_procs[slot]` is a thread's process).
 /// Timed events go to `sink`; returns each thread's walk counters.
 #[allow(clippy::too_many_arguments)]
-pub fn decode_queue<'i, R: Resolve>(
-    trace: &'i [u8],
-    (cfg, queue): (&DecoderConfig, u32),
-    images: &[&'i Image<'i>],
+pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
+    mut dec: D,
+    queue: u32,
+    images: &[&'i D::Image],
     procs: &mut [R],
     thread_procs: &[usize],
     schedule: &Schedule,
@@ -354,7 +395,6 @@ pub fn decode_queue<'i, R: Resolve>(
     sink: &mut dyn Sink,
     progress: Option<&DecodeProgress>,
 ) -> Result<Vec<WalkFigures>, PtError> {
-    let mut dec = BlockDecoder::new(trace, cfg)?;
     let slot = schedule.first().map_or(0, |&(_, s)| s);
     let proc = thread_procs.get(slot).copied().unwrap_or(0);
     if let Some(image) = images.get(proc) {
@@ -440,14 +480,14 @@ fn release(
     }
 }
 
-impl<'i, R: Resolve> Walker<'_, 'i, R> {
+impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
     fn figures(&mut self) -> &mut WalkFigures {
         &mut self.figures[self.slot]
     }
 
     /// Tracing (re)starts at TSC `tsc`: put the thread the schedule names
     /// on the CPU, with its process's image.
-    fn reschedule(&mut self, dec: &mut BlockDecoder<'i>, tsc: Option<u64>) {
+    fn reschedule(&mut self, dec: &mut D, tsc: Option<u64>) {
         if self.schedule.is_empty() {
             return;
         }
@@ -578,7 +618,7 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
         }
     }
 
-    fn block(&mut self, dec: &BlockDecoder<'_>, b: Block) {
+    fn block(&mut self, dec: &D, b: Block) {
         let f = self.figures();
         f.blocks += 1;
         f.instructions += b.ninsn as u64;
@@ -614,7 +654,7 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
         }
     }
 
-    fn item(&mut self, dec: &mut BlockDecoder<'i>, item: BlockItem) {
+    fn item(&mut self, dec: &mut D, item: BlockItem) {
         match item {
             BlockItem::Sync { .. } => {
                 // libipt's decoder time is not valid yet here; the PSB+
@@ -645,7 +685,13 @@ impl<'i, R: Resolve> Walker<'_, 'i, R> {
                 self.need_begin = false;
                 self.emit(EventKind::TraceBegin, 0, ip);
             }
-            BlockItem::Disabled { ip, tsc } => {
+            BlockItem::Disabled {
+                status_update: true,
+                ..
+            } if self.need_begin => {
+                // PSB+ at a sync point: tracing starts off. Nothing ended.
+            }
+            BlockItem::Disabled { ip, tsc, .. } => {
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }

@@ -16,6 +16,18 @@ use libipt_sys as sys;
 pub struct PtError(pub i32);
 
 impl PtError {
+    // libipt's codes, which our own flow decoder reports too, so both
+    // decoders' errors read the same.
+    pub const BAD_OPC: PtError = PtError(-(sys::pt_error_code_pte_bad_opc as i32));
+    pub const BAD_PACKET: PtError = PtError(-(sys::pt_error_code_pte_bad_packet as i32));
+    pub const BAD_CONTEXT: PtError = PtError(-(sys::pt_error_code_pte_bad_context as i32));
+    pub const EOS: PtError = PtError(-(sys::pt_error_code_pte_eos as i32));
+    pub const BAD_QUERY: PtError = PtError(-(sys::pt_error_code_pte_bad_query as i32));
+    pub const NOIP: PtError = PtError(-(sys::pt_error_code_pte_noip as i32));
+    pub const NOMAP: PtError = PtError(-(sys::pt_error_code_pte_nomap as i32));
+    pub const BAD_INSN: PtError = PtError(-(sys::pt_error_code_pte_bad_insn as i32));
+    pub const BAD_RETCOMP: PtError = PtError(-(sys::pt_error_code_pte_bad_retcomp as i32));
+
     pub fn is_eos(self) -> bool {
         self.0 == -(sys::pt_error_code_pte_eos as i32)
     }
@@ -385,6 +397,8 @@ pub enum BlockItem {
     Disabled {
         ip: Option<u64>,
         tsc: Option<u64>,
+        /// PSB+ says tracing is off: state, not a transition.
+        status_update: bool,
     },
     /// Tracing disabled asynchronously at `at` (an interrupt or fault).
     AsyncDisabled {
@@ -608,6 +622,7 @@ fn event_item(ev: &sys::pt_event) -> Option<BlockItem> {
             sys::pt_event_type_ptev_disabled => Some(BlockItem::Disabled {
                 ip: ip(supp, ev.variant.disabled.ip),
                 tsc,
+                status_update: ev.status_update() != 0,
             }),
             sys::pt_event_type_ptev_async_disabled => Some(BlockItem::AsyncDisabled {
                 at: ev.variant.async_disabled.at,

@@ -11,8 +11,11 @@
 //!   error), with its image section cache;
 //! - [`image`] and [`symbols`]: the process image from MMAP2 sideband and
 //!   bundled binaries, and ELF/DWARF symbols;
-//! - [`coarse`] and [`clock`]: the block-decoder pass that turns PT into
-//!   timed branch [`event`]s;
+//! - [`flow`], [`memory`] and [`tsc`]: our own PT flow decoder, which
+//!   agrees with libipt's block decoder and is several times faster, over
+//!   the process's code and the trace's timing packets;
+//! - [`coarse`] and [`clock`]: the block-walk pass (ours or libipt's) that
+//!   turns PT into timed branch [`event`]s;
 //! - [`perf_script`]: the same events from `perf script` text;
 //! - [`stack`]: call-stack reconstruction, the heart of it;
 //! - [`store`]: the span store the viewer draws from;
@@ -29,8 +32,10 @@ pub mod clock;
 pub mod coarse;
 pub mod event;
 pub mod ffi;
+pub mod flow;
 pub mod image;
 pub mod insn;
+pub mod memory;
 pub mod model;
 pub mod packet;
 pub mod perf_script;
@@ -38,3 +43,4 @@ pub mod progress;
 pub mod stack;
 pub mod store;
 pub mod symbols;
+pub mod tsc;

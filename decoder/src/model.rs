@@ -12,9 +12,11 @@ use crate::coarse::{
     ThreadDecode, TimedItems, WalkFigures,
 };
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
-use crate::ffi::{DecoderConfig, Image, PtError, SectionCache};
+use crate::ffi::{BlockDecoder, DecoderConfig, Image, PtError, SectionCache};
+use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};
 use crate::insn::decoder_config;
+use crate::memory::{FileCache, Memory};
 use crate::packet::psb_offsets;
 use crate::progress::DecodeProgress;
 use crate::stack::StackStats;
@@ -86,12 +88,23 @@ impl Model {
     }
 }
 
-/// Which threads to decode.
+/// Which threads to decode, and how.
 #[derive(Clone, Debug, Default)]
 pub struct DecodeOptions {
     pub threads: Option<Vec<i32>>,
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
+    pub engine: Engine,
+}
+
+/// What walks the trace in the coarse pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// Our own flow decoder ([`crate::flow`]): the fast one.
+    #[default]
+    Flow,
+    /// libipt's block decoder: the reference.
+    Libipt,
 }
 
 /// Symbols of every binary, loaded once.
@@ -316,24 +329,59 @@ pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, D
     decode_trace(snap, &trace, opts)
 }
 
-/// A process's image (as cached section ids) and resolver.
-type Proc = (Vec<i32>, ProcessSymbols);
+/// A process's code, as the engine reads it.
+enum ProcImage {
+    /// Section ids in libipt's section cache.
+    Libipt(Vec<i32>),
+    Flow(Memory),
+}
+
+/// A process's image and resolver.
+type Proc = (ProcImage, ProcessSymbols);
+
+/// Where a process's code comes from: libipt's section cache or our files.
+struct Loaders {
+    engine: Engine,
+    cache: SectionCache,
+    files: FileCache,
+}
 
 /// Builds the image and resolver of process `pid`, once.
 fn add_proc<'p>(
     procs: &'p mut HashMap<i32, Proc>,
     pid: i32,
     (snap, trace): (&Snapshot, &Trace),
-    cache: &mut SectionCache,
+    loaders: &mut Loaders,
     symbols: &mut SymbolCache,
     missing_binaries: &mut Vec<String>,
-) -> Result<&'p mut Proc, PtError> {
+) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
         let (secs, missing) = sections(snap, trace, Some(pid));
-        let mut isids = Vec::new();
-        for sec in &secs {
-            isids.push(cache.add_file(&sec.file, sec.offset, sec.size, sec.vaddr)?);
-        }
+        let image = match loaders.engine {
+            Engine::Libipt => {
+                let mut isids = Vec::new();
+                for sec in &secs {
+                    isids.push(
+                        loaders
+                            .cache
+                            .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
+                            .map_err(|error| DecodeError::Libipt {
+                                path: sec.file.clone(),
+                                error,
+                            })?,
+                    );
+                }
+                ProcImage::Libipt(isids)
+            }
+            Engine::Flow => {
+                ProcImage::Flow(Memory::new(&secs, &mut loaders.files).map_err(|e| {
+                    DecodeError::Input {
+                        path: snap.path.clone(),
+                        problem: format!("cannot read a bundled binary: {e}"),
+                    }
+                })?)
+            }
+        };
         let missing_maps: Vec<(u64, u64, String)> = trace
             .mmaps
             .iter()
@@ -346,7 +394,7 @@ fn add_proc<'p>(
             }
         }
         let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
-        e.insert((isids, resolver));
+        e.insert((image, resolver));
     }
     Ok(procs.get_mut(&pid).expect("inserted above"))
 }
@@ -369,7 +417,11 @@ fn decode_trace(
         error,
     };
     let cfg = decoder_config(trace);
-    let mut cache = SectionCache::new().map_err(libipt)?;
+    let mut loaders = Loaders {
+        engine: opts.engine,
+        cache: SectionCache::new().map_err(libipt)?,
+        files: FileCache::default(),
+    };
     let mut symbols = SymbolCache::default();
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
@@ -415,27 +467,30 @@ fn decode_trace(
             continue;
         }
         let pid = pid_of(tid);
-        let (isids, resolver) = add_proc(
+        let (image, resolver) = add_proc(
             &mut procs,
             pid,
             (snap, trace),
-            &mut cache,
+            &mut loaders,
             &mut symbols,
             &mut missing_binaries,
-        )
-        .map_err(libipt)?;
-        let image = new_image(&cache, isids).map_err(libipt)?;
-        let d = decode_thread(
-            &s.data,
-            (&cfg, s.idx),
-            &image,
-            resolver,
-            &mut funcs,
-            &to_ns,
-            psbs,
-            (pid, tid, comm_of(tid)),
-            progress,
-        )
+        )?;
+        let thread = (pid, tid, comm_of(tid));
+        let d = match image {
+            ProcImage::Libipt(isids) => {
+                let image = new_image(&loaders.cache, isids).map_err(libipt)?;
+                let dec = BlockDecoder::new(&s.data, &cfg).map_err(libipt)?;
+                decode_thread(
+                    dec, s.idx, &image, resolver, &mut funcs, &to_ns, psbs, thread, progress,
+                )
+            }
+            ProcImage::Flow(mem) => {
+                let dec = FlowDecoder::new(&s.data, &cfg);
+                decode_thread(
+                    dec, s.idx, &*mem, resolver, &mut funcs, &to_ns, psbs, thread, progress,
+                )
+            }
+        }
         .map_err(libipt)?;
         if let Some(e) = cancelled() {
             return Err(e);
@@ -490,23 +545,28 @@ fn decode_trace(
                 &mut procs,
                 pid,
                 (snap, trace),
-                &mut cache,
+                &mut loaders,
                 &mut symbols,
                 &mut missing_binaries,
-            )
-            .map_err(libipt)?;
+            )?;
         }
-        let mut images = Vec::new();
-        for pid in &pids {
-            images.push(new_image(&cache, &procs[pid].0).map_err(libipt)?);
-        }
-        let image_refs: Vec<&Image> = images.iter().collect();
         let mut taken: Vec<(i32, Proc)> = pids
             .iter()
             .map(|p| (*p, procs.remove(p).expect("added above")))
             .collect();
-        let mut resolvers: Vec<&mut ProcessSymbols> =
-            taken.iter_mut().map(|(_, p)| &mut p.1).collect();
+        let (proc_images, mut resolvers): (Vec<&ProcImage>, Vec<&mut ProcessSymbols>) =
+            taken.iter_mut().map(|(_, p)| (&p.0, &mut p.1)).unzip();
+        let mut libipt_images = Vec::new();
+        let mut memories: Vec<&Memory> = Vec::new();
+        for image in &proc_images {
+            match image {
+                ProcImage::Libipt(isids) => {
+                    libipt_images.push(new_image(&loaders.cache, isids).map_err(libipt)?)
+                }
+                ProcImage::Flow(mem) => memories.push(mem),
+            }
+        }
+        let libipt_refs: Vec<&Image> = libipt_images.iter().collect();
         let thread_procs: Vec<usize> = queue_threads.iter().map(|t| t.proc).collect();
         let mut builders = ThreadBuilders::new(&queue_threads);
         let mut queues = Vec::new();
@@ -522,19 +582,34 @@ fn decode_trace(
                 .filter_map(|sw| slot_of.get(&sw.tid).map(|&slot| (sw.time, slot)))
                 .collect();
             let mut items = TimedItems::default();
-            let figures = decode_queue(
-                &s.data,
-                (&cfg, s.idx),
-                &image_refs,
-                &mut resolvers,
-                &thread_procs,
-                &schedule,
-                &mut funcs,
-                &to_ns,
-                psbs,
-                &mut items,
-                progress,
-            )
+            let figures = match opts.engine {
+                Engine::Libipt => decode_queue(
+                    BlockDecoder::new(&s.data, &cfg).map_err(libipt)?,
+                    s.idx,
+                    &libipt_refs,
+                    &mut resolvers,
+                    &thread_procs,
+                    &schedule,
+                    &mut funcs,
+                    &to_ns,
+                    psbs,
+                    &mut items,
+                    progress,
+                ),
+                Engine::Flow => decode_queue(
+                    FlowDecoder::new(&s.data, &cfg),
+                    s.idx,
+                    &memories,
+                    &mut resolvers,
+                    &thread_procs,
+                    &schedule,
+                    &mut funcs,
+                    &to_ns,
+                    psbs,
+                    &mut items,
+                    progress,
+                ),
+            }
             .map_err(libipt)?;
             if let Some(e) = cancelled() {
                 return Err(e);
@@ -544,6 +619,10 @@ fn decode_trace(
         }
         TimedItems::merge_into(queues, &mut builders, &funcs);
         drop(resolvers);
+        drop(libipt_refs);
+        drop(libipt_images);
+        drop(memories);
+        drop(proc_images);
         procs.extend(taken);
         for (t, d) in queue_threads.iter().zip(builders.finish()) {
             if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
@@ -551,12 +630,11 @@ fn decode_trace(
             }
             threads.push(ThreadModel::new(d, None));
         }
-        drop(images);
     }
     threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
     // Keep the section cache alive until every image is gone.
     drop(procs);
-    drop(cache);
+    drop(loaders);
     Ok(Model {
         funcs,
         threads,
@@ -571,12 +649,12 @@ pub fn decode_raw(
     pt: &[u8],
     images: &[(PathBuf, u64)],
     cfg: &DecoderConfig,
+    engine: Engine,
 ) -> Result<Model, DecodeError> {
     let libipt = |error| DecodeError::Libipt {
         path: pt_path.to_path_buf(),
         error,
     };
-    let mut cache = SectionCache::new().map_err(libipt)?;
     let mut secs = Vec::new();
     for (file, addr) in images {
         let len = std::fs::metadata(file)
@@ -599,24 +677,6 @@ pub fn decode_raw(
             mapped_path: file.display().to_string(),
         });
     }
-    let mut isids = Vec::new();
-    for s in &secs {
-        isids.push(
-            cache
-                .add_file(&s.file, s.offset, s.size, s.vaddr)
-                .map_err(|e| DecodeError::Input {
-                    path: s.file.clone(),
-                    problem: format!("libipt cannot map it: {e}"),
-                })?,
-        );
-    }
-    let mut image = Image::new(&cache).map_err(libipt)?;
-    for id in isids {
-        image.add(id).map_err(libipt)?;
-    }
-    let mut symbols = SymbolCache::default();
-    let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
-    let mut funcs = FuncTable::default();
     let psbs: Vec<u64> = psb_offsets(pt).into_iter().map(|o| o as u64).collect();
     if psbs.is_empty() {
         return Err(DecodeError::Input {
@@ -624,20 +684,59 @@ pub fn decode_raw(
             problem: "no PSB packet: this is not Intel PT data".into(),
         });
     }
-    let d = decode_thread(
-        pt,
-        (cfg, 0),
-        &image,
-        &mut resolver,
-        &mut funcs,
-        &|tsc| tsc,
-        &psbs,
-        (0, 0, "raw".into()),
-        None,
-    )
+    let mut symbols = SymbolCache::default();
+    let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
+    let mut funcs = FuncTable::default();
+    let thread = (0, 0, "raw".to_string());
+    let d = match engine {
+        Engine::Libipt => {
+            let mut cache = SectionCache::new().map_err(libipt)?;
+            let mut isids = Vec::new();
+            for s in &secs {
+                isids.push(
+                    cache
+                        .add_file(&s.file, s.offset, s.size, s.vaddr)
+                        .map_err(|e| DecodeError::Input {
+                            path: s.file.clone(),
+                            problem: format!("libipt cannot map it: {e}"),
+                        })?,
+                );
+            }
+            let image = new_image(&cache, &isids).map_err(libipt)?;
+            let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
+            decode_thread(
+                dec,
+                0,
+                &image,
+                &mut resolver,
+                &mut funcs,
+                &|tsc| tsc,
+                &psbs,
+                thread,
+                None,
+            )
+        }
+        Engine::Flow => {
+            let mem =
+                Memory::new(&secs, &mut FileCache::default()).map_err(|e| DecodeError::Input {
+                    path: pt_path.to_path_buf(),
+                    problem: format!("cannot read a raw image: {e}"),
+                })?;
+            let dec = FlowDecoder::new(pt, cfg);
+            decode_thread(
+                dec,
+                0,
+                &mem,
+                &mut resolver,
+                &mut funcs,
+                &|tsc| tsc,
+                &psbs,
+                thread,
+                None,
+            )
+        }
+    }
     .map_err(libipt)?;
-    drop(image);
-    drop(cache);
     Ok(Model {
         funcs,
         threads: vec![ThreadModel::new(d, None)],
@@ -688,6 +787,7 @@ mod tests {
         let opts = DecodeOptions {
             threads: None,
             progress: Some(progress.clone()),
+            ..DecodeOptions::default()
         };
         let model = decode_snapshot(&demo(), &opts).unwrap();
         let (done, total) = progress.segments();
@@ -705,6 +805,7 @@ mod tests {
         let opts = DecodeOptions {
             threads: None,
             progress: Some(progress.clone()),
+            ..DecodeOptions::default()
         };
         let err = decode_snapshot(&demo(), &opts).err().expect("cancelled");
         assert!(matches!(err, DecodeError::Cancelled { .. }), "{err}");

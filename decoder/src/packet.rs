@@ -47,12 +47,18 @@ pub enum Packet {
         ipb: u8,
         payload: u64,
     },
-    Exstop,
+    /// `ip`: a FUP with the IP follows.
+    Exstop {
+        ip: bool,
+    },
     Mwait,
     Pwre,
     Pwrx,
     Stop,
-    Cfe,
+    /// `ip`: a FUP with the IP follows.
+    Cfe {
+        ip: bool,
+    },
     Evd,
 }
 
@@ -247,12 +253,19 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                     }
                     Ok((Packet::Mnt(le(&b[3..11])), 11))
                 }
-                0x62 | 0xe2 => Ok((Packet::Exstop, 2)),
+                0x62 | 0xe2 => Ok((Packet::Exstop { ip: b1 == 0xe2 }, 2)),
                 0xc2 => need(10).map(|_| (Packet::Mwait, 10)),
                 0x22 => need(4).map(|_| (Packet::Pwre, 4)),
                 0xa2 => need(7).map(|_| (Packet::Pwrx, 7)),
                 0x83 => Ok((Packet::Stop, 2)),
-                0x13 => need(4).map(|_| (Packet::Cfe, 4)),
+                0x13 => need(4).map(|b| {
+                    (
+                        Packet::Cfe {
+                            ip: b[2] & 0x80 != 0,
+                        },
+                        4,
+                    )
+                }),
                 0x53 => need(10).map(|_| (Packet::Evd, 10)),
                 b if b & 0x1f == 0x12 => {
                     let plc = (b >> 5) & 3;
@@ -358,12 +371,12 @@ impl fmt::Display for Packet {
             Packet::Vmcs(v) => write!(f, "{:<10} {v:x}", "vmcs"),
             Packet::Mnt(v) => write!(f, "{:<10} {v:x}", "mnt"),
             Packet::Ptw { payload, .. } => write!(f, "{:<10} {payload:x}", "ptw"),
-            Packet::Exstop => write!(f, "exstop"),
+            Packet::Exstop { ip } => write!(f, "exstop{}", if ip { " ip" } else { "" }),
             Packet::Mwait => write!(f, "mwait"),
             Packet::Pwre => write!(f, "pwre"),
             Packet::Pwrx => write!(f, "pwrx"),
             Packet::Stop => write!(f, "stop"),
-            Packet::Cfe => write!(f, "cfe"),
+            Packet::Cfe { ip } => write!(f, "cfe{}", if ip { " ip" } else { "" }),
             Packet::Evd => write!(f, "evd"),
         }
     }

@@ -1,0 +1,156 @@
+//! A process's code as bytes at addresses, for our own flow decoder
+//! ([`crate::flow`]): the same sections libipt's image gets, read from the
+//! snapshot's binaries once and shared between processes that map them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::image::Section;
+
+/// File contents, read once per path.
+#[derive(Default)]
+pub struct FileCache {
+    files: HashMap<PathBuf, Arc<[u8]>>,
+}
+
+impl FileCache {
+    /// The bytes of `path`.
+    pub fn read(&mut self, path: &Path) -> std::io::Result<Arc<[u8]>> {
+        if let Some(b) = self.files.get(path) {
+            return Ok(b.clone());
+        }
+        let bytes: Arc<[u8]> = std::fs::read(path)?.into();
+        self.files.insert(path.to_path_buf(), bytes.clone());
+        Ok(bytes)
+    }
+}
+
+#[derive(Clone)]
+struct Mapped {
+    vaddr: u64,
+    end: u64,
+    file: Arc<[u8]>,
+    /// Offset of `vaddr` in `file`.
+    offset: usize,
+}
+
+/// The code a process can run: mapped sections, later ones on top.
+#[derive(Clone, Default)]
+pub struct Memory {
+    /// Sorted by address, without overlaps.
+    maps: Vec<Mapped>,
+}
+
+impl Memory {
+    /// The image of `sections`, each clipped to its file; where two
+    /// overlap, the later one wins (a later mmap replaces the earlier).
+    pub fn new(sections: &[Section], files: &mut FileCache) -> std::io::Result<Memory> {
+        let mut m = Memory::default();
+        for s in sections {
+            let file = files.read(&s.file)?;
+            let Ok(offset) = usize::try_from(s.offset) else {
+                continue;
+            };
+            m.map(s.vaddr, s.size, file, offset);
+        }
+        Ok(m)
+    }
+
+    /// Maps `len` bytes of `file` from `offset` at `vaddr`, over whatever
+    /// was there.
+    pub fn map(&mut self, vaddr: u64, len: u64, file: Arc<[u8]>, offset: usize) {
+        // Never trust a length: clip it to the file.
+        let len = len.min(file.len().saturating_sub(offset) as u64);
+        let end = vaddr.saturating_add(len);
+        if len == 0 {
+            return;
+        }
+        let mut kept = Vec::with_capacity(self.maps.len() + 2);
+        for m in self.maps.drain(..) {
+            if m.end <= vaddr || m.vaddr >= end {
+                kept.push(m);
+                continue;
+            }
+            if m.vaddr < vaddr {
+                kept.push(Mapped {
+                    end: vaddr,
+                    ..m.clone()
+                });
+            }
+            if m.end > end {
+                kept.push(Mapped {
+                    vaddr: end,
+                    offset: m.offset + (end - m.vaddr) as usize,
+                    ..m
+                });
+            }
+        }
+        kept.push(Mapped {
+            vaddr,
+            end,
+            file,
+            offset,
+        });
+        kept.sort_by_key(|m| m.vaddr);
+        self.maps = kept;
+    }
+
+    /// The bytes from `addr` to the end of its section; `None` if nothing
+    /// is mapped there.
+    pub fn bytes_at(&self, addr: u64) -> Option<&[u8]> {
+        let i = self.maps.partition_point(|m| m.vaddr <= addr);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        if addr >= m.end {
+            return None;
+        }
+        let start = m.offset + (addr - m.vaddr) as usize;
+        let end = m.offset + (m.end - m.vaddr) as usize;
+        m.file.get(start..end)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: u8, len: usize) -> Arc<[u8]> {
+        vec![n; len].into()
+    }
+
+    #[test]
+    fn reads_to_the_end_of_the_section_and_nothing_outside() {
+        let mut m = Memory::default();
+        m.map(0x1000, 0x10, bytes(1, 0x20), 4);
+        assert_eq!(m.bytes_at(0x1000).unwrap().len(), 0x10);
+        assert_eq!(m.bytes_at(0x100f).unwrap().len(), 1);
+        assert!(m.bytes_at(0x1010).is_none());
+        assert!(m.bytes_at(0xfff).is_none());
+    }
+
+    #[test]
+    fn a_later_mapping_replaces_the_middle_of_an_earlier_one() {
+        let mut m = Memory::default();
+        m.map(0x1000, 0x100, bytes(1, 0x100), 0);
+        m.map(0x1040, 0x10, bytes(2, 0x10), 0);
+        assert_eq!(m.bytes_at(0x1000).unwrap(), &[1u8; 0x40][..]);
+        assert_eq!(m.bytes_at(0x1040).unwrap(), &[2u8; 0x10][..]);
+        assert_eq!(m.bytes_at(0x1050).unwrap().len(), 0xb0);
+        assert_eq!(m.bytes_at(0x1050).unwrap()[0], 1);
+    }
+
+    #[test]
+    fn a_length_past_the_file_is_never_read() {
+        let mut m = Memory::default();
+        // A corrupt section claims more than the file has.
+        m.map(0x1000, 0x100, bytes(1, 0x10), 8);
+        assert_eq!(m.bytes_at(0x1000).unwrap().len(), 8);
+        assert!(m.bytes_at(0x1008).is_none());
+        m.map(0x2000, 0x100, bytes(1, 0x10), 0x20);
+        assert!(m.bytes_at(0x2000).is_none());
+    }
+}
