@@ -68,6 +68,11 @@ pub const UNTRACED: FuncId = 0;
 pub const SYSCALL: FuncId = 1;
 pub const UNKNOWN: FuncId = 2;
 
+/// `addr` is in the kernel's (upper) half of the x86-64 address space.
+pub fn is_kernel_addr(addr: u64) -> bool {
+    addr >= 0xffff_8000_0000_0000
+}
+
 impl Default for FuncTable {
     fn default() -> Self {
         let mut t = FuncTable {

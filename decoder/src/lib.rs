@@ -23,10 +23,10 @@
 //! - [`progress`]: what a background decode shares with the GUI.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
-//! same span tree in 5 of the 8 in-scope cases; 2 differ only where ptscope
-//! deliberately does better (a jump back into a frame keeps it; a
-//! fall-through names the function that ran), and the kernel page-fault
-//! case is open.
+//! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
+//! ptscope deliberately does better (a jump back into a frame keeps it; a
+//! fall-through names the function that ran; a tail call that begins the
+//! trace keeps its source).
 
 pub mod clock;
 pub mod coarse;

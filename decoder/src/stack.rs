@@ -33,13 +33,23 @@
 //! - Trace disable pushes `[untraced]` (or `[syscall]`), enable pops it.
 //!   A second enable or disable is counted and otherwise ignored; only a
 //!   thread's first enable opens it.
+//! - A return from the kernel (`iret`, `sysret`) to user space pops the
+//!   kernel's frames, which are always the top of the stack since kernel
+//!   code never calls user code, and lands as a resume does: in the
+//!   interrupted frame, or nested under it (a signal handler). If that
+//!   leaves no frame, the kernel was entered before the segment began (the
+//!   trace, or the resume after an overflow, started inside it): the target
+//!   is synthesized below, as a return's caller is, so the kernel's spans
+//!   nest under the code they interrupted.
 //! - A decode error becomes `[decode error: …]`. When decoding resumes
 //!   inside a function that is still on the stack, and the error did not
 //!   lose trace (overflow, lost data), the stack is kept and the error span
 //!   nests on top of it. Otherwise the stack is closed at the error and a
 //!   new segment begins; segments never nest under each other.
 
-use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN};
+use crate::event::{
+    is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
+};
 use crate::store::{flag, ThreadSpans};
 
 /// Anomalies the rules absorbed, for the decoder's report.
@@ -73,6 +83,8 @@ struct Frame {
     flags: u32,
     /// Address of the call that made this frame, 0 if not made by a call.
     call_site: u64,
+    /// Kernel code: an `iret`/`sysret` to user space leaves it.
+    kernel: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +149,7 @@ impl StackBuilder {
                 start,
                 flags: 0,
                 call_site: 0,
+                kernel: false,
             });
         }
     }
@@ -164,7 +177,7 @@ impl StackBuilder {
             EventKind::Call => {
                 self.stats.calls += 1;
                 self.sync_from(ev, t, funcs);
-                self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+                self.push(ev.to_fn, ev.to, t, est & flag::START_ESTIMATED);
                 if let Some(f) = self.stack.last_mut() {
                     f.call_site = ev.from;
                 }
@@ -191,7 +204,7 @@ impl StackBuilder {
                     EndReason::Syscall => crate::event::SYSCALL,
                     EndReason::Other | EndReason::Async => crate::event::UNTRACED,
                 };
-                self.push(f, t, est & flag::START_ESTIMATED);
+                self.push(f, 0, t, est & flag::START_ESTIMATED);
                 self.tracing = false;
             }
             EventKind::TraceBegin => {
@@ -205,7 +218,7 @@ impl StackBuilder {
                         .is_some_and(|f| f.call_site == KERNEL_ENTRY)
                     {
                         self.pop_pseudo(t, est, funcs);
-                        self.land(ev.to_fn, t, est, ev.to_is_entry);
+                        self.land(ev, t, est);
                         return;
                     }
                     self.stats.double_enable += 1;
@@ -213,18 +226,18 @@ impl StackBuilder {
                 }
                 self.tracing = true;
                 self.pop_pseudo(t, est, funcs);
-                self.land(ev.to_fn, t, est, ev.to_is_entry);
+                self.land(ev, t, est);
             }
             EventKind::Syscall | EventKind::Interrupt => {
                 self.sync_from(ev, t, funcs);
-                self.push(ev.to_fn, t, est & flag::START_ESTIMATED);
+                self.push(ev.to_fn, ev.to, t, est & flag::START_ESTIMATED);
                 if let Some(f) = self.stack.last_mut() {
                     f.call_site = KERNEL_ENTRY;
                 }
             }
             EventKind::KernelReturn => {
                 self.sync_from(ev, t, funcs);
-                self.land(ev.to_fn, t, est, ev.to_is_entry);
+                self.leave_kernel(ev, t, est);
             }
             EventKind::Error => {
                 self.stats.errors += 1;
@@ -258,12 +271,14 @@ impl StackBuilder {
         self.base + index as i32
     }
 
-    fn push(&mut self, func: FuncId, t: u64, flags: u32) {
+    /// Opens a frame for `func`, whose code is at `addr` (0: unknown).
+    fn push(&mut self, func: FuncId, addr: u64, t: u64, flags: u32) {
         self.stack.push(Frame {
             func,
             start: t,
             flags,
             call_site: 0,
+            kernel: is_kernel_addr(addr),
         });
     }
 
@@ -282,7 +297,7 @@ impl StackBuilder {
 
     /// A closed span on top of the open stack.
     fn push_closed(&mut self, func: FuncId, start: u64, end: u64, flags: u32) {
-        self.push(func, start, flags);
+        self.push(func, 0, start, flags);
         self.pop(end, 0);
     }
 
@@ -302,7 +317,7 @@ impl StackBuilder {
     }
 
     /// Synthesizes a caller below every frame and span of this segment.
-    fn synthesize_below(&mut self, func: FuncId) {
+    fn synthesize_below(&mut self, func: FuncId, addr: u64) {
         self.stats.inferred_frames += 1;
         self.base -= 1;
         self.stack.insert(
@@ -312,6 +327,7 @@ impl StackBuilder {
                 start: self.seg_start,
                 flags: flag::INFERRED_START,
                 call_site: 0,
+                kernel: is_kernel_addr(addr),
             },
         );
     }
@@ -342,7 +358,7 @@ impl StackBuilder {
         }
         let from = ev.from_fn;
         match self.top() {
-            None => self.synthesize_below(from),
+            None => self.synthesize_below(from, ev.from),
             Some(top) if top == from => {}
             Some(_) => {
                 self.stats.repaired += 1;
@@ -351,7 +367,7 @@ impl StackBuilder {
                     Some(i) => self.pop_to(i, t, est),
                     None => {
                         self.pop(t, est & flag::END_ESTIMATED);
-                        self.push(from, t, flag::INFERRED_START);
+                        self.push(from, ev.from, t, flag::INFERRED_START);
                     }
                 }
             }
@@ -366,7 +382,7 @@ impl StackBuilder {
             return;
         }
         match self.top() {
-            None => self.synthesize_below(to),
+            None => self.synthesize_below(to, ev.to),
             Some(top) if top == to => {}
             Some(_) => match self.find_below(to) {
                 Some(i) => self.pop_to(i, t, est),
@@ -375,12 +391,13 @@ impl StackBuilder {
                 // `_dl_start_user`). Same frame, new name.
                 None if call_site != 0 && ev.to > call_site && ev.to - call_site <= 15 => {
                     self.pop(t, est & flag::END_ESTIMATED);
-                    self.push(to, t, est & flag::START_ESTIMATED);
+                    self.push(to, ev.to, t, est & flag::START_ESTIMATED);
                 }
                 // A `ret` used as a jump, or a signal trampoline: the target
                 // takes the returning frame's place.
                 None => self.push(
                     to,
+                    ev.to,
                     t,
                     (est & flag::START_ESTIMATED)
                         | if ev.to_is_entry {
@@ -410,40 +427,55 @@ impl StackBuilder {
             // no call made this frame (exception cleanup, PLT0).
             flags |= flag::MID_ENTRY;
         }
-        self.push(to, t, flags);
+        self.push(to, ev.to, t, flags);
     }
 
-    /// Control arrived at `to` from somewhere untraced.
-    fn land(&mut self, to: FuncId, t: u64, est: u32, to_is_entry: bool) {
+    /// Control arrived at the event's target from somewhere untraced.
+    fn land(&mut self, ev: &Event, t: u64, est: u32) {
+        let to = ev.to_fn;
         if to == UNKNOWN {
             return;
         }
+        let flags = if ev.to_is_entry {
+            est & flag::START_ESTIMATED
+        } else {
+            flag::INFERRED_START
+        };
         match self.top() {
-            None => self.push(
-                to,
-                t,
-                if to_is_entry {
-                    est & flag::START_ESTIMATED
-                } else {
-                    flag::INFERRED_START
-                },
-            ),
+            None => self.push(to, ev.to, t, flags),
             Some(top) if top == to => {}
             Some(_) => match self.find_below(to) {
                 Some(i) => self.pop_to(i, t, est),
                 // A signal handler, or code we never saw called: it nests
                 // under the interrupted frame.
-                None => self.push(
-                    to,
-                    t,
-                    if to_is_entry {
-                        est & flag::START_ESTIMATED
-                    } else {
-                        flag::INFERRED_START
-                    },
-                ),
+                None => self.push(to, ev.to, t, flags),
             },
         }
+    }
+
+    /// An `iret`/`sysret`: the kernel hands control back.
+    fn leave_kernel(&mut self, ev: &Event, t: u64, est: u32) {
+        if is_kernel_addr(ev.to) {
+            // A nested interrupt returning into interrupted kernel code.
+            self.land(ev, t, est);
+            return;
+        }
+        // Kernel code never calls user code, so the kernel's frames are the
+        // top of the stack, however the kernel was entered.
+        let mut left = false;
+        while self.stack.last().is_some_and(|f| f.kernel) {
+            self.pop(t, est & flag::END_ESTIMATED);
+            left = true;
+        }
+        if left && self.stack.is_empty() && ev.to_fn != UNKNOWN {
+            // The kernel was entered before this segment began (the trace
+            // or an overflow's resume started inside it): the code it
+            // returns to was interrupted then, and the kernel's spans nest
+            // under it like those of an interrupt we saw.
+            self.synthesize_below(ev.to_fn, ev.to);
+            return;
+        }
+        self.land(ev, t, est);
     }
 
     fn resume(&mut self, err: PendingError, ev: &Event, t: u64, funcs: &FuncTable) {
@@ -505,6 +537,8 @@ mod tests {
     struct Script {
         funcs: FuncTable,
         b: StackBuilder,
+        /// Functions whose addresses are in the kernel half.
+        kernel: Vec<&'static str>,
     }
 
     impl Script {
@@ -512,6 +546,14 @@ mod tests {
             Script {
                 funcs: FuncTable::default(),
                 b: StackBuilder::new(1, 1, "t".into()),
+                kernel: Vec::new(),
+            }
+        }
+        fn addr(&self, name: &str, a: u64) -> u64 {
+            match () {
+                _ if name.is_empty() => 0,
+                _ if self.kernel.contains(&name) => 0xffff_ff00_0000_0000 + a,
+                _ => a,
             }
         }
         fn f(&mut self, name: &str) -> FuncId {
@@ -532,8 +574,8 @@ mod tests {
             let ev = Event {
                 time: t,
                 kind,
-                from: if from.is_empty() { 0 } else { 0x1000 + t * 16 },
-                to: if to.is_empty() { 0 } else { 0x9000_0000 + t },
+                from: self.addr(from, 0x1000 + t * 16),
+                to: self.addr(to, 0x9000_0000 + t),
                 from_fn,
                 to_fn,
                 to_is_entry: entry,
@@ -732,7 +774,7 @@ mod tests {
             );
         }
         let (_, stats) = {
-            let Script { funcs: _, b } = s;
+            let Script { b, .. } = s;
             b.finish()
         };
         assert!(stats.max_depth <= 4, "{}", stats.max_depth);
@@ -841,6 +883,170 @@ mod tests {
                 "3 puts 35-36",
                 "2 __restore_rt 40-50 inferred",
                 "3 [syscall] 41-50",
+            ]
+        );
+    }
+
+    #[test]
+    fn iret_to_user_space_with_no_user_frame_nests_the_kernel_under_its_target() {
+        // The trace (or the resume after an overflow) starts in the page
+        // fault handler; the iret shows which user frame it interrupted.
+        let mut s = Script::new();
+        s.kernel = vec![
+            "asm_exc_page_fault",
+            "exc_page_fault",
+            "error_return",
+            "native_iret",
+        ];
+        s.ev(10, EventKind::TraceBegin, "", "asm_exc_page_fault", true);
+        s.call(12, "asm_exc_page_fault", "exc_page_fault");
+        s.ret(20, "exc_page_fault", "asm_exc_page_fault");
+        s.ev(
+            22,
+            EventKind::Jump,
+            "asm_exc_page_fault",
+            "error_return",
+            true,
+        );
+        s.ev(24, EventKind::Jump, "error_return", "native_iret", true);
+        s.ev(30, EventKind::KernelReturn, "native_iret", "work", false);
+        s.ret(40, "work", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-40 inferred",
+                "1 work 10-40 inferred",
+                "2 asm_exc_page_fault 10-22",
+                "3 exc_page_fault 12-20",
+                "2 error_return 22-24",
+                "2 native_iret 24-30",
+            ]
+        );
+    }
+
+    #[test]
+    fn iret_into_a_signal_handler_nests_it_under_the_interrupted_frame() {
+        let mut s = Script::new();
+        s.kernel = vec![
+            "asm_sysvec_apic_timer_interrupt",
+            "native_iret",
+            "entry_SYSCALL_64",
+        ];
+        s.call(10, "main", "work");
+        s.ev(
+            20,
+            EventKind::Interrupt,
+            "work",
+            "asm_sysvec_apic_timer_interrupt",
+            true,
+        );
+        s.ev(
+            25,
+            EventKind::Jump,
+            "asm_sysvec_apic_timer_interrupt",
+            "native_iret",
+            true,
+        );
+        // The kernel delivers a signal: the iret goes to the handler.
+        s.ev(30, EventKind::KernelReturn, "native_iret", "handler", true);
+        s.ret(40, "handler", "__restore_rt");
+        s.ev(
+            41,
+            EventKind::Syscall,
+            "__restore_rt",
+            "entry_SYSCALL_64",
+            true,
+        );
+        s.ev(
+            45,
+            EventKind::KernelReturn,
+            "entry_SYSCALL_64",
+            "work",
+            false,
+        );
+        s.ret(50, "work", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-50 inferred",
+                "1 work 10-50",
+                "2 asm_sysvec_apic_timer_interrupt 20-25",
+                "2 native_iret 25-30",
+                "2 handler 30-40",
+                "2 __restore_rt 40-45 inferred",
+                "3 entry_SYSCALL_64 41-45",
+            ]
+        );
+    }
+
+    #[test]
+    fn iret_into_interrupted_kernel_code_keeps_its_frames() {
+        let mut s = Script::new();
+        s.kernel = vec![
+            "entry_SYSCALL_64",
+            "do_syscall_64",
+            "asm_sysvec_apic_timer_interrupt",
+            "native_iret",
+        ];
+        s.call(10, "main", "read");
+        s.ev(20, EventKind::Syscall, "read", "entry_SYSCALL_64", true);
+        s.call(22, "entry_SYSCALL_64", "do_syscall_64");
+        s.ev(
+            25,
+            EventKind::Interrupt,
+            "do_syscall_64",
+            "asm_sysvec_apic_timer_interrupt",
+            true,
+        );
+        s.ev(
+            28,
+            EventKind::Jump,
+            "asm_sysvec_apic_timer_interrupt",
+            "native_iret",
+            true,
+        );
+        s.ev(
+            30,
+            EventKind::KernelReturn,
+            "native_iret",
+            "do_syscall_64",
+            false,
+        );
+        s.ret(35, "do_syscall_64", "entry_SYSCALL_64");
+        s.ev(
+            40,
+            EventKind::KernelReturn,
+            "entry_SYSCALL_64",
+            "read",
+            false,
+        );
+        s.ret(50, "read", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-50 inferred",
+                "1 read 10-50",
+                "2 entry_SYSCALL_64 20-40",
+                "3 do_syscall_64 22-35",
+                "4 asm_sysvec_apic_timer_interrupt 25-28",
+                "4 native_iret 28-30",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tail_call_as_the_first_event_keeps_its_source() {
+        // Where the trace began is worth showing even with no time in it;
+        // magic-trace drops the source (peer case 07).
+        let mut s = Script::new();
+        s.ev(10, EventKind::Jump, "call_destructors", "_fini", true);
+        s.ret(20, "_fini", "_dl_catch_exception");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 _dl_catch_exception 10-20 inferred",
+                "1 _fini 10-20",
+                "1 call_destructors 10-10 inferred",
             ]
         );
     }
@@ -966,7 +1172,7 @@ mod tests {
             s.ret(n + i, "f", if i + 1 == n { "main" } else { "f" });
         }
         let (spans, stats) = {
-            let Script { funcs: _, b } = s;
+            let Script { b, .. } = s;
             b.finish()
         };
         assert_eq!(stats.max_depth, n as usize + 1);
