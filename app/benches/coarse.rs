@@ -427,6 +427,16 @@ fn run(input: &Path) {
             0
         }));
     }
+    // For profiling one variant: `PTSCOPE_BENCH_ONLY=<part of its name>`.
+    if let Some(only) = std::env::var_os("PTSCOPE_BENCH_ONLY") {
+        let only = only.to_string_lossy().into_owned();
+        variants.retain(|v| v.name.contains(&only));
+        measure(&mut variants, rounds);
+        for v in &variants {
+            println!("{:<38} {:>12.3?}", v.name, median(v.samples.clone()));
+        }
+        return;
+    }
     measure(&mut variants, rounds);
     assert_eq!(variants[0].count, spans as u64);
     assert_eq!(

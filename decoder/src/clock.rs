@@ -16,6 +16,8 @@ pub struct Clock<T> {
     /// TSC ticks per instruction, as a 32.32 fixed-point fraction, from the
     /// last two anchors: used past the last anchor.
     rate: u64,
+    /// TSC ticks and instructions between the last two anchors.
+    rate_from: Option<(u64, u64)>,
 }
 
 impl<T> Default for Clock<T> {
@@ -24,6 +26,7 @@ impl<T> Default for Clock<T> {
             pending: Vec::new(),
             anchor: None,
             rate: 0,
+            rate_from: None,
         }
     }
 }
@@ -61,19 +64,17 @@ impl<T> Clock<T> {
                 // we do not have yet, so pin it to the anchor.
                 Stamp { tsc, exact: false }
             } else {
-                let span = (tsc - t0) as u128;
-                let num = (p.saturating_sub(p0)) as u128;
-                let den = (pos - p0) as u128;
                 Stamp {
-                    tsc: t0 + (span * num / den) as u64,
+                    tsc: t0 + spread(tsc - t0, p.saturating_sub(p0), pos - p0),
                     exact: false,
                 }
             };
             release(stamp, item);
         }
         if let Some((p0, t0)) = self.anchor {
+            // Only needed past the last anchor: computed when it is.
             if pos > p0 && tsc >= t0 {
-                self.rate = (((tsc - t0) as u128) << 32).div_ceil((pos - p0) as u128) as u64;
+                self.rate_from = Some((tsc - t0, pos - p0));
             }
         }
         if self.anchor.is_none_or(|(p0, _)| pos >= p0) {
@@ -84,6 +85,9 @@ impl<T> Clock<T> {
     /// Releases what is left, extrapolating from the last anchor.
     pub fn finish(&mut self, mut release: impl FnMut(Stamp, T)) {
         let (p0, t0) = self.anchor.unwrap_or((0, 0));
+        if let Some((span, n)) = self.rate_from {
+            self.rate = ((span as u128) << 32).div_ceil(n as u128) as u64;
+        }
         for (p, item) in self.pending.drain(..) {
             let dt = ((p.saturating_sub(p0) as u128 * self.rate as u128) >> 32) as u64;
             release(
@@ -94,6 +98,16 @@ impl<T> Clock<T> {
                 item,
             );
         }
+    }
+}
+
+/// `span * num / den`, in 64 bits when it fits (almost always: anchors are
+/// close), since 128-bit division is a slow library call.
+#[inline]
+fn spread(span: u64, num: u64, den: u64) -> u64 {
+    match span.checked_mul(num) {
+        Some(x) => x / den,
+        None => (span as u128 * num as u128 / den as u128) as u64,
     }
 }
 

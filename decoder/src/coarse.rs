@@ -332,6 +332,8 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>> {
     learned: Box<[u64; RECENT]>,
     psbs: &'r [u64],
     next_psb: usize,
+    /// `psbs[next_psb]`, or never.
+    next_psb_at: u64,
 }
 
 /// Runs the coarse pass over one thread's trace (AUX queue `queue`).
@@ -423,6 +425,7 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
         learned: Box::new([0; RECENT]),
         psbs,
         next_psb: 0,
+        next_psb_at: psbs.first().copied().unwrap_or(u64::MAX),
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
@@ -631,7 +634,18 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
         }
         // PSBs the decoder has read past: the state at this block's start
         // is the state there.
-        let off = dec.offset();
+        if self.next_psb_at <= dec.offset() {
+            self.checkpoints(dec.offset(), b.ip);
+        }
+        self.pos += b.ninsn as u64;
+        if b.end != BlockEnd::Other {
+            self.branch = Some((b.end, b.end_ip));
+        }
+    }
+
+    /// A checkpoint for each PSB before `off`, at the block starting at `ip`.
+    #[cold]
+    fn checkpoints(&mut self, off: u64, ip: u64) {
         while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {
             let offset = self.psbs[self.next_psb];
             self.next_psb += 1;
@@ -642,16 +656,13 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
                 self.pos,
                 Held::Checkpoint {
                     offset,
-                    ip: b.ip,
+                    ip,
                     insn: self.pos,
                     slot: self.slot,
                 },
             );
         }
-        self.pos += b.ninsn as u64;
-        if b.end != BlockEnd::Other {
-            self.branch = Some((b.end, b.end_ip));
-        }
+        self.next_psb_at = self.psbs.get(self.next_psb).copied().unwrap_or(u64::MAX);
     }
 
     fn item(&mut self, dec: &mut D, item: BlockItem) {

@@ -1,6 +1,7 @@
 //! A process's code as bytes at addresses, for our own flow decoder
-//! ([`crate::flow`]): the same sections libipt's image gets, read from the
-//! snapshot's binaries once and shared between processes that map them.
+//! ([`crate::flow`]): the same sections libipt's image gets, mapped from
+//! the snapshot's binaries once and shared between processes that map
+//! them. This is one of the modules allowed `unsafe` (for the mmap).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,19 +9,33 @@ use std::sync::Arc;
 
 use crate::image::Section;
 
-/// File contents, read once per path.
+/// Shared, immutable file bytes: a read-only map of a file, or bytes in
+/// memory.
+pub type Bytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// File contents, mapped once per path.
 #[derive(Default)]
 pub struct FileCache {
-    files: HashMap<PathBuf, Arc<[u8]>>,
+    files: HashMap<PathBuf, Bytes>,
 }
 
 impl FileCache {
-    /// The bytes of `path`.
-    pub fn read(&mut self, path: &Path) -> std::io::Result<Arc<[u8]>> {
+    /// The bytes of `path`. Mapped, not read: the decoder touches only the
+    /// pages of code that ran.
+    pub fn read(&mut self, path: &Path) -> std::io::Result<Bytes> {
         if let Some(b) = self.files.get(path) {
             return Ok(b.clone());
         }
-        let bytes: Arc<[u8]> = std::fs::read(path)?.into();
+        let file = std::fs::File::open(path)?;
+        let bytes: Bytes = if file.metadata()?.len() == 0 {
+            // An empty file cannot be mapped.
+            Arc::new(Vec::<u8>::new())
+        } else {
+            // SAFETY: a private read-only map of a binary extracted from a
+            // snapshot (or named by the user for --raw), which nothing
+            // rewrites while we decode; every read is bounds-checked.
+            Arc::new(unsafe { memmap2::Mmap::map(&file)? })
+        };
         self.files.insert(path.to_path_buf(), bytes.clone());
         Ok(bytes)
     }
@@ -30,7 +45,7 @@ impl FileCache {
 struct Mapped {
     vaddr: u64,
     end: u64,
-    file: Arc<[u8]>,
+    file: Bytes,
     /// Offset of `vaddr` in `file`.
     offset: usize,
 }
@@ -59,9 +74,10 @@ impl Memory {
 
     /// Maps `len` bytes of `file` from `offset` at `vaddr`, over whatever
     /// was there.
-    pub fn map(&mut self, vaddr: u64, len: u64, file: Arc<[u8]>, offset: usize) {
+    pub fn map(&mut self, vaddr: u64, len: u64, file: Bytes, offset: usize) {
         // Never trust a length: clip it to the file.
-        let len = len.min(file.len().saturating_sub(offset) as u64);
+        let flen = (*file).as_ref().len();
+        let len = len.min(flen.saturating_sub(offset) as u64);
         let end = vaddr.saturating_add(len);
         if len == 0 {
             return;
@@ -106,7 +122,7 @@ impl Memory {
         }
         let start = m.offset + (addr - m.vaddr) as usize;
         let end = m.offset + (m.end - m.vaddr) as usize;
-        m.file.get(start..end)
+        (*m.file).as_ref().get(start..end)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -118,8 +134,8 @@ impl Memory {
 mod tests {
     use super::*;
 
-    fn bytes(n: u8, len: usize) -> Arc<[u8]> {
-        vec![n; len].into()
+    fn bytes(n: u8, len: usize) -> Bytes {
+        Arc::new(vec![n; len])
     }
 
     #[test]
