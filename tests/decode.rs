@@ -101,6 +101,7 @@ fn check_against_perf(name: &str, snap: &Path, dir: &Path) -> Vec<JsonSpan> {
 fn check_against_perf_with(name: &str, snap: &Path, dir: &Path, slack: usize) -> Vec<JsonSpan> {
     let spans = decode_json(snap, &[]);
     assert!(!spans.is_empty(), "{name}: no spans");
+    same_as_over_libipt(name, snap, &spans);
     let extracted = extract(snap, dir);
     let perf = perf_branches(&extracted);
     let ours = our_calls(&spans);
@@ -220,6 +221,16 @@ fn threads_decode_separately_and_match_perf() {
     assert!(tids.len() >= 2, "{tids:?}");
 }
 
+/// Our flow decoder and libipt's block decoder, each under the coarse
+/// pass, give the very same spans: names, nesting, times and marks.
+fn same_as_over_libipt(name: &str, snap: &Path, ours: &[JsonSpan]) {
+    let theirs = decode_json(snap, &["--decoder", "libipt"]);
+    assert_eq!(ours.len(), theirs.len(), "{name}: span counts differ");
+    if let Some((a, b)) = ours.iter().zip(&theirs).find(|(a, b)| a != b) {
+        panic!("{name}: the decoders differ first at\nours:   {a:?}\nlibipt: {b:?}");
+    }
+}
+
 /// perf's calls (plus tail calls) per (tid, entry address).
 fn perf_calls_per_thread(extracted: &Path) -> BTreeMap<(i32, u64), u64> {
     let mut calls = BTreeMap::new();
@@ -240,6 +251,7 @@ fn per_cpu_trace_is_divided_among_threads_like_perf_does() {
         &[exe.to_str().unwrap()],
     );
     let spans = decode_json(&snap, &[]);
+    same_as_over_libipt("per-cpu threads", &snap, &spans);
     let extracted = extract(&snap, dir.path());
     let perf = perf_calls_per_thread(&extracted);
     let mut ours: BTreeMap<(i32, u64), u64> = BTreeMap::new();

@@ -14,17 +14,20 @@
 //! re-runs itself under `taskset -c 0`; perf inherits the pinning). The
 //! decoder is single threaded, so pinning is all "one core" takes.
 //! - **ptscope, end to end**: `model::decode_snapshot` on the opened
-//!   snapshot: perf.data parsing, image and symbol loading, the block walk,
-//!   timing, symbol resolution and stack reconstruction. Three of its fixed
-//!   costs are also timed alone: parsing, loading every binary's symbols,
-//!   and building the section cache and images.
+//!   snapshot: perf.data parsing, symbol loading, mapping the code, the
+//!   flow walk, timing, symbol resolution and stack reconstruction. Two of
+//!   its fixed costs are also timed alone: parsing and loading every
+//!   binary's symbols (and mapping the code).
 //! - **ptscope, coarse pass**: the same per-thread `coarse::decode_thread`
-//!   that `decode_snapshot` runs, with symbols already loaded: a fresh
-//!   section cache and image, PSB index, walk, resolution and stacks.
+//!   that `decode_snapshot` runs, with symbols already loaded: the code
+//!   mapped afresh, a fresh flow decoder, walk, resolution and stacks; and
+//!   our flow decoder alone, discarding what it reports.
+//! - **the coarse pass over libipt**: the same with libipt's block decoder
+//!   walking (`--decoder libipt`); its spans must be the same.
 //! - **libipt alone**: a fresh section cache and image with the same
 //!   sections and config (`BlockDecoder::new`: blocks end at calls and
-//!   jumps, tick events on), and `BlockDecoder::walk` discarding every item.
-//! - Both again with one section cache kept across runs, so libipt's block
+//!   jumps, tick events on), and `BlockDecoder::walk` discarding every item;
+//!   and again with one section cache kept across runs, so libipt's block
 //!   cache is warm.
 //! - **perf script**: `perf script --itrace=cr` on the same perf.data with
 //!   the snapshot's binaries, output to /dev/null, wall time.

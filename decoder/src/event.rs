@@ -93,6 +93,11 @@ impl FuncTable {
         if let Some(&id) = self.index.get(&key) {
             return id;
         }
+        // A span holds 27 bits of function id: past that, every new
+        // function shares one name rather than corrupting others.
+        if self.funcs.len() as u64 > crate::store::MAX_FUNC as u64 {
+            return UNKNOWN;
+        }
         let id = self.funcs.len() as FuncId;
         self.funcs.push(Func {
             name: key.1.clone(),

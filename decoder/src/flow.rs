@@ -151,6 +151,7 @@ impl RunCache {
         }
     }
 
+    #[inline]
     fn slot(&self, ip: u64) -> usize {
         (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
     }
@@ -315,8 +316,10 @@ pub struct FlowDecoder<'a> {
     trace: &'a [u8],
     cfg: DecoderConfig,
     images: Vec<&'a Memory>,
+    /// The runs of images not current (the current one's are in `cache`).
     caches: Vec<RunCache>,
     cur: Option<usize>,
+    cache: RunCache,
     rd: Reader,
     /// The end of the last consumed event's packets.
     consumed: usize,
@@ -343,6 +346,7 @@ impl<'a> FlowDecoder<'a> {
             images: Vec::new(),
             caches: Vec::new(),
             cur: None,
+            cache: RunCache::new(),
             rd: Reader {
                 pos: 0,
                 last_ip: 0,
@@ -376,7 +380,14 @@ impl<'a> FlowDecoder<'a> {
                 self.images.len() - 1
             }
         };
-        self.cur = Some(i);
+        if self.cur != Some(i) {
+            // The current image's runs live in `cache`; the others wait.
+            if let Some(old) = self.cur {
+                std::mem::swap(&mut self.cache, &mut self.caches[old]);
+            }
+            std::mem::swap(&mut self.cache, &mut self.caches[i]);
+            self.cur = Some(i);
+        }
         Ok(())
     }
 
@@ -743,16 +754,22 @@ impl<'a> FlowDecoder<'a> {
         Some(self.ret[self.ret_top])
     }
 
+    #[inline]
     fn run_at(&mut self, ip: u64) -> Result<Run, Halt> {
+        if let Some(r) = self.cache.get(ip) {
+            return Ok(r);
+        }
+        self.decode_run_at(ip)
+    }
+
+    #[cold]
+    fn decode_run_at(&mut self, ip: u64) -> Result<Run, Halt> {
         let Some(cur) = self.cur else {
             return Err(self.fail(PtError::NOMAP, Some(ip)));
         };
-        if let Some(r) = self.caches[cur].get(ip) {
-            return Ok(r);
-        }
         match decode_run(self.images[cur], ip, self.rd.bitness) {
             Ok(r) => {
-                self.caches[cur].insert(ip, r);
+                self.cache.insert(ip, r);
                 Ok(r)
             }
             Err(e) => Err(self.fail(e, Some(ip))),

@@ -174,7 +174,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
 }
 
 /// One span of `ptscope decode --format json`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JsonSpan {
     pub tid: i32,
     pub depth: usize,
