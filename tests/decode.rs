@@ -425,3 +425,65 @@ fn perf_script_text_decodes_like_the_snapshot() {
         relative_depth(&from_snap, "main", "fib")
     );
 }
+
+#[test]
+fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
+    // The demo's trace as a raw PT dump, and each mapped piece of its
+    // binaries as a raw image at its address (what ptxed's --raw takes).
+    let dir = tempfile::tempdir().unwrap();
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+    let snap = ptscope_capture::snapshot::Snapshot::open(&demo).unwrap();
+    let trace = snap.trace().unwrap();
+    let pt = dir.path().join("demo.pt");
+    std::fs::write(&pt, &trace.streams[0].data).unwrap();
+    let mut args: Vec<String> = Vec::new();
+    for (i, m) in trace.mmaps.iter().enumerate() {
+        let Some(file) = snap.find_binary(m.build_id.as_deref(), &m.path) else {
+            continue;
+        };
+        let bytes = std::fs::read(&file).unwrap();
+        let start = m.pgoff as usize;
+        let end = (start + m.len as usize).min(bytes.len());
+        if start >= end {
+            continue;
+        }
+        let img = dir.path().join(format!("image{i}.bin"));
+        std::fs::write(&img, &bytes[start..end]).unwrap();
+        args.push("--raw".into());
+        args.push(format!("{}:{:#x}", img.display(), m.start));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let raw = decode_json(&pt, &args);
+    assert!(raw.len() > 100, "{} spans", raw.len());
+    // Raw images carry no symbols: functions are known by call targets.
+    assert!(raw.iter().any(|s| s.name.starts_with("[unknown]")));
+    let mut over_libipt = args.clone();
+    over_libipt.extend(["--decoder", "libipt"]);
+    // Without the trace's timing parameters libipt gives up on time
+    // altogether (all spans at 0, so their order is arbitrary); we still
+    // read TSC packets. The same spans must come out.
+    let tree = |spans: &[JsonSpan]| -> Vec<(usize, String, String)> {
+        let mut v: Vec<_> = spans
+            .iter()
+            .map(|s| (s.depth, s.name.clone(), s.kind.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (tree(&raw), tree(&decode_json(&pt, &over_libipt)));
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+        let r = i.saturating_sub(2)..i + 3;
+        panic!(
+            "raw trees differ at span {i} ({} vs {} spans)\nours:   {:?}\nlibipt: {:?}",
+            a.len(),
+            b.len(),
+            a.get(r.start..r.end.min(a.len())),
+            b.get(r.start..r.end.min(b.len()))
+        );
+    }
+    let (lo, hi) = (
+        raw.iter().map(|s| s.start).min(),
+        raw.iter().map(|s| s.end).max(),
+    );
+    assert!(hi > lo, "TSC gives times: {lo:?}..{hi:?} {:?}", &raw[..3]);
+}

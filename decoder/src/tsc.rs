@@ -23,6 +23,11 @@ pub struct Time {
     /// The CTC at the last MTC or TMA.
     ctc: u32,
     cbr: u8,
+    /// TSC ticks per core cycle (32.32), learned from the cycles counted
+    /// between two TSCs: for CYC when CBR or the nominal ratio is unknown.
+    per_cycle: u64,
+    cycles_since_tsc: u64,
+    last_tsc: Option<u64>,
 }
 
 impl Time {
@@ -32,11 +37,20 @@ impl Time {
     }
 
     pub fn on_tsc(&mut self, tsc: u64) {
+        let mut per_cycle = self.per_cycle;
+        if let Some(prev) = self.last_tsc {
+            if tsc > prev && self.cycles_since_tsc > 0 {
+                per_cycle =
+                    (((tsc - prev) as u128) << 32).div_ceil(self.cycles_since_tsc as u128) as u64;
+            }
+        }
         *self = Time {
             have_tsc: true,
             tsc,
             base: tsc,
             cbr: self.cbr,
+            per_cycle,
+            last_tsc: Some(tsc),
             ..Time::default()
         };
     }
@@ -104,12 +118,19 @@ impl Time {
     }
 
     pub fn on_cyc(&mut self, cycles: u64, cfg: &DecoderConfig) {
+        self.cycles_since_tsc = self.cycles_since_tsc.saturating_add(cycles);
         // Core cycles to TSC ticks: the TSC runs at the nominal ratio, the
-        // core at CBR.
-        if !self.have_tsc || self.cbr == 0 || cfg.nom_freq == 0 {
+        // core at CBR; without those, at the rate seen between TSCs.
+        if !self.have_tsc {
             return;
         }
-        let ticks = (cycles as u128 * cfg.nom_freq as u128 / self.cbr as u128) as u64;
+        let ticks = if self.cbr != 0 && cfg.nom_freq != 0 {
+            (cycles as u128 * cfg.nom_freq as u128 / self.cbr as u128) as u64
+        } else if self.per_cycle != 0 {
+            ((cycles as u128 * self.per_cycle as u128) >> 32) as u64
+        } else {
+            return;
+        };
         self.fc = self.fc.saturating_add(ticks);
         self.tsc = self.base.wrapping_add(self.fc);
     }
@@ -167,6 +188,21 @@ mod tests {
         t.on_mtc(0x01, &c);
         // 0xff -> 0x101: two periods of 8 crystal ticks, 32 TSC ticks.
         assert_eq!(t.tsc(), Some(32));
+    }
+
+    #[test]
+    fn without_a_bus_ratio_cyc_runs_at_the_rate_seen_between_tscs() {
+        let c = DecoderConfig::default();
+        let mut t = Time::default();
+        t.on_tsc(1000);
+        t.on_cyc(50, &c);
+        // Nothing to convert cycles with yet.
+        assert_eq!(t.tsc(), Some(1000));
+        t.on_cyc(50, &c);
+        // 100 cycles took 300 ticks.
+        t.on_tsc(1300);
+        t.on_cyc(10, &c);
+        assert_eq!(t.tsc(), Some(1330));
     }
 
     #[test]
