@@ -1207,6 +1207,15 @@ mod tests {
         packet::PSB_BYTES.to_vec()
     }
 
+    /// PSB+ with tracing on at `ip` (a FUP with the full 64-bit IP).
+    fn psb_at(ip: u16) -> Vec<u8> {
+        let mut t = psb();
+        let [lo, hi] = ip.to_le_bytes();
+        t.extend([0xdd, lo, hi, 0, 0, 0, 0, 0, 0]);
+        t.extend([0x02, 0x23]);
+        t
+    }
+
     fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
         let mut dec = FlowDecoder::new(trace, &DecoderConfig::default());
         dec.set_image(mem).unwrap();
@@ -1226,10 +1235,7 @@ mod tests {
     #[test]
     fn follows_calls_conditional_branches_compressed_returns_and_a_syscall() {
         let mem = program();
-        let mut t = psb();
-        // FUP 0x1000 (full 64-bit IP), PSBEND.
-        t.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0]);
-        t.extend([0x02, 0x23]);
+        let mut t = psb_at(0x1000);
         // TNT: jz not taken (0), ret compressed (1): bits "01" + stop bit.
         t.push(0b0000_1010);
         // TIP.PGD, IP suppressed: binds to the syscall.
@@ -1252,9 +1258,7 @@ mod tests {
     #[test]
     fn a_taken_branch_ends_the_block_and_a_missing_bit_is_an_error() {
         let mem = program();
-        let mut t = psb();
-        t.extend([0xdd, 0x10, 0x10, 0, 0, 0, 0, 0, 0]);
-        t.extend([0x02, 0x23]);
+        let mut t = psb_at(0x1010);
         // jz taken: "1" + stop bit; then a TIP where the ret wants a bit
         // is fine (uncompressed); then nothing for the syscall.
         t.push(0b0000_0110);
@@ -1276,9 +1280,7 @@ mod tests {
     #[test]
     fn an_asynchronous_branch_binds_to_the_fup_address() {
         let mem = program();
-        let mut t = psb();
-        t.extend([0xdd, 0x10, 0x10, 0, 0, 0, 0, 0, 0]);
-        t.extend([0x02, 0x23]);
+        let mut t = psb_at(0x1010);
         // FUP 0x1012 (the jz), TIP 0x1020: an interrupt before the jz.
         t.extend([0x3d, 0x12, 0x10]);
         t.extend([0x2d, 0x20, 0x10]);
@@ -1297,9 +1299,7 @@ mod tests {
     #[test]
     fn unmapped_code_is_a_nomap_error_and_the_walk_resyncs_at_the_next_psb() {
         let mem = program();
-        let mut t = psb();
-        t.extend([0xdd, 0x00, 0x90, 0, 0, 0, 0, 0, 0]);
-        t.extend([0x02, 0x23]);
+        let mut t = psb_at(0x9000);
         t.push(0b0000_0110);
         let second = t.len();
         t.extend(psb());
