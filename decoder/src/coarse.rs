@@ -94,6 +94,26 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
     }
 }
 
+/// What a fine pass watches of a walk besides its timed output: every
+/// block and event at its instruction position, and every timing anchor.
+/// The coarse pass watches nothing (`()`), at no cost.
+pub trait Observe {
+    /// A block of `slot`'s thread, its first instruction at `pos`.
+    fn block(&mut self, slot: usize, pos: u64, b: &Block) {
+        let _ = (slot, pos, b);
+    }
+    /// An event as emitted, before it is timed.
+    fn event(&mut self, slot: usize, pos: u64, ev: &Event) {
+        let _ = (slot, pos, ev);
+    }
+    /// Time is `tsc` at instruction position `pos`.
+    fn anchor(&mut self, pos: u64, tsc: u64) {
+        let _ = (pos, tsc);
+    }
+}
+
+impl Observe for () {}
+
 /// Where re-decoding can start: one per PSB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -110,6 +130,12 @@ pub struct Checkpoint {
     pub stack_len: u32,
     /// The AUX queue (thread or CPU) `offset` is in.
     pub queue: u32,
+    /// Tracing (re)starts here: a trace-begin event follows, which a walk
+    /// from this PSB must keep; otherwise the one its sync makes is moot.
+    pub begins: bool,
+    /// The store depth of the bottom open frame (of the frame a call would
+    /// open, if none is): later callers synthesized below shift it.
+    pub depth: u32,
 }
 
 /// Counters from one thread's walk.
@@ -160,6 +186,7 @@ enum Held {
         ip: u64,
         insn: u64,
         slot: usize,
+        begins: bool,
     },
 }
 
@@ -173,6 +200,8 @@ pub trait Sink {
 struct Out {
     builder: StackBuilder,
     checkpoints: Vec<Checkpoint>,
+    /// The builder's (segment, base) at each checkpoint.
+    marks: Vec<(usize, i32)>,
     stacks: Vec<(FuncId, u64)>,
     figures: WalkFigures,
 }
@@ -191,6 +220,7 @@ impl ThreadBuilders {
                 .map(|t| Out {
                     builder: StackBuilder::new(t.pid, t.tid, t.comm.clone()),
                     checkpoints: Vec::new(),
+                    marks: Vec::new(),
                     stacks: Vec::new(),
                     figures: WalkFigures::default(),
                 })
@@ -213,8 +243,12 @@ impl ThreadBuilders {
     pub fn finish(self) -> Vec<ThreadDecode> {
         self.outs
             .into_iter()
-            .map(|o| {
-                let (spans, stack) = o.builder.finish();
+            .map(|mut o| {
+                let (spans, stack, bases) = o.builder.finish_with_bases();
+                for (c, &(seg, base)) in o.checkpoints.iter_mut().zip(&o.marks) {
+                    let last = bases.get(seg).copied().unwrap_or(base);
+                    c.depth = (base - last).max(0) as u32;
+                }
                 ThreadDecode {
                     spans,
                     stack,
@@ -237,6 +271,7 @@ impl Sink for ThreadBuilders {
         at.stack_start = o.stacks.len() as u32;
         o.stacks.extend(o.builder.frames());
         at.stack_len = o.stacks.len() as u32 - at.stack_start;
+        o.marks.push(o.builder.mark());
         o.checkpoints.push(at);
     }
 }
@@ -301,7 +336,13 @@ fn recent_slot(addr: u64) -> usize {
     (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % RECENT
 }
 
-struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>> {
+struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
+    obs: &'r mut O,
+    /// At the next PSB, stop instead of checkpointing (a fine pass's end).
+    stop_at_psb: bool,
+    stopped: bool,
+    /// A PSB found tracing off: checkpoint at the next block.
+    psb_pending: bool,
     procs: &'r mut [R],
     images: &'r [&'i D::Image],
     thread_proc: Vec<usize>,
@@ -385,7 +426,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
 /// Timed events go to `sink`; returns each thread's walk counters.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
-    mut dec: D,
+    dec: D,
     queue: u32,
     images: &[&'i D::Image],
     procs: &mut [R],
@@ -397,12 +438,63 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     sink: &mut dyn Sink,
     progress: Option<&DecodeProgress>,
 ) -> Result<Vec<WalkFigures>, PtError> {
+    let queue_walk = QueueWalk {
+        queue,
+        images,
+        thread_procs,
+        schedule,
+        to_ns,
+        psbs,
+        stop_at_psb: false,
+        progress,
+    };
+    walk_queue(dec, queue_walk, procs, funcs, sink, &mut ())
+}
+
+/// What [`walk_queue`] walks, and how far.
+pub struct QueueWalk<'a, 'i, I> {
+    pub queue: u32,
+    pub images: &'a [&'i I],
+    pub thread_procs: &'a [usize],
+    pub schedule: &'a Schedule,
+    pub to_ns: &'a dyn Fn(u64) -> u64,
+    /// Checkpoint offsets; or, with `stop_at_psb`, where to stop.
+    pub psbs: &'a [u64],
+    pub stop_at_psb: bool,
+    pub progress: Option<&'a DecodeProgress>,
+}
+
+/// [`decode_queue`] with an observer: the fine pass re-walks one PSB
+/// segment this way (`stop_at_psb`, `psbs` holding the segment's end)
+/// and sees every block and event at its instruction position.
+pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+    mut dec: D,
+    q: QueueWalk<'_, 'i, D::Image>,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+    sink: &mut dyn Sink,
+    obs: &mut O,
+) -> Result<Vec<WalkFigures>, PtError> {
+    let QueueWalk {
+        queue,
+        images,
+        thread_procs,
+        schedule,
+        to_ns,
+        psbs,
+        stop_at_psb,
+        progress,
+    } = q;
     let slot = schedule.first().map_or(0, |&(_, s)| s);
     let proc = thread_procs.get(slot).copied().unwrap_or(0);
     if let Some(image) = images.get(proc) {
         dec.set_image(image)?;
     }
     let mut w = Walker {
+        obs,
+        stop_at_psb,
+        stopped: false,
+        psb_pending: false,
         procs,
         images,
         thread_proc: thread_procs.to_vec(),
@@ -430,9 +522,11 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
         w.item(dec, item);
-        !w.progress.is_some_and(|p| p.is_cancelled())
+        !w.stopped && !w.progress.is_some_and(|p| p.is_cancelled())
     });
-    w.flush_branch(None);
+    if !w.stopped {
+        w.flush_branch(None);
+    }
     let Walker {
         mut clock,
         funcs,
@@ -466,6 +560,7 @@ fn release(
             ip,
             insn,
             slot,
+            begins,
         } => {
             sink.checkpoint(
                 slot,
@@ -477,13 +572,15 @@ fn release(
                     stack_start: 0,
                     stack_len: 0,
                     queue,
+                    begins,
+                    depth: 0,
                 },
             );
         }
     }
 }
 
-impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
+impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     fn figures(&mut self) -> &mut WalkFigures {
         &mut self.figures[self.slot]
     }
@@ -581,11 +678,13 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
     }
 
     fn push_event(&mut self, ev: Event) {
+        self.obs.event(self.slot, self.pos, &ev);
         self.clock.push(self.pos, Held::Event(ev, self.slot));
     }
 
     fn anchor(&mut self, tsc: u64) {
         self.last_tsc = Some(tsc);
+        self.obs.anchor(self.pos, tsc);
         let Walker {
             clock,
             sink,
@@ -632,18 +731,43 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
         } else {
             self.flush_branch(Some(b.ip));
         }
-        // PSBs the decoder has read past: the state at this block's start
+        // A PSB found tracing off: the state at the first block after it
         // is the state there.
-        if self.next_psb_at <= dec.offset() {
+        if self.psb_pending {
+            self.psb_pending = false;
             self.checkpoints(dec.offset(), b.ip);
         }
+        self.obs.block(self.slot, self.pos, &b);
         self.pos += b.ninsn as u64;
         if b.end != BlockEnd::Other {
             self.branch = Some((b.end, b.end_ip));
         }
     }
 
-    /// A checkpoint for each PSB before `off`, at the block starting at `ip`.
+    /// PSB+ told the trace's state (`ip`: tracing is on there). The
+    /// decoder reads packets ahead of the blocks it reports, so the PSB's
+    /// place among the instructions is here, not where its offset was
+    /// first passed: checkpoints go here, and a fine pass stops here.
+    fn psb_status(&mut self, dec: &D, ip: Option<u64>) {
+        if self.next_psb_at > dec.offset() {
+            return;
+        }
+        if self.stop_at_psb {
+            self.stopped = true;
+            return;
+        }
+        match ip {
+            Some(ip) => {
+                // The branch before the PSB lands at its IP: emit it now so
+                // that the checkpoint's stack has it.
+                self.flush_branch(Some(ip));
+                self.checkpoints(dec.offset(), ip)
+            }
+            None => self.psb_pending = true,
+        }
+    }
+
+    /// A checkpoint for each PSB before `off`, at the instruction `ip`.
     #[cold]
     fn checkpoints(&mut self, off: u64, ip: u64) {
         while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {
@@ -659,6 +783,7 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
                     ip,
                     insn: self.pos,
                     slot: self.slot,
+                    begins: self.need_begin,
                 },
             );
         }
@@ -687,6 +812,7 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
                 // PSB+ status updates do not bind to an instruction: their
                 // time would pin the wrong one.
                 if status_update {
+                    self.psb_status(dec, Some(ip));
                     return;
                 }
                 if let Some(t) = tsc {
@@ -701,8 +827,16 @@ impl<'i, R: Resolve, D: Blocks<'i>> Walker<'_, 'i, R, D> {
                 ..
             } if self.need_begin => {
                 // PSB+ at a sync point: tracing starts off. Nothing ended.
+                self.psb_status(dec, None);
             }
-            BlockItem::Disabled { ip, tsc, .. } => {
+            BlockItem::Disabled {
+                ip,
+                tsc,
+                status_update,
+            } => {
+                if status_update {
+                    self.psb_status(dec, None);
+                }
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }

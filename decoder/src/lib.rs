@@ -32,6 +32,7 @@ pub mod clock;
 pub mod coarse;
 pub mod event;
 pub mod ffi;
+pub mod fine;
 pub mod flow;
 pub mod image;
 pub mod insn;

@@ -13,6 +13,7 @@ use crate::coarse::{
 };
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
 use crate::ffi::{BlockDecoder, DecoderConfig, Image, PtError, SectionCache};
+use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};
 use crate::insn::decoder_config;
@@ -72,6 +73,9 @@ pub struct Model {
     pub threads: Vec<ThreadModel>,
     /// Mapped binaries that were not in the snapshot or on this machine.
     pub missing_binaries: Vec<String>,
+    /// What the fine pass re-decodes from; `None` for inputs without an
+    /// instruction trace (perf-script text) and for partial models.
+    pub lines: Option<Arc<LineSource>>,
 }
 
 impl Model {
@@ -278,6 +282,15 @@ impl Resolve for ProcessSymbols {
 }
 
 impl ProcessSymbols {
+    /// The module mapped at `addr` and the address there as the module
+    /// sees it (its svma), for line lookups.
+    pub fn module_at(&self, addr: u64) -> Option<(&Arc<ModuleSymbols>, u64)> {
+        let m = &self.maps[self.mapping(addr)?];
+        let md = m.module.as_ref()?;
+        let svma = md.file_offset_to_svma(m.pgoff + (addr - m.start))?;
+        Some((md, svma))
+    }
+
     /// The symbol (or unwind-table function) at `addr` of mapping `mi`.
     fn symbol(&mut self, mi: usize, addr: u64, funcs: &mut FuncTable) -> Option<Resolved> {
         let m = &self.maps[mi];
@@ -501,12 +514,16 @@ fn decode_trace(
                 funcs: funcs.clone(),
                 threads: threads.clone(),
                 missing_binaries: missing_binaries.clone(),
+                lines: None,
             });
         }
     }
 
     // Per-CPU queues: divided among threads by the switch sideband, decoded
     // per CPU, then merged in time order into one stack per thread.
+    let mut schedules: HashMap<u32, Vec<(u64, usize)>> = HashMap::new();
+    let mut cpu_slots = CpuSlots::default();
+    let mut cpu_pids: Vec<i32> = Vec::new();
     if trace.streams.iter().any(|s| s.tid.is_none()) {
         let mut slot_of: HashMap<i32, usize> = HashMap::new();
         let mut queue_threads: Vec<QueueThread> = Vec::new();
@@ -616,6 +633,7 @@ fn decode_trace(
             }
             builders.add_figures(figures);
             queues.push(items);
+            schedules.insert(s.idx, schedule);
         }
         TimedItems::merge_into(queues, &mut builders, &funcs);
         drop(resolvers);
@@ -624,6 +642,11 @@ fn decode_trace(
         drop(memories);
         drop(proc_images);
         procs.extend(taken);
+        cpu_slots = CpuSlots {
+            slot_of: slot_of.clone(),
+            thread_procs: thread_procs.clone(),
+        };
+        cpu_pids = pids.clone();
         for (t, d) in queue_threads.iter().zip(builders.finish()) {
             if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
                 continue;
@@ -632,6 +655,52 @@ fn decode_trace(
         }
     }
     threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
+
+    // What the fine pass needs later: per-CPU processes first, in the
+    // order their slots name them.
+    let mut order: Vec<i32> = cpu_pids;
+    let mut rest: Vec<i32> = procs
+        .keys()
+        .copied()
+        .filter(|p| !order.contains(p))
+        .collect();
+    rest.sort_unstable();
+    order.extend(rest);
+    let mut fine_procs = Vec::new();
+    for pid in order {
+        let Some((image, resolver)) = procs.remove(&pid) else {
+            continue;
+        };
+        let memory = match image {
+            ProcImage::Flow(mem) => mem,
+            ProcImage::Libipt(_) => {
+                let (secs, _) = sections(snap, trace, Some(pid));
+                Memory::new(&secs, &mut loaders.files).unwrap_or_default()
+            }
+        };
+        fine_procs.push((pid, memory, resolver));
+    }
+    let fine_queues = trace
+        .streams
+        .iter()
+        .zip(queue_psbs)
+        .filter(|(s, _)| s.tid.is_none_or(wanted))
+        .map(|(s, psbs)| QueueParts {
+            idx: s.idx,
+            tid: s.tid,
+            data: s.data.to_vec(),
+            psbs,
+            schedule: schedules.remove(&s.idx).unwrap_or_default(),
+        })
+        .collect();
+    let lines = LineSource::new(
+        cfg,
+        trace.params.clone(),
+        fine_queues,
+        fine_procs,
+        cpu_slots,
+        funcs.clone(),
+    );
     // Keep the section cache alive until every image is gone.
     drop(procs);
     drop(loaders);
@@ -639,6 +708,7 @@ fn decode_trace(
         funcs,
         threads,
         missing_binaries,
+        lines: Some(Arc::new(lines)),
     })
 }
 
@@ -741,6 +811,7 @@ pub fn decode_raw(
         funcs,
         threads: vec![ThreadModel::new(d, None)],
         missing_binaries: Vec::new(),
+        lines: None,
     })
 }
 
@@ -769,6 +840,7 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         funcs,
         threads,
         missing_binaries: Vec::new(),
+        lines: None,
     }
 }
 

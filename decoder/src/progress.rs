@@ -96,6 +96,7 @@ mod tests {
             funcs: Default::default(),
             threads: Vec::new(),
             missing_binaries: Vec::new(),
+            lines: None,
         };
         p.offer(empty);
         assert!(p.take_partial().is_some());

@@ -116,6 +116,8 @@ pub struct StackBuilder {
     tracing: bool,
     error: Option<PendingError>,
     last_time: u64,
+    /// The final base of every closed segment, in order.
+    closed_bases: Vec<i32>,
     pub stats: StackStats,
 }
 
@@ -131,6 +133,7 @@ impl StackBuilder {
             tracing: true,
             error: None,
             last_time: 0,
+            closed_bases: Vec::new(),
             stats: StackStats::default(),
         }
     }
@@ -140,9 +143,12 @@ impl StackBuilder {
         self.stack.iter().map(|f| (f.func, f.start))
     }
 
-    /// Restores open frames, as at a checkpoint, before the first event.
-    pub fn seed(&mut self, frames: &[(FuncId, u64)], time: u64) {
+    /// Restores open frames, as at a checkpoint, before the first event;
+    /// `tracing`: whether tracing was on there (if not, the next enable
+    /// lands rather than being a second one).
+    pub fn seed(&mut self, frames: &[(FuncId, u64)], time: u64, tracing: bool) {
         self.begin(time);
+        self.tracing = tracing;
         for &(func, start) in frames {
             self.stack.push(Frame {
                 func,
@@ -253,8 +259,28 @@ impl StackBuilder {
         self.stats.max_depth = self.stats.max_depth.max(self.stack.len());
     }
 
+    /// Where the builder is: (segment, level of `stack[0]`). With the bases
+    /// [`finish_with_bases`](Self::finish_with_bases) returns, this tells
+    /// the store depth a frame open now will get.
+    pub fn mark(&self) -> (usize, i32) {
+        (self.closed_bases.len(), self.base)
+    }
+
+    /// The level of the top frame (relative to the stack's bottom when the
+    /// builder was seeded); -1 on an empty stack.
+    pub fn top_level(&self) -> i32 {
+        self.base + self.stack.len() as i32 - 1
+    }
+
     /// Closes everything at the last event's time.
-    pub fn finish(mut self) -> (ThreadSpans, StackStats) {
+    pub fn finish(self) -> (ThreadSpans, StackStats) {
+        let (spans, stats, _) = self.finish_with_bases();
+        (spans, stats)
+    }
+
+    /// [`finish`](Self::finish), with each segment's final base (see
+    /// [`mark`](Self::mark)).
+    pub fn finish_with_bases(mut self) -> (ThreadSpans, StackStats, Vec<i32>) {
         let t = self.last_time;
         if let Some(err) = self.error.take() {
             self.close_segment(err.time, flag::END_ESTIMATED);
@@ -264,7 +290,7 @@ impl StackBuilder {
             self.close_segment(t, flag::OPEN_END);
         }
         self.out.shrink_to_fit();
-        (self.out, self.stats)
+        (self.out, self.stats, self.closed_bases)
     }
 
     fn level(&self, index: usize) -> i32 {
@@ -523,6 +549,7 @@ impl StackBuilder {
             let depth = (p.level - base) as usize;
             self.out.push(depth, p.start, p.end, p.func, p.flags);
         }
+        self.closed_bases.push(base);
         self.base = 0;
     }
 }

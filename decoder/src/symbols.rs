@@ -107,6 +107,15 @@ pub struct SourceLocation {
     pub column: Option<u32>,
 }
 
+/// One frame of the source position of an address: a function and the
+/// line running in it (for an outer frame, the line of the inlined call).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
 /// One inlined call around an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InlineFrame {
@@ -361,6 +370,40 @@ impl ModuleSymbols {
             line: loc.line,
             column: loc.column,
         })
+    }
+
+    /// The source position of `svma` with every inlined call around it,
+    /// innermost first: the last frame is the real function, at the line
+    /// that contains the inlined calls. Empty without line info.
+    pub fn source_frames(&self, svma: u64) -> Vec<SourceFrame> {
+        let Some(dwarf) = self.dwarf.as_ref() else {
+            return Vec::new();
+        };
+        let ctx = dwarf.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while let Ok(Some(frame)) = iter.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok())
+                .map(|raw| demangle(&raw).into_owned());
+            let (file, line) = match frame.location {
+                Some(l) => (l.file.map(str::to_string), l.line),
+                None => (None, None),
+            };
+            out.push(SourceFrame {
+                function,
+                file,
+                line,
+            });
+            if out.len() >= MAX_INLINE_DEPTH {
+                break;
+            }
+        }
+        out
     }
 
     /// Inline chain at `svma`, innermost first: each inlined function with

@@ -565,5 +565,6 @@ fn empty_model() -> Model {
         funcs: Default::default(),
         threads: Vec::new(),
         missing_binaries: Vec::new(),
+        lines: None,
     }
 }
