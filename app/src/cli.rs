@@ -36,6 +36,19 @@ pub struct Args {
     /// Select the first call of FUNCTION and zoom to it once loaded.
     #[arg(long, value_name = "FUNCTION")]
     pub select: Option<String>,
+    /// Where to find source files whose DWARF path starts with FROM: read
+    /// them under TO instead (for binaries built elsewhere). Repeatable;
+    /// also settable in the Source pane.
+    #[arg(long = "source-map", value_name = "FROM=TO", value_parser = parse_source_map)]
+    pub source_maps: Vec<(String, String)>,
+}
+
+/// A `--source-map FROM=TO` pair.
+pub fn parse_source_map(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((from, to)) if !from.is_empty() => Ok((from.to_string(), to.to_string())),
+        _ => Err(format!("`{s}` is not FROM=TO")),
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -193,7 +206,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        None => ptscope::gui::run(args.files, args.screenshot, args.select),
+        None => ptscope::gui::run(args.files, args.screenshot, args.select, args.source_maps),
         Some(Command::Record { opts, command }) => capture(Target::Spawn(command), opts),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
         Some(Command::Info { file }) => info(&file),

@@ -28,6 +28,7 @@ pub fn run(
     files: Vec<PathBuf>,
     screenshot: Option<PathBuf>,
     select: Option<String>,
+    source_maps: Vec<(String, String)>,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
         vec![demo_path()]
@@ -59,6 +60,7 @@ pub fn run(
                 failed: failed2,
             });
             app.select_on_load = select;
+            app.source_maps = source_maps;
             Ok(Box::new(app))
         }),
     )
@@ -191,6 +193,9 @@ pub struct App {
     screenshot: Option<Screenshot>,
     /// A function to select and zoom to once the first file is decoded.
     pub select_on_load: Option<String>,
+    /// `--source-map` prefix rewrites for source files: (DWARF prefix,
+    /// local prefix).
+    pub source_maps: Vec<(String, String)>,
 }
 
 impl App {
@@ -210,6 +215,7 @@ impl App {
             recent,
             screenshot: None,
             select_on_load: None,
+            source_maps: Vec::new(),
         }
     }
 

@@ -20,6 +20,10 @@
 //! - [`stack`]: call-stack reconstruction, the heart of it;
 //! - [`store`]: the span store the viewer draws from;
 //! - [`model`]: all of it put together for a snapshot;
+//! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
+//!   instructions and source lines (with inlined frames) when the viewer
+//!   zooms in, and [`detail`], which runs it in the background behind a
+//!   bounded cache;
 //! - [`progress`]: what a background decode shares with the GUI.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
@@ -30,6 +34,7 @@
 
 pub mod clock;
 pub mod coarse;
+pub mod detail;
 pub mod event;
 pub mod ffi;
 pub mod fine;
