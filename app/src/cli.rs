@@ -139,6 +139,13 @@ pub enum Command {
         /// Only spans that start at or before NS.
         #[arg(long, value_name = "NS")]
         to: Option<u64>,
+        /// calls: function spans; lines: re-decode the PSB segments that
+        /// cover --from..--to down to source lines (from DWARF, with
+        /// inlined functions as their own lines); insns: every instruction
+        /// with its disassembly, line and time ("exact":false, or `~`, where
+        /// the time is spread between timing packets).
+        #[arg(long, value_enum, default_value = "calls")]
+        level: ptscope::report::Level,
         /// text: an indented call tree; json: one span per line, with
         /// "inferred_start":true for calls that began before the trace and
         /// "mid_entry":true for spans entered by a jump into the middle of
@@ -219,14 +226,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
             input,
             from,
             to,
+            level,
             format,
         }) => {
+            let file = input.file.clone();
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            ptscope::report::quiet_pipe(
-                ptscope::report::decode(&m, from, to, format, &mut out)
-                    .and_then(|()| Ok(out.flush()?)),
-            )?;
+            let r = match level {
+                ptscope::report::Level::Calls => {
+                    ptscope::report::decode(&m, from, to, format, &mut out)
+                }
+                fine => ptscope::report::decode_fine(&m, &file, from, to, fine, format, &mut out),
+            };
+            ptscope::report::quiet_pipe(r.and_then(|()| Ok(out.flush()?)))?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Stats { input, sort, limit }) => {

@@ -13,6 +13,7 @@ use ptscope_capture::intel_pt::emulated_cpu;
 use ptscope_capture::snapshot::Snapshot;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::ffi::DecoderConfig;
+use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::{self, DecodeOptions, Engine, Model};
 use ptscope_decoder::perf_script;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
@@ -23,6 +24,18 @@ pub enum Format {
     Text,
     /// One JSON object per span per line.
     Json,
+}
+
+/// How deep `decode` goes.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, Default)]
+pub enum Level {
+    /// Function calls (the coarse pass).
+    #[default]
+    Calls,
+    /// Source lines, with inlined functions (the fine pass).
+    Lines,
+    /// Every instruction, with its disassembly and line.
+    Insns,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -238,6 +251,117 @@ pub fn decode(
                         marks,
                         indent = d * 2
                     )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `decode --level lines|insns`: the fine pass over the PSB segments that
+/// cover `[from, to]` (ns since the first timestamp).
+pub fn decode_fine(
+    m: &Model,
+    file: &Path,
+    from: Option<u64>,
+    to: Option<u64>,
+    level: Level,
+    format: Format,
+    out: &mut impl Write,
+) -> Result<()> {
+    let Some(src) = m.lines.as_ref() else {
+        bail!(
+            "{}: line detail needs an instruction trace (a snapshot or perf.data); \
+             this input has only branches",
+            file.display()
+        );
+    };
+    if m.threads.is_empty() {
+        bail!("no thread has any trace to decode");
+    }
+    let base = m.time_range().map_or(0, |r| r.0);
+    let lo = base.saturating_add(from.unwrap_or(0));
+    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    if hi < lo {
+        bail!("--to is before --from");
+    }
+    for t in &m.threads {
+        let mut segs = Vec::new();
+        for i in LineSource::segments_in(t, lo, hi) {
+            segs.push(
+                src.decode_segment(t, i, None)
+                    .with_context(|| format!("{}: thread {}", file.display(), t.spans.tid))?,
+            );
+        }
+        let tid = t.spans.tid;
+        if format == Format::Text {
+            writeln!(out, "thread {tid} ({}) pid {}", t.spans.comm, t.spans.pid)?;
+        }
+        if level == Level::Lines {
+            let refs: Vec<&Segment> = segs.iter().collect();
+            for l in window_lines(&refs, lo, hi) {
+                let (start, end) = (l.start - base.min(l.start), l.end - base.min(l.end));
+                match format {
+                    Format::Json => {
+                        write!(
+                            out,
+                            "{{\"tid\":{tid},\"depth\":{},\"start_ns\":{start},\"end_ns\":{end},\"file\":",
+                            l.depth
+                        )?;
+                        json_str(out, &l.frame.file)?;
+                        write!(out, ",\"line\":{},\"function\":", l.frame.line)?;
+                        json_str(out, &l.frame.function)?;
+                        writeln!(out, ",\"inlined\":{},\"insns\":{}}}", l.inlined, l.insns)?;
+                    }
+                    Format::Text => writeln!(
+                        out,
+                        "{start:>12} {:>10}  {:indent$}{}:{} {}{}",
+                        end - start,
+                        "",
+                        l.frame.file,
+                        l.frame.line,
+                        l.frame.function,
+                        if l.inlined { " [inlined]" } else { "" },
+                        indent = l.depth as usize * 2
+                    )?,
+                }
+            }
+            continue;
+        }
+        for seg in &segs {
+            for i in seg.insns_in(lo, hi.saturating_add(1)) {
+                let asm = src
+                    .disassemble(seg.pid, i.ip)
+                    .unwrap_or_else(|| "(bad)".into());
+                let frame = seg.chains.get(i.chain as usize).and_then(|c| c.last());
+                let start = i.start - base.min(i.start);
+                match format {
+                    Format::Json => {
+                        write!(
+                            out,
+                            "{{\"tid\":{tid},\"depth\":{},\"start_ns\":{start},\"end_ns\":{},\"ip\":{},\"asm\":",
+                            i.depth,
+                            i.end - base.min(i.end),
+                            i.ip
+                        )?;
+                        json_str(out, &asm)?;
+                        if let Some(f) = frame {
+                            write!(out, ",\"file\":")?;
+                            json_str(out, &f.file)?;
+                            write!(out, ",\"line\":{}", f.line)?;
+                        }
+                        writeln!(out, ",\"exact\":{}}}", i.exact)?;
+                    }
+                    Format::Text => {
+                        let at = frame.map(|f| format!("  {}:{}", f.file, f.line));
+                        writeln!(
+                            out,
+                            "{start:>12}{} {:#014x}  {asm}{}",
+                            if i.exact { ' ' } else { '~' },
+                            i.ip,
+                            at.unwrap_or_default()
+                        )?;
+                    }
                 }
             }
         }

@@ -730,6 +730,62 @@ fn build_lines(seg: &mut Segment) {
     seg.depth_runs = runs;
 }
 
+/// A line span with its frame, from one or more segments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowLine {
+    pub start: u64,
+    pub end: u64,
+    pub depth: u32,
+    pub frame: LineFrame,
+    pub inlined: bool,
+    pub insns: u32,
+}
+
+/// The line spans of consecutive segments that overlap `[from, to]`, by
+/// start then depth. A line that runs across a segment boundary (a PSB)
+/// is one span, not two.
+pub fn window_lines(segs: &[&Segment], from: u64, to: u64) -> Vec<WindowLine> {
+    let mut out: Vec<WindowLine> = Vec::new();
+    // Per depth: the last span of the previous segment, if it ran to its
+    // last instruction, as an index into `out`.
+    let mut open_at_end: HashMap<u32, usize> = HashMap::new();
+    for seg in segs {
+        let n = seg.insns.len() as u32;
+        let mut next_open = HashMap::new();
+        for l in &seg.lines {
+            let Some(frame) = seg.frame(l) else { continue };
+            if l.first == 0 {
+                if let Some(&i) = open_at_end.get(&l.depth) {
+                    let o: &mut WindowLine = &mut out[i];
+                    if o.frame == *frame {
+                        o.end = l.end;
+                        o.insns += l.count;
+                        if l.first + l.count == n {
+                            next_open.insert(l.depth, i);
+                        }
+                        continue;
+                    }
+                }
+            }
+            out.push(WindowLine {
+                start: l.start,
+                end: l.end,
+                depth: l.depth,
+                frame: frame.clone(),
+                inlined: l.inlined(),
+                insns: l.count,
+            });
+            if l.first + l.count == n {
+                next_open.insert(l.depth, out.len() - 1);
+            }
+        }
+        open_at_end = next_open;
+    }
+    out.retain(|l| l.end >= from && l.start <= to);
+    out.sort_by_key(|l| (l.start, l.depth));
+    out
+}
+
 /// Per-address totals: the disassembly view's counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InsnHeat {
