@@ -1,0 +1,217 @@
+//! Line-level zoom against its budget (issue 5): from a zoom request to
+//! line spans ready to draw takes at most 50 ms for a window of up to 100k
+//! instructions, and the cache stays bounded however long the user
+//! explores. This prints figures; it asserts nothing.
+//!
+//! Input: `$PTSCOPE_BENCH_FILE`, else the `bench_loop` snapshot the coarse
+//! benchmark keeps under the target directory (captured here if missing,
+//! for `$PTSCOPE_BENCH_SECONDS`, default 30).
+//!
+//! What is timed (medians over `$PTSCOPE_BENCH_ROUNDS` windows, default 15,
+//! spread over the main thread):
+//! - **cold**: a fresh [`Detail`] worker with an empty cache; from `want()`
+//!   of the PSB segments covering a window of N instructions until all are
+//!   decoded (walk, instructions, timing, depth, DWARF lines, line spans),
+//!   then the window's line spans merged across segments and its per-line
+//!   heat (what the source pane shows);
+//! - **warm**: the same request again, served from the cache;
+//! - **exploring**: 3000 random windows through one worker with a 64 MiB
+//!   budget: the cache's peak, evictions, and the process's resident memory
+//!   before and after.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ptscope_capture::snapshot::Snapshot;
+use ptscope_decoder::detail::Detail;
+use ptscope_decoder::fine::{line_heat, window_lines, Segment};
+use ptscope_decoder::model::{decode_snapshot, Model, ThreadModel};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
+        println!("lines: skipped (run it with `cargo bench -p ptscope --bench lines`)");
+        return;
+    }
+    let input = match std::env::var_os("PTSCOPE_BENCH_FILE") {
+        Some(p) => PathBuf::from(p),
+        None => capture(),
+    };
+    let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    let t = Instant::now();
+    let snap = Snapshot::open(&input).expect("open the input");
+    let model = Arc::new(decode_snapshot(&snap, &Default::default()).expect("decode"));
+    drop(snap);
+    println!(
+        "input: {} (coarse pass {:.0?})",
+        input.display(),
+        t.elapsed()
+    );
+    let (ti, thread) = model
+        .threads
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, t)| t.walk.instructions)
+        .expect("a thread");
+    let segs = thread.checkpoints.len();
+    println!(
+        "thread {}: {} instructions, {} PSB segments (~{} instructions each)",
+        thread.spans.tid,
+        thread.walk.instructions,
+        segs,
+        thread.walk.instructions / segs.max(1) as u64
+    );
+    println!();
+    println!(
+        "{:>12} {:>9} {:>12} {:>12} {:>12} {:>12}",
+        "window", "segments", "cold", "cold max", "warm", "lines"
+    );
+    for n in [1_000u64, 10_000, 50_000, 100_000] {
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        let mut nsegs = 0;
+        let mut nlines = 0;
+        for r in 0..rounds {
+            let (from, to) = window(thread, n, r, rounds);
+            let d = Detail::new(model.clone(), 256 << 20, || {}).unwrap();
+            let keys: Vec<_> = d.keys(ti, from, to).collect();
+            nsegs = keys.len();
+            let t = Instant::now();
+            nlines = request(&d, &keys, from, to);
+            cold.push(t.elapsed());
+            let t = Instant::now();
+            request(&d, &keys, from, to);
+            warm.push(t.elapsed());
+        }
+        println!(
+            "{:>12} {:>9} {:>12.1?} {:>12.1?} {:>12.1?} {:>12}",
+            format!("{n} insns"),
+            nsegs,
+            median(&mut cold),
+            cold.iter().max().unwrap(),
+            median(&mut warm),
+            nlines
+        );
+    }
+    explore(&model, ti, thread);
+}
+
+/// One request as the viewer makes it: want, wait, then the window's lines
+/// and heat. Returns the number of line spans.
+fn request(d: &Detail, keys: &[(u32, u32)], from: u64, to: u64) -> usize {
+    d.want(keys);
+    d.wait();
+    let segs: Vec<Arc<Segment>> = keys.iter().filter_map(|&k| d.get(k)).collect();
+    let refs: Vec<&Segment> = segs.iter().map(|s| &**s).collect();
+    let lines = window_lines(&refs, from, to);
+    let heat = line_heat(refs.iter().copied(), from, to);
+    std::hint::black_box(&heat);
+    lines.len()
+}
+
+/// The `r`-th of `rounds` windows of about `n` instructions, spread over
+/// the thread: time is taken as proportional to instructions between two
+/// checkpoints.
+fn window(t: &ThreadModel, n: u64, r: usize, rounds: usize) -> (u64, u64) {
+    let cps = &t.checkpoints;
+    let first = cps.first().map_or(0, |c| c.insn);
+    let total = t.walk.instructions.saturating_sub(first).max(1);
+    let at = |insn: u64| -> u64 {
+        let i = cps.partition_point(|c| c.insn <= insn).max(1) - 1;
+        let (a, b) = (cps[i], cps.get(i + 1).copied().unwrap_or(cps[i]));
+        if b.insn <= a.insn {
+            return a.time;
+        }
+        a.time + (b.time - a.time) * (insn - a.insn) / (b.insn - a.insn)
+    };
+    let span = total.saturating_sub(n);
+    let start = first + span * r as u64 / rounds.max(1) as u64;
+    (at(start), at((start + n).min(first + total)))
+}
+
+/// A long random exploration through one worker with a 64 MiB budget.
+fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
+    let budget = 64 << 20;
+    let d = Detail::new(model.clone(), budget, || {}).unwrap();
+    let rss0 = rss_bytes();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let t = Instant::now();
+    let windows = 3000;
+    for _ in 0..windows {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let n = 1_000 + seed % 100_000;
+        let r = (seed >> 20) as usize % 1000;
+        let (from, to) = window(thread, n, r, 1000);
+        let keys: Vec<_> = d.keys(ti, from, to).collect();
+        request(&d, &keys, from, to);
+    }
+    let f = d.figures();
+    let rss1 = rss_bytes();
+    println!();
+    println!(
+        "exploring: {windows} random windows in {:.1?}: {} segments decoded ({} ms decoding), \
+         {} evicted; cache now {} segments, {:.1} MiB, peak {:.1} MiB of a {} MiB budget; \
+         resident memory {:.0} -> {:.0} MiB",
+        t.elapsed(),
+        f.decoded,
+        f.decode_ns / 1_000_000,
+        f.evicted,
+        f.cached,
+        f.cached_bytes as f64 / 1048576.0,
+        f.peak_bytes as f64 / 1048576.0,
+        budget >> 20,
+        rss0 as f64 / 1048576.0,
+        rss1 as f64 / 1048576.0
+    );
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The coarse benchmark's snapshot, or a new one like it.
+fn capture() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
+    let snap = dir.join("bench_loop.ptscope");
+    if snap.exists() {
+        return snap;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let secs: u64 = std::env::var("PTSCOPE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let exe = support::build(&dir, "bench_loop.c");
+    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
+    let out = support::ptscope()
+        .args(["record", "-q", "--backend", "emulated", "--size", "64M"])
+        .args(["--duration", &(secs * 1000).to_string(), "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    snap
+}
