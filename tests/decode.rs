@@ -486,4 +486,23 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
         raw.iter().map(|s| s.end).max(),
     );
     assert!(hi > lo, "TSC gives times: {lo:?}..{hi:?} {:?}", &raw[..3]);
+    // A raw dump zooms to instructions too (no DWARF in raw images, so no
+    // lines): the demo's whole trace, every instruction once.
+    let out = ptscope()
+        .arg("decode")
+        .arg(&pt)
+        .args(&args)
+        .args(["--level", "insns", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let n = text.lines().filter(|l| l.contains("\"asm\":")).count();
+    let m = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
+    let first = m.threads[0].checkpoints[0].insn;
+    assert_eq!(n as u64, m.threads[0].walk.instructions - first);
 }

@@ -119,8 +119,9 @@ impl Observe for () {}
 pub struct Checkpoint {
     /// Offset of the PSB in the thread's trace.
     pub offset: u64,
-    /// perf time in ns.
+    /// perf time in ns, and the TSC it came from.
     pub time: u64,
+    pub tsc: u64,
     /// The first instruction decoded after it.
     pub ip: u64,
     /// Instructions retired before it, in this thread's trace.
@@ -567,6 +568,7 @@ fn release(
                 Checkpoint {
                     offset,
                     time,
+                    tsc: stamp.tsc,
                     ip,
                     insn,
                     stack_start: 0,
@@ -797,6 +799,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 // status events and ticks that follow carry it.
                 self.branch = None;
                 self.need_begin = true;
+                // Synced at a PSB: its checkpoint is the first block's.
+                self.psb_status(dec, None);
             }
             BlockItem::Block(b) => self.block(dec, b),
             BlockItem::Tick { tsc, .. } => {

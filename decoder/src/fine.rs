@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
-use ptscope_capture::intel_pt::PtParams;
 
 use crate::coarse::{walk_queue, Checkpoint, Observe, QueueWalk, Sink};
 use crate::event::{Event, EventKind, FuncId, FuncTable};
@@ -200,7 +199,8 @@ struct State {
 /// of a decoded snapshot, kept by the [`Model`](crate::model::Model).
 pub struct LineSource {
     cfg: DecoderConfig,
-    params: PtParams,
+    /// TSC to perf time.
+    to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
     queues: Vec<Queue>,
     /// Processes by index: pid and code.
     pids: Vec<i32>,
@@ -230,7 +230,7 @@ pub(crate) struct QueueParts {
 impl LineSource {
     pub(crate) fn new(
         cfg: DecoderConfig,
-        params: PtParams,
+        to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
         queues: Vec<QueueParts>,
         procs: Vec<(i32, Memory, ProcessSymbols)>,
         cpu: CpuSlots,
@@ -246,7 +246,7 @@ impl LineSource {
         }
         LineSource {
             cfg,
-            params,
+            to_ns,
             queues: queues
                 .into_iter()
                 .map(|q| Queue {
@@ -278,7 +278,9 @@ impl LineSource {
     /// the next one's.
     pub fn segments_in(thread: &ThreadModel, from: u64, to: u64) -> std::ops::Range<usize> {
         let cps = &thread.checkpoints;
-        let first = cps.partition_point(|c| c.time <= from).saturating_sub(1);
+        // The last segment starting before `from`; equal times (a segment
+        // with no timing of its own) count from the first.
+        let first = cps.partition_point(|c| c.time < from).saturating_sub(1);
         let end = cps.partition_point(|c| c.time <= to);
         first..end.max(first)
     }
@@ -318,8 +320,7 @@ impl LineSource {
             let e = s + cp.stack_len as usize;
             thread.checkpoint_frames.get(s..e).unwrap_or(&[])
         };
-        let params = self.params.clone();
-        let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+        let to_ns = |tsc: u64| (self.to_ns)(tsc);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let State {
             funcs, resolvers, ..
@@ -363,8 +364,16 @@ impl LineSource {
             .get(if per_thread { 0 } else { slot })
             .map(|f| f.errors.clone())
             .unwrap_or_default();
+        // Where the coarse pass's clock put this checkpoint and the next:
+        // the segment's times line up with its neighbours'.
+        let next = thread
+            .checkpoints
+            .get(index + 1)
+            .filter(|n| n.queue == cp.queue && stop.first() == Some(&(n.offset - cp.offset)));
+        let ends = ((0, cp.tsc), next.map(|n| (n.insn - cp.insn, n.tsc)));
         let mut seg = rec.finish(
             &cp,
+            ends,
             frames_at,
             funcs,
             &self.memories[proc],
@@ -516,9 +525,12 @@ impl Observe for Recorder {
 const HEAD_BLOCKS: usize = 4;
 
 impl Recorder {
+    /// `ends`: the time at the segment's first instruction and, when known,
+    /// after its last (instruction count, TSC), from the coarse pass.
     fn finish(
         self,
         cp: &Checkpoint,
+        ends: ((u64, u64), Option<(u64, u64)>),
         frames: &[(FuncId, u64)],
         funcs: &FuncTable,
         memory: &Memory,
@@ -569,6 +581,7 @@ impl Recorder {
         let mut times: Vec<u64> = Vec::new();
         let mut lvl = 0usize;
         let mut decoded = Instruction::default();
+        clock.anchor(head + ends.0 .0, ends.0 .1, |_, _| {});
         for step in &self.steps {
             match *step {
                 Step::Anchor(pos, tsc) => {
@@ -610,6 +623,9 @@ impl Recorder {
                     }
                 }
             }
+        }
+        if let Some((n, tsc)) = ends.1 {
+            clock.anchor(head + n, tsc, |s, i| times[i as usize] = s.tsc);
         }
         clock.finish(|s, i| times[i as usize] = s.tsc);
 
@@ -933,8 +949,13 @@ mod tests {
             for i in 0..t.checkpoints.len() {
                 let seg = src.decode_segment(t, i, None).unwrap();
                 assert!(seg.errors.is_empty(), "{:?}", seg.errors);
-                // A fresh sync starts where the coarse pass's checkpoint is.
+                // A fresh sync starts where the coarse pass's checkpoint is,
+                // at the time the coarse pass gave it.
                 assert_eq!(seg.insns.first().map(|x| x.ip), Some(t.checkpoints[i].ip));
+                assert_eq!(seg.insns[0].start, t.checkpoints[i].time);
+                if let Some(next) = t.checkpoints.get(i + 1) {
+                    assert!(seg.insns.last().unwrap().end <= next.time);
+                }
                 total += seg.insns.len() as u64;
                 // Each instruction runs in the span at its depth, named
                 // after its outermost source frame.
@@ -971,6 +992,8 @@ mod tests {
                 }
             }
             assert!(checked > 50_000, "{checked}");
+            // The trace starts at a PSB: the first segment starts with it.
+            assert_eq!(t.checkpoints[0].insn, 0);
             let before = t.checkpoints.first().map_or(0, |c| c.insn);
             assert_eq!(total, t.walk.instructions - before, "tid {}", t.spans.tid);
         }

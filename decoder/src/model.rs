@@ -693,9 +693,10 @@ fn decode_trace(
             schedule: schedules.remove(&s.idx).unwrap_or_default(),
         })
         .collect();
+    let params = trace.params.clone();
     let lines = LineSource::new(
         cfg,
-        trace.params.clone(),
+        Box::new(move |tsc| params.tsc_to_ns(tsc)),
         fine_queues,
         fine_procs,
         cpu_slots,
@@ -758,60 +759,72 @@ pub fn decode_raw(
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
     let mut funcs = FuncTable::default();
     let thread = (0, 0, "raw".to_string());
-    let d = match engine {
-        Engine::Libipt => {
-            let mut cache = SectionCache::new().map_err(libipt)?;
-            let mut isids = Vec::new();
-            for s in &secs {
-                isids.push(
-                    cache
-                        .add_file(&s.file, s.offset, s.size, s.vaddr)
-                        .map_err(|e| DecodeError::Input {
+    let mem = Memory::new(&secs, &mut FileCache::default()).map_err(|e| DecodeError::Input {
+        path: pt_path.to_path_buf(),
+        problem: format!("cannot read a raw image: {e}"),
+    })?;
+    let d =
+        match engine {
+            Engine::Libipt => {
+                let mut cache = SectionCache::new().map_err(libipt)?;
+                let mut isids = Vec::new();
+                for s in &secs {
+                    isids.push(cache.add_file(&s.file, s.offset, s.size, s.vaddr).map_err(
+                        |e| DecodeError::Input {
                             path: s.file.clone(),
                             problem: format!("libipt cannot map it: {e}"),
-                        })?,
-                );
+                        },
+                    )?);
+                }
+                let image = new_image(&cache, &isids).map_err(libipt)?;
+                let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
+                decode_thread(
+                    dec,
+                    0,
+                    &image,
+                    &mut resolver,
+                    &mut funcs,
+                    &|tsc| tsc,
+                    &psbs,
+                    thread,
+                    None,
+                )
             }
-            let image = new_image(&cache, &isids).map_err(libipt)?;
-            let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
-            decode_thread(
-                dec,
-                0,
-                &image,
-                &mut resolver,
-                &mut funcs,
-                &|tsc| tsc,
-                &psbs,
-                thread,
-                None,
-            )
+            Engine::Flow => {
+                let dec = FlowDecoder::new(pt, cfg);
+                decode_thread(
+                    dec,
+                    0,
+                    &mem,
+                    &mut resolver,
+                    &mut funcs,
+                    &|tsc| tsc,
+                    &psbs,
+                    thread,
+                    None,
+                )
+            }
         }
-        Engine::Flow => {
-            let mem =
-                Memory::new(&secs, &mut FileCache::default()).map_err(|e| DecodeError::Input {
-                    path: pt_path.to_path_buf(),
-                    problem: format!("cannot read a raw image: {e}"),
-                })?;
-            let dec = FlowDecoder::new(pt, cfg);
-            decode_thread(
-                dec,
-                0,
-                &mem,
-                &mut resolver,
-                &mut funcs,
-                &|tsc| tsc,
-                &psbs,
-                thread,
-                None,
-            )
-        }
-    }
-    .map_err(libipt)?;
+        .map_err(libipt)?;
+    let lines = LineSource::new(
+        *cfg,
+        Box::new(|tsc| tsc),
+        vec![QueueParts {
+            idx: 0,
+            tid: Some(0),
+            data: pt.to_vec(),
+            psbs,
+            schedule: Vec::new(),
+        }],
+        vec![(0, mem, resolver)],
+        CpuSlots::default(),
+        funcs.clone(),
+    );
     Ok(Model {
         funcs,
         threads: vec![ThreadModel::new(d, None)],
         missing_binaries: Vec::new(),
-        lines: None,
+        lines: Some(Arc::new(lines)),
     })
 }
 
