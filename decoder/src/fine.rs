@@ -527,6 +527,7 @@ const HEAD_BLOCKS: usize = 4;
 impl Recorder {
     /// `ends`: the time at the segment's first instruction and, when known,
     /// after its last (instruction count, TSC), from the coarse pass.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         self,
         cp: &Checkpoint,
