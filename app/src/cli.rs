@@ -179,8 +179,10 @@ pub struct InputOpts {
     /// (repeatable, like ptxed's --raw). Times are then TSC ticks.
     #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
-    /// What walks the trace: ptscope's own flow decoder (fast), or
-    /// libipt's block decoder (the reference, to cross-check).
+    /// What walks the trace in the coarse pass: ptscope's own flow
+    /// decoder (fast), or libipt's block decoder (the reference, to
+    /// cross-check). `--level lines|insns` re-decodes with ptscope's; the
+    /// tests hold it to libipt's instruction decoder and to perf's.
     #[arg(long, value_enum, default_value = "ptscope")]
     pub decoder: DecoderChoice,
 }
