@@ -4,7 +4,9 @@
 //! [`Model`](ptscope_decoder::model::Model) plus all UI state, and draws
 //! the toolbar, overview strip, time axis, thread tracks and the details,
 //! range and flame-graph panels. Widgets here only read models built by
-//! the decoder; they never decode.
+//! the decoder; they never decode: line detail comes from the decoder's
+//! background fine pass ([`ptscope_decoder::detail::Detail`]), which the
+//! view drives ([`lines`]) and the Source pane reads ([`source`]).
 //!
 //! Frame building is designed for tens of millions of spans: each lane is
 //! scanned by binary search, tiny spans merge per pixel ([`layout`]), and
@@ -15,9 +17,11 @@ pub mod color;
 pub mod details;
 pub mod help;
 pub mod layout;
+pub mod lines;
 pub mod overview;
 pub mod range;
 pub mod search;
+pub mod source;
 pub mod spans;
 pub mod synth;
 pub mod timeline;
@@ -25,5 +29,5 @@ pub mod view;
 pub mod window;
 
 pub use spans::SpanRef;
-pub use view::{PanelTab, TraceView};
+pub use view::{PanelTab, TraceView, VisibleLine};
 pub use window::TimeWindow;

@@ -2,7 +2,9 @@
 //! lane per call depth, navigation (zoom, pan, fit), hover and selection.
 //!
 //! Drawing goes through [`crate::layout`]: all span boxes of a frame are
-//! one mesh; only the labels that fit become text shapes.
+//! one mesh; only the labels that fit become text shapes. Line detail
+//! ([`crate::lines`]) goes into the same mesh: line spans in the lanes
+//! under their function spans, instructions in a row under the track.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -11,12 +13,14 @@ use egui::{
     pos2, vec2, Align2, Color32, CursorIcon, FontId, Key, Painter, PointerButton, Rect, Response,
     Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo,
 };
+use ptscope_decoder::fine::LineSource;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
 
 use crate::axis::{self, format_duration, format_duration_f, TimeMode};
 use crate::color::{text_on, FuncStyle, MERGED};
 use crate::layout::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
+use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
 use crate::spans::{self_time, SpanRef};
 use crate::window::{max_width_for, TimeWindow};
 
@@ -33,11 +37,21 @@ const KEY_ZOOM_PER_S: f64 = 4.0;
 /// Pan speed of A/D, in window widths per second held.
 const KEY_PAN_PER_S: f64 = 0.8;
 
+/// What a row on screen shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// The spans (and line spans) of one depth.
+    Lane,
+    /// The thread's instructions, under its deepest lane.
+    Insns,
+}
+
 /// One lane on screen this frame.
 #[derive(Clone, Copy, Debug)]
 pub struct Row {
     pub thread: u32,
     pub depth: u32,
+    pub kind: RowKind,
     pub y0: f32,
     pub y1: f32,
 }
@@ -49,6 +63,10 @@ pub enum TimelineEvent {
     Select(Option<SpanRef>),
     /// A shift-drag finished over `[from, to)`.
     Range(u64, u64),
+    /// A line span was clicked.
+    SelectLine(LineRef),
+    /// An instruction was clicked.
+    SelectInsn(InsnRef),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,6 +84,12 @@ pub struct TimelineInput<'a> {
     pub search: Option<&'a [bool]>,
     pub selected: Option<SpanRef>,
     pub range: Option<(u64, u64)>,
+    /// Line detail ready this frame, if the window is narrow enough.
+    pub lines: Option<&'a LineFrame>,
+    /// The selected line span and its times.
+    pub selected_line: Option<(LineRef, u64, u64)>,
+    /// Where instructions are disassembled from.
+    pub source: Option<&'a LineSource>,
 }
 
 /// Navigation state and per-frame buffers of the timeline.
@@ -81,6 +105,9 @@ pub struct Timeline {
     rows: Vec<Row>,
     /// Boxes of each row in `buf.boxes`.
     row_boxes: Vec<Range<usize>>,
+    /// Line spans and instructions drawn this frame, and each row's.
+    line_boxes: Vec<LineBox>,
+    row_line_boxes: Vec<Range<usize>>,
     drag: Drag,
     /// Range being dragged out, for drawing.
     dragging_range: Option<(u64, u64)>,
@@ -105,6 +132,8 @@ impl Default for Timeline {
             buf: FrameBuf::default(),
             rows: Vec::new(),
             row_boxes: Vec::new(),
+            line_boxes: Vec::new(),
+            row_line_boxes: Vec::new(),
             drag: Drag::None,
             dragging_range: None,
             width_px: 1000.0,
@@ -179,11 +208,17 @@ impl Timeline {
     /// The screen rect of span `r` as drawn last frame (its visible part),
     /// if its lane was on screen.
     pub fn span_rect(&self, model: &Model, r: SpanRef) -> Option<Rect> {
+        let (s, e) = r.times(model)?;
+        self.time_rect(r.thread, r.depth, s, e)
+    }
+
+    /// The screen rect of `[s, e)` in lane `depth` of thread `thread` as
+    /// of last frame, if the lane was on screen.
+    pub fn time_rect(&self, thread: u32, depth: u32, s: u64, e: u64) -> Option<Rect> {
         let row = self
             .rows
             .iter()
-            .find(|w| w.thread == r.thread && w.depth == r.depth)?;
-        let (s, e) = r.times(model)?;
+            .find(|w| w.thread == thread && w.depth == depth && w.kind == RowKind::Lane)?;
         let ppn = self.window.px_per_ns(self.width_px);
         let left = self.tracks_rect.left();
         let right = self.tracks_rect.right();
@@ -200,8 +235,25 @@ impl Timeline {
         self.tracks_rect.left() + self.window.x(t, ppn) as f32
     }
 
+    /// Line spans and instructions drawn last frame, with their rows.
+    pub fn line_boxes(&self) -> impl Iterator<Item = (Row, &LineBox)> + '_ {
+        self.line_boxes
+            .iter()
+            .map(|b| (self.rows[b.row as usize], b))
+    }
+
+    /// Width of the tracks last frame, px.
+    pub fn width_px(&self) -> f32 {
+        self.width_px
+    }
+
     /// Draws the axis and the tracks in the rest of `ui`.
-    pub fn ui(&mut self, ui: &mut Ui, input: &TimelineInput) -> Vec<TimelineEvent> {
+    pub fn ui(
+        &mut self,
+        ui: &mut Ui,
+        input: &TimelineInput,
+        disasm: &mut Disasm,
+    ) -> Vec<TimelineEvent> {
         let mut events = Vec::new();
         let full = ui.available_rect_before_wrap();
         ui.allocate_rect(full, Sense::hover());
@@ -216,49 +268,59 @@ impl Timeline {
         self.navigate(ui, &resp, input, &mut events);
 
         // Layout of rows: headers and lanes, scrolled.
-        let content_h = self.content_height(input.model);
+        let content_h = self.content_height(input);
         let max_scroll = (content_h - tracks.height()).max(0.0);
         self.scroll_y = self.scroll_y.clamp(0.0, max_scroll);
 
         let painter = ui.painter_at(tracks);
         painter.rect_filled(tracks, 0.0, ui.visuals().extreme_bg_color);
-        self.build_rows(input.model, tracks);
+        self.build_rows(input, tracks);
         self.layout_spans(input, tracks);
         painter.add(Shape::mesh(self.buf.take_mesh()));
         self.draw_labels(&painter, input);
+        self.draw_line_labels(&painter, input, disasm);
         self.draw_selection(&painter, input);
         self.draw_range(&painter, input, tracks);
-        self.headers(ui, input.model, tracks);
-        self.hover(&resp, input);
+        self.headers(ui, input, tracks);
+        self.hover(&resp, input, disasm);
         self.draw_axis(ui, axis_rect);
         events
     }
 
-    fn content_height(&self, model: &Model) -> f32 {
-        model
-            .threads
-            .iter()
-            .map(|t| {
-                HEADER_H
-                    + if self.collapsed.contains(&t.spans.tid) {
-                        0.0
-                    } else {
-                        t.spans.depth() as f32 * LANE_H
-                    }
-            })
+    /// Lanes of thread `ti` (with those its line spans need) and whether
+    /// it shows an instruction row; none when folded.
+    fn track(&self, input: &TimelineInput, ti: usize) -> (usize, bool) {
+        let t = &input.model.threads[ti].spans;
+        if self.collapsed.contains(&t.tid) {
+            return (0, false);
+        }
+        let lines = input.lines;
+        let lanes = t.depth().max(lines.map_or(0, |l| l.lanes(ti) as usize));
+        (lanes, lines.is_some_and(|l| l.has_insn_row(ti)))
+    }
+
+    fn track_height(&self, input: &TimelineInput, ti: usize) -> f32 {
+        let (lanes, insns) = self.track(input, ti);
+        (lanes + insns as usize) as f32 * LANE_H
+    }
+
+    fn content_height(&self, input: &TimelineInput) -> f32 {
+        (0..input.model.threads.len())
+            .map(|ti| HEADER_H + self.track_height(input, ti))
             .sum()
     }
 
     /// The rows that intersect `tracks` vertically.
-    fn build_rows(&mut self, model: &Model, tracks: Rect) {
+    fn build_rows(&mut self, input: &TimelineInput, tracks: Rect) {
         self.rows.clear();
         let mut y = tracks.top() - self.scroll_y;
-        for (ti, t) in model.threads.iter().enumerate() {
+        for ti in 0..input.model.threads.len() {
             y += HEADER_H;
-            if self.collapsed.contains(&t.spans.tid) {
-                continue;
-            }
-            for d in 0..t.spans.depth() {
+            let (lanes, insns) = self.track(input, ti);
+            let kinds = (0..lanes)
+                .map(|d| (d, RowKind::Lane))
+                .chain(insns.then_some((lanes, RowKind::Insns)));
+            for (d, kind) in kinds {
                 let (y0, y1) = (y, y + LANE_H);
                 y = y1;
                 if y1 < tracks.top() || y0 > tracks.bottom() {
@@ -267,6 +329,7 @@ impl Timeline {
                 self.rows.push(Row {
                     thread: ti as u32,
                     depth: d as u32,
+                    kind,
                     y0,
                     y1: y1 - 1.0,
                 });
@@ -280,6 +343,8 @@ impl Timeline {
     fn layout_spans(&mut self, input: &TimelineInput, tracks: Rect) {
         self.buf.clear();
         self.row_boxes.clear();
+        self.line_boxes.clear();
+        self.row_line_boxes.clear();
         let paint = Paint {
             styles: input.styles,
             search: input.search,
@@ -293,15 +358,134 @@ impl Timeline {
                 y1: row.y1,
                 row: ri as u32,
             };
-            let r = layout::layout_lane(
-                &mut self.buf,
-                t,
-                row.depth as usize,
-                &self.window,
-                &geom,
-                &paint,
-            );
+            let r = match row.kind {
+                RowKind::Lane => layout::layout_lane(
+                    &mut self.buf,
+                    t,
+                    row.depth as usize,
+                    &self.window,
+                    &geom,
+                    &paint,
+                ),
+                RowKind::Insns => self.buf.boxes.len()..self.buf.boxes.len(),
+            };
             self.row_boxes.push(r);
+            let segs = input
+                .lines
+                .and_then(|l| l.segs.get(row.thread as usize))
+                .map_or(&[][..], |s| s.as_slice());
+            let mesh = &mut self.buf.mesh;
+            let r = match row.kind {
+                RowKind::Lane => lines::layout_line_lane(
+                    mesh,
+                    &mut self.line_boxes,
+                    segs,
+                    row.depth,
+                    &self.window,
+                    &geom,
+                ),
+                RowKind::Insns => {
+                    lines::layout_insn_row(mesh, &mut self.line_boxes, segs, &self.window, &geom)
+                }
+            };
+            self.row_line_boxes.push(r);
+        }
+    }
+
+    /// Labels of line spans and instructions that fit.
+    fn draw_line_labels(&self, painter: &Painter, input: &TimelineInput, disasm: &mut Disasm) {
+        let Some(frame) = input.lines else {
+            return;
+        };
+        let font = FontId::monospace(11.0);
+        let char_w = painter.fonts_mut(|f| f.glyph_width(&font, 'x')).max(1.0);
+        let clip = painter.clip_rect();
+        let mut cands = [String::new(), String::new()];
+        for b in &self.line_boxes {
+            let x0 = b.x0.max(clip.left());
+            let x1 = b.x1.min(clip.right());
+            let w = x1 - x0;
+            if w < LABEL_MIN_PX {
+                continue;
+            }
+            let fits = ((w - 6.0) / char_w).floor().max(0.0) as usize;
+            if fits < 2 {
+                continue;
+            }
+            let row = &self.rows[b.row as usize];
+            let Some(seg) = frame.seg(row.thread, b.key) else {
+                continue;
+            };
+            let mut italic = false;
+            let bg;
+            if b.count > 1 {
+                let what = match row.kind {
+                    RowKind::Lane => "lines",
+                    RowKind::Insns => "instructions",
+                };
+                cands[0] = format!("{} {what}", b.count);
+                cands[1] = b.count.to_string();
+                bg = if row.kind == RowKind::Lane {
+                    MERGED_LINES
+                } else {
+                    MERGED
+                };
+            } else if row.kind == RowKind::Lane {
+                let Some(l) = seg.lines_at(row.depth).get(b.first as usize) else {
+                    continue;
+                };
+                lines::line_labels(seg, l, &mut cands);
+                let name = seg.frame(l).map_or("??", |f| &f.function);
+                bg = lines::line_color(name, l.inlined());
+                italic = l.inlined();
+            } else {
+                let Some(insn) = seg.insns.get(b.first as usize) else {
+                    continue;
+                };
+                let dis = input.source.and_then(|s| disasm.get(s, seg.pid, insn.ip));
+                cands[0] = match &dis {
+                    Some(d) => format!("{:x} {d}", insn.ip),
+                    None => format!("{:x}", insn.ip),
+                };
+                cands[1] = dis.map_or_else(|| format!("{:x}", insn.ip), |d| d.to_string());
+                bg = if insn.exact {
+                    lines::INSN_EXACT
+                } else {
+                    lines::INSN_ESTIMATED
+                };
+            }
+            let text = if cands[0].chars().count() <= fits || cands[1].is_empty() {
+                &mut cands[0]
+            } else {
+                &mut cands[1]
+            };
+            if text.chars().count() > fits {
+                let cut = text
+                    .char_indices()
+                    .nth(fits - 1)
+                    .map_or(text.len(), |(i, _)| i);
+                text.truncate(cut);
+                text.push('…');
+            }
+            let pos = pos2(x0 + 3.0, (row.y0 + 2.0 + row.y1) / 2.0);
+            if italic {
+                let mut job = egui::text::LayoutJob::default();
+                job.append(
+                    text,
+                    0.0,
+                    egui::TextFormat {
+                        font_id: font.clone(),
+                        color: text_on(bg),
+                        italics: true,
+                        ..Default::default()
+                    },
+                );
+                let galley = painter.layout_job(job);
+                let at = pos2(pos.x, pos.y - galley.size().y / 2.0);
+                painter.galley(at, galley, text_on(bg));
+            } else {
+                painter.text(pos, Align2::LEFT_CENTER, &*text, font.clone(), text_on(bg));
+            }
         }
     }
 
@@ -367,6 +551,16 @@ impl Timeline {
                 StrokeKind::Outside,
             );
         }
+        if let Some((l, s, e)) = input.selected_line {
+            if let Some(r) = self.time_rect(l.thread, l.depth, s, e) {
+                painter.rect_stroke(
+                    r.expand(1.0),
+                    0.0,
+                    Stroke::new(2.0, Color32::from_rgb(0xff, 0xe0, 0x40)),
+                    StrokeKind::Outside,
+                );
+            }
+        }
     }
 
     fn draw_range(&self, painter: &Painter, input: &TimelineInput, tracks: Rect) {
@@ -393,20 +587,15 @@ impl Timeline {
 
     /// Thread headers: a clickable, labelled bar per thread that folds its
     /// lanes.
-    fn headers(&mut self, ui: &mut Ui, model: &Model, tracks: Rect) {
+    fn headers(&mut self, ui: &mut Ui, input: &TimelineInput, tracks: Rect) {
         let painter = ui.painter_at(tracks);
         let mut y = tracks.top() - self.scroll_y;
         let mut toggle = None;
-        for t in &model.threads {
+        for (ti, t) in input.model.threads.iter().enumerate() {
             let t = &t.spans;
             let r = Rect::from_min_size(pos2(tracks.left(), y), vec2(tracks.width(), HEADER_H));
             let collapsed = self.collapsed.contains(&t.tid);
-            y += HEADER_H
-                + if collapsed {
-                    0.0
-                } else {
-                    t.depth() as f32 * LANE_H
-                };
+            y += HEADER_H + self.track_height(input, ti);
             if r.bottom() < tracks.top() || r.top() > tracks.bottom() {
                 continue;
             }
@@ -456,18 +645,100 @@ impl Timeline {
         }
     }
 
+    /// The line-detail box under the pointer, as (row, box).
+    fn hovered_line_box(&self, pos: egui::Pos2) -> Option<(Row, LineBox)> {
+        let ri = self
+            .rows
+            .iter()
+            .position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
+        let boxes = &self.line_boxes[self.row_line_boxes.get(ri)?.clone()];
+        let bi = lines::hit(boxes, pos.x)?;
+        Some((self.rows[ri], boxes[bi]))
+    }
+
+    /// Time covered by a line-detail box.
+    fn line_box_times(frame: &LineFrame, row: &Row, b: &LineBox) -> Option<(u64, u64)> {
+        let seg = frame.seg(row.thread, b.key)?;
+        let (a, z) = (b.first as usize, (b.first + b.count) as usize - 1);
+        match row.kind {
+            RowKind::Lane => {
+                let l = seg.lines_at(row.depth);
+                Some((l.get(a)?.start, l.get(z)?.end))
+            }
+            RowKind::Insns => Some((seg.insns.get(a)?.start, seg.insns.get(z)?.end)),
+        }
+    }
+
+    /// Tooltip of the line-detail box under the pointer; false if none.
+    fn hover_line(
+        &mut self,
+        resp: &Response,
+        input: &TimelineInput,
+        pos: egui::Pos2,
+        disasm: &mut Disasm,
+    ) -> bool {
+        let Some(frame) = input.lines else {
+            return false;
+        };
+        let Some((row, b)) = self.hovered_line_box(pos) else {
+            return false;
+        };
+        let Some(seg) = frame.seg(row.thread, b.key) else {
+            return false;
+        };
+        if b.count > 1 {
+            let covered = Self::line_box_times(frame, &row, &b).map_or(0, |(s, e)| e - s);
+            let what = match row.kind {
+                RowKind::Lane => "lines",
+                RowKind::Insns => "instructions",
+            };
+            resp.clone()
+                .on_hover_ui_at_pointer(|ui| lines::merged_tooltip(ui, what, b.count, covered));
+            return true;
+        }
+        match row.kind {
+            RowKind::Lane => {
+                let Some(l) = seg.lines_at(row.depth).get(b.first as usize) else {
+                    return false;
+                };
+                // The frame an inlined line is inlined into.
+                let parent = l
+                    .inlined()
+                    .then(|| seg.chains.get(l.chain as usize))
+                    .flatten()
+                    .and_then(|c| c.get(l.level as usize - 1))
+                    .map(|f| f.function.clone());
+                resp.clone().on_hover_ui_at_pointer(|ui| {
+                    lines::line_tooltip(ui, seg, l, parent.as_deref());
+                });
+            }
+            RowKind::Insns => {
+                let Some(insn) = seg.insns.get(b.first as usize) else {
+                    return false;
+                };
+                let dis = input.source.and_then(|s| disasm.get(s, seg.pid, insn.ip));
+                let origin = self.bounds.map_or(0, |b| b.0);
+                let mode = self.mode;
+                resp.clone().on_hover_ui_at_pointer(|ui| {
+                    lines::insn_tooltip(ui, insn, dis.as_deref(), origin, mode);
+                });
+            }
+        }
+        true
+    }
+
     /// The box under the pointer, as (row, box).
     fn hovered_box(&self, pos: egui::Pos2) -> Option<(Row, DrawnBox)> {
         let ri = self
             .rows
             .iter()
             .position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
-        let boxes = &self.buf.boxes[self.row_boxes[ri].clone()];
+        let boxes = &self.buf.boxes[self.row_boxes.get(ri)?.clone()];
         let bi = layout::hit(boxes, pos.x)?;
         Some((self.rows[ri], boxes[bi]))
     }
 
-    fn hover(&mut self, resp: &Response, input: &TimelineInput) {
+    fn hover(&mut self, resp: &Response, input: &TimelineInput, disasm: &mut Disasm) {
         self.hover_time = None;
         let Some(pos) = resp.hover_pos() else {
             return;
@@ -478,6 +749,9 @@ impl Timeline {
                 .time_at_px((pos.x - self.tracks_rect.left()) as f64, ppn),
         );
         if self.drag != Drag::None {
+            return;
+        }
+        if self.hover_line(resp, input, pos, disasm) {
             return;
         }
         let Some((row, b)) = self.hovered_box(pos) else {
@@ -562,6 +836,40 @@ impl Timeline {
         }
     }
 
+    /// A click on line detail: selects a line or instruction, or zooms
+    /// into a merged run (`Some(None)`). `None` if it missed line detail.
+    fn click_line(
+        &mut self,
+        pos: Option<egui::Pos2>,
+        double: bool,
+        input: &TimelineInput,
+    ) -> Option<Option<TimelineEvent>> {
+        let frame = input.lines?;
+        let (row, b) = self.hovered_line_box(pos?)?;
+        if b.count > 1 || double {
+            if let Some((s, e)) = Self::line_box_times(frame, &row, &b) {
+                self.fit(s, e);
+            }
+            if b.count > 1 {
+                return Some(None);
+            }
+        }
+        let key = b.key;
+        Some(Some(match row.kind {
+            RowKind::Lane => TimelineEvent::SelectLine(LineRef {
+                thread: row.thread,
+                key,
+                depth: row.depth,
+                index: b.first,
+            }),
+            RowKind::Insns => TimelineEvent::SelectInsn(InsnRef {
+                thread: row.thread,
+                key,
+                index: b.first,
+            }),
+        }))
+    }
+
     /// Zoom, pan, fit, clicks and range drags.
     fn navigate(
         &mut self,
@@ -588,7 +896,7 @@ impl Timeline {
                 self.pan_ns(-scroll.x as f64 / ppn);
             }
             if scroll.y != 0.0 {
-                let content = self.content_height(input.model);
+                let content = self.content_height(input);
                 if content > tracks.height() {
                     self.scroll_y -= scroll.y;
                 } else {
@@ -675,6 +983,10 @@ impl Timeline {
         // Clicks: select, zoom into merged boxes, fit on double-click.
         if resp.clicked() || resp.double_clicked() {
             let pos = resp.interact_pointer_pos();
+            if let Some(ev) = self.click_line(pos, resp.double_clicked(), input) {
+                events.extend(ev);
+                return;
+            }
             let hit = pos.and_then(|p| self.hovered_box(p));
             match hit {
                 Some((row, b)) if b.count > 1 => {

@@ -5,21 +5,30 @@
 //! The app owns one per open snapshot and calls [`TraceView::ui`] every
 //! frame; background decoding hands over newer models with
 //! [`TraceView::set_model`], which keeps the view and the selection.
+//!
+//! Zoomed in far enough, the view also asks for line detail
+//! ([`crate::lines`]) and shows a clicked line in the Source pane
+//! ([`crate::source`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use egui::{Key, KeyboardShortcut, Modifiers, Ui, WidgetInfo};
+use egui::{Key, KeyboardShortcut, Modifiers, Rect, Ui, WidgetInfo};
+use ptscope_decoder::detail::Detail;
 use ptscope_decoder::event::FuncId;
+use ptscope_decoder::fine::Segment;
 use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration_f, TimeMode};
 use crate::color::{extend_styles, FuncStyle};
 use crate::details::{details_ui, step_call, Details, DetailsAction};
 use crate::layout::FrameBuf;
+use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef, LineRequest};
 use crate::range::{flame_ui, table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
+use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
 use crate::spans::{calls_per_func, SpanRef};
-use crate::timeline::{Timeline, TimelineEvent, TimelineInput};
+use crate::timeline::{RowKind, Timeline, TimelineEvent, TimelineInput};
 use crate::window::TimeWindow;
 
 /// Which tab the bottom panel shows.
@@ -28,6 +37,26 @@ pub enum PanelTab {
     Details,
     Range,
     FlameGraph,
+    /// The selected line's source file, or its disassembly.
+    Source,
+}
+
+/// A line span or instruction on screen last frame (tests and tools).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VisibleLine {
+    pub rect: Rect,
+    /// The line span, when the box is one line span (not a merged run,
+    /// not an instruction).
+    pub line: Option<LineRef>,
+    /// Line spans or instructions in the box.
+    pub count: u32,
+    /// Whether it is on the instruction row.
+    pub insn: bool,
+    /// Frame of a lone line span: function, file, line, inlined.
+    pub function: Option<Arc<str>>,
+    pub file: Option<Arc<str>>,
+    pub number: u32,
+    pub inlined: bool,
 }
 
 /// The viewer of one model, with all its UI state.
@@ -46,6 +75,12 @@ pub struct TraceView {
     tab: PanelTab,
     show_help: bool,
     focus_search: bool,
+    lines: LineDetail,
+    disasm: Disasm,
+    source: SourcePane,
+    /// The clicked line span, with its segment (kept while the cache
+    /// may drop it).
+    selected_line: Option<(LineRef, Arc<Segment>)>,
 }
 
 impl TraceView {
@@ -65,6 +100,10 @@ impl TraceView {
             tab: PanelTab::Details,
             show_help: false,
             focus_search: false,
+            lines: LineDetail::default(),
+            disasm: Disasm::default(),
+            source: SourcePane::default(),
+            selected_line: None,
         };
         v.set_model(model);
         v
@@ -74,6 +113,12 @@ impl TraceView {
     /// the view, selection, search and range. A selection that no longer
     /// exists is dropped.
     pub fn set_model(&mut self, model: Arc<Model>) {
+        if !Arc::ptr_eq(&self.model, &model) {
+            // Line detail belongs to one model; segment keys may differ.
+            self.selected_line = None;
+            self.disasm.clear();
+        }
+        self.lines.set_model(&model);
         self.model = model;
         extend_styles(&mut self.styles, &self.model.funcs);
         self.calls = calls_per_func(&self.model);
@@ -145,9 +190,11 @@ impl TraceView {
         self.timeline.fit_all();
     }
 
-    /// Fits the selected span, else the range selection.
+    /// Fits the selected span or line, else the range selection.
     pub fn zoom_to_selection(&mut self) {
         if let Some((s, e)) = self.selected.and_then(|r| r.times(&self.model)) {
+            self.timeline.fit(s, e);
+        } else if let Some((s, e)) = self.selected_line_times() {
             self.timeline.fit(s, e);
         } else if let Some(r) = &self.range {
             self.timeline.fit(r.from, r.to);
@@ -176,9 +223,177 @@ impl TraceView {
     pub fn select(&mut self, r: Option<SpanRef>) {
         self.details = r.and_then(|r| Details::new(&self.model, r));
         self.selected = self.details.as_ref().map(|d| d.span);
+        self.selected_line = None;
         if self.selected.is_some() {
             self.tab = PanelTab::Details;
         }
+    }
+
+    /// The segment `key` of thread `thread`, if decoded.
+    fn segment(&self, thread: u32, key: ptscope_decoder::detail::Key) -> Option<Arc<Segment>> {
+        self.lines
+            .frame()
+            .seg(thread, key)
+            .cloned()
+            .or_else(|| self.lines.detail()?.get(key))
+    }
+
+    /// Selects a line span and opens its source in the Source pane.
+    /// False if its segment is not decoded (or the reference is stale).
+    pub fn select_line(&mut self, l: LineRef) -> bool {
+        let Some(seg) = self.segment(l.thread, l.key) else {
+            return false;
+        };
+        let Some(span) = l.span(&seg) else {
+            return false;
+        };
+        let Some(f) = seg.frame(span) else {
+            return false;
+        };
+        let outer = seg
+            .chains
+            .get(span.chain as usize)
+            .and_then(|c| c.first())
+            .map_or_else(|| f.function.clone(), |o| o.function.clone());
+        self.source.open(SourceTarget {
+            file: f.file.clone(),
+            line: f.line,
+            function: f.function.clone(),
+            outer,
+            pid: seg.pid,
+            ip: None,
+        });
+        self.select(None);
+        self.selected_line = Some((l, seg));
+        self.tab = PanelTab::Source;
+        true
+    }
+
+    /// Selects the innermost line of an instruction and shows it in the
+    /// Disassembly view.
+    pub fn select_insn(&mut self, r: InsnRef) -> bool {
+        let Some(seg) = self.segment(r.thread, r.key) else {
+            return false;
+        };
+        let Some((depth, index)) = line_of_insn(&seg, r.index as usize) else {
+            return false;
+        };
+        let ip = seg.insns[r.index as usize].ip;
+        let l = LineRef {
+            thread: r.thread,
+            key: r.key,
+            depth,
+            index,
+        };
+        if !self.select_line(l) {
+            return false;
+        }
+        if let Some(t) = self.source.target().cloned() {
+            self.source.open(SourceTarget { ip: Some(ip), ..t });
+        }
+        self.source.mode = SourceMode::Disassembly;
+        true
+    }
+
+    pub fn selected_line(&self) -> Option<LineRef> {
+        self.selected_line.as_ref().map(|s| s.0)
+    }
+
+    fn selected_line_times(&self) -> Option<(u64, u64)> {
+        let (l, seg) = self.selected_line.as_ref()?;
+        let span = l.span(seg)?;
+        Some((span.start, span.end))
+    }
+
+    // ---- Line detail ----
+
+    /// Windows at most this wide (ns) get source lines and instructions.
+    pub fn line_threshold(&self) -> f64 {
+        self.lines.threshold_ns
+    }
+
+    pub fn set_line_threshold(&mut self, ns: f64) {
+        if ns.is_finite() && ns > 0.0 {
+            self.lines.threshold_ns = ns;
+        }
+    }
+
+    /// The background fine pass, once the view has drawn with a model
+    /// that has an instruction trace.
+    pub fn line_detail(&self) -> Option<&Detail> {
+        self.lines.detail()
+    }
+
+    /// The line detail of the last frame.
+    pub fn line_frame(&self) -> &LineFrame {
+        self.lines.frame()
+    }
+
+    /// Blocks until the line detail wanted last frame is decoded (tests).
+    pub fn wait_for_lines(&self) {
+        if let Some(d) = self.lines.detail() {
+            d.wait();
+        }
+    }
+
+    /// Line spans and instructions drawn last frame.
+    pub fn visible_lines(&self) -> Vec<VisibleLine> {
+        let frame = self.lines.frame();
+        self.timeline
+            .line_boxes()
+            .map(|(row, b)| {
+                let rect = Rect::from_x_y_ranges(b.x0..=b.x1, row.y0..=row.y1);
+                let insn = row.kind == RowKind::Insns;
+                let mut v = VisibleLine {
+                    rect,
+                    line: None,
+                    count: b.count,
+                    insn,
+                    function: None,
+                    file: None,
+                    number: 0,
+                    inlined: false,
+                };
+                if b.count == 1 && !insn {
+                    let l = LineRef {
+                        thread: row.thread,
+                        key: b.key,
+                        depth: row.depth,
+                        index: b.first,
+                    };
+                    let seg = frame.seg(row.thread, b.key);
+                    if let Some((span, f)) =
+                        seg.and_then(|s| l.span(s).and_then(|sp| Some((sp, s.frame(sp)?))))
+                    {
+                        v.function = Some(f.function.clone());
+                        v.file = Some(f.file.clone());
+                        v.number = f.line;
+                        v.inlined = span.inlined();
+                    }
+                    v.line = Some(l);
+                }
+                v
+            })
+            .collect()
+    }
+
+    /// The Source pane.
+    pub fn source_pane(&self) -> &SourcePane {
+        &self.source
+    }
+
+    pub fn source_pane_mut(&mut self) -> &mut SourcePane {
+        &mut self.source
+    }
+
+    /// `--source-map` remappings (FROM, TO) for source files.
+    pub fn set_source_maps(&mut self, maps: Vec<(String, String)>) {
+        self.source.set_base_maps(maps);
+    }
+
+    /// Where the snapshot is: source files are also looked for there.
+    pub fn set_source_dir(&mut self, dir: Option<PathBuf>) {
+        self.source.set_near(dir);
     }
 
     pub fn selected(&self) -> Option<SpanRef> {
@@ -361,9 +576,47 @@ impl TraceView {
 
     // ---- Drawing ----
 
+    /// Thread indices whose tracks are open.
+    fn open_threads(&self) -> Vec<usize> {
+        (0..self.model.threads.len())
+            .filter(|&ti| !self.timeline.is_collapsed(self.model.threads[ti].spans.tid))
+            .collect()
+    }
+
+    /// What the Source pane's heat covers: the range, else the view.
+    fn heat_scope(&self) -> ((u64, u64), bool) {
+        match self.range() {
+            Some(r) => (r, true),
+            None => (self.view_range(), false),
+        }
+    }
+
+    /// Says which segments are wanted this frame and takes in those ready.
+    fn update_lines(&mut self, ctx: &egui::Context) {
+        let model = self.model.clone();
+        let heat = (self.tab == PanelTab::Source && self.source.target().is_some())
+            .then(|| self.heat_scope().0);
+        let timeline = &self.timeline;
+        let collapsed = |ti: usize| {
+            model
+                .threads
+                .get(ti)
+                .is_some_and(|t| timeline.is_collapsed(t.spans.tid))
+        };
+        let req = LineRequest {
+            window: self.timeline.window,
+            width_px: self.timeline.width_px(),
+            collapsed: &collapsed,
+            extra: heat,
+            max_extra: MAX_HEAT_SEGMENTS,
+        };
+        self.lines.update(ctx, &model, &req);
+    }
+
     /// Draws the whole viewer into `ui`.
     pub fn ui(&mut self, ui: &mut Ui) {
         self.global_keys(ui);
+        self.update_lines(ui.ctx());
         egui::Panel::top("ptscope-toolbar").show(ui, |ui| {
             self.toolbar(ui);
         });
@@ -386,20 +639,34 @@ impl TraceView {
                 &mut self.timeline.window,
                 &mut self.overview_buf,
             );
+            let frame = self.lines.frame();
+            let selected_line = self
+                .selected_line
+                .as_ref()
+                .and_then(|(l, seg)| l.span(seg).map(|s| (*l, s.start, s.end)));
             let input = TimelineInput {
                 model: &model,
                 styles: &self.styles,
                 search: self.search.mask(),
                 selected: self.selected,
-                range: self.range(),
+                range: self.range.as_ref().map(|r| (r.from, r.to)),
+                lines: frame.active.then_some(frame),
+                selected_line,
+                source: model.lines.as_deref(),
             };
-            let events = self.timeline.ui(ui, &input);
+            let events = self.timeline.ui(ui, &input, &mut self.disasm);
             for e in events {
                 match e {
                     TimelineEvent::Select(r) => self.select(r),
                     TimelineEvent::Range(a, b) => {
                         self.set_range(Some((a, b)));
                         self.tab = PanelTab::Range;
+                    }
+                    TimelineEvent::SelectLine(l) => {
+                        self.select_line(l);
+                    }
+                    TimelineEvent::SelectInsn(r) => {
+                        self.select_insn(r);
                     }
                 }
             }
@@ -494,10 +761,49 @@ impl TraceView {
                 "view {}",
                 format_duration_f(self.timeline.window.width)
             ));
+            ui.separator();
+            self.line_controls(ui);
             if ui.button("?").on_hover_text("Keyboard help (F1)").clicked() {
                 self.show_help = !self.show_help;
             }
         });
+    }
+
+    /// The line-detail threshold and what the fine pass is doing.
+    fn line_controls(&mut self, ui: &mut Ui) {
+        ui.label("Lines below");
+        let mut us = self.lines.threshold_ns / 1000.0;
+        let r = ui
+            .add(
+                egui::DragValue::new(&mut us)
+                    .range(0.1..=1_000_000.0)
+                    .speed(1.0)
+                    .suffix(" µs"),
+            )
+            .on_hover_text(
+                "Source lines and instructions are decoded and drawn when the view is at most this wide",
+            );
+        ui.ctx()
+            .accesskit_node_builder(r.id, |b| b.set_label("Line detail threshold"));
+        if r.changed() {
+            self.set_line_threshold(us * 1000.0);
+        }
+        let f = self.lines.frame();
+        if f.pending > 0 {
+            ui.spinner();
+            ui.label("decoding lines…")
+                .on_hover_text(format!("{} trace segments to go", f.pending));
+        } else if f.failed > 0 {
+            let err = f.error.clone().unwrap_or_default();
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!("lines: {} segments failed", f.failed),
+            )
+            .on_hover_text(err);
+        } else if f.active && self.model.lines.is_none() && self.model.span_count() > 0 {
+            ui.weak("no line detail for this input")
+                .on_hover_text("Line detail re-decodes the instruction trace of a snapshot or perf.data file; perf script text has none.");
+        }
     }
 
     fn bottom_panel(&mut self, ui: &mut Ui) {
@@ -506,6 +812,7 @@ impl TraceView {
                 (PanelTab::Details, "Details"),
                 (PanelTab::Range, "Range"),
                 (PanelTab::FlameGraph, "Flame graph"),
+                (PanelTab::Source, "Source"),
             ] {
                 let r = ui.selectable_label(self.tab == tab, label);
                 r.widget_info(|| {
@@ -556,6 +863,19 @@ impl TraceView {
                 }
                 Some(r) => flame_ui(ui, &model, r, &self.styles),
             },
+            PanelTab::Source => {
+                let threads = self.open_threads();
+                let (scope, is_range) = self.heat_scope();
+                let env = SourceEnv {
+                    detail: self.lines.detail(),
+                    source: model.lines.as_deref(),
+                    disasm: &mut self.disasm,
+                    threads: &threads,
+                    scope,
+                    is_range,
+                };
+                self.source.ui(ui, env);
+            }
         }
     }
 }
