@@ -145,6 +145,80 @@ fn clicking_a_span_shows_its_details() {
     assert!(h.get_all_by_label_contains("handle").count() >= 1);
 }
 
+fn view_mut<'h>(h: &'h mut Harness<'_, App>) -> &'h mut ptscope_viewer::TraceView {
+    h.state_mut()
+        .active_tab_mut()
+        .unwrap()
+        .view_mut()
+        .expect("a view")
+}
+
+/// Line-level zoom through the window: zoomed into the slow request, the
+/// loop of `slow_path` (demo.c line 30) shows as line spans; clicking one
+/// opens the Source pane on demo.c at line 30, whose heat says it ran 300
+/// times, the loop's trip count.
+#[test]
+fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
+    let mut h = demo_harness();
+    let r = view(&h).find_span("slow_path").expect("slow_path");
+    let (s, e) = r.times(view(&h).model()).unwrap();
+    view_mut(&mut h).zoom_to(s, e);
+    h.run_steps(1);
+    view(&h).wait_for_lines();
+    h.run_steps(2);
+    let lines = view(&h).visible_lines();
+    let loop_lines: Vec<_> = lines
+        .iter()
+        .filter(|l| l.number == 30 && l.function.as_deref() == Some("slow_path"))
+        .collect();
+    assert!(
+        loop_lines.len() >= 100,
+        "line spans of demo.c:30 on screen: {} (of {} line boxes)",
+        loop_lines.len(),
+        lines.len()
+    );
+    let target = loop_lines[loop_lines.len() / 3];
+    let at = target.rect.center();
+    h.hover_at(at);
+    h.run_steps(1);
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.run_steps(3);
+    assert_eq!(view(&h).selected_line(), target.line);
+    assert_eq!(view(&h).tab(), ptscope_viewer::PanelTab::Source);
+    let t = view(&h)
+        .source_pane()
+        .target()
+        .expect("the Source pane's file")
+        .clone();
+    assert!(t.file.ends_with("/demo.c"), "{}", t.file);
+    assert_eq!(t.line, 30);
+    // Read from disk: at its DWARF path, or next to the snapshot when the
+    // tree was built elsewhere.
+    let loaded = view_mut(&mut h).source_pane_mut().file(&t.file);
+    match &*loaded {
+        ptscope_viewer::source::Loaded::Text { path, lines } => {
+            assert!(path.ends_with("assets/demo/demo.c"), "{}", path.display());
+            assert!(lines[29].contains("for (int i = 0; i < 300; i++)"));
+        }
+        other => panic!("demo.c not found: {other:?}"),
+    }
+    let heat = view_mut(&mut h)
+        .source_pane_mut()
+        .heat_at(30)
+        .expect("line 30 ran");
+    assert_eq!(heat.count, 300, "{heat:?}");
+    // What the pane shows: line 30 highlighted in view with its count.
+    h.get_by_label_contains("demo.c:30: ran 300×");
+    h.get_by_role_and_label(egui::accesskit::Role::Tab, "Source");
+}
+
 #[test]
 fn search_counts_matches() {
     let mut h = demo_harness();

@@ -50,6 +50,8 @@ pub fn run(
         options,
         Box::new(move |cc| {
             let mut app = App::new(cc.storage);
+            // Before opening: each tab's viewer takes the maps.
+            app.source_maps = source_maps;
             for f in &files {
                 app.open(f, &cc.egui_ctx);
             }
@@ -60,7 +62,6 @@ pub fn run(
                 failed: failed2,
             });
             app.select_on_load = select;
-            app.source_maps = source_maps;
             Ok(Box::new(app))
         }),
     )
@@ -96,7 +97,26 @@ enum TabState {
 
 pub struct Tab {
     pub path: PathBuf,
+    /// `--source-map` pairs for its viewer's Source pane.
+    source_maps: Vec<(String, String)>,
     state: TabState,
+}
+
+/// A viewer of `model`, the file at `path`: source files are looked for
+/// through `maps`, then next to the file.
+fn new_view(
+    path: &Path,
+    maps: &[(String, String)],
+    model: Arc<ptscope_decoder::model::Model>,
+) -> TraceView {
+    let mut v = TraceView::new(model);
+    v.set_source_maps(maps.to_vec());
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    v.set_source_dir(Some(dir.to_path_buf()));
+    v
 }
 
 impl Tab {
@@ -144,7 +164,7 @@ impl Tab {
         match load.poll() {
             Poll::Pending(Some(partial)) => match view {
                 Some(v) => v.set_model(partial),
-                None => *view = Some(TraceView::new(partial)),
+                None => *view = Some(new_view(&self.path, &self.source_maps, partial)),
             },
             Poll::Pending(None) => {}
             Poll::Done(r) => self.finish(r),
@@ -163,7 +183,7 @@ impl Tab {
                     v.set_model(model);
                     TabState::Ready(v)
                 }
-                None => TabState::Ready(TraceView::new(model)),
+                None => TabState::Ready(new_view(&self.path, &self.source_maps, model)),
             },
             Err(e) => TabState::Failed(e),
         };
@@ -230,6 +250,7 @@ impl App {
         let load = Load::start(path, move || ctx.request_repaint());
         self.tabs.push(Tab {
             path: path.to_path_buf(),
+            source_maps: self.source_maps.clone(),
             state: TabState::Loading { load, view: None },
         });
         self.active = self.tabs.len() - 1;

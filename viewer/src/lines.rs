@@ -530,11 +530,11 @@ pub fn file_name(path: &str) -> &str {
 }
 
 /// Label candidates of a line span, longest first, into `out` (cleared):
-/// `name demo.c:30` for inlined code, `demo.c:30` for the function's own.
-pub fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 2]) {
+/// `name demo.c:30`, `name:30`, `30` for inlined code; `demo.c:30`,
+/// `line 30`, `30` for the function's own.
+pub fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 3]) {
     use std::fmt::Write;
-    out[0].clear();
-    out[1].clear();
+    out.iter_mut().for_each(String::clear);
     let Some(f) = seg.frame(l) else {
         out[0].push_str("??");
         return;
@@ -546,6 +546,30 @@ pub fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 2]) {
         let _ = write!(out[0], "{}:{}", file_name(&f.file), f.line);
         let _ = write!(out[1], "line {}", f.line);
     }
+    let _ = write!(out[2], "{}", f.line);
+}
+
+/// The first of `cands` (longest first; empty ones skipped) that fits
+/// `fits` chars, else the last cut to fit with a `…`. `None` if nothing
+/// readable fits.
+pub fn pick_label(cands: &mut [String], fits: usize) -> Option<&str> {
+    let n = cands.iter().rposition(|c| !c.is_empty())?;
+    let i = (0..=n)
+        .find(|&i| !cands[i].is_empty() && cands[i].chars().count() <= fits)
+        .unwrap_or(n);
+    let text = &mut cands[i];
+    if text.chars().count() > fits {
+        if fits < 2 {
+            return None;
+        }
+        let cut = text
+            .char_indices()
+            .nth(fits - 1)
+            .map_or(text.len(), |(i, _)| i);
+        text.truncate(cut);
+        text.push('…');
+    }
+    Some(text)
 }
 
 /// Disassembly by (pid, address), decoded once.
@@ -745,5 +769,24 @@ mod tests {
         assert_eq!(file_name("/work/main/assets/demo/demo.c"), "demo.c");
         assert_eq!(file_name("demo.c"), "demo.c");
         assert_eq!(file_name("C:\\src\\a.c"), "a.c");
+    }
+
+    #[test]
+    fn labels_shorten_to_fit() {
+        let mut c = ["demo.c:30".to_string(), "line 30".into(), "30".into()];
+        assert_eq!(pick_label(&mut c.clone(), 20), Some("demo.c:30"));
+        assert_eq!(pick_label(&mut c.clone(), 8), Some("line 30"));
+        assert_eq!(pick_label(&mut c.clone(), 3), Some("30"));
+        assert_eq!(pick_label(&mut c, 1), None);
+        let mut c = [
+            "400f16 xor eax,edx".to_string(),
+            "xor eax,edx".into(),
+            "xor".into(),
+        ];
+        assert_eq!(pick_label(&mut c.clone(), 12), Some("xor eax,edx"));
+        assert_eq!(pick_label(&mut c, 2), Some("x…"));
+        let mut c = ["12 lines".to_string(), "12".into(), String::new()];
+        assert_eq!(pick_label(&mut c, 2), Some("12"));
+        assert_eq!(pick_label(&mut [String::new()], 5), None);
     }
 }

@@ -737,8 +737,8 @@ impl Row<'_> {
             )
         });
         let name = match &heat_text {
-            Some((_, _, s)) => format!("{}: {s}", self.label),
-            None => format!("{}: did not run", self.label),
+            Some((_, _, s)) => format!("{}: {s}: {}", self.label, self.text.trim()),
+            None => format!("{}: did not run: {}", self.label, self.text.trim()),
         };
         resp.widget_info(|| WidgetInfo::labeled(egui::Role::Row, true, &name));
         if !ui.is_rect_visible(rect) {
@@ -761,7 +761,7 @@ impl Row<'_> {
                     rect.bottom(),
                 ),
             );
-            p.rect_filled(bar, 0.0, HEAT.gamma_multiply(0.55));
+            p.rect_filled(bar, 0.0, HEAT.gamma_multiply(0.4));
             p.text(
                 pos2(rect.left() + COUNT_X, y),
                 Align2::RIGHT_CENTER,

@@ -400,7 +400,7 @@ impl Timeline {
         let font = FontId::monospace(11.0);
         let char_w = painter.fonts_mut(|f| f.glyph_width(&font, 'x')).max(1.0);
         let clip = painter.clip_rect();
-        let mut cands = [String::new(), String::new()];
+        let mut cands = [String::new(), String::new(), String::new()];
         for b in &self.line_boxes {
             let x0 = b.x0.max(clip.left());
             let x1 = b.x1.min(clip.right());
@@ -425,6 +425,7 @@ impl Timeline {
                 };
                 cands[0] = format!("{} {what}", b.count);
                 cands[1] = b.count.to_string();
+                cands[2].clear();
                 bg = if row.kind == RowKind::Lane {
                     MERGED_LINES
                 } else {
@@ -443,30 +444,24 @@ impl Timeline {
                     continue;
                 };
                 let dis = input.source.and_then(|s| disasm.get(s, seg.pid, insn.ip));
-                cands[0] = match &dis {
-                    Some(d) => format!("{:x} {d}", insn.ip),
-                    None => format!("{:x}", insn.ip),
-                };
-                cands[1] = dis.map_or_else(|| format!("{:x}", insn.ip), |d| d.to_string());
+                cands.iter_mut().for_each(String::clear);
+                match &dis {
+                    Some(d) => {
+                        cands[0] = format!("{:x} {d}", insn.ip);
+                        cands[1].push_str(d);
+                        cands[2].push_str(d.split(' ').next().unwrap_or(d));
+                    }
+                    None => cands[0] = format!("{:x}", insn.ip),
+                }
                 bg = if insn.exact {
                     lines::INSN_EXACT
                 } else {
                     lines::INSN_ESTIMATED
                 };
             }
-            let text = if cands[0].chars().count() <= fits || cands[1].is_empty() {
-                &mut cands[0]
-            } else {
-                &mut cands[1]
+            let Some(text) = lines::pick_label(&mut cands, fits) else {
+                continue;
             };
-            if text.chars().count() > fits {
-                let cut = text
-                    .char_indices()
-                    .nth(fits - 1)
-                    .map_or(text.len(), |(i, _)| i);
-                text.truncate(cut);
-                text.push('…');
-            }
             let pos = pos2(x0 + 3.0, (row.y0 + 2.0 + row.y1) / 2.0);
             if italic {
                 let mut job = egui::text::LayoutJob::default();
@@ -484,7 +479,7 @@ impl Timeline {
                 let at = pos2(pos.x, pos.y - galley.size().y / 2.0);
                 painter.galley(at, galley, text_on(bg));
             } else {
-                painter.text(pos, Align2::LEFT_CENTER, &*text, font.clone(), text_on(bg));
+                painter.text(pos, Align2::LEFT_CENTER, text, font.clone(), text_on(bg));
             }
         }
     }

@@ -672,7 +672,7 @@ impl TraceView {
             }
         });
         let mut open = self.show_help;
-        crate::help::show(ui.ctx(), &mut open);
+        crate::help::show(ui.ctx(), &mut open, self.lines.threshold_ns);
         self.show_help = open;
     }
 
