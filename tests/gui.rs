@@ -219,6 +219,39 @@ fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
     h.get_by_role_and_label(egui::accesskit::Role::Tab, "Source");
 }
 
+/// `--source-map` pairs reach each tab's Source pane, ahead of the
+/// snapshot's directory.
+#[test]
+fn source_maps_reach_the_viewer() {
+    let mut h = Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("demo.c"), "// elsewhere\n").unwrap();
+    let from = demo_path()
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let to = dir.path().display().to_string();
+    h.state_mut().source_maps = vec![(from.clone(), to.clone())];
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&demo_path(), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(2);
+    assert_eq!(view(&h).source_pane().maps(), vec![(from.clone(), to)]);
+    let dwarf: std::sync::Arc<str> = format!("{from}/demo.c").into();
+    match &*view_mut(&mut h).source_pane_mut().file(&dwarf) {
+        ptscope_viewer::source::Loaded::Text { path, lines } => {
+            assert_eq!(path, &dir.path().join("demo.c"));
+            assert_eq!(lines[0], "// elsewhere");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn search_counts_matches() {
     let mut h = demo_harness();

@@ -463,6 +463,16 @@ impl App {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             return;
         }
+        // Line detail the view asked for is part of the picture.
+        let lines_pending = self
+            .tabs
+            .get(self.active)
+            .and_then(Tab::view)
+            .is_some_and(|v| v.line_frame().pending > 0);
+        if lines_pending {
+            ctx.request_repaint();
+            return;
+        }
         // A few frames first, so layout and fonts have settled.
         s.frames_drawn += 1;
         if s.frames_drawn < 5 {

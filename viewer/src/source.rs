@@ -594,7 +594,10 @@ impl SourcePane {
         let mut clicked = None;
         area.show_rows(ui, row_h, numbers.len(), |ui, range| {
             for &n in &numbers[range] {
-                let src = text.get(n as usize - 1).map_or("", |s| s.as_str());
+                let src = (n as usize)
+                    .checked_sub(1)
+                    .and_then(|i| text.get(i))
+                    .map_or("", |s| s.as_str());
                 let row = Row {
                     heat: heat.get(n),
                     level: heat.get(n).map_or(0.0, |h| heat.level(&h)),

@@ -79,7 +79,18 @@ fn zoomed_out_there_is_no_line_detail() {
 #[test]
 fn line_spans_appear_under_slow_path_and_a_click_opens_the_loop() {
     let mut h = harness();
-    zoom_to_slow_path(&mut h);
+    let r = h.state().find_span("slow_path").unwrap();
+    let (s, e) = r.times(h.state().model()).unwrap();
+    h.state_mut().zoom_to(s, e);
+    h.run_steps(1);
+    // While the segment decodes, the calls stay and a note says why the
+    // lines are not there yet.
+    assert!(h.state().span_rect(r).is_some());
+    assert!(h.state().visible_lines().is_empty());
+    h.get_by_label("decoding lines…");
+    h.state().wait_for_lines();
+    h.run_steps(2);
+    assert!(h.query_by_label("decoding lines…").is_none());
     let lines = h.state().visible_lines();
     assert!(lines.len() > 100, "{} line boxes", lines.len());
     let loop_lines = line_30(&lines);
