@@ -772,6 +772,42 @@ mod tests {
     }
 
     #[test]
+    fn inlined_lines_are_labelled_with_their_function() {
+        use ptscope_decoder::fine::LineFrame;
+        let f = |function: &str, file: &str, line| LineFrame {
+            function: function.into(),
+            file: file.into(),
+            line,
+        };
+        // Private fields: fill the public ones of a default.
+        let mut seg = Segment::default();
+        seg.chains = vec![Arc::from(vec![
+            f("loop", "/src/a.c", 11),
+            f("push", "/src/v.h", 4),
+        ])];
+        let own = LineSpan {
+            level: 0,
+            ..span(0, 10)
+        };
+        let inl = LineSpan {
+            level: 1,
+            depth: 2,
+            ..span(2, 6)
+        };
+        let mut c = [String::new(), String::new(), String::new()];
+        line_labels(&seg, &own, &mut c);
+        assert_eq!(c, ["a.c:11", "line 11", "11"]);
+        line_labels(&seg, &inl, &mut c);
+        assert_eq!(c, ["push v.h:4", "push:4", "4"]);
+        let lost = LineSpan {
+            chain: 7,
+            ..span(0, 1)
+        };
+        line_labels(&seg, &lost, &mut c);
+        assert_eq!(c[0], "??");
+    }
+
+    #[test]
     fn labels_shorten_to_fit() {
         let mut c = ["demo.c:30".to_string(), "line 30".into(), "30".into()];
         assert_eq!(pick_label(&mut c.clone(), 20), Some("demo.c:30"));
