@@ -219,6 +219,72 @@ fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
     h.get_by_role_and_label(egui::accesskit::Role::Tab, "Source");
 }
 
+/// An inlined call (tests/programs/inline.c: `mix`, always inlined into
+/// `churn`'s loop at line 14) shows as its own line spans, marked inlined,
+/// in the lane under churn's line 14; clicking one opens mix's source, and
+/// the Disassembly view lists churn's instructions under mix's lines.
+#[test]
+fn inlined_code_shows_as_marked_line_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = support::build(dir.path(), "inline.c");
+    let (snap, _) = support::record(dir.path(), "inline", &[], &[exe.to_str().unwrap()]);
+    let mut h = harness_with(&[&snap]);
+    let r = view(&h).find_span("churn").expect("churn");
+    let (s, e) = r.times(view(&h).model()).unwrap();
+    view_mut(&mut h).zoom_to(s, e);
+    h.run_steps(1);
+    view(&h).wait_for_lines();
+    h.run_steps(2);
+    let lines = view(&h).visible_lines();
+    let named = |f: &str| -> Vec<&ptscope_viewer::VisibleLine> {
+        lines
+            .iter()
+            .filter(|l| l.function.as_deref() == Some(f))
+            .collect()
+    };
+    let mix = named("mix");
+    assert!(
+        mix.len() >= 20,
+        "{} mix spans of {} boxes",
+        mix.len(),
+        lines.len()
+    );
+    assert!(mix.iter().all(|l| l.inlined && (6..=7).contains(&l.number)));
+    let call_line = named("churn")
+        .into_iter()
+        .find(|l| l.number == 14 && !l.inlined)
+        .expect("churn's line 14");
+    // One lane below the line that calls it.
+    assert!(mix[0].rect.top() > call_line.rect.bottom() - 1.0);
+    assert!(mix[0].rect.top() < call_line.rect.bottom() + 20.0);
+
+    let target = mix[mix.len() / 2];
+    let at = target.rect.center();
+    h.hover_at(at);
+    h.run_steps(4);
+    h.get_by_label("inlined into churn");
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.run_steps(3);
+    let t = view(&h).source_pane().target().expect("a target").clone();
+    assert_eq!((&*t.function, &*t.outer), ("mix", "churn"));
+    assert!(t.file.ends_with("/inline.c"), "{}", t.file);
+    h.get_by_label_contains(&format!("inline.c:{}: ran 40×", t.line));
+    h.get_by_role_and_label(egui::accesskit::Role::RadioButton, "Disassembly")
+        .click();
+    h.run_steps(3);
+    // mix's lines, each over the instructions of churn compiled from it.
+    h.get_by_label_contains("inline.c:6: ran 40×");
+    h.get_by_label_contains("inline.c:7: ran 40×");
+    assert!(h.get_all_by_label_contains("ran 40×").count() >= 4);
+}
+
 /// `--source-map` pairs reach each tab's Source pane, ahead of the
 /// snapshot's directory.
 #[test]
