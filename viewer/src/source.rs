@@ -287,7 +287,7 @@ struct HeatCache {
     lines: HashMap<(Arc<str>, u32), LineHeat>,
     insns: Option<HashMap<u64, (InsnHeat, Option<Chain>)>>,
     file: Option<(Arc<str>, FileHeat)>,
-    rows: Option<(Arc<str>, Vec<DisasmRow>)>,
+    rows: Option<(Arc<str>, Arc<[DisasmRow]>)>,
 }
 
 impl HeatCache {
@@ -333,15 +333,15 @@ impl HeatCache {
         &self.file.as_ref().expect("just set").1
     }
 
-    fn rows(&mut self, function: &Arc<str>) -> &[DisasmRow] {
+    fn rows(&mut self, function: &Arc<str>) -> Arc<[DisasmRow]> {
         if self.rows.as_ref().is_none_or(|(f, _)| f != function) {
             let (from, to) = self.scope.unwrap_or((0, 0));
             let insns = self
                 .insns
                 .get_or_insert_with(|| insn_heat(self.segs.iter().map(|s| &**s), from, to));
-            self.rows = Some((function.clone(), disasm_rows(insns, function)));
+            self.rows = Some((function.clone(), disasm_rows(insns, function).into()));
         }
-        &self.rows.as_ref().expect("just set").1
+        self.rows.as_ref().expect("just set").1.clone()
     }
 }
 
@@ -574,26 +574,36 @@ impl SourcePane {
     }
 
     fn source_rows(&mut self, ui: &mut Ui, t: &SourceTarget, file: &Loaded) {
-        let heat = self.heat.file(&t.file).clone();
-        // Without the text, still list the lines that ran.
-        let numbers: Vec<u32> = match file {
-            Loaded::Text { lines, .. } => (1..=lines.len() as u32).collect(),
+        let heat = self.heat.file(&t.file);
+        // Every line of the text; without it, still the lines that ran.
+        let ran: Vec<u32> = match file {
+            Loaded::Text { .. } => Vec::new(),
             Loaded::Missing { .. } => heat.ran().collect(),
         };
         let text = file.lines();
+        let count = if ran.is_empty() {
+            text.len()
+        } else {
+            ran.len()
+        };
+        let number = |i: usize| ran.get(i).copied().unwrap_or(i as u32 + 1);
         let row_h = ui.text_style_height(&egui::TextStyle::Monospace) + 2.0;
         let mut area = egui::ScrollArea::vertical()
             .id_salt("ptscope-source")
             .auto_shrink([false, false]);
         if self.scroll_pending {
-            let at = numbers.partition_point(|&n| n < t.line);
+            let at = if ran.is_empty() {
+                t.line.saturating_sub(1) as usize
+            } else {
+                ran.partition_point(|&n| n < t.line)
+            };
             let full = row_h + ui.spacing().item_spacing.y;
             area = area.vertical_scroll_offset(Self::offset_for(at, full, ui.available_height()));
             self.scroll_pending = false;
         }
         let mut clicked = None;
-        area.show_rows(ui, row_h, numbers.len(), |ui, range| {
-            for &n in &numbers[range] {
+        area.show_rows(ui, row_h, count, |ui, range| {
+            for n in range.map(number) {
                 let src = (n as usize)
                     .checked_sub(1)
                     .and_then(|i| text.get(i))
@@ -621,7 +631,7 @@ impl SourcePane {
             ui.label("No instruction trace to disassemble.");
             return;
         };
-        let rows = self.heat.rows(&t.outer).to_vec();
+        let rows = self.heat.rows(&t.outer);
         if rows.is_empty() {
             ui.label(format!(
                 "No instruction of {} ran in the {}.",
@@ -658,17 +668,14 @@ impl SourcePane {
             self.scroll_pending = false;
         }
         let mut line_of_row = (t.file.clone(), 0u32);
-        // The source line above the first visible row.
-        let mut headers: Vec<(usize, Arc<str>, u32)> = Vec::new();
-        for (i, r) in rows.iter().enumerate() {
-            if let DisasmRow::Source { file, line } = r {
-                headers.push((i, file.clone(), *line));
-            }
-        }
         area.show_rows(ui, row_h, rows.len(), |ui, range| {
-            let h = headers.partition_point(|h| h.0 <= range.start);
-            if h > 0 {
-                line_of_row = (headers[h - 1].1.clone(), headers[h - 1].2);
+            // The source line the first visible row is under.
+            if let Some(DisasmRow::Source { file, line }) = rows[..range.start]
+                .iter()
+                .rev()
+                .find(|r| matches!(r, DisasmRow::Source { .. }))
+            {
+                line_of_row = (file.clone(), *line);
             }
             for r in &rows[range] {
                 match r {
