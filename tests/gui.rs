@@ -458,28 +458,36 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let keep = std::env::var_os("PTSCOPE_SCREENSHOTS").map(PathBuf::from);
     let out_dir = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
     std::fs::create_dir_all(&out_dir).unwrap();
-    // A free display number: try a few.
-    let mut server = None;
-    for n in 90..110 {
-        if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
-            continue;
-        }
-        let child = Command::new(&xvfb)
-            .arg(format!(":{n}"))
-            .args(["-screen", "0", "1280x800x24", "-nolisten", "tcp"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
+    // Xvfb picks a free display itself and prints its number once it is
+    // ready (stale sockets in /tmp/.X11-unix do not fool it).
+    let mut xvfb_child = Command::new(&xvfb)
+        .args([
+            "-displayfd",
+            "1",
+            "-screen",
+            "0",
+            "1280x800x24",
+            "-nolisten",
+            "tcp",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let display: u32 = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(xvfb_child.stdout.take().unwrap())
+            .read_line(&mut line)
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        server = Some((n, child));
-        break;
-    }
-    let (display, mut xvfb_child) = server.expect("a free X display");
+        line.trim().parse().expect("Xvfb told its display")
+    };
     // The demo as it opens, and zoomed to its slow request.
     let shots = [
         ("demo.png", None),
         ("demo-slow-path.png", Some("slow_path")),
+        // 80 ns: line spans and the instruction row.
+        ("demo-lines.png", Some("hash_key")),
     ];
     let mut results = Vec::new();
     for (name, select) in shots {
