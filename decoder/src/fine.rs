@@ -39,6 +39,8 @@ pub enum FineError {
     NoQueue { tid: i32, queue: u32 },
     #[error("thread {tid}: the code of process {pid} is not loaded")]
     NoProcess { tid: i32, pid: i32 },
+    #[error("thread {tid}: cannot start decoding its code: {error}")]
+    Image { tid: i32, error: String },
     #[error("re-decoding was cancelled")]
     Cancelled,
 }
@@ -355,8 +357,12 @@ impl LineSource {
             stop_at_psb: true,
             progress: cancel,
         };
-        let figures = walk_queue(dec, walk, procs, funcs, &mut NoSink, &mut rec)
-            .map_err(|_| FineError::NoProcess { tid, pid })?;
+        let figures = walk_queue(dec, walk, procs, funcs, &mut NoSink, &mut rec).map_err(|e| {
+            FineError::Image {
+                tid,
+                error: e.message(),
+            }
+        })?;
         if cancel.is_some_and(|c| c.is_cancelled()) {
             return Err(FineError::Cancelled);
         }
@@ -419,7 +425,6 @@ impl LineSource {
                         return None;
                     }
                     let outer = md.function(svma).map(|f| f.name.to_string());
-                    let n = raw.len();
                     let chain: Vec<LineFrame> = raw
                         .into_iter()
                         .rev()
@@ -436,7 +441,6 @@ impl LineSource {
                             }
                         })
                         .collect();
-                    debug_assert_eq!(chain.len(), n);
                     Some(Chain::from(chain))
                 })
                 .clone();
