@@ -288,13 +288,26 @@ struct HeatCache {
     insns: Option<HashMap<u64, (InsnHeat, Option<Chain>)>>,
     file: Option<(Arc<str>, FileHeat)>,
     rows: Option<(Arc<str>, Arc<[DisasmRow]>)>,
+    built: Option<std::time::Instant>,
 }
 
+/// While the view moves, the tables are rebuilt at most this often: a
+/// 100k-instruction window costs a few ms, too much for every frame.
+const HEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl HeatCache {
-    fn refresh(&mut self, detail: Option<&Detail>, threads: &[usize], scope: (u64, u64)) {
+    /// Rebuilds the tables if the scope or the ready segments changed.
+    /// Returns true when it kept stale tables (the view is moving; a range
+    /// selection is not throttled): ask for a frame after [`HEAT_EVERY`].
+    fn refresh(
+        &mut self,
+        detail: Option<&Detail>,
+        threads: &[usize],
+        (scope, is_range): ((u64, u64), bool),
+    ) -> bool {
         let Some(detail) = detail else {
             *self = HeatCache::default();
-            return;
+            return false;
         };
         let mut keys: Vec<Key> = Vec::new();
         for &t in threads {
@@ -313,9 +326,14 @@ impl HeatCache {
         }
         if self.scope == Some(scope) && self.ready == ready && self.too_wide == too_wide {
             self.covering = keys.len();
-            return;
+            return false;
+        }
+        let moving = !is_range && self.scope.is_some_and(|s| s != scope);
+        if moving && self.built.is_some_and(|t| t.elapsed() < HEAT_EVERY) {
+            return true;
         }
         *self = HeatCache {
+            built: Some(std::time::Instant::now()),
             scope: Some(scope),
             covering: keys.len(),
             too_wide,
@@ -324,6 +342,7 @@ impl HeatCache {
             segs,
             ..HeatCache::default()
         };
+        false
     }
 
     fn file(&mut self, file: &Arc<str>) -> &FileHeat {
@@ -445,7 +464,12 @@ impl SourcePane {
             ui.label("Zoom in until source lines show under the calls, then click one.");
             return;
         };
-        self.heat.refresh(env.detail, env.threads, env.scope);
+        if self
+            .heat
+            .refresh(env.detail, env.threads, (env.scope, env.is_range))
+        {
+            ui.ctx().request_repaint_after(HEAT_EVERY);
+        }
         let file = self.file(&target.file);
         self.header(ui, &target, &file, &env);
         ui.separator();
