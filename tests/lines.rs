@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-use support::{build, decode_json, extract, libipt_instructions, ptscope, record};
+use support::{
+    build, decode_json, extract, json_field, json_string, libipt_instructions, ptscope, record,
+};
 
 /// One instruction of ours: address and innermost `file:line` (basename).
 struct OurInsn {
@@ -17,15 +19,16 @@ struct OurInsn {
     line: Option<String>,
 }
 
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = &line[at..];
-    if let Some(s) = rest.strip_prefix('"') {
-        return Some(&s[..s.find('"')?]);
-    }
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    Some(&rest[..end])
+/// A JSON field that may be absent.
+fn field(line: &str, key: &str) -> Option<String> {
+    let quoted = line.contains(&format!("\"{key}\":\""));
+    line.contains(&format!("\"{key}\":")).then(|| {
+        if quoted {
+            json_string(line, key)
+        } else {
+            json_field(line, key).to_string()
+        }
+    })
 }
 
 fn basename(p: &str) -> &str {
@@ -62,11 +65,11 @@ fn our_insns(snap: &Path, tid: i32, from: u64, to: u64) -> Vec<OurInsn> {
         ],
     );
     text.lines()
-        .filter(|l| field(l, "tid") == Some(&tid.to_string()))
+        .filter(|l| field(l, "tid") == Some(tid.to_string()))
         .map(|l| OurInsn {
             ip: field(l, "ip").unwrap().parse().unwrap(),
             line: field(l, "file")
-                .map(|f| format!("{}:{}", basename(f), field(l, "line").unwrap())),
+                .map(|f| format!("{}:{}", basename(&f), field(l, "line").unwrap())),
         })
         .collect()
 }
@@ -354,7 +357,7 @@ fn an_inlined_call_is_its_own_nested_line_span() {
             start: field(l, "start_ns").unwrap().parse().unwrap(),
             end: field(l, "end_ns").unwrap().parse().unwrap(),
             line: field(l, "line").unwrap().parse().unwrap(),
-            function: field(l, "function").unwrap().to_string(),
+            function: field(l, "function").unwrap(),
             inlined: field(l, "inlined").unwrap() == "true",
         })
         .collect();

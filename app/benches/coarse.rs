@@ -64,7 +64,7 @@ fn main() {
     pin_to_one_core();
     let input = match std::env::var_os("PTSCOPE_BENCH_FILE") {
         Some(p) => bench_file(PathBuf::from(p)),
-        None => capture(),
+        None => support::bench_snapshot(),
     };
     run(&input);
 }
@@ -101,51 +101,6 @@ fn pin_to_one_core() {
         Ok(s) => std::process::exit(s.code().unwrap_or(1)),
         Err(e) => println!("not pinned: cannot run taskset ({e}); figures may use several cores"),
     }
-}
-
-/// A snapshot of bench_loop.c taken with the emulated backend, reused while
-/// it is newer than the program's source.
-fn capture() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
-    std::fs::create_dir_all(&dir).unwrap();
-    let snap = dir.join("bench_loop.ptscope");
-    let src = support::programs_dir().join("bench_loop.c");
-    let fresh = |p: &Path| {
-        let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&src)) else {
-            return false;
-        };
-        a.modified().unwrap() > b.modified().unwrap()
-    };
-    if fresh(&snap) && std::env::var_os("PTSCOPE_BENCH_RECAPTURE").is_none() {
-        println!("input: {} (kept from an earlier run)", snap.display());
-        return snap;
-    }
-    let secs: u64 = std::env::var("PTSCOPE_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
-    let exe = support::build(&dir, "bench_loop.c");
-    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
-    let t = Instant::now();
-    let out = support::ptscope()
-        .args(["record", "-q", "--backend", "emulated", "--size", "64M"])
-        .args(["--duration", &(secs * 1000).to_string(), "-o"])
-        .arg(&snap)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ptscope record failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!(
-        "input: {} (captured in {:.1?})",
-        snap.display(),
-        t.elapsed()
-    );
-    snap
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -3,9 +3,8 @@
 //! instructions, and the cache stays bounded however long the user
 //! explores. This prints figures; it asserts nothing.
 //!
-//! Input: `$PTSCOPE_BENCH_FILE`, else the `bench_loop` snapshot the coarse
-//! benchmark keeps under the target directory (captured here if missing,
-//! for `$PTSCOPE_BENCH_SECONDS`, default 30).
+//! Input: `$PTSCOPE_BENCH_FILE`, else the `bench_loop` snapshot both
+//! benchmarks keep under the target directory (`support::bench_snapshot`).
 //!
 //! What is timed (medians over `$PTSCOPE_BENCH_ROUNDS` windows, default 15,
 //! spread over the main thread):
@@ -22,7 +21,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ fn main() {
     }
     let input = match std::env::var_os("PTSCOPE_BENCH_FILE") {
         Some(p) => PathBuf::from(p),
-        None => capture(),
+        None => support::bench_snapshot(),
     };
     let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
         .ok()
@@ -184,34 +183,4 @@ fn rss_bytes() -> u64 {
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
-}
-
-/// The coarse benchmark's snapshot, or a new one like it.
-fn capture() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
-    let snap = dir.join("bench_loop.ptscope");
-    if snap.exists() {
-        return snap;
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let secs: u64 = std::env::var("PTSCOPE_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
-    let exe = support::build(&dir, "bench_loop.c");
-    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
-    let out = support::ptscope()
-        .args(["record", "-q", "--backend", "emulated", "--size", "64M"])
-        .args(["--duration", &(secs * 1000).to_string(), "-o"])
-        .arg(&snap)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ptscope record failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    snap
 }

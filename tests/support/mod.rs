@@ -231,7 +231,7 @@ pub fn decode_json(file: &Path, extra: &[&str]) -> Vec<JsonSpan> {
         .collect()
 }
 
-fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
+pub fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
     let pat = format!("\"{key}\":");
     let at = line
         .find(&pat)
@@ -242,7 +242,7 @@ fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
 }
 
 /// A JSON string value, unescaped (names may hold quotes and backslashes).
-fn json_string(line: &str, key: &str) -> String {
+pub fn json_string(line: &str, key: &str) -> String {
     let pat = format!("\"{key}\":\"");
     let at = line
         .find(&pat)
@@ -267,4 +267,49 @@ fn json_string(line: &str, key: &str) -> String {
         }
     }
     panic!("unterminated {key} in {line}")
+}
+
+/// The benchmarks' input: a snapshot of bench_loop.c taken with the
+/// emulated backend, reused while it is newer than the program's source.
+pub fn bench_snapshot() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
+    std::fs::create_dir_all(&dir).unwrap();
+    let snap = dir.join("bench_loop.ptscope");
+    let src = programs_dir().join("bench_loop.c");
+    let fresh = |p: &Path| {
+        let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&src)) else {
+            return false;
+        };
+        a.modified().unwrap() > b.modified().unwrap()
+    };
+    if fresh(&snap) && std::env::var_os("PTSCOPE_BENCH_RECAPTURE").is_none() {
+        println!("input: {} (kept from an earlier run)", snap.display());
+        return snap;
+    }
+    let secs: u64 = std::env::var("PTSCOPE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let exe = build(&dir, "bench_loop.c");
+    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
+    let t = std::time::Instant::now();
+    let out = ptscope()
+        .args(["record", "-q", "--backend", "emulated", "--size", "64M"])
+        .args(["--duration", &(secs * 1000).to_string(), "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "input: {} (captured in {:.1?})",
+        snap.display(),
+        t.elapsed()
+    );
+    snap
 }
