@@ -146,18 +146,30 @@ fn hatch(mesh: &mut Mesh, x0: f32, x1: f32, y0: f32, y1: f32) {
 /// from `i` before bisecting: the probes stay near `i` in memory, where a
 /// plain binary search over the whole lane would miss the cache at
 /// nearly every step.
+/// Generic over what is searched (`start` reads an item's start): call
+/// spans here, line spans and instructions in [`crate::lines`].
 #[inline]
-fn gallop(lane: &[Span], i: usize, hi: usize, reach: u64) -> usize {
+pub(crate) fn gallop<T>(
+    items: &[T],
+    i: usize,
+    hi: usize,
+    reach: u64,
+    start: impl Fn(&T) -> u64,
+) -> usize {
     let mut lo = i;
     let mut probe = i;
     let mut step = 1;
-    while probe < hi && lane[probe].start <= reach {
+    while probe < hi && start(&items[probe]) <= reach {
         lo = probe + 1;
         probe = i + step;
         step *= 2;
     }
     let end = probe.min(hi);
-    lo + lane[lo..end].partition_point(|s| s.start <= reach)
+    lo + items[lo..end].partition_point(|s| start(s) <= reach)
+}
+
+fn span_start(s: &Span) -> u64 {
+    s.start
 }
 
 /// Lays out lane `depth` of `spans` for window `win`, appending boxes to
@@ -220,7 +232,7 @@ pub fn layout_lane(
         i += 1;
         while i < hi {
             let reach = win.time_at_px(run_end + MERGE_GAP_PX, ppn);
-            let j = gallop(lane, i, hi, reach);
+            let j = gallop(lane, i, hi, reach, span_start);
             if j == i {
                 break;
             }
@@ -452,10 +464,14 @@ mod tests {
         for i in [0usize, 1, 17, 500, 999] {
             for reach in [0u64, 2, 3, 50, 1500, 2997, 5000] {
                 let want = i + lane[i..].partition_point(|s| s.start <= reach);
-                assert_eq!(gallop(lane, i, lane.len(), reach), want, "{i} {reach}");
+                assert_eq!(
+                    gallop(lane, i, lane.len(), reach, span_start),
+                    want,
+                    "{i} {reach}"
+                );
             }
         }
-        assert_eq!(gallop(lane, 10, 20, 5000), 20);
+        assert_eq!(gallop(lane, 10, 20, 5000, span_start), 20);
     }
 
     #[test]

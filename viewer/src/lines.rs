@@ -23,7 +23,7 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration, format_time, TimeMode};
 use crate::color::{call_color, name_hash, MERGED};
-use crate::layout::{rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
+use crate::layout::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
 use crate::window::TimeWindow;
 
 /// Default width of window below which line detail is decoded.
@@ -318,22 +318,6 @@ impl Timed for Insn {
     }
 }
 
-/// The first index in `i..hi` whose item starts after `reach` (or `hi`),
-/// galloping from `i` (see `layout::gallop`).
-#[inline]
-fn gallop<T: Timed>(items: &[T], i: usize, hi: usize, reach: u64) -> usize {
-    let mut lo = i;
-    let mut probe = i;
-    let mut step = 1;
-    while probe < hi && items[probe].start() <= reach {
-        lo = probe + 1;
-        probe = i + step;
-        step *= 2;
-    }
-    let end = probe.min(hi);
-    lo + items[lo..end].partition_point(|s| s.start() <= reach)
-}
-
 /// The runs of `items` visible in `win` over `width` px: items at least
 /// [`MERGE_PX`] wide alone, narrower neighbours merged as in
 /// [`crate::layout::layout_lane`]. Costs about one search per visible
@@ -366,7 +350,7 @@ pub fn runs<T: Timed>(items: &[T], win: &TimeWindow, width: f32, mut emit: impl 
         i += 1;
         while i < hi {
             let reach = win.time_at_px(run_end + MERGE_GAP_PX, ppn);
-            let j = gallop(items, i, hi, reach);
+            let j = gallop(items, i, hi, reach, T::start);
             if j == i {
                 break;
             }
