@@ -42,6 +42,10 @@ pub enum CaptureError {
     SymbolNotFound(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Pt(crate::intel_pt::PtError),
+    #[error(transparent)]
+    Perf(#[from] crate::perf_event::PerfError),
 }
 
 impl CaptureError {

@@ -11,7 +11,9 @@ pub mod emulated;
 pub mod error;
 pub mod intel_pt;
 pub mod perf_data;
+pub mod perf_event;
 pub mod procfs;
+pub mod recording;
 
 pub use error::CaptureError;
 pub mod buildid;

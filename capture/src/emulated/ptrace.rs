@@ -18,7 +18,7 @@ fn err(op: &'static str, tid: i32) -> impl FnOnce(nix::errno::Errno) -> CaptureE
 
 /// Spawns `argv` stopped before its exec, so that the tracer can seize it
 /// and see the exec: the child stops itself with SIGSTOP, then execs.
-pub fn spawn_stopped(argv: &[String]) -> Result<i32, CaptureError> {
+pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i32, CaptureError> {
     use std::ffi::CString;
     let spawn_err = |source| CaptureError::Spawn {
         program: argv[0].clone(),
@@ -31,7 +31,25 @@ pub fn spawn_stopped(argv: &[String]) -> Result<i32, CaptureError> {
         .map_err(|_| spawn_err(std::io::Error::other("argument contains a NUL byte")))?;
     // Resolve the program first, so that "not found" is an error here and
     // not an exit status of the child.
-    let program = resolve_program(&argv[0]).ok_or_else(|| {
+    if argv.is_empty() {
+        return Err(CaptureError::Invalid("no command to run".into()));
+    }
+    let cdir = match cwd {
+        Some(d) => {
+            if !d.is_dir() {
+                return Err(CaptureError::Invalid(format!(
+                    "working directory {} does not exist",
+                    d.display()
+                )));
+            }
+            Some(
+                CString::new(d.as_os_str().as_encoded_bytes())
+                    .map_err(|_| spawn_err(std::io::Error::other("bad directory")))?,
+            )
+        }
+        None => None,
+    };
+    let program = resolve_program(&argv[0], cwd).ok_or_else(|| {
         spawn_err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             "no such program",
@@ -50,6 +68,11 @@ pub fn spawn_stopped(argv: &[String]) -> Result<i32, CaptureError> {
     if pid == 0 {
         // SAFETY: see above; `ptrs` is NUL-terminated and outlives execv.
         unsafe {
+            if let Some(d) = &cdir {
+                if libc::chdir(d.as_ptr()) != 0 {
+                    libc::_exit(127);
+                }
+            }
             libc::raise(libc::SIGSTOP);
             libc::execv(cprog.as_ptr(), ptrs.as_ptr());
             libc::_exit(127);
@@ -58,7 +81,7 @@ pub fn spawn_stopped(argv: &[String]) -> Result<i32, CaptureError> {
     Ok(pid)
 }
 
-fn resolve_program(name: &str) -> Option<std::path::PathBuf> {
+fn resolve_program(name: &str, cwd: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let is_exec = |p: &std::path::Path| {
         p.metadata()
@@ -66,6 +89,11 @@ fn resolve_program(name: &str) -> Option<std::path::PathBuf> {
     };
     if name.contains('/') {
         let p = std::path::PathBuf::from(name);
+        // A relative path is relative to the working directory it runs in.
+        let p = match cwd {
+            Some(d) if p.is_relative() => d.join(p),
+            _ => p,
+        };
         return is_exec(&p).then_some(p);
     }
     std::env::var_os("PATH").and_then(|paths| {

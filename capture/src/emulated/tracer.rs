@@ -28,113 +28,9 @@ use crate::error::CaptureError;
 use crate::procfs::{self, Mapping};
 use crate::trigger::{SymbolTrigger, Trigger};
 
-/// What happened in the traced process, for the sideband records.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SidebandEvent {
-    Comm {
-        pid: i32,
-        tid: i32,
-        comm: String,
-        exec: bool,
-    },
-    Mmap {
-        pid: i32,
-        tid: i32,
-        mapping: Mapping,
-    },
-    Fork {
-        pid: i32,
-        ppid: i32,
-        tid: i32,
-        ptid: i32,
-    },
-    Exit {
-        pid: i32,
-        ppid: i32,
-        tid: i32,
-        ptid: i32,
-    },
-    ItraceStart {
-        pid: i32,
-        tid: i32,
-    },
-    /// A context switch on the (one, virtual) CPU of a per-CPU capture:
-    /// `tid` goes out or comes in; `next_prev` is the other side.
-    Switch {
-        pid: i32,
-        tid: i32,
-        out: bool,
-        preempt: bool,
-        next_prev: (i32, i32),
-    },
-}
-
-/// One timed sideband event.
-#[derive(Clone, Debug)]
-pub struct Sideband {
-    pub time: u64,
-    pub event: SidebandEvent,
-}
-
-/// The trace of one thread at the end of the capture.
-#[derive(Debug)]
-pub struct ThreadTrace {
-    pub pid: i32,
-    pub tid: i32,
-    pub comm: String,
-    /// The last `ring_size` bytes of PT.
-    pub aux: Vec<u8>,
-    /// Total bytes the thread's PT unit wrote (the AUX head).
-    pub aux_head: u64,
-    pub wrapped: bool,
-    pub instructions: u64,
-}
-
-/// The trace of the one virtual CPU of a per-CPU capture.
-#[derive(Debug)]
-pub struct CpuTrace {
-    pub cpu: u32,
-    pub aux: Vec<u8>,
-    pub aux_head: u64,
-    pub wrapped: bool,
-}
-
-/// Why the capture ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    ProcessExit,
-    Symbol {
-        name: String,
-        address: u64,
-        tid: i32,
-    },
-    Duration,
-    Interrupted,
-}
-
-#[derive(Debug)]
-pub struct Capture {
-    pub pid: i32,
-    /// Every thread; in a per-CPU capture their `aux` is empty and the
-    /// trace is in `cpus`.
-    pub threads: Vec<ThreadTrace>,
-    pub cpus: Vec<CpuTrace>,
-    pub sideband: Vec<Sideband>,
-    /// The `[vdso]` image and its address, as dumped at the start.
-    pub vdso: Option<(u64, Vec<u8>)>,
-    pub start_time: u64,
-    pub end_time: u64,
-    pub stop: StopReason,
-    pub cmdline: Vec<String>,
-    /// Per thread, every retired instruction pointer (only with `ip_log`).
-    pub ip_log: Vec<(i32, Vec<u64>)>,
-    pub wall: Duration,
-    /// The exit status of a spawned command, when the capture saw it exit.
-    pub exit_code: Option<i32>,
-    /// A spawned command still running after the snapshot; the caller waits
-    /// for it once the snapshot is saved (see [`wait_child`]).
-    pub child: Option<i32>,
-}
+pub use crate::recording::{
+    Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
+};
 
 pub struct TracerOptions {
     pub settings: PtSettings,
@@ -338,6 +234,7 @@ impl Tracer {
     fn emit(&mut self, event: SidebandEvent) {
         self.sideband.push(Sideband {
             time: self.now,
+            cpu: 0,
             event,
         });
     }
@@ -957,11 +854,6 @@ impl Tracer {
     }
 }
 
-pub enum Target {
-    Spawn(Vec<String>),
-    Attach(i32),
-}
-
 /// Runs a capture to its trigger and returns what was recorded. The process
 /// is left running (attach) or running to its end (spawn), never stopped.
 pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureError> {
@@ -971,8 +863,8 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
     };
     let wall = Instant::now();
     let (pid, child, cmdline) = match &target {
-        Target::Spawn(argv) => {
-            let pid = ptrace::spawn_stopped(argv)?;
+        Target::Spawn { argv, cwd } => {
+            let pid = ptrace::spawn_stopped(argv, cwd.as_deref())?;
             // Wait for the child's SIGSTOP, seize it, and let it exec.
             match nix::sys::wait::waitpid(
                 nix::unistd::Pid::from_raw(pid),
@@ -995,7 +887,7 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
     let mut tracer = Tracer::new(opts, pid);
     tracer.open_mem();
     match target {
-        Target::Spawn(_) => {
+        Target::Spawn { .. } => {
             // Run to the exec: the first stops are the group-stop and SIGCONT.
             loop {
                 match ptrace::wait(Some(pid), false)? {
@@ -1087,6 +979,9 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
         wall: wall.elapsed(),
         exit_code,
         child,
+        pt: PtSetup::emulated(),
+        trigger_registers: Vec::new(),
+        warnings: Vec::new(),
     })
 }
 
@@ -1101,5 +996,16 @@ pub fn wait_child(pid: i32) -> Option<i32> {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return None,
         }
+    }
+}
+
+/// A spawned command's exit status if it has ended, without waiting.
+pub fn try_wait_child(pid: i32) -> Option<i32> {
+    use nix::sys::wait::WaitPidFlag;
+    match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(code),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
+        Err(nix::errno::Errno::ECHILD) => Some(-1),
+        _ => None,
     }
 }

@@ -12,7 +12,7 @@ mod reader;
 mod records;
 mod writer;
 
-pub use attr::{EventAttr, PerfEventAttr};
+pub use attr::{EventAttr, PerfEventAttr, ATTR_SIZE};
 pub use features::{BuildIdEntry, Features};
 pub use reader::{PerfDataFile, RecordIter};
 pub use records::{AuxtraceInfo, IdIndexEntry, Record, SampleId, TimeConv};
@@ -36,6 +36,7 @@ pub mod sample {
     pub const ID: u64 = 1 << 6;
     pub const CPU: u64 = 1 << 7;
     pub const PERIOD: u64 = 1 << 8;
+    pub const REGS_USER: u64 = 1 << 12;
     pub const STREAM_ID: u64 = 1 << 9;
     pub const IDENTIFIER: u64 = 1 << 16;
 }
@@ -93,6 +94,7 @@ pub mod aux_flag {
     pub const TRUNCATED: u64 = 1;
     pub const OVERWRITE: u64 = 2;
     pub const PARTIAL: u64 = 4;
+    pub const COLLISION: u64 = 8;
 }
 
 /// What is wrong with a perf.data file, and where.

@@ -121,32 +121,56 @@ fn build_perf_data(
         .enumerate()
         .map(|(i, &t)| (t, i as u64))
         .collect();
-    let index_of = |tid: i32| {
+    let cpu_index: std::collections::HashMap<u32, u64> = cap
+        .cpus
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.cpu, i as u64))
+        .collect();
+    // The queue a record belongs to: its thread's, or its CPU's.
+    let index_of = |tid: i32, cpu: u32| {
         if per_cpu {
-            0
+            cpu_index.get(&cpu).copied().unwrap_or(0)
         } else {
             index.get(&tid).copied().unwrap_or(0)
         }
     };
-    let pt_id = |tid: i32| 2 * index_of(tid) + 1;
-    let dummy_id = |tid: i32| 2 * index_of(tid) + 2;
-    let queues: Vec<i32> = if per_cpu { vec![-1] } else { tids.clone() };
+    let pt_id = |idx: u64| 2 * idx + 1;
+    let dummy_id = |idx: u64| 2 * idx + 2;
+    // (queue index, tid, cpu) of each PT queue.
+    let queues: Vec<(u64, i32, u32)> = if per_cpu {
+        cap.cpus
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i as u64, -1, c.cpu))
+            .collect()
+    } else {
+        tids.iter()
+            .enumerate()
+            .map(|(i, &t)| (i as u64, t, u32::MAX))
+            .collect()
+    };
 
     // What both events share, as `perf record -e intel_pt//u` sets it.
+    let exclude_kernel = if cap.pt.kernel {
+        0
+    } else {
+        flag::EXCLUDE_KERNEL
+    };
     let base = PerfEventAttr {
         sample_period: 1,
         sample_type,
         read_format: 4,
         flags: flag::DISABLED
-            | flag::EXCLUDE_KERNEL
+            | exclude_kernel
             | flag::EXCLUDE_HV
             | flag::ENABLE_ON_EXEC
             | flag::SAMPLE_ID_ALL,
         ..Default::default()
     };
     let pt_attr = PerfEventAttr {
-        kind: emulated_cpu::PMU_TYPE,
-        config: emulated_config(),
+        kind: cap.pt.pmu_type,
+        config: cap.pt.config,
         aux_watermark: (ring_size / 4) as u32,
         ..base.clone()
     };
@@ -166,20 +190,21 @@ fn build_perf_data(
     let attrs = vec![
         EventAttr {
             attr: pt_attr,
-            name: EMULATED_CONFIG_STR.into(),
-            ids: queues.iter().map(|&t| pt_id(t)).collect(),
+            name: cap.pt.event.clone(),
+            ids: queues.iter().map(|q| pt_id(q.0)).collect(),
         },
         EventAttr {
             attr: dummy_attr,
-            name: "dummy:u".into(),
-            ids: queues.iter().map(|&t| dummy_id(t)).collect(),
+            name: if cap.pt.kernel { "dummy" } else { "dummy:u" }.into(),
+            ids: queues.iter().map(|q| dummy_id(q.0)).collect(),
         },
     ];
 
-    let mut params = emulated_params();
+    let mut params = cap.pt.params.clone();
     if per_cpu {
         // Context switches come from CPU-wide switch records.
         params.have_sched_switch = 3;
+        params.per_cpu_mmaps = true;
     }
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type)?;
     w.write(&Record::TimeConv(TimeConv {
@@ -192,12 +217,12 @@ fn build_perf_data(
         cap_user_time_short: false,
     }))?;
     let mut index = Vec::new();
-    for &tid in &queues {
-        for id in [pt_id(tid), dummy_id(tid)] {
+    for &(idx, tid, cpu) in &queues {
+        for id in [pt_id(idx), dummy_id(idx)] {
             index.push(IdIndexEntry {
                 id,
-                idx: index_of(tid),
-                cpu: if per_cpu { 0 } else { u64::MAX },
+                idx,
+                cpu: if per_cpu { cpu as u64 } else { u64::MAX },
                 tid: tid as u64,
             });
         }
@@ -205,12 +230,12 @@ fn build_perf_data(
     w.write(&Record::IdIndex(index))?;
     w.write(&Record::AuxtraceInfo(params.to_info()))?;
 
-    let sid = |pid: i32, tid: i32, time: u64, id: u64| SampleId {
+    let sid = |pid: i32, tid: i32, time: u64, id: u64, cpu: u32| SampleId {
         pid: pid as u32,
         tid: tid as u32,
         time,
         id,
-        cpu: 0,
+        cpu,
     };
     let mut sideband = cap.sideband.clone();
     sideband.sort_by_key(|s| s.time);
@@ -227,7 +252,7 @@ fn build_perf_data(
                 tid: *tid as u32,
                 exec: *exec,
                 comm,
-                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
             },
             SidebandEvent::Mmap { pid, tid, mapping } => {
                 let build_id = if mapping.is_vdso() {
@@ -259,7 +284,7 @@ fn build_perf_data(
                     prot,
                     flags: libc::MAP_PRIVATE as u32,
                     filename: &mapping.path,
-                    sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                    sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
                 }
             }
             SidebandEvent::Fork {
@@ -273,7 +298,7 @@ fn build_perf_data(
                 tid: *tid as u32,
                 ptid: *ptid as u32,
                 time: t,
-                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
             },
             SidebandEvent::Exit {
                 pid,
@@ -286,12 +311,12 @@ fn build_perf_data(
                 tid: *tid as u32,
                 ptid: *ptid as u32,
                 time: t,
-                sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
             },
             SidebandEvent::ItraceStart { pid, tid } => Record::ItraceStart {
                 pid: *pid as u32,
                 tid: *tid as u32,
-                sample_id: sid(*pid, *tid, t, pt_id(*tid)),
+                sample_id: sid(*pid, *tid, t, pt_id(index_of(*tid, sb.cpu)), sb.cpu),
             },
             SidebandEvent::Switch {
                 pid,
@@ -306,13 +331,13 @@ fn build_perf_data(
                         preempt: *preempt,
                         next_prev_pid: next_prev.0 as u32,
                         next_prev_tid: next_prev.1 as u32,
-                        sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                        sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
                     }
                 } else {
                     Record::Switch {
                         out: *out,
                         preempt: *preempt,
-                        sample_id: sid(*pid, *tid, t, dummy_id(*tid)),
+                        sample_id: sid(*pid, *tid, t, dummy_id(index_of(*tid, sb.cpu)), sb.cpu),
                     }
                 }
             }
@@ -325,7 +350,7 @@ fn build_perf_data(
             offset: t.aux_head - size,
             size,
             flags: perf_data::aux_flag::OVERWRITE,
-            sample_id: sid(t.pid, t.tid, cap.end_time, pt_id(t.tid)),
+            sample_id: sid(t.pid, t.tid, cap.end_time, pt_id(index_of(t.tid, 0)), 0),
         })?;
     }
     for c in &cap.cpus {
@@ -338,7 +363,7 @@ fn build_perf_data(
                 pid: u32::MAX,
                 tid: u32::MAX,
                 time: cap.end_time,
-                id: pt_id(-1),
+                id: pt_id(index_of(-1, c.cpu)),
                 cpu: c.cpu,
             },
         })?;
@@ -347,7 +372,7 @@ fn build_perf_data(
         w.write(&Record::Auxtrace {
             offset: t.aux_head - t.aux.len() as u64,
             reference: cap.end_time,
-            idx: index_of(t.tid) as u32,
+            idx: index_of(t.tid, 0) as u32,
             tid: t.tid as u32,
             cpu: u32::MAX,
             data: &t.aux,
@@ -357,7 +382,7 @@ fn build_perf_data(
         w.write(&Record::Auxtrace {
             offset: c.aux_head - c.aux.len() as u64,
             reference: cap.end_time,
-            idx: c.cpu,
+            idx: index_of(-1, c.cpu) as u32,
             tid: u32::MAX,
             cpu: c.cpu,
             data: &c.aux,
@@ -376,8 +401,8 @@ fn build_perf_data(
                 .unwrap_or(1);
             Some((n, n))
         },
-        cpudesc: Some(emulated_cpu::DESCRIPTION.into()),
-        cpuid: Some(emulated_cpu::cpuid_string()),
+        cpudesc: Some(cap.pt.cpu_desc.clone()),
+        cpuid: Some(cap.pt.cpuid.clone()),
         total_mem_kib: None,
         cmdline: Some(std::env::args().collect()),
         build_ids: binaries

@@ -1,7 +1,42 @@
-//! Intel PT configuration: the `intel_pt` PMU's config terms and the
-//! AUXTRACE_INFO parameters perf stores for decoders.
+//! Intel PT: the `intel_pt` PMU (discovered from sysfs), timing presets,
+//! the PT event's attr, the AUXTRACE_INFO parameters perf stores for
+//! decoders, and the backend that captures through perf_event_open.
+
+use std::path::PathBuf;
 
 use crate::perf_data::{AuxtraceInfo, FormatError};
+
+pub mod backend;
+pub mod event;
+pub mod pmu;
+pub mod timing;
+
+pub use pmu::Pmu;
+pub use timing::{PtConfig, Timing};
+
+/// What can go wrong setting up Intel PT.
+#[derive(Debug, thiserror::Error)]
+pub enum PtError {
+    #[error(
+        "no Intel PT on this machine: {} does not exist ({cpu}). Intel PT needs an Intel CPU \
+         from Broadwell on, not virtualised away, and a kernel with CONFIG_PERF_EVENTS_INTEL_PT; \
+         use the emulated backend (--backend emulated) instead",
+        dir.display()
+    )]
+    NoPmu { dir: PathBuf, cpu: String },
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {problem}", path.display())]
+    BadSysfs { path: PathBuf, problem: String },
+    #[error("{}: the intel_pt PMU has no `{term}` term in format/", dir.display())]
+    NoTerm { dir: PathBuf, term: String },
+    #[error("timing `{timing}`: {problem}")]
+    Timing { timing: String, problem: String },
+}
 
 /// PERF_AUXTRACE_INTEL_PT.
 pub const AUXTRACE_KIND: u32 = 1;

@@ -1,0 +1,735 @@
+//! The intel-pt backend: real Intel PT through perf_event_open, with no
+//! perf tool in between.
+//!
+//! Per traced thread (or per CPU with `per_cpu`): a PT event whose AUX
+//! area is mapped read-only (overwrite mode: the hardware keeps the newest
+//! trace and never stalls), and a dummy event for sideband whose records
+//! go to the PT event's data ring, drained continuously by a collector
+//! thread. A snapshot disables the PT events, copies the newest bytes of
+//! each AUX area, and enables them again for the next one.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use super::event::{pt_attr, EventOptions};
+use super::pmu::{Pmu, SYSFS_PMUS};
+use super::timing::{PtConfig, Timing};
+use super::{PtError, PtParams};
+use crate::emulated::ptrace;
+use crate::error::CaptureError;
+use crate::perf_event::aux::AuxCursor;
+use crate::perf_event::breakpoint::{Breakpoint, Hit};
+use crate::perf_event::mmap::{aux_head, page_size, AuxArea, DataRing};
+use crate::perf_event::sideband::{self, Collector};
+use crate::perf_event::{sys, Event, PerfError, Privileges, Scope};
+use crate::procfs;
+use crate::recording::{
+    Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
+};
+use crate::trigger::{SymbolTrigger, Trigger};
+
+/// Data-ring pages per event: sideband only, drained every millisecond.
+const DATA_PAGES: usize = 16;
+
+pub struct Options {
+    pub timing: Timing,
+    /// AUX bytes per thread (or per CPU); rounded down to a power-of-two
+    /// number of pages.
+    pub size: u64,
+    pub trigger: Trigger,
+    pub kernel: bool,
+    pub per_cpu: bool,
+    /// Snapshots to take; after each the trigger is re-armed.
+    pub snapshots: usize,
+    /// Set by the caller (SIGINT, the GUI's button): snapshot now.
+    pub interrupt: Arc<AtomicBool>,
+    /// Set by the caller: stop without a snapshot, leave the target alone.
+    pub cancel: Arc<AtomicBool>,
+    /// The `intel_pt` PMU directory (tests point this at fixtures).
+    pub pmu_dir: PathBuf,
+}
+
+impl Options {
+    pub fn new(trigger: Trigger) -> Options {
+        Options {
+            timing: Timing::default(),
+            size: 4 << 20,
+            trigger,
+            kernel: false,
+            per_cpu: false,
+            snapshots: 1,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            cancel: Arc::new(AtomicBool::new(false)),
+            pmu_dir: PathBuf::from(SYSFS_PMUS).join("intel_pt"),
+        }
+    }
+}
+
+/// What the backend tells its caller while it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Armed { threads: usize },
+    Waiting { bytes: u64 },
+    Triggered { snapshot: usize },
+}
+
+/// The PT event of one thread or CPU, with its buffers.
+struct Unit {
+    tid: i32,
+    cpu: i32,
+    pt: Event,
+    _dummy: Event,
+    ring: Arc<DataRing>,
+    aux: AuxArea,
+    cursor: AuxCursor,
+}
+
+struct Session<'a> {
+    opts: &'a Options,
+    pmu: Pmu,
+    cfg: PtConfig,
+    privs: Privileges,
+    pid: i32,
+    units: Vec<Unit>,
+    collector: Collector,
+    aux_size: usize,
+    breakpoint: Option<Breakpoint>,
+    symbol: Option<SymbolTrigger>,
+    synthesized: Vec<Sideband>,
+    comms: HashMap<i32, String>,
+}
+
+/// The AUX size for `size`: a power-of-two number of pages, at least one.
+pub fn aux_size(size: u64) -> usize {
+    let pages = (size as usize / page_size()).max(1);
+    (1usize << (usize::BITS - 1 - pages.leading_zeros())) * page_size()
+}
+
+/// Checks that a capture can start here: the PMU exists, the timing fits
+/// its caps, and the privileges allow the scope. Returns the PMU and config.
+pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig), CaptureError> {
+    let pmu = Pmu::read(&opts.pmu_dir)?;
+    let cfg = opts.timing.resolve(&pmu)?;
+    let privs = Privileges::read();
+    for scope in [
+        Some(Scope::PerThread),
+        opts.kernel.then_some(Scope::Kernel),
+        opts.per_cpu.then_some(Scope::PerCpu),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Err(why) = privs.allows(scope) {
+            return Err(CaptureError::Perf(PerfError::Open {
+                what: "the Intel PT event".into(),
+                errno: nix::errno::Errno::EACCES,
+                guidance: format!("{why}. {}", privs.explain_open(nix::errno::Errno::EACCES, scope)),
+            }));
+        }
+    }
+    Ok((pmu, cfg))
+}
+
+/// Captures `target`, calling `on_snapshot` with each snapshot. The target
+/// is never stopped or killed: an attached process runs on, a spawned one
+/// is handed back in the last capture's `child` to be waited for.
+pub fn capture(
+    target: Target,
+    opts: &Options,
+    mut status: impl FnMut(Status),
+    mut on_snapshot: impl FnMut(Capture) -> Result<(), CaptureError>,
+) -> Result<(), CaptureError> {
+    let (pmu, cfg) = prepare(opts)?;
+    let wall = Instant::now();
+    let (pid, child, cmdline) = match &target {
+        Target::Spawn { argv, cwd } => {
+            let pid = ptrace::spawn_stopped(argv, cwd.as_deref())?;
+            // The child stops itself before exec; its events are opened now
+            // and enabled by the kernel at the exec.
+            match nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
+            ) {
+                Ok(nix::sys::wait::WaitStatus::Stopped(..)) => {}
+                other => {
+                    return Err(CaptureError::Invalid(format!(
+                        "`{}` did not start: {other:?}",
+                        argv[0]
+                    )))
+                }
+            }
+            (pid, Some(pid), argv.clone())
+        }
+        Target::Attach(pid) => {
+            if procfs::threads(*pid).is_err() {
+                return Err(CaptureError::Invalid(format!("no process {pid}")));
+            }
+            (*pid, None, procfs::cmdline(*pid))
+        }
+    };
+    let spawned = child.is_some();
+    let mut s = Session {
+        opts,
+        aux_size: aux_size(opts.size),
+        pmu,
+        cfg,
+        privs: Privileges::read(),
+        pid,
+        units: Vec::new(),
+        collector: Collector::start(),
+        breakpoint: None,
+        symbol: match &opts.trigger {
+            Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
+            _ => None,
+        },
+        synthesized: Vec::new(),
+        comms: HashMap::new(),
+    };
+    let setup = s.open_all(spawned);
+    if spawned {
+        // Let it run in any case: on error it runs untraced to its end.
+        ptrace::kill(pid, Signal::SIGCONT);
+    }
+    setup?;
+    status(Status::Armed {
+        threads: s.units.len(),
+    });
+    let mut taken = 0;
+    let mut child = child;
+    let mut exit_code = None;
+    while taken < opts.snapshots.max(1) {
+        let (stop, hit) = s.wait_for_trigger(&mut child, &mut exit_code, &mut status)?;
+        if stop == StopReason::Interrupted && opts.cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let end_tsc = sys::rdtsc();
+        for u in &s.units {
+            let _ = u.pt.disable();
+        }
+        taken += 1;
+        status(Status::Triggered { snapshot: taken });
+        let last = taken == opts.snapshots.max(1) || stop == StopReason::ProcessExit;
+        let mut cap = s.snapshot(stop.clone(), hit, end_tsc, &cmdline)?;
+        cap.wall = wall.elapsed();
+        cap.exit_code = exit_code;
+        if last {
+            cap.child = child.take();
+        }
+        on_snapshot(cap)?;
+        if last {
+            break;
+        }
+        for u in &s.units {
+            let _ = u.pt.enable();
+        }
+        opts.interrupt.store(false, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+impl Session<'_> {
+    fn event_options(&self, enable_on_exec: bool) -> EventOptions {
+        EventOptions {
+            kernel: self.opts.kernel,
+            per_cpu: self.opts.per_cpu,
+            enable_on_exec,
+        }
+    }
+
+    fn open_all(&mut self, spawned: bool) -> Result<(), CaptureError> {
+        if self.opts.per_cpu {
+            for cpu in online_cpus() {
+                self.open_unit(-1, cpu as i32, false)?;
+            }
+        } else {
+            for tid in procfs::threads(self.pid)? {
+                self.open_unit(tid, -1, spawned)?;
+            }
+        }
+        if !spawned {
+            self.synthesize_existing();
+        }
+        self.resolve_symbol();
+        Ok(())
+    }
+
+    /// Opens the PT and sideband events of a thread (`cpu` -1) or a CPU
+    /// (`tid` -1).
+    fn open_unit(&mut self, tid: i32, cpu: i32, enable_on_exec: bool) -> Result<(), CaptureError> {
+        let scope = if self.opts.per_cpu {
+            Scope::PerCpu
+        } else if self.opts.kernel {
+            Scope::Kernel
+        } else {
+            Scope::PerThread
+        };
+        let what = if cpu >= 0 {
+            format!("the Intel PT event on CPU {cpu}")
+        } else {
+            format!("the Intel PT event of thread {tid}")
+        };
+        let attr = pt_attr(&self.pmu, &self.cfg, self.event_options(enable_on_exec));
+        let pid = if cpu >= 0 { -1 } else { tid };
+        let pt = Event::open(&attr, pid, cpu).map_err(|e| PerfError::Open {
+            guidance: self.privs.explain_open(e, scope),
+            what: what.clone(),
+            errno: e,
+        })?;
+        let threads = (self.units.len() + 1) as u64;
+        let ring = DataRing::map(&pt, DATA_PAGES).map_err(|e| PerfError::Mmap {
+            guidance: self.privs.explain_mmap(e, self.aux_size as u64, threads),
+            what: what.clone(),
+            errno: e,
+        })?;
+        let aux = AuxArea::map(&pt, &ring, self.aux_size).map_err(|e| PerfError::Mmap {
+            guidance: self.privs.explain_mmap(e, self.aux_size as u64, threads),
+            what: what.clone(),
+            errno: e,
+        })?;
+        let dummy_attr =
+            sideband::dummy_attr(self.opts.kernel, self.opts.per_cpu, enable_on_exec);
+        let dummy = Event::open(&dummy_attr, pid, cpu).map_err(|e| PerfError::Open {
+            guidance: self.privs.explain_open(e, scope),
+            what: format!("the sideband event for {what}"),
+            errno: e,
+        })?;
+        dummy.set_output(&pt).map_err(|errno| PerfError::Ioctl {
+            op: "PERF_EVENT_IOC_SET_OUTPUT",
+            what: format!("the sideband event for {what}"),
+            errno,
+        })?;
+        let ring = Arc::new(ring);
+        // Non-sample records of both events end in the same sample-id
+        // trailer (IP is not part of it).
+        self.collector.add(ring.clone(), sideband::SAMPLE_TYPE);
+        if tid > 0 {
+            if let Some(bp) = &mut self.breakpoint {
+                bp.arm(tid)?;
+            }
+        }
+        self.units.push(Unit {
+            tid,
+            cpu,
+            pt,
+            _dummy: dummy,
+            ring,
+            aux,
+            cursor: AuxCursor::new(),
+        });
+        Ok(())
+    }
+
+    /// What perf synthesizes for a process already running: its threads'
+    /// names and its executable mappings, at the attach time.
+    fn synthesize_existing(&mut self) {
+        let time = self.now_perf();
+        let pid = self.pid;
+        if let Ok(tids) = procfs::threads(pid) {
+            for tid in tids {
+                let comm = procfs::comm(pid, tid);
+                self.comms.insert(tid, comm.clone());
+                self.synthesized.push(Sideband {
+                    time,
+                    cpu: 0,
+                    event: SidebandEvent::Comm {
+                        pid,
+                        tid,
+                        comm,
+                        exec: false,
+                    },
+                });
+            }
+        }
+        if let Ok(maps) = procfs::read_maps(pid) {
+            for m in maps
+                .into_iter()
+                .filter(|m| m.exec && (m.is_file() || m.is_vdso()))
+            {
+                self.synthesized.push(Sideband {
+                    time,
+                    cpu: 0,
+                    event: SidebandEvent::Mmap {
+                        pid,
+                        tid: pid,
+                        mapping: m,
+                    },
+                });
+            }
+        }
+    }
+
+    /// perf time now, from the TSC and the kernel's conversion.
+    fn now_perf(&self) -> u64 {
+        self.tsc_to_perf(sys::rdtsc())
+    }
+
+    fn tsc_to_perf(&self, tsc: u64) -> u64 {
+        match self.units.first() {
+            Some(u) => u.ring.time_conv().tsc_to_perf_time(tsc),
+            None => 0,
+        }
+    }
+
+    /// Resolves the trigger symbol once its library is mapped, and arms the
+    /// breakpoint on every traced thread.
+    fn resolve_symbol(&mut self) {
+        let Some(sym) = &mut self.symbol else {
+            return;
+        };
+        if sym.address().is_none() {
+            if let Ok(maps) = procfs::read_maps(self.pid) {
+                sym.resolve(&maps);
+            }
+        }
+        if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
+            self.breakpoint = Some(Breakpoint::new(addr));
+        }
+        if let Some(bp) = &mut self.breakpoint {
+            let tids: Vec<i32> = match procfs::threads(self.pid) {
+                Ok(t) => t,
+                Err(_) => return,
+            };
+            for tid in tids {
+                let _ = bp.arm(tid);
+            }
+        }
+    }
+
+    /// Follows new threads: any thread of the process without a unit gets
+    /// one (per-thread mode), and the breakpoint.
+    fn follow_threads(&mut self) -> Result<(), CaptureError> {
+        let Ok(tids) = procfs::threads(self.pid) else {
+            return Ok(());
+        };
+        for tid in tids {
+            if !self.opts.per_cpu && !self.units.iter().any(|u| u.tid == tid) {
+                match self.open_unit(tid, -1, false) {
+                    Ok(()) => {}
+                    // It may have exited already.
+                    Err(CaptureError::Perf(PerfError::Open { errno, .. }))
+                        if errno == nix::errno::Errno::ESRCH => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(bp) = &mut self.breakpoint {
+                let _ = bp.arm(tid);
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_for_trigger(
+        &mut self,
+        child: &mut Option<i32>,
+        exit_code: &mut Option<i32>,
+        status: &mut impl FnMut(Status),
+    ) -> Result<(StopReason, Option<Hit>), CaptureError> {
+        let deadline = match self.opts.trigger {
+            Trigger::Duration(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+            _ => None,
+        };
+        let mut last_scan = Instant::now();
+        loop {
+            if self.opts.interrupt.load(Ordering::Relaxed) || self.opts.cancel.load(Ordering::Relaxed)
+            {
+                return Ok((StopReason::Interrupted, None));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok((StopReason::Duration, None));
+            }
+            if let Some(bp) = &mut self.breakpoint {
+                if let Some(hit) = bp.wait(Duration::from_millis(5)).ok().flatten() {
+                    let name = self
+                        .symbol
+                        .as_ref()
+                        .map(|s| s.name().to_string())
+                        .unwrap_or_default();
+                    return Ok((
+                        StopReason::Symbol {
+                            name,
+                            address: bp.address(),
+                            tid: hit.tid,
+                        },
+                        Some(hit),
+                    ));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if let Some(pid) = *child {
+                if let Some(code) = crate::emulated::tracer::try_wait_child(pid) {
+                    *child = None;
+                    *exit_code = Some(code);
+                    return Ok((StopReason::ProcessExit, None));
+                }
+            } else if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
+                return Ok((StopReason::ProcessExit, None));
+            }
+            if last_scan.elapsed() >= Duration::from_millis(10) {
+                last_scan = Instant::now();
+                self.follow_threads()?;
+                if self.breakpoint.is_none() {
+                    self.resolve_symbol();
+                }
+                let bytes = self.units.iter().map(|u| aux_head(&u.ring) % self.aux_size as u64).sum();
+                status(Status::Waiting { bytes });
+            }
+        }
+    }
+
+    fn params(&self) -> PtParams {
+        let conv = self
+            .units
+            .first()
+            .map(|u| u.ring.time_conv())
+            .unwrap_or_default();
+        // CPUID.15H: TSC/crystal ratio, which MTC timing needs.
+        let (n, d) = match sys::cpuid(0x15) {
+            Some([eax, ebx, ..]) if eax != 0 && ebx != 0 => (ebx as u64, eax as u64),
+            _ => (0, 0),
+        };
+        PtParams {
+            pmu_type: self.pmu.kind as u64,
+            time_shift: conv.time_shift,
+            time_mult: conv.time_mult,
+            time_zero: conv.time_zero,
+            cap_user_time_zero: conv.cap_user_time_zero,
+            tsc_bit: self.pmu.mask("tsc"),
+            noretcomp_bit: self.pmu.mask("noretcomp"),
+            have_sched_switch: if self.opts.per_cpu { 3 } else { 0 },
+            snapshot_mode: true,
+            per_cpu_mmaps: self.opts.per_cpu,
+            mtc_bit: self.pmu.mask("mtc"),
+            mtc_freq_bits: self.pmu.mask("mtc_period"),
+            tsc_ctc_ratio_n: n,
+            tsc_ctc_ratio_d: d,
+            cyc_bit: self.pmu.mask("cyc"),
+            max_nonturbo_ratio: self.pmu.max_nonturbo_ratio.unwrap_or(0) as u64,
+            filter: String::new(),
+            cap_event_trace: self.pmu.caps.event_trace,
+        }
+    }
+
+    fn snapshot(
+        &mut self,
+        stop: StopReason,
+        hit: Option<Hit>,
+        end_tsc: u64,
+        cmdline: &[String],
+    ) -> Result<Capture, CaptureError> {
+        let collected = self.collector.collected();
+        let mut sideband = self.synthesized.clone();
+        sideband.extend(collected.events.iter().cloned());
+        sideband.sort_by_key(|s| s.time);
+        for sb in &sideband {
+            if let SidebandEvent::Comm { tid, comm, .. } = &sb.event {
+                self.comms.insert(*tid, comm.clone());
+            }
+        }
+        let max = self.aux_size;
+        let mut threads = Vec::new();
+        let mut cpus = Vec::new();
+        for u in &mut self.units {
+            let snap = u.cursor.snapshot(u.aux.bytes(), aux_head(&u.ring), max);
+            if u.cpu >= 0 {
+                cpus.push(CpuTrace {
+                    cpu: u.cpu as u32,
+                    aux: snap.data,
+                    aux_head: snap.end,
+                    wrapped: snap.wrapped,
+                });
+            } else {
+                threads.push(ThreadTrace {
+                    pid: self.pid,
+                    tid: u.tid,
+                    comm: self.comms.get(&u.tid).cloned().unwrap_or_default(),
+                    aux: snap.data,
+                    aux_head: snap.end,
+                    wrapped: snap.wrapped,
+                    instructions: 0,
+                });
+            }
+        }
+        if self.opts.per_cpu {
+            // The threads named in the sideband, for the snapshot's list.
+            let mut tids: Vec<i32> = procfs::threads(self.pid).unwrap_or_default();
+            tids.extend(sideband.iter().filter_map(|s| match &s.event {
+                SidebandEvent::Comm { pid, tid, .. } if *pid == self.pid => Some(*tid),
+                _ => None,
+            }));
+            tids.sort_unstable();
+            tids.dedup();
+            for tid in tids {
+                threads.push(ThreadTrace {
+                    pid: self.pid,
+                    tid,
+                    comm: self.comms.get(&tid).cloned().unwrap_or_default(),
+                    aux: Vec::new(),
+                    aux_head: 0,
+                    wrapped: false,
+                    instructions: 0,
+                });
+            }
+        }
+        let vdso = sideband.iter().find_map(|s| match &s.event {
+            SidebandEvent::Mmap { mapping, .. } if mapping.is_vdso() => {
+                own_vdso().map(|bytes| (mapping.start, bytes))
+            }
+            _ => None,
+        });
+        let end_time = self.tsc_to_perf(end_tsc);
+        let start_time = sideband.first().map_or(end_time, |s| s.time);
+        let mut warnings = collected.warnings();
+        if let Some(bp) = &self.breakpoint {
+            if hit.is_none() && matches!(stop, StopReason::ProcessExit) {
+                warnings.push(format!(
+                    "the process exited before reaching the breakpoint at {:#x}",
+                    bp.address()
+                ));
+            }
+        }
+        Ok(Capture {
+            pid: self.pid,
+            threads,
+            cpus,
+            sideband,
+            vdso,
+            start_time,
+            end_time,
+            stop,
+            cmdline: cmdline.to_vec(),
+            ip_log: Vec::new(),
+            wall: Duration::ZERO,
+            exit_code: None,
+            child: None,
+            pt: PtSetup {
+                pmu_type: self.pmu.kind,
+                config: self.cfg.config,
+                event: self.cfg.event_string(self.opts.kernel),
+                params: self.params(),
+                cpuid: cpuid_string(),
+                cpu_desc: cpu_model_name(),
+                kernel: self.opts.kernel,
+            },
+            trigger_registers: hit.map(|h| h.registers()).unwrap_or_default(),
+            warnings,
+        })
+    }
+}
+
+/// The CPUs that are online, from sysfs.
+fn online_cpus() -> Vec<u32> {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .map(|s| parse_cpu_list(s.trim()))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (0..n as u32).collect()
+        })
+}
+
+/// Parses a kernel CPU list such as `0-3,8,10-11`.
+pub fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    if b >= a && b - a < 4096 {
+                        cpus.extend(a..=b);
+                    }
+                }
+            }
+            None => cpus.extend(part.parse::<u32>().ok()),
+        }
+    }
+    cpus
+}
+
+fn cpuinfo_field(name: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    text.lines()
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_string())
+        })
+}
+
+/// perf's CPUID string: `GenuineIntel,family,model,stepping`.
+pub fn cpuid_string() -> String {
+    format!(
+        "{},{},{},{}",
+        cpuinfo_field("vendor_id").unwrap_or_default(),
+        cpuinfo_field("cpu family").unwrap_or_default(),
+        cpuinfo_field("model").unwrap_or_default(),
+        cpuinfo_field("stepping").unwrap_or_default()
+    )
+}
+
+fn cpu_model_name() -> String {
+    cpuinfo_field("model name").unwrap_or_default()
+}
+
+/// The vdso image, which is the same in every process of this kernel:
+/// read from our own address space.
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let me = std::process::id() as i32;
+    let m = procfs::read_maps(me).ok()?.into_iter().find(|m| m.is_vdso())?;
+    let mem = std::fs::File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; m.len() as usize];
+    mem.read_exact_at(&mut buf, m.start).ok()?;
+    Some(buf)
+}
+
+impl From<PtError> for CaptureError {
+    fn from(e: PtError) -> CaptureError {
+        CaptureError::Pt(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpu_list("0"), vec![0]);
+        assert_eq!(parse_cpu_list("3-1,x"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn aux_sizes_are_power_of_two_pages() {
+        let p = page_size();
+        assert_eq!(aux_size(4 << 20), 4 << 20);
+        assert_eq!(aux_size(3 << 20), 2 << 20);
+        assert_eq!(aux_size(1), p);
+    }
+
+    #[test]
+    fn no_pmu_is_a_clear_error_before_anything_runs() {
+        let mut opts = Options::new(Trigger::ProcessExit);
+        opts.pmu_dir = PathBuf::from("/nonexistent/intel_pt");
+        let err = capture(
+            Target::Spawn {
+                argv: vec!["/bin/true".into()],
+                cwd: None,
+            },
+            &opts,
+            |_| {},
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("no Intel PT"), "{msg}");
+        assert!(msg.contains("--backend emulated"), "{msg}");
+    }
+}

@@ -1,0 +1,67 @@
+//! perf_event_open without the perf tool: opening events, their mmap'd
+//! rings, the AUX snapshot, sideband records, breakpoint triggers and the
+//! permission rules. The intel-pt backend is built on this; so is the
+//! emulated backend's breakpoint trigger.
+
+pub mod aux;
+pub mod breakpoint;
+pub mod mmap;
+pub mod permissions;
+pub mod sideband;
+pub mod sys;
+
+use nix::errno::Errno;
+
+pub use permissions::{Privileges, Scope};
+pub use sys::Event;
+
+/// A perf_event_open, mmap or ioctl that failed, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("cannot open {what}: {errno}. {guidance}")]
+    Open {
+        what: String,
+        errno: Errno,
+        guidance: String,
+    },
+    #[error("cannot map the buffer of {what}: {errno}. {guidance}")]
+    Mmap {
+        what: String,
+        errno: Errno,
+        guidance: String,
+    },
+    #[error("{op} failed on {what}: {errno}")]
+    Ioctl {
+        op: &'static str,
+        what: String,
+        errno: Errno,
+    },
+}
+
+impl PerfError {
+    /// An open that failed, explained for a per-thread user-space capture.
+    pub fn open(what: String, errno: Errno) -> PerfError {
+        PerfError::open_in(what, errno, Scope::PerThread)
+    }
+
+    pub fn open_in(what: String, errno: Errno, scope: Scope) -> PerfError {
+        PerfError::Open {
+            guidance: Privileges::read().explain_open(errno, scope),
+            what,
+            errno,
+        }
+    }
+
+    /// A mmap of `bytes` (per thread) that failed.
+    pub fn mmap(what: String, errno: Errno, bytes: u64) -> PerfError {
+        PerfError::mmap_for(what, errno, bytes, 1)
+    }
+
+    pub fn mmap_for(what: String, errno: Errno, bytes: u64, threads: u64) -> PerfError {
+        PerfError::Mmap {
+            guidance: Privileges::read().explain_mmap(errno, bytes, threads),
+            what,
+            errno,
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Sideband: what the kernel says about the traced process while PT runs
+//! (mappings, names, threads coming and going, context switches), from a
+//! dummy software event whose records go to the PT event's data ring.
+//!
+//! The data ring is small and the kernel drops records when it is full,
+//! so a [`Collector`] thread drains every ring continuously; any LOST
+//! record is counted and reported.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::mmap::DataRing;
+use crate::perf_data::{self, flag, kind, sample, PerfEventAttr, Record};
+use crate::procfs::Mapping;
+use crate::recording::{Sideband, SidebandEvent};
+
+/// The sample-id layout of every record we ask for.
+pub const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+
+/// The tracking event: a dummy that counts nothing and reports mmap2,
+/// comm (with exec), fork/exit and, for CPU-wide tracing, context switches.
+pub fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEventAttr {
+    PerfEventAttr {
+        kind: perf_data::PERF_TYPE_SOFTWARE,
+        config: perf_data::PERF_COUNT_SW_DUMMY,
+        sample_period: 1,
+        sample_type: SAMPLE_TYPE,
+        flags: flag::EXCLUDE_HV
+            | flag::EXCLUDE_GUEST
+            | flag::MMAP
+            | flag::COMM
+            | flag::TASK
+            | flag::MMAP2
+            | flag::COMM_EXEC
+            | flag::SAMPLE_ID_ALL
+            | if kernel { 0 } else { flag::EXCLUDE_KERNEL }
+            | if switches { flag::CONTEXT_SWITCH } else { 0 }
+            | if enable_on_exec {
+                flag::DISABLED | flag::ENABLE_ON_EXEC
+            } else {
+                0
+            },
+        ..Default::default()
+    }
+}
+
+/// What the rings held, besides the sideband events.
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    pub events: Vec<Sideband>,
+    /// Records the kernel dropped (LOST records' counts).
+    pub lost: u64,
+    /// AUX records flagged truncated (the AUX area filled, in full-trace mode).
+    pub aux_truncated: u64,
+    /// AUX records flagged partial or collision: trace the hardware lost.
+    pub aux_damaged: u64,
+    /// Breakpoint samples that came through a sideband ring.
+    pub samples: u64,
+    /// Records that did not parse.
+    pub bad_records: Vec<String>,
+}
+
+impl Collected {
+    /// Sorts records from several rings into time order.
+    pub fn sort(&mut self) {
+        self.events.sort_by_key(|e| e.time);
+    }
+
+    /// Parses the records in `bytes` (whole records, as the kernel wrote
+    /// them), appending what matters to `self`.
+    pub fn parse(&mut self, bytes: &[u8], sample_type: u64) {
+        let mut at = 0usize;
+        while at + 8 <= bytes.len() {
+            let kind_ = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+            let misc = u16::from_le_bytes(bytes[at + 4..at + 6].try_into().unwrap_or_default());
+            let size = u16::from_le_bytes(bytes[at + 6..at + 8].try_into().unwrap_or_default()) as usize;
+            if size < 8 || at + size > bytes.len() {
+                self.bad_records.push(format!(
+                    "record of type {kind_} at ring offset {at} claims {size} bytes, {} remain",
+                    bytes.len() - at
+                ));
+                return;
+            }
+            let body = &bytes[at + 8..at + size];
+            at += size;
+            if kind_ == kind::SAMPLE {
+                self.samples += 1;
+                continue;
+            }
+            match Record::decode(kind_, misc, body, &[], sample_type, 0) {
+                Ok((rec, _)) => self.add(rec),
+                Err(e) => self.bad_records.push(e.to_string()),
+            }
+        }
+    }
+
+    fn add(&mut self, rec: Record<'_>) {
+        let mut push = |time: u64, cpu: u32, event: SidebandEvent| {
+            self.events.push(Sideband { time, cpu, event })
+        };
+        match rec {
+            Record::Mmap2 {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                maj,
+                min,
+                ino,
+                prot,
+                filename,
+                sample_id,
+                ..
+            } => {
+                if prot & libc::PROT_EXEC as u32 == 0 {
+                    return;
+                }
+                push(
+                    sample_id.time,
+                    sample_id.cpu,
+                    SidebandEvent::Mmap {
+                        pid: pid as i32,
+                        tid: tid as i32,
+                        mapping: Mapping {
+                            start: addr,
+                            end: addr.saturating_add(len),
+                            read: prot & libc::PROT_READ as u32 != 0,
+                            write: prot & libc::PROT_WRITE as u32 != 0,
+                            exec: true,
+                            offset: pgoff,
+                            dev_major: maj,
+                            dev_minor: min,
+                            inode: ino,
+                            path: filename.to_string(),
+                        },
+                    },
+                )
+            }
+            Record::Comm {
+                pid,
+                tid,
+                exec,
+                comm,
+                sample_id,
+            } => push(
+                sample_id.time,
+                sample_id.cpu,
+                SidebandEvent::Comm {
+                    pid: pid as i32,
+                    tid: tid as i32,
+                    comm: comm.to_string(),
+                    exec,
+                },
+            ),
+            Record::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+                time,
+                sample_id,
+            } => push(
+                time,
+                sample_id.cpu,
+                SidebandEvent::Fork {
+                    pid: pid as i32,
+                    ppid: ppid as i32,
+                    tid: tid as i32,
+                    ptid: ptid as i32,
+                },
+            ),
+            Record::Exit {
+                pid,
+                ppid,
+                tid,
+                ptid,
+                time,
+                sample_id,
+            } => push(
+                time,
+                sample_id.cpu,
+                SidebandEvent::Exit {
+                    pid: pid as i32,
+                    ppid: ppid as i32,
+                    tid: tid as i32,
+                    ptid: ptid as i32,
+                },
+            ),
+            Record::ItraceStart {
+                pid,
+                tid,
+                sample_id,
+            } => push(
+                sample_id.time,
+                sample_id.cpu,
+                SidebandEvent::ItraceStart {
+                    pid: pid as i32,
+                    tid: tid as i32,
+                },
+            ),
+            Record::Switch {
+                out,
+                preempt,
+                sample_id,
+            } => push(
+                sample_id.time,
+                sample_id.cpu,
+                SidebandEvent::Switch {
+                    pid: sample_id.pid as i32,
+                    tid: sample_id.tid as i32,
+                    out,
+                    preempt,
+                    next_prev: (0, 0),
+                },
+            ),
+            Record::SwitchCpuWide {
+                out,
+                preempt,
+                next_prev_pid,
+                next_prev_tid,
+                sample_id,
+            } => push(
+                sample_id.time,
+                sample_id.cpu,
+                SidebandEvent::Switch {
+                    pid: sample_id.pid as i32,
+                    tid: sample_id.tid as i32,
+                    out,
+                    preempt,
+                    next_prev: (next_prev_pid as i32, next_prev_tid as i32),
+                },
+            ),
+            Record::Aux { flags, .. } => {
+                if flags & perf_data::aux_flag::TRUNCATED != 0 {
+                    self.aux_truncated += 1;
+                }
+                if flags & (perf_data::aux_flag::PARTIAL | perf_data::aux_flag::COLLISION) != 0 {
+                    self.aux_damaged += 1;
+                }
+            }
+            Record::Lost { lost, .. } => self.lost += lost,
+            _ => {}
+        }
+    }
+
+    /// Warnings a user should see about this sideband.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.lost > 0 {
+            w.push(format!(
+                "the kernel dropped {} sideband records (mappings or thread events may be missing)",
+                self.lost
+            ));
+        }
+        if self.aux_damaged > 0 {
+            w.push(format!(
+                "{} AUX records report trace lost by the hardware (partial or collided)",
+                self.aux_damaged
+            ));
+        }
+        if !self.bad_records.is_empty() {
+            w.push(format!(
+                "{} sideband records did not parse; first: {}",
+                self.bad_records.len(),
+                self.bad_records[0]
+            ));
+        }
+        w
+    }
+}
+
+struct Source {
+    ring: Arc<DataRing>,
+    sample_type: u64,
+}
+
+struct Shared {
+    sources: Mutex<Vec<Source>>,
+    collected: Mutex<Collected>,
+    stop: AtomicBool,
+}
+
+/// Drains data rings on a thread of its own, every millisecond.
+pub struct Collector {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Default for Collector {
+    fn default() -> Collector {
+        Collector::start()
+    }
+}
+
+impl Collector {
+    pub fn start() -> Collector {
+        let shared = Arc::new(Shared {
+            sources: Mutex::new(Vec::new()),
+            collected: Mutex::new(Collected::default()),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ptscope-sideband".into())
+            .spawn(move || {
+                while !s.stop.load(Ordering::Acquire) {
+                    drain_all(&s);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .ok();
+        Collector { shared, thread }
+    }
+
+    /// Starts draining `ring`, whose records carry `sample_type` ids.
+    pub fn add(&self, ring: Arc<DataRing>, sample_type: u64) {
+        if let Ok(mut s) = self.shared.sources.lock() {
+            s.push(Source { ring, sample_type });
+        }
+    }
+
+    /// Drains every ring now and returns a copy of all that came so far.
+    pub fn collected(&self) -> Collected {
+        drain_all(&self.shared);
+        let mut c = self
+            .shared
+            .collected
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        c.sort();
+        c
+    }
+
+    /// Stops the thread, drains once more and returns everything.
+    pub fn finish(mut self) -> Collected {
+        self.stop_thread();
+        self.collected()
+    }
+
+    fn stop_thread(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+fn drain_all(shared: &Shared) {
+    let Ok(sources) = shared.sources.lock() else {
+        return;
+    };
+    let mut buf = Vec::new();
+    for src in sources.iter() {
+        buf.clear();
+        if src.ring.drain(&mut buf) > 0 {
+            if let Ok(mut c) = shared.collected.lock() {
+                c.parse(&buf, src.sample_type);
+            }
+        }
+    }
+}

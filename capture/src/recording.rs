@@ -1,0 +1,168 @@
+//! What a capture recorded, whichever backend took it: per-thread or
+//! per-CPU PT bytes, the sideband (mappings, threads, switches) and how the
+//! PT unit was set up. The snapshot writer turns this into a `.ptscope`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::intel_pt::PtParams;
+use crate::procfs::Mapping;
+
+/// What to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Run a command (in `cwd`, or the current directory).
+    Spawn {
+        argv: Vec<String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Attach to a running process and all its threads.
+    Attach(i32),
+}
+
+/// What happened in the traced process, for the sideband records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SidebandEvent {
+    Comm {
+        pid: i32,
+        tid: i32,
+        comm: String,
+        exec: bool,
+    },
+    Mmap {
+        pid: i32,
+        tid: i32,
+        mapping: Mapping,
+    },
+    Fork {
+        pid: i32,
+        ppid: i32,
+        tid: i32,
+        ptid: i32,
+    },
+    Exit {
+        pid: i32,
+        ppid: i32,
+        tid: i32,
+        ptid: i32,
+    },
+    ItraceStart {
+        pid: i32,
+        tid: i32,
+    },
+    /// A context switch on the (one, virtual) CPU of a per-CPU capture:
+    /// `tid` goes out or comes in; `next_prev` is the other side.
+    Switch {
+        pid: i32,
+        tid: i32,
+        out: bool,
+        preempt: bool,
+        next_prev: (i32, i32),
+    },
+}
+
+/// One timed sideband event.
+#[derive(Clone, Debug)]
+pub struct Sideband {
+    pub time: u64,
+    /// The CPU it happened on (0 for the emulated backend's one CPU).
+    pub cpu: u32,
+    pub event: SidebandEvent,
+}
+
+/// The trace of one thread at the end of the capture.
+#[derive(Debug)]
+pub struct ThreadTrace {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    /// The last `ring_size` bytes of PT.
+    pub aux: Vec<u8>,
+    /// Total bytes the thread's PT unit wrote (the AUX head).
+    pub aux_head: u64,
+    pub wrapped: bool,
+    pub instructions: u64,
+}
+
+/// The trace of the one virtual CPU of a per-CPU capture.
+#[derive(Debug)]
+pub struct CpuTrace {
+    pub cpu: u32,
+    pub aux: Vec<u8>,
+    pub aux_head: u64,
+    pub wrapped: bool,
+}
+
+/// Why the capture ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    ProcessExit,
+    Symbol {
+        name: String,
+        address: u64,
+        tid: i32,
+    },
+    Duration,
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct Capture {
+    pub pid: i32,
+    /// Every thread; in a per-CPU capture their `aux` is empty and the
+    /// trace is in `cpus`.
+    pub threads: Vec<ThreadTrace>,
+    pub cpus: Vec<CpuTrace>,
+    pub sideband: Vec<Sideband>,
+    /// The `[vdso]` image and its address, as dumped at the start.
+    pub vdso: Option<(u64, Vec<u8>)>,
+    pub start_time: u64,
+    pub end_time: u64,
+    pub stop: StopReason,
+    pub cmdline: Vec<String>,
+    /// Per thread, every retired instruction pointer (only with `ip_log`).
+    pub ip_log: Vec<(i32, Vec<u64>)>,
+    pub wall: Duration,
+    /// The exit status of a spawned command, when the capture saw it exit.
+    pub exit_code: Option<i32>,
+    /// A spawned command still running after the snapshot; the caller waits
+    /// for it once the snapshot is saved (see `emulated::tracer::wait_child`).
+    pub child: Option<i32>,
+    /// How the PT unit was set up.
+    pub pt: PtSetup,
+    /// rdi and rsi at a hardware-breakpoint trigger.
+    pub trigger_registers: Vec<(String, u64)>,
+    /// What went wrong without spoiling the capture (lost records, ...).
+    pub warnings: Vec<String>,
+}
+
+/// The PT event a capture used, as the snapshot records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtSetup {
+    pub pmu_type: u32,
+    pub config: u64,
+    /// perf's syntax for it, e.g. `intel_pt/cyc=1,.../u`.
+    pub event: String,
+    pub params: PtParams,
+    /// perf's CPUID string (`GenuineIntel,6,85,4`) and the model name.
+    pub cpuid: String,
+    pub cpu_desc: String,
+    pub kernel: bool,
+}
+
+
+impl PtSetup {
+    /// The setup the emulated backend claims: see [`crate::intel_pt::emulated_cpu`].
+    pub fn emulated() -> PtSetup {
+        use crate::intel_pt::emulated_cpu;
+        PtSetup {
+            pmu_type: emulated_cpu::PMU_TYPE,
+            config: crate::snapshot::emulated_config(),
+            event: crate::snapshot::EMULATED_CONFIG_STR.into(),
+            params: crate::snapshot::emulated_params(),
+            cpuid: emulated_cpu::cpuid_string(),
+            cpu_desc: emulated_cpu::DESCRIPTION.into(),
+            kernel: false,
+        }
+    }
+}
