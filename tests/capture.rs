@@ -167,11 +167,10 @@ fn trigger_snapshot_ends_at_symbol_entry() {
     assert!(errors.is_empty(), "{errors:?}");
     let decoded = ipt.values().next().unwrap();
     assert_eq!(decoded, ips);
-    // The last instruction is the call into `work`: a direct call whose
-    // target is the symbol, found in the ELF independently.
+    // The hardware breakpoint fires as `work`'s first instruction runs: the
+    // trace ends with the call into `work` (a direct call whose target is
+    // the symbol, found in the ELF independently) and that instruction.
     let work = symbol_address(&exe, "work");
-    let last = *decoded.last().unwrap();
-    let bytes = std::fs::read(&exe).unwrap();
     let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
     let trace = info.trace().unwrap();
     let main_map = trace
@@ -180,11 +179,21 @@ fn trigger_snapshot_ends_at_symbol_entry() {
         .find(|m| m.path == exe.to_str().unwrap())
         .unwrap();
     let base = main_map.start - main_map.pgoff;
-    let call_off = (last - base) as usize;
-    assert_eq!(bytes[call_off], 0xe8, "last instruction is a call");
+    let (call, entry) = (decoded[decoded.len() - 2], decoded[decoded.len() - 1]);
+    assert_eq!(entry - base, work, "the last instruction is work's first");
+    let bytes = std::fs::read(&exe).unwrap();
+    let call_off = (call - base) as usize;
+    assert_eq!(bytes[call_off], 0xe8, "the one before is a call");
     let rel = i32::from_le_bytes(bytes[call_off + 1..call_off + 5].try_into().unwrap());
-    let target = (last as i64 + 5 + rel as i64) as u64;
+    let target = (call as i64 + 5 + rel as i64) as u64;
     assert_eq!(target - base, work, "the call goes to `work`");
+    // The breakpoint sampled the argument registers: work(50).
+    let meta = info.metadata.clone().unwrap();
+    assert!(
+        meta.trigger_registers.contains(&("rdi".to_string(), 50)),
+        "{:?}",
+        meta.trigger_registers
+    );
     // The metadata says why it stopped.
     assert!(info.metadata.unwrap().stop.contains("entered work"));
 }

@@ -216,7 +216,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
         None => ptscope::gui::run(args.files, args.screenshot, args.select, args.source_maps),
-        Some(Command::Record { opts, command }) => capture(Target::Spawn(command), opts),
+        Some(Command::Record { opts, command }) => capture(
+            Target::Spawn {
+                argv: command,
+                cwd: None,
+            },
+            opts,
+        ),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
         Some(Command::Info { file }) => info(&file),
         Some(Command::Packets {
@@ -344,8 +350,11 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
         pid: cap.pid,
         capture_wall_ms: cap.wall.as_millis() as u64,
         instructions,
-        trigger_registers: Vec::new(),
+        trigger_registers: cap.trigger_registers.clone(),
     };
+    for w in &cap.warnings {
+        eprintln!("ptscope: warning: {w}");
+    }
     snapshot::write_snapshot(&opts.output, &cap, &meta)
         .with_context(|| format!("cannot write the snapshot {}", opts.output.display()))?;
     if let Some(path) = &opts.ip_log {

@@ -150,7 +150,6 @@ pub struct PtSetup {
     pub kernel: bool,
 }
 
-
 impl PtSetup {
     /// The setup the emulated backend claims: see [`crate::intel_pt::emulated_cpu`].
     pub fn emulated() -> PtSetup {

@@ -25,6 +25,7 @@ use super::hardware::{PtSettings, ThreadPt};
 use super::insn::{classify, Insn, InsnClass};
 use super::ptrace;
 use crate::error::CaptureError;
+use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::{self, Mapping};
 use crate::trigger::{SymbolTrigger, Trigger};
 
@@ -91,6 +92,11 @@ pub struct Tracer {
     maps: Vec<Mapping>,
     vdso: Option<(u64, Vec<u8>)>,
     symbol: Option<SymbolTrigger>,
+    /// The symbol trigger as a hardware breakpoint, when the breakpoint PMU
+    /// takes it; else the trigger compares each step's address.
+    breakpoint: Option<Breakpoint>,
+    trigger_registers: Vec<(String, u64)>,
+    warnings: Vec<String>,
     steps_total: u64,
     /// The thread on the (virtual) CPU and `steps_total` when it got it.
     current: Option<i32>,
@@ -145,6 +151,9 @@ impl Tracer {
             maps: Vec::new(),
             vdso: None,
             symbol,
+            breakpoint: None,
+            trigger_registers: Vec::new(),
+            warnings: Vec::new(),
             steps_total: 0,
             current: None,
             slice_start: 0,
@@ -261,6 +270,7 @@ impl Tracer {
             },
         );
         self.order.push_back(tid);
+        self.arm_breakpoint(&[tid]);
         // A CPU-wide event starts once; later threads arrive by switches.
         if !self.opts.per_cpu || first {
             self.emit(SidebandEvent::ItraceStart { pid: self.pid, tid });
@@ -298,7 +308,49 @@ impl Tracer {
         self.maps = maps;
         if let Some(sym) = &mut self.symbol {
             sym.resolve(&self.maps);
+            if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
+                if Breakpoint::available() {
+                    self.breakpoint = Some(Breakpoint::new(addr));
+                    let tids: Vec<i32> = self.threads.keys().copied().collect();
+                    self.arm_breakpoint(&tids);
+                }
+            }
         }
+    }
+
+    /// Arms the hardware breakpoint on `tids`. If the kernel refuses, the
+    /// trigger falls back to comparing addresses, with a warning.
+    fn arm_breakpoint(&mut self, tids: &[i32]) {
+        let Some(bp) = &mut self.breakpoint else {
+            return;
+        };
+        for &tid in tids {
+            if let Err(e) = bp.arm(tid) {
+                self.warnings.push(format!(
+                    "hardware breakpoint unavailable, the trigger compares addresses instead: {e}"
+                ));
+                self.breakpoint = None;
+                return;
+            }
+        }
+    }
+
+    /// After a step: whether the breakpoint fired, and if so the trigger.
+    fn breakpoint_hit(&mut self) -> Option<StopReason> {
+        let hit = self.breakpoint.as_mut()?.check()?;
+        let tid = hit.tid;
+        self.trigger_registers = hit.registers();
+        let rip = self.threads.get(&tid).map(|t| t.rip)?;
+        let now = self.now;
+        if self.thread_tracing(tid) {
+            self.unit(tid).interrupt(rip, now);
+        }
+        let sym = self.symbol.as_ref()?;
+        Some(StopReason::Symbol {
+            name: sym.name().to_string(),
+            address: hit.ip,
+            tid,
+        })
     }
 
     fn open_mem(&mut self) {
@@ -390,8 +442,12 @@ impl Tracer {
             (t.rip, t.pending_signal)
         };
         self.switch_to(tid);
-        if let Some(sym) = &self.symbol {
+        if let (Some(sym), None) = (&self.symbol, &self.breakpoint) {
             if sym.address() == Some(rip) {
+                if let Ok(regs) = ptrace::regs(tid) {
+                    self.trigger_registers =
+                        vec![("rdi".into(), regs.rdi), ("rsi".into(), regs.rsi)];
+                }
                 let now = self.now;
                 if self.thread_tracing(tid) {
                     self.unit(tid).interrupt(rip, now);
@@ -762,6 +818,9 @@ impl Tracer {
                         }
                     }
                 }
+                if let Some(stop) = self.breakpoint_hit() {
+                    return Ok(stop);
+                }
                 continue;
             }
             if self.threads.is_empty() {
@@ -820,6 +879,9 @@ impl Tracer {
 
     /// Stops tracing every live thread and lets it go on untraced.
     fn release(&mut self) {
+        if let Some(bp) = &mut self.breakpoint {
+            bp.disarm();
+        }
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
             let t = self.threads.remove(&tid).unwrap();
@@ -980,8 +1042,8 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
         exit_code,
         child,
         pt: PtSetup::emulated(),
-        trigger_registers: Vec::new(),
-        warnings: Vec::new(),
+        trigger_registers: std::mem::take(&mut tracer.trigger_registers),
+        warnings: std::mem::take(&mut tracer.warnings),
     })
 }
 

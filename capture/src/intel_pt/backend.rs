@@ -128,7 +128,10 @@ pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig), CaptureError> {
             return Err(CaptureError::Perf(PerfError::Open {
                 what: "the Intel PT event".into(),
                 errno: nix::errno::Errno::EACCES,
-                guidance: format!("{why}. {}", privs.explain_open(nix::errno::Errno::EACCES, scope)),
+                guidance: format!(
+                    "{why}. {}",
+                    privs.explain_open(nix::errno::Errno::EACCES, scope)
+                ),
             }));
         }
     }
@@ -291,8 +294,7 @@ impl Session<'_> {
             what: what.clone(),
             errno: e,
         })?;
-        let dummy_attr =
-            sideband::dummy_attr(self.opts.kernel, self.opts.per_cpu, enable_on_exec);
+        let dummy_attr = sideband::dummy_attr(self.opts.kernel, self.opts.per_cpu, enable_on_exec);
         let dummy = Event::open(&dummy_attr, pid, cpu).map_err(|e| PerfError::Open {
             guidance: self.privs.explain_open(e, scope),
             what: format!("the sideband event for {what}"),
@@ -435,7 +437,8 @@ impl Session<'_> {
         };
         let mut last_scan = Instant::now();
         loop {
-            if self.opts.interrupt.load(Ordering::Relaxed) || self.opts.cancel.load(Ordering::Relaxed)
+            if self.opts.interrupt.load(Ordering::Relaxed)
+                || self.opts.cancel.load(Ordering::Relaxed)
             {
                 return Ok((StopReason::Interrupted, None));
             }
@@ -476,7 +479,11 @@ impl Session<'_> {
                 if self.breakpoint.is_none() {
                     self.resolve_symbol();
                 }
-                let bytes = self.units.iter().map(|u| aux_head(&u.ring) % self.aux_size as u64).sum();
+                let bytes = self
+                    .units
+                    .iter()
+                    .map(|u| aux_head(&u.ring) % self.aux_size as u64)
+                    .sum();
                 status(Status::Waiting { bytes });
             }
         }
@@ -682,7 +689,10 @@ fn cpu_model_name() -> String {
 fn own_vdso() -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let me = std::process::id() as i32;
-    let m = procfs::read_maps(me).ok()?.into_iter().find(|m| m.is_vdso())?;
+    let m = procfs::read_maps(me)
+        .ok()?
+        .into_iter()
+        .find(|m| m.is_vdso())?;
     let mem = std::fs::File::open("/proc/self/mem").ok()?;
     let mut buf = vec![0u8; m.len() as usize];
     mem.read_exact_at(&mut buf, m.start).ok()?;

@@ -67,7 +67,9 @@ impl FromStr for Timing {
                         }
                         None => (part, 1),
                     };
-                    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    if name.is_empty()
+                        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
                         return Err(format!(
                             "`{part}` is not a config term: use low, normal, high or term=value,..."
                         ));
@@ -143,7 +145,11 @@ impl PtConfig {
     }
 
     pub fn value(&self, term: &str) -> Option<u64> {
-        self.terms.iter().rev().find(|(n, _)| n == term).map(|(_, v)| *v)
+        self.terms
+            .iter()
+            .rev()
+            .find(|(n, _)| n == term)
+            .map(|(_, v)| *v)
     }
 }
 
@@ -268,7 +274,11 @@ fn check_cap(caps: &Caps, name: &str, value: u64) -> Result<(), String> {
             }
         }
         "ptw" | "fup_on_ptw" => flag(caps.ptwrite, "ptwrite", "PTWRITE"),
-        "pwr_evt" => flag(caps.power_event_trace, "power_event_trace", "power event trace"),
+        "pwr_evt" => flag(
+            caps.power_event_trace,
+            "power_event_trace",
+            "power event trace",
+        ),
         "event" => flag(caps.event_trace, "event_trace", "event trace"),
         "notnt" => flag(caps.tnt_disable, "tnt_disable", "TNT disable"),
         _ => Ok(()),
@@ -294,7 +304,10 @@ mod tests {
         assert_eq!("high".parse::<Timing>(), Ok(Timing::High));
         assert_eq!(
             "cyc,mtc_period=0x2".parse::<Timing>(),
-            Ok(Timing::Custom(vec![("cyc".into(), 1), ("mtc_period".into(), 2)]))
+            Ok(Timing::Custom(vec![
+                ("cyc".into(), 1),
+                ("mtc_period".into(), 2)
+            ]))
         );
         assert!("cyc=x".parse::<Timing>().is_err());
         assert!("a b".parse::<Timing>().is_err());

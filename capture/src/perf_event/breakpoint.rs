@@ -106,7 +106,8 @@ pub fn parse_hits(bytes: &[u8]) -> Vec<Hit> {
     let mut at = 0;
     while at + 8 <= bytes.len() {
         let kind_ = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
-        let size = u16::from_le_bytes(bytes[at + 6..at + 8].try_into().unwrap_or_default()) as usize;
+        let size =
+            u16::from_le_bytes(bytes[at + 6..at + 8].try_into().unwrap_or_default()) as usize;
         if size < 8 || at + size > bytes.len() {
             break;
         }
@@ -204,7 +205,10 @@ impl Breakpoint {
             .map(|a| PollFd::new(a.event.as_fd(), PollFlags::POLLIN))
             .collect();
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
@@ -225,6 +229,46 @@ impl Breakpoint {
 mod tests {
     use super::*;
 
+    #[inline(never)]
+    extern "C" fn target(a: u64, b: u64) -> u64 {
+        std::hint::black_box(a.wrapping_mul(3) ^ b)
+    }
+
+    /// A real hardware breakpoint on a real thread of this process: the hit
+    /// carries the thread, the address and the first two arguments.
+    #[test]
+    fn real_breakpoint_hits_with_arguments() {
+        if !Breakpoint::available() {
+            panic!("the breakpoint PMU is missing: /sys/bus/event_source/devices/breakpoint");
+        }
+        let addr = target as *const () as u64;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            rx.recv().unwrap();
+            // Not hit yet: the breakpoint is on this thread only after arm.
+            target(0x1234, 0x5678)
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut bp = Breakpoint::new(addr);
+        bp.arm(tid).unwrap();
+        assert!(bp.is_armed(tid));
+        // This thread is not armed: calling here does not hit.
+        target(1, 2);
+        tx.send(()).unwrap();
+        worker.join().unwrap();
+        let hit = bp.wait(Duration::from_secs(5)).unwrap().expect("a hit");
+        assert_eq!(hit.tid, tid);
+        assert_eq!(hit.pid, std::process::id() as i32);
+        assert_eq!(hit.ip, addr);
+        assert_eq!(hit.rdi, Some(0x1234));
+        assert_eq!(hit.rsi, Some(0x5678));
+        assert!(hit.time > 0);
+        assert_eq!(bp.check(), None, "one hit, one sample");
+        bp.disarm();
+    }
+
     #[test]
     fn parses_a_sample_with_registers() {
         let mut body = Vec::new();
@@ -243,7 +287,10 @@ mod tests {
                 rdi: Some(0xbb),
             }
         );
-        assert_eq!(hit.registers(), vec![("rdi".into(), 0xbb), ("rsi".into(), 0xaa)]);
+        assert_eq!(
+            hit.registers(),
+            vec![("rdi".into(), 0xbb), ("rsi".into(), 0xaa)]
+        );
         // Truncated bodies are refused, not read past.
         assert_eq!(parse_sample(&body[..40]), None);
         // Record framing: a bad size stops the walk.

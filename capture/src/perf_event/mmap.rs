@@ -145,10 +145,7 @@ impl DataRing {
         let tail = self.word(field::DATA_TAIL).load(Ordering::Relaxed);
         // SAFETY: the data area lies within the mapping (checked in `map`).
         let data = unsafe {
-            std::slice::from_raw_parts(
-                self.map.base.as_ptr().add(self.data_offset),
-                self.data_size,
-            )
+            std::slice::from_raw_parts(self.map.base.as_ptr().add(self.data_offset), self.data_size)
         };
         let n = copy_ring(data, tail, head, out);
         self.word(field::DATA_TAIL)
@@ -194,7 +191,8 @@ impl AuxArea {
         let offset = ring.map.len;
         ring.word(field::AUX_OFFSET)
             .store(offset as u64, Ordering::SeqCst);
-        ring.word(field::AUX_SIZE).store(size as u64, Ordering::SeqCst);
+        ring.word(field::AUX_SIZE)
+            .store(size as u64, Ordering::SeqCst);
         let map = Mapping::new(event, size, offset as i64, false)?;
         Ok(AuxArea { map })
     }

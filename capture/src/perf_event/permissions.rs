@@ -71,9 +71,10 @@ impl Privileges {
                     .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
             })
             .unwrap_or(0);
-        let memlock_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
-            .map(|(soft, _)| soft)
-            .unwrap_or(0);
+        let memlock_limit =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+                .map(|(soft, _)| soft)
+                .unwrap_or(0);
         Privileges {
             // Missing file: perf events are not available; treat as strictest.
             paranoid: num("/proc/sys/kernel/perf_event_paranoid").unwrap_or(4) as i32,

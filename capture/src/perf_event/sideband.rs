@@ -75,7 +75,8 @@ impl Collected {
         while at + 8 <= bytes.len() {
             let kind_ = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
             let misc = u16::from_le_bytes(bytes[at + 4..at + 6].try_into().unwrap_or_default());
-            let size = u16::from_le_bytes(bytes[at + 6..at + 8].try_into().unwrap_or_default()) as usize;
+            let size =
+                u16::from_le_bytes(bytes[at + 6..at + 8].try_into().unwrap_or_default()) as usize;
             if size < 8 || at + size > bytes.len() {
                 self.bad_records.push(format!(
                     "record of type {kind_} at ring offset {at} claims {size} bytes, {} remain",
@@ -367,5 +368,104 @@ fn drain_all(shared: &Shared) {
                 c.parse(&buf, src.sample_type);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulated::ptrace;
+    use crate::perf_event::Event;
+
+    /// A real dummy event on a real process: the kernel's records come
+    /// through the ring and the collector as sideband events.
+    #[test]
+    fn real_dummy_event_reports_exec_mappings_and_exit() {
+        let argv = vec!["/bin/true".to_string()];
+        let pid = ptrace::spawn_stopped(&argv, None).unwrap();
+        let stopped = nix::sys::wait::waitpid(
+            nix::unistd::Pid::from_raw(pid),
+            Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
+        );
+        assert!(matches!(
+            stopped,
+            Ok(nix::sys::wait::WaitStatus::Stopped(..))
+        ));
+        let event = Event::open(&dummy_attr(false, false, true), pid, -1).unwrap();
+        let ring = Arc::new(DataRing::map(&event, 8).unwrap());
+        let collector = Collector::start();
+        collector.add(ring, SAMPLE_TYPE);
+        ptrace::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        assert_eq!(crate::emulated::tracer::wait_child(pid), Some(0));
+        let got = collector.finish();
+        assert_eq!(got.lost, 0);
+        assert!(got.bad_records.is_empty(), "{:?}", got.bad_records);
+        let exec = got.events.iter().find_map(|e| match &e.event {
+            SidebandEvent::Comm {
+                pid: p,
+                comm,
+                exec: true,
+                ..
+            } if *p == pid => Some(comm.clone()),
+            _ => None,
+        });
+        assert_eq!(exec.as_deref(), Some("true"), "{:#?}", got.events);
+        let true_path = std::fs::canonicalize("/bin/true").unwrap();
+        let mapped: Vec<&Mapping> = got
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                SidebandEvent::Mmap {
+                    pid: p, mapping, ..
+                } if *p == pid => Some(mapping),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            mapped
+                .iter()
+                .any(|m| std::path::Path::new(&m.path) == true_path && m.exec),
+            "{mapped:#?}"
+        );
+        // The dynamic loader maps libc: more than one executable mapping.
+        assert!(
+            mapped.iter().any(|m| m.path.contains("libc")),
+            "{mapped:#?}"
+        );
+        assert!(got
+            .events
+            .iter()
+            .any(|e| matches!(e.event, SidebandEvent::Exit { pid: p, .. } if p == pid)));
+        // Sample ids carry real times and CPUs.
+        assert!(got.events.windows(2).all(|w| w[0].time <= w[1].time));
+        assert!(got.events.iter().all(|e| e.time > 0));
+        let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+        assert!(got.events.iter().all(|e| e.cpu < cpus));
+    }
+
+    #[test]
+    fn malformed_ring_bytes_are_reported_not_trusted() {
+        let mut c = Collected::default();
+        // A header claiming 4000 bytes with 16 present.
+        let mut bytes = vec![10u8, 0, 0, 0, 0, 0];
+        bytes.extend_from_slice(&4000u16.to_le_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        c.parse(&bytes, SAMPLE_TYPE);
+        assert_eq!(c.bad_records.len(), 1);
+        assert!(
+            c.bad_records[0].contains("claims 4000 bytes"),
+            "{:?}",
+            c.bad_records
+        );
+        // A LOST record is counted and turned into a warning.
+        let mut lost = vec![2u8, 0, 0, 0, 0, 0];
+        lost.extend_from_slice(&((8 + 16 + 32) as u16).to_le_bytes());
+        lost.extend_from_slice(&7u64.to_le_bytes());
+        lost.extend_from_slice(&42u64.to_le_bytes());
+        lost.extend_from_slice(&[0; 32]);
+        let mut c = Collected::default();
+        c.parse(&lost, SAMPLE_TYPE);
+        assert_eq!(c.lost, 42);
+        assert!(c.warnings()[0].contains("dropped 42 sideband records"));
     }
 }
