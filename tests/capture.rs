@@ -348,7 +348,7 @@ fn ctrl_c_takes_the_snapshot_now() {
     let status = rec.wait().unwrap();
     assert!(status.success(), "{status}");
     let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
-    assert_eq!(info.metadata.as_ref().unwrap().stop, "Ctrl-C");
+    assert_eq!(info.metadata.as_ref().unwrap().stop, "manual snapshot");
     let (ipt, errors) = libipt_instructions(&snap);
     assert!(errors.is_empty(), "{errors:?}");
     assert!(ipt.values().next().unwrap().len() > 1000);

@@ -3,16 +3,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
-use ptscope_capture::emulated::hardware::PtSettings;
-use ptscope_capture::emulated::tracer::{self, StopReason, Target, TracerOptions};
-use ptscope_capture::intel_pt::emulated_cpu;
-use ptscope_capture::snapshot::{self, Metadata, Snapshot, EMULATED_CONFIG_STR};
+use ptscope::recorder::{self, Progress, Request};
+use ptscope_capture::emulated::tracer::{self, Target};
+use ptscope_capture::intel_pt::Timing;
+use ptscope_capture::snapshot::Snapshot;
 use ptscope_capture::trigger::Trigger;
 use ptscope_decoder::model::Engine;
 use ptscope_decoder::packet::{self, Packets};
@@ -51,21 +49,11 @@ pub fn parse_source_map(s: &str) -> Result<(String, String), String> {
     }
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum Backend {
-    /// intel-pt when /sys/bus/event_source/devices/intel_pt exists, else emulated.
-    Auto,
-    /// Real Intel PT hardware through perf_event_open.
-    IntelPt,
-    /// Single-step with ptrace and emit the packets PT hardware would.
-    Emulated,
-}
-
 #[derive(clap::Args, Debug)]
 pub struct CaptureOpts {
     /// Capture backend.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: Backend,
+    pub backend: ptscope::recorder::Backend,
     /// Per-thread trace ring size in bytes (suffixes K, M, G allowed); the
     /// snapshot keeps the last SIZE bytes of each thread's trace.
     #[arg(long, default_value = "4M", value_parser = parse_size)]
@@ -77,6 +65,22 @@ pub struct CaptureOpts {
     /// Take the snapshot after MS milliseconds.
     #[arg(long, value_name = "MS")]
     pub duration: Option<u64>,
+    /// Take N snapshots: the trigger re-arms after each, and they are
+    /// written as NAME-1.ptscope ... NAME-N.ptscope. Stops early if the
+    /// program exits.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub snapshots: usize,
+    /// Intel PT timing: low (perf's defaults, smallest trace), normal
+    /// (cycle-accurate, cyc_thresh=1, an MTC per crystal tick), high
+    /// (normal plus a timed packet at every return), or config terms over
+    /// perf's defaults such as `cyc=1,cyc_thresh=2,mtc_period=0`. Checked
+    /// against the CPU's caps. intel-pt backend only.
+    #[arg(long, default_value = "normal", value_name = "PRESET|TERMS")]
+    pub timing: Timing,
+    /// Trace the kernel too (intel-pt backend; needs
+    /// kernel.perf_event_paranoid ≤ 1 or CAP_PERFMON).
+    #[arg(long)]
+    pub kernel: bool,
     /// Where to write the snapshot.
     #[arg(short, long, default_value = "snapshot.ptscope")]
     pub output: PathBuf,
@@ -115,6 +119,11 @@ pub enum Command {
         #[command(flatten)]
         opts: CaptureOpts,
     },
+    /// Tell what this machine and user can capture: Intel PT and its
+    /// capabilities, which timing presets fit, perf_event_paranoid,
+    /// capabilities and locked-memory limits, with a real probe of each
+    /// kind of tracing and how to enable what is denied.
+    Check,
     /// Describe a snapshot: threads with their trace bytes and PSBs, the
     /// time range, the CPU and PT configuration, and every mapped binary.
     Info { file: PathBuf },
@@ -224,6 +233,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             opts,
         ),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
+        Some(Command::Check) => check(),
         Some(Command::Info { file }) => info(&file),
         Some(Command::Packets {
             file,
@@ -269,124 +279,165 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     ptscope::report::load(&input.file, &input.raw, threads, engine)
 }
 
-const INTEL_PT_SYSFS: &str = "/sys/bus/event_source/devices/intel_pt";
-
-fn choose_backend(b: Backend, quiet: bool) -> Result<()> {
-    let has_pt = Path::new(INTEL_PT_SYSFS).exists();
-    match b {
-        Backend::Emulated => Ok(()),
-        Backend::IntelPt => {
-            if has_pt {
-                bail!("the intel-pt backend is not built yet; use --backend emulated")
-            }
-            bail!(
-                "this machine has no Intel PT ({INTEL_PT_SYSFS} does not exist); use --backend emulated"
-            )
-        }
-        Backend::Auto => {
-            if !quiet {
-                if has_pt {
-                    eprintln!("ptscope: Intel PT found, but its backend is not built yet; using the emulated backend");
-                } else {
-                    eprintln!("ptscope: no Intel PT on this machine; using the emulated backend");
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
 fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
-    choose_backend(opts.backend, opts.quiet)?;
     let trigger = match (&opts.trigger, opts.duration) {
         (Some(_), Some(_)) => bail!("use either --trigger or --duration, not both"),
         (Some(s), None) => Trigger::Symbol(s.clone()),
         (None, Some(ms)) => Trigger::Duration(ms),
         (None, None) => Trigger::ProcessExit,
     };
-    let interrupt = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupt.clone())
+    let mut req = Request::new(target, trigger.clone());
+    req.backend = opts.backend;
+    req.size = opts.size;
+    req.timing = opts.timing.clone();
+    req.kernel = opts.kernel;
+    req.per_cpu = opts.per_cpu;
+    req.snapshots = opts.snapshots;
+    req.ip_log = opts.ip_log.is_some();
+    req.progress = !opts.quiet;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, req.interrupt.clone())
         .context("cannot install the Ctrl-C handler")?;
-    let settings = PtSettings {
-        psb_period: 4096,
-        ret_compression: true,
-        cyc: true,
-        cbr: emulated_cpu::MAX_NONTURBO_RATIO,
-        ring_size: opts.size as usize,
-    };
-    let mut cap = tracer::capture(
-        target,
-        TracerOptions {
-            settings,
-            trigger: trigger.clone(),
-            ip_log: opts.ip_log.is_some(),
-            progress: !opts.quiet,
-            interrupt,
-            per_cpu: opts.per_cpu,
+    let quiet = opts.quiet;
+    let mut last_log: Vec<(i32, Vec<u64>)> = Vec::new();
+    let saved = recorder::run(
+        &req,
+        &opts.output,
+        |p| match p {
+            Progress::Backend(why) if !quiet => eprintln!("ptscope: {why}"),
+            Progress::Warning(w) => eprintln!("ptscope: warning: {w}"),
+            Progress::Armed { threads } if !quiet => {
+                eprintln!("ptscope: tracing {threads} thread(s); Ctrl-C takes a snapshot now")
+            }
+            _ => {}
+        },
+        |cap| {
+            // Each snapshot's log holds everything before it: keep the last.
+            if !cap.ip_log.is_empty() {
+                last_log = cap.ip_log.clone();
+            }
+            Ok(())
         },
     )?;
-    let stop = match &cap.stop {
-        StopReason::ProcessExit => "process exit".to_string(),
-        StopReason::Symbol { name, address, tid } => {
-            format!("thread {tid} entered {name} at {address:#x}")
-        }
-        StopReason::Duration => "duration elapsed".to_string(),
-        StopReason::Interrupted => "Ctrl-C".to_string(),
-    };
-    if let (Trigger::Symbol(name), StopReason::ProcessExit) = (&trigger, &cap.stop) {
-        eprintln!("ptscope: warning: the process exited before entering {name}; the snapshot ends at its exit");
-    }
-    let instructions: u64 = cap.threads.iter().map(|t| t.instructions).sum();
-    let meta = Metadata {
-        format: snapshot::metadata::FORMAT_VERSION,
-        backend: "emulated".into(),
-        trigger: trigger.to_string(),
-        stop: stop.clone(),
-        ring_size: opts.size,
-        pt_config: EMULATED_CONFIG_STR.into(),
-        cpu: emulated_cpu::cpuid_string(),
-        clock: "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into(),
-        command: cap.cmdline.clone(),
-        pid: cap.pid,
-        capture_wall_ms: cap.wall.as_millis() as u64,
-        instructions,
-        trigger_registers: cap.trigger_registers.clone(),
-    };
-    for w in &cap.warnings {
-        eprintln!("ptscope: warning: {w}");
-    }
-    snapshot::write_snapshot(&opts.output, &cap, &meta)
-        .with_context(|| format!("cannot write the snapshot {}", opts.output.display()))?;
     if let Some(path) = &opts.ip_log {
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
         );
-        for (tid, ips) in &cap.ip_log {
+        for (tid, ips) in &last_log {
             for ip in ips {
                 writeln!(out, "{tid} {ip:x}")?;
             }
         }
-        out.flush()?;
+        out.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if !opts.quiet {
-        let secs = cap.wall.as_secs_f64().max(1e-9);
-        eprintln!(
-            "ptscope: {} ({stop}): {} threads, {} instructions in {:.2} s ({:.0}k steps/s)",
-            opts.output.display(),
-            cap.threads.len(),
-            instructions,
-            secs,
-            instructions as f64 / secs / 1e3,
-        );
+    if let (Trigger::Symbol(name), Some(last)) = (&trigger, saved.last()) {
+        if last.metadata.stop == "process exit" {
+            eprintln!("ptscope: warning: the process exited before entering {name}; the snapshot ends at its exit");
+        }
     }
+    if !quiet {
+        for s in &saved {
+            let secs = s.wall.as_secs_f64().max(1e-9);
+            eprintln!(
+                "ptscope: {} ({}): {} threads, {} instructions in {:.2} s ({:.0}k steps/s)",
+                s.path.display(),
+                s.metadata.stop,
+                s.threads,
+                s.instructions,
+                secs,
+                s.instructions as f64 / secs / 1e3,
+            );
+        }
+    }
+    let Some(last) = saved.last() else {
+        return Ok(ExitCode::SUCCESS);
+    };
     // A recorded command runs to its end after the snapshot.
-    let code = match cap.child.take() {
+    let code = match last.child {
         Some(pid) => tracer::wait_child(pid),
-        None => cap.exit_code,
+        None => last.exit_code,
     };
     if let Some(c) = code.filter(|&c| c != 0 && !opts.quiet) {
         eprintln!("ptscope: the traced command exited with status {c}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check() -> Result<ExitCode> {
+    use ptscope_capture::intel_pt::Pmu;
+    use ptscope_capture::perf_event::{permissions, Privileges, Scope};
+    let mut out = std::io::stdout().lock();
+    match Pmu::discover() {
+        Ok(pmu) => {
+            writeln!(
+                out,
+                "Intel PT:      yes (PMU type {}, {})",
+                pmu.kind,
+                pmu.dir.display()
+            )?;
+            let caps: Vec<String> = pmu
+                .caps
+                .raw
+                .iter()
+                .map(|(k, v)| format!("{k}={v:x}"))
+                .collect();
+            writeln!(out, "  caps:        {}", caps.join(" "))?;
+            for t in [Timing::Low, Timing::Normal, Timing::High] {
+                match t.resolve(&pmu) {
+                    Ok(cfg) => writeln!(out, "  timing {t:<6} {}", cfg.event_string(false))?,
+                    Err(e) => writeln!(out, "  timing {t:<6} not on this CPU: {e}")?,
+                }
+            }
+        }
+        Err(e) => writeln!(out, "Intel PT:      no: {e}")?,
+    }
+    let bp = ptscope_capture::perf_event::breakpoint::Breakpoint::available();
+    writeln!(
+        out,
+        "breakpoints:   {}",
+        if bp {
+            "yes (symbol triggers use a hardware breakpoint)"
+        } else {
+            "no (symbol triggers compare addresses; emulated backend only)"
+        }
+    )?;
+    let p = Privileges::read();
+    writeln!(
+        out,
+        "paranoid:      kernel.perf_event_paranoid = {}",
+        p.paranoid
+    )?;
+    writeln!(
+        out,
+        "capabilities:  CAP_PERFMON {}, CAP_IPC_LOCK {}",
+        if p.perfmon() { "yes" } else { "no" },
+        if p.ipc_lock() { "yes" } else { "no" }
+    )?;
+    writeln!(
+        out,
+        "locked memory: {} KiB per CPU × {} CPUs + RLIMIT_MEMLOCK {}",
+        p.mlock_kb,
+        p.cpus,
+        if p.memlock_limit == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            format!("{} KiB", p.memlock_limit / 1024)
+        }
+    )?;
+    for (scope, name) in [
+        (Scope::PerThread, "per-thread"),
+        (Scope::Kernel, "kernel"),
+        (Scope::PerCpu, "per-CPU"),
+    ] {
+        match permissions::probe(scope) {
+            Ok(()) => writeln!(out, "{name:<14} allowed (probed)")?,
+            Err(e) => writeln!(
+                out,
+                "{name:<14} denied (probed: {e}): {}",
+                p.explain_open(e, scope)
+            )?,
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,4 +6,5 @@
 
 pub mod gui;
 pub mod loader;
+pub mod recorder;
 pub mod report;

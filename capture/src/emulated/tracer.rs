@@ -43,6 +43,10 @@ pub struct TracerOptions {
     /// One PT unit for the one virtual CPU all threads run on, as
     /// `perf record -a` traces, instead of one per thread.
     pub per_cpu: bool,
+    /// How many snapshots to take; the trigger re-arms after each.
+    pub snapshots: usize,
+    /// Set by the caller: stop now, save nothing, let the process go.
+    pub cancel: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +101,9 @@ pub struct Tracer {
     breakpoint: Option<Breakpoint>,
     trigger_registers: Vec<(String, u64)>,
     warnings: Vec<String>,
+    /// After a snapshot taken at this thread's arrival at the symbol (the
+    /// address-compare trigger), its next step goes ahead.
+    resume_past_symbol: Option<i32>,
     steps_total: u64,
     /// The thread on the (virtual) CPU and `steps_total` when it got it.
     current: Option<i32>,
@@ -154,6 +161,7 @@ impl Tracer {
             breakpoint: None,
             trigger_registers: Vec::new(),
             warnings: Vec::new(),
+            resume_past_symbol: None,
             steps_total: 0,
             current: None,
             slice_start: 0,
@@ -442,7 +450,9 @@ impl Tracer {
             (t.rip, t.pending_signal)
         };
         self.switch_to(tid);
-        if let (Some(sym), None) = (&self.symbol, &self.breakpoint) {
+        let resume = self.resume_past_symbol == Some(tid);
+        self.resume_past_symbol = None;
+        if let (Some(sym), None, false) = (&self.symbol, &self.breakpoint, resume) {
             if sym.address() == Some(rip) {
                 if let Ok(regs) = ptrace::regs(tid) {
                     self.trigger_registers =
@@ -782,7 +792,9 @@ impl Tracer {
         let wall_start = Instant::now();
         let mut last_report = Instant::now();
         loop {
-            if self.opts.interrupt.load(Ordering::Relaxed) {
+            if self.opts.interrupt.load(Ordering::Relaxed)
+                || self.opts.cancel.load(Ordering::Relaxed)
+            {
                 return Ok(StopReason::Interrupted);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -878,6 +890,90 @@ impl Tracer {
     }
 
     /// Stops tracing every live thread and lets it go on untraced.
+    /// A snapshot in the middle of the capture: every thread leaves traced
+    /// code (FUP + TIP.PGD, as when the kernel disables PT), the rings are
+    /// copied, and tracing resumes with a TSC at each thread's next step.
+    fn snapshot_now(&mut self, stop: StopReason, cmdline: &[String], wall: Duration) -> Capture {
+        let now = self.now;
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for &tid in &tids {
+            let rip = self.threads[&tid].rip;
+            if self.thread_tracing(tid) {
+                self.unit(tid).interrupt(rip, now);
+            }
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.resync = true;
+            }
+        }
+        if let StopReason::Symbol { tid, .. } = stop {
+            self.resume_past_symbol = Some(tid);
+        }
+        let copy = |unit: &ThreadPt| {
+            let ring = unit.ring();
+            (ring.snapshot().to_vec(), ring.head(), ring.wrapped())
+        };
+        let mut threads: Vec<ThreadTrace> = self
+            .finished
+            .iter()
+            .map(|t| ThreadTrace {
+                pid: t.pid,
+                tid: t.tid,
+                comm: t.comm.clone(),
+                aux: t.aux.clone(),
+                aux_head: t.aux_head,
+                wrapped: t.wrapped,
+                instructions: t.instructions,
+            })
+            .collect();
+        for t in self.threads.values() {
+            let (aux, aux_head, wrapped) = self.units.get(&t.tid).map(copy).unwrap_or_default();
+            threads.push(ThreadTrace {
+                pid: self.pid,
+                tid: t.tid,
+                comm: t.comm.clone(),
+                aux,
+                aux_head,
+                wrapped,
+                instructions: t.instructions,
+            });
+        }
+        threads.sort_by_key(|t| t.tid);
+        let cpus = self
+            .units
+            .get(&CPU_UNIT)
+            .map(|u| {
+                let (aux, aux_head, wrapped) = copy(u);
+                vec![CpuTrace {
+                    cpu: 0,
+                    aux,
+                    aux_head,
+                    wrapped,
+                }]
+            })
+            .unwrap_or_default();
+        let mut ip_log: Vec<(i32, Vec<u64>)> = self.ip_logs.clone();
+        ip_log.extend(self.threads.values().map(|t| (t.tid, t.log.clone())));
+        ip_log.sort_by_key(|(tid, _)| *tid);
+        Capture {
+            pid: self.pid,
+            threads,
+            cpus,
+            sideband: self.sideband.clone(),
+            vdso: self.vdso.clone(),
+            start_time: self.start_time,
+            end_time: now,
+            stop,
+            cmdline: cmdline.to_vec(),
+            ip_log,
+            wall,
+            exit_code: None,
+            child: None,
+            pt: PtSetup::emulated(),
+            trigger_registers: std::mem::take(&mut self.trigger_registers),
+            warnings: self.warnings.clone(),
+        }
+    }
+
     fn release(&mut self) {
         if let Some(bp) = &mut self.breakpoint {
             bp.disarm();
@@ -919,8 +1015,28 @@ impl Tracer {
 /// Runs a capture to its trigger and returns what was recorded. The process
 /// is left running (attach) or running to its end (spawn), never stopped.
 pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureError> {
-    let deadline = match opts.trigger {
-        Trigger::Duration(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+    let mut out = None;
+    capture_each(
+        target,
+        TracerOptions {
+            snapshots: 1,
+            ..opts
+        },
+        |cap| out = Some(cap),
+    )?;
+    out.ok_or_else(|| CaptureError::Invalid("the capture was cancelled".into()))
+}
+
+/// Runs a capture, handing each of up to `opts.snapshots` snapshots to
+/// `on_snapshot` as its trigger fires; the trigger re-arms in between.
+/// The last snapshot is the one at the process's exit if it comes first.
+pub fn capture_each(
+    target: Target,
+    opts: TracerOptions,
+    mut on_snapshot: impl FnMut(Capture),
+) -> Result<(), CaptureError> {
+    let deadline = |trigger: &Trigger| match trigger {
+        Trigger::Duration(ms) => Some(Instant::now() + Duration::from_millis(*ms)),
         _ => None,
     };
     let wall = Instant::now();
@@ -993,13 +1109,26 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
             tracer.refresh_maps(pid);
         }
     }
-    let result = tracer.run(deadline);
-    let stop = match result {
-        Ok(s) => s,
-        Err(e) => {
+    let wanted = tracer.opts.snapshots.max(1);
+    let mut taken = 0;
+    let stop = loop {
+        let stop = match tracer.run(deadline(&tracer.opts.trigger)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracer.release();
+                return Err(e);
+            }
+        };
+        if tracer.opts.cancel.load(Ordering::Relaxed) {
             tracer.release();
-            return Err(e);
+            return Ok(());
         }
+        taken += 1;
+        if taken >= wanted || stop == StopReason::ProcessExit {
+            break stop;
+        }
+        on_snapshot(tracer.snapshot_now(stop, &cmdline, wall.elapsed()));
+        tracer.opts.interrupt.store(false, Ordering::Relaxed);
     };
     if tracer.opts.progress {
         tracer.report(wall.elapsed());
@@ -1027,7 +1156,7 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
     };
     let mut ip_log = std::mem::take(&mut tracer.ip_logs);
     ip_log.sort_by_key(|(tid, _)| *tid);
-    Ok(Capture {
+    on_snapshot(Capture {
         pid,
         threads,
         cpus,
@@ -1044,7 +1173,8 @@ pub fn capture(target: Target, opts: TracerOptions) -> Result<Capture, CaptureEr
         pt: PtSetup::emulated(),
         trigger_registers: std::mem::take(&mut tracer.trigger_registers),
         warnings: std::mem::take(&mut tracer.warnings),
-    })
+    });
+    Ok(())
 }
 
 /// Waits for a spawned command to end; its exit status (128+signal when

@@ -144,7 +144,7 @@ impl Privileges {
                     ),
                 };
                 s.push_str(&format!(
-                    "Fixes: `sudo sysctl kernel.perf_event_paranoid={}`, or give ptscope the capability once: `sudo setcap cap_perfmon,cap_ipc_lock+ep $(command -v ptscope)`. Never run the GUI as root.",
+                    "Fixes: `sudo sysctl kernel.perf_event_paranoid={}`, or give ptscope the capability once: `sudo setcap cap_perfmon,cap_ipc_lock+ep $(command -v ptscope)`. ptscope itself never needs to run as root.",
                     scope.max_paranoid()
                 ));
                 s
@@ -188,6 +188,17 @@ impl Privileges {
             other => format!("unexpected error {other}"),
         }
     }
+}
+
+/// Asks the kernel: opens (and closes) a dummy event in `scope` on this
+/// process, or on CPU 0 for per-CPU.
+pub fn probe(scope: Scope) -> Result<(), Errno> {
+    let attr = super::sideband::dummy_attr(scope == Scope::Kernel, false, false);
+    let (pid, cpu) = match scope {
+        Scope::PerCpu => (-1, 0),
+        _ => (0, -1),
+    };
+    super::sys::Event::open(&attr, pid, cpu).map(drop)
 }
 
 fn human(bytes: u64) -> String {

@@ -1,0 +1,326 @@
+//! Running a capture, for the CLI and the window alike: choosing the
+//! backend, driving it to its trigger(s), and writing each snapshot with
+//! its metadata.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use ptscope_capture::emulated::hardware::PtSettings;
+use ptscope_capture::emulated::tracer::{self, TracerOptions};
+use ptscope_capture::intel_pt::backend::{self, Status};
+use ptscope_capture::intel_pt::{emulated_cpu, Pmu, PtError, Timing};
+use ptscope_capture::recording::{Capture, StopReason, Target};
+use ptscope_capture::snapshot::{self, Metadata};
+use ptscope_capture::trigger::Trigger;
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// intel-pt when this machine has Intel PT, else emulated.
+    #[default]
+    Auto,
+    /// Real Intel PT hardware through perf_event_open.
+    IntelPt,
+    /// Single-step with ptrace and emit the packets PT hardware would.
+    Emulated,
+}
+
+/// Which backend runs, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    IntelPt,
+    Emulated { why: String },
+}
+
+/// Picks the backend. `auto` takes intel-pt when the PMU is there, and
+/// otherwise says why it fell back.
+pub fn choose(backend: Backend, pmu_dir: &Path) -> Result<Chosen, PtError> {
+    match backend {
+        Backend::Emulated => Ok(Chosen::Emulated {
+            why: "the emulated backend was asked for".into(),
+        }),
+        Backend::IntelPt => Pmu::read(pmu_dir).map(|_| Chosen::IntelPt),
+        Backend::Auto => match Pmu::read(pmu_dir) {
+            Ok(_) => Ok(Chosen::IntelPt),
+            Err(e @ PtError::NoPmu { .. }) => Ok(Chosen::Emulated {
+                why: format!("auto chose emulated: {}", first_sentence(&e.to_string())),
+            }),
+            Err(e) => Ok(Chosen::Emulated {
+                why: format!("auto chose emulated: the intel_pt PMU is unusable: {e}"),
+            }),
+        },
+    }
+}
+
+fn first_sentence(s: &str) -> String {
+    s.split(". ").next().unwrap_or(s).to_string()
+}
+
+/// Everything a capture needs.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub target: Target,
+    pub backend: Backend,
+    pub trigger: Trigger,
+    /// Trace bytes kept per thread (or per CPU).
+    pub size: u64,
+    pub timing: Timing,
+    pub kernel: bool,
+    pub per_cpu: bool,
+    /// How many snapshots; the trigger re-arms after each.
+    pub snapshots: usize,
+    /// Record every retired IP (emulated only; for tests).
+    pub ip_log: bool,
+    pub progress: bool,
+    /// Take the snapshot now (Ctrl-C, the window's button).
+    pub interrupt: Arc<AtomicBool>,
+    /// Stop and leave the target alone, saving nothing.
+    pub cancel: Arc<AtomicBool>,
+    pub pmu_dir: PathBuf,
+}
+
+impl Request {
+    pub fn new(target: Target, trigger: Trigger) -> Request {
+        Request {
+            target,
+            backend: Backend::Auto,
+            trigger,
+            size: 4 << 20,
+            timing: Timing::default(),
+            kernel: false,
+            per_cpu: false,
+            snapshots: 1,
+            ip_log: false,
+            progress: false,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            cancel: Arc::new(AtomicBool::new(false)),
+            pmu_dir: PathBuf::from(ptscope_capture::intel_pt::pmu::SYSFS_PMUS).join("intel_pt"),
+        }
+    }
+}
+
+/// What a running capture reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Which backend runs, and why.
+    Backend(String),
+    Armed {
+        threads: usize,
+    },
+    Waiting {
+        bytes: u64,
+    },
+    Triggered {
+        snapshot: usize,
+    },
+    Saved {
+        path: PathBuf,
+        stop: String,
+    },
+    Warning(String),
+}
+
+/// A finished snapshot, written.
+#[derive(Clone, Debug)]
+pub struct Saved {
+    pub path: PathBuf,
+    pub metadata: Metadata,
+    pub threads: usize,
+    pub instructions: u64,
+    pub wall: std::time::Duration,
+    pub exit_code: Option<i32>,
+    /// A spawned command still running; wait for it with
+    /// [`tracer::wait_child`].
+    pub child: Option<i32>,
+}
+
+/// The path of snapshot `n` of `count` for `output`: the name itself for a
+/// single snapshot, `name-N.ptscope` for several.
+pub fn numbered(output: &Path, n: usize, count: usize) -> PathBuf {
+    if count <= 1 {
+        return output.to_path_buf();
+    }
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "snapshot".into());
+    let ext = output
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "ptscope".into());
+    output.with_file_name(format!("{stem}-{n}.{ext}"))
+}
+
+pub fn stop_text(stop: &StopReason) -> String {
+    match stop {
+        StopReason::ProcessExit => "process exit".to_string(),
+        StopReason::Symbol { name, address, tid } => {
+            format!("thread {tid} entered {name} at {address:#x}")
+        }
+        StopReason::Duration => "duration elapsed".to_string(),
+        StopReason::Interrupted => "manual snapshot".to_string(),
+    }
+}
+
+fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
+    let emulated = backend == "emulated";
+    Metadata {
+        format: snapshot::metadata::FORMAT_VERSION,
+        backend: backend.into(),
+        trigger: req.trigger.to_string(),
+        stop: stop_text(&cap.stop),
+        ring_size: req.size,
+        pt_config: cap.pt.event.clone(),
+        cpu: cap.pt.cpuid.clone(),
+        clock: if emulated {
+            "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
+        } else {
+            format!("TSC, timing {}", req.timing)
+        },
+        command: cap.cmdline.clone(),
+        pid: cap.pid,
+        capture_wall_ms: cap.wall.as_millis() as u64,
+        instructions: cap.threads.iter().map(|t| t.instructions).sum(),
+        trigger_registers: cap.trigger_registers.clone(),
+    }
+}
+
+struct Saver<'a> {
+    req: &'a Request,
+    output: &'a Path,
+    backend: &'static str,
+    saved: Vec<Saved>,
+    error: Option<anyhow::Error>,
+}
+
+impl Saver<'_> {
+    fn save(
+        &mut self,
+        cap: Capture,
+        progress: &mut dyn FnMut(Progress),
+        ip_log: &mut dyn FnMut(&Capture) -> Result<()>,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        let path = numbered(self.output, self.saved.len() + 1, self.req.snapshots);
+        let meta = metadata(&cap, self.req, self.backend);
+        let written = snapshot::write_snapshot(&path, &cap, &meta)
+            .with_context(|| format!("cannot write the snapshot {}", path.display()))
+            .and_then(|()| ip_log(&cap));
+        if let Err(e) = written {
+            self.error = Some(e);
+            return;
+        }
+        for w in &cap.warnings {
+            progress(Progress::Warning(w.clone()));
+        }
+        progress(Progress::Saved {
+            path: path.clone(),
+            stop: meta.stop.clone(),
+        });
+        self.saved.push(Saved {
+            path,
+            threads: cap.threads.len(),
+            instructions: meta.instructions,
+            metadata: meta,
+            wall: cap.wall,
+            exit_code: cap.exit_code,
+            child: cap.child,
+        });
+    }
+}
+
+/// Runs `req`, writing snapshots to `output` (numbered when several), and
+/// reporting through `progress`. `ip_log` sees each capture before it is
+/// dropped. Returns what was saved.
+pub fn run(
+    req: &Request,
+    output: &Path,
+    mut progress: impl FnMut(Progress),
+    mut ip_log: impl FnMut(&Capture) -> Result<()>,
+) -> Result<Vec<Saved>> {
+    if req.snapshots == 0 {
+        bail!("--snapshots must be at least 1");
+    }
+    let chosen = choose(req.backend, &req.pmu_dir)?;
+    let mut saver = Saver {
+        req,
+        output,
+        backend: "emulated",
+        saved: Vec::new(),
+        error: None,
+    };
+    match chosen {
+        Chosen::IntelPt => {
+            progress(Progress::Backend("intel-pt backend".into()));
+            saver.backend = "intel-pt";
+            let opts = backend::Options {
+                timing: req.timing.clone(),
+                size: req.size,
+                trigger: req.trigger.clone(),
+                kernel: req.kernel,
+                per_cpu: req.per_cpu,
+                snapshots: req.snapshots,
+                interrupt: req.interrupt.clone(),
+                cancel: req.cancel.clone(),
+                pmu_dir: req.pmu_dir.clone(),
+            };
+            let progress = std::cell::RefCell::new(&mut progress);
+            backend::capture(
+                req.target.clone(),
+                &opts,
+                |s| {
+                    (progress.borrow_mut())(match s {
+                        Status::Armed { threads } => Progress::Armed { threads },
+                        Status::Waiting { bytes } => Progress::Waiting { bytes },
+                        Status::Triggered { snapshot } => Progress::Triggered { snapshot },
+                    })
+                },
+                |cap| {
+                    saver.save(cap, *progress.borrow_mut(), &mut ip_log);
+                    Ok(())
+                },
+            )?;
+        }
+        Chosen::Emulated { why } => {
+            progress(Progress::Backend(why));
+            if req.kernel {
+                bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
+            }
+            let settings = PtSettings {
+                psb_period: 4096,
+                ret_compression: true,
+                cyc: true,
+                cbr: emulated_cpu::MAX_NONTURBO_RATIO,
+                ring_size: req.size as usize,
+            };
+            let opts = TracerOptions {
+                settings,
+                trigger: req.trigger.clone(),
+                ip_log: req.ip_log,
+                progress: req.progress,
+                interrupt: req.interrupt.clone(),
+                per_cpu: req.per_cpu,
+                snapshots: req.snapshots,
+                cancel: req.cancel.clone(),
+            };
+            progress(Progress::Armed { threads: 1 });
+            tracer::capture_each(req.target.clone(), opts, |cap| {
+                progress(Progress::Triggered {
+                    snapshot: saver.saved.len() + 1,
+                });
+                saver.save(cap, &mut progress, &mut ip_log);
+            })?;
+        }
+    }
+    if let Some(e) = saver.error {
+        return Err(e);
+    }
+    if req.cancel.load(Ordering::Relaxed) && saver.saved.is_empty() {
+        bail!("capture cancelled; the target was left running");
+    }
+    Ok(saver.saved)
+}
