@@ -413,8 +413,10 @@ impl Session<'_> {
                 match self.open_unit(tid, -1, false) {
                     Ok(()) => {}
                     // It may have exited already.
-                    Err(CaptureError::Perf(PerfError::Open { errno, .. }))
-                        if errno == nix::errno::Errno::ESRCH => {}
+                    Err(CaptureError::Perf(PerfError::Open {
+                        errno: nix::errno::Errno::ESRCH,
+                        ..
+                    })) => {}
                     Err(e) => return Err(e),
                 }
             }

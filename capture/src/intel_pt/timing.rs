@@ -16,19 +16,14 @@ use std::str::FromStr;
 use super::pmu::{Caps, ConfigWord, Pmu};
 use super::PtError;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum Timing {
     Low,
+    #[default]
     Normal,
     High,
     /// Terms over perf's defaults, e.g. `cyc=1,cyc_thresh=2,mtc_period=0`.
     Custom(Vec<(String, u64)>),
-}
-
-impl Default for Timing {
-    fn default() -> Timing {
-        Timing::Normal
-    }
 }
 
 impl fmt::Display for Timing {
