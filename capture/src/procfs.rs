@@ -131,6 +131,60 @@ pub fn cmdline(pid: i32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A process, for the attach list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: i32,
+    pub uid: u32,
+    pub name: String,
+    /// The command line, space-joined (empty for kernel threads).
+    pub cmdline: String,
+    /// Owned by the user running ptscope: attachable without privileges.
+    pub own: bool,
+}
+
+fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Every user-space process, the user's own first, newest first within.
+/// Kernel threads (no command line) are left out: there is nothing to trace.
+pub fn processes() -> Vec<ProcessInfo> {
+    let me = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| real_uid(&s));
+    let self_pid = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut list: Vec<ProcessInfo> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != self_pid)
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let cmdline = cmdline(pid).join(" ");
+            if cmdline.is_empty() {
+                return None;
+            }
+            let uid = real_uid(&status)?;
+            Some(ProcessInfo {
+                pid,
+                uid,
+                name: comm(pid, pid),
+                cmdline,
+                own: Some(uid) == me,
+            })
+        })
+        .collect();
+    list.sort_by_key(|p| (!p.own, std::cmp::Reverse(p.pid)));
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +207,33 @@ garbage line
         assert!(maps[2].is_vdso());
         assert_eq!(maps[3].path, "");
         assert!(!maps[3].is_file());
+    }
+
+    #[test]
+    fn lists_processes_own_first() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Until the exec, the child still looks like this test.
+        for _ in 0..1000 {
+            if comm(pid, pid) == "sleep" && cmdline(pid) == ["sleep", "5"] {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let list = processes();
+        let _ = child.kill();
+        let _ = child.wait();
+        let p = list
+            .iter()
+            .find(|p| p.pid == child.id() as i32)
+            .expect("the child is listed");
+        assert_eq!(p.name, "sleep");
+        assert_eq!(p.cmdline, "sleep 5");
+        assert!(p.own);
+        // Own processes come first.
+        let first_other = list.iter().position(|p| !p.own).unwrap_or(list.len());
+        assert!(list[first_other..].iter().all(|p| !p.own));
+        assert!(list.iter().all(|p| p.pid != std::process::id() as i32));
     }
 
     #[test]

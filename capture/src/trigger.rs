@@ -113,9 +113,87 @@ pub fn symbol_file_offset(path: &Path, name: &str) -> Option<u64> {
     })
 }
 
+/// A function a trigger can name: as the user reads it (demangled) and
+/// the module it is in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    pub name: String,
+    pub module: String,
+}
+
+/// The demangled names of the functions defined in the ELF file at `path`
+/// (unreadable or non-ELF files have none).
+pub fn functions_in(path: &Path) -> Vec<FunctionSymbol> {
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    let module = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut names: Vec<String> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0 && s.is_definition())
+        .filter_map(|s| s.name().ok().map(demangle))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| FunctionSymbol {
+            name,
+            module: module.clone(),
+        })
+        .collect()
+}
+
+/// Functions of a running process: its executable and every loaded library.
+pub fn functions_of_process(pid: i32) -> Vec<FunctionSymbol> {
+    let Ok(maps) = crate::procfs::read_maps(pid) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<&str> = maps
+        .iter()
+        .filter(|m| m.exec && m.is_file())
+        .map(|m| m.path.as_str())
+        .collect();
+    paths.dedup();
+    paths.into_iter().flat_map(|p| functions_in(Path::new(p))).collect()
+}
+
+/// A symbol as a user would type it.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        return format!("{d:#}");
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
+            if let Ok(d) = sym.demangle() {
+                return d;
+            }
+        }
+    }
+    raw.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_functions_demangled() {
+        let me = std::env::current_exe().unwrap();
+        let funcs = functions_in(&me);
+        assert!(funcs.iter().any(|f| f.name.ends_with("symbol_matches")), "{}", funcs.len());
+        // Every listed name resolves back through the trigger's own matcher.
+        let f = funcs.iter().find(|f| f.name.ends_with("symbol_matches")).unwrap();
+        assert!(symbol_file_offset(&me, &f.name).is_some());
+        assert!(functions_in(Path::new("/nonexistent")).is_empty());
+    }
 
     #[test]
     fn matches_mangled_and_demangled() {
