@@ -537,3 +537,161 @@ fn which(prog: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+/// The Capture panel end to end with the emulated backend: a test process
+/// is found by fuzzy filter, its function by fuzzy search, the capture
+/// runs, and the snapshot opens in a new tab whose last call is the
+/// triggering one. The process keeps running.
+#[test]
+fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = support::build(dir.path(), "forever.c");
+    let exe = dir.path().join("kittest_target");
+    std::fs::rename(&built, &exe).unwrap();
+    let child = Killed(
+        Command::new(&exe)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    let mut h = harness_with(&[]);
+    h.state_mut().capture.output_dir = dir.path().join("captures");
+    h.get_by_label("Capture…").click();
+    h.run_steps(3);
+    // 1-2: the process list, filtered fuzzily.
+    h.get_by_label("Process filter").click();
+    h.run_steps(1);
+    h.get_by_label("Process filter").type_text("kttarg");
+    h.run_steps(3);
+    h.get_by_label_contains(&format!("{pid} kittest_target"))
+        .click();
+    h.run_steps(3);
+    assert_eq!(h.state().capture.pid, Some(pid as i32));
+    // 3: its functions, searched fuzzily.
+    h.get_by_label("Function filter").click();
+    h.run_steps(1);
+    h.get_by_label("Function filter").type_text("tck");
+    h.run_steps(3);
+    h.get_by_label_contains("tick  (kittest_target)").click();
+    h.run_steps(3);
+    assert_eq!(h.state().capture.symbol.as_deref(), Some("tick"));
+    h.get_by_label_contains("auto chose emulated");
+    // 4: capture.
+    h.get_by_label("Start capture").click();
+    h.run_steps(2);
+    assert!(h
+        .state_mut()
+        .capture
+        .wait(std::time::Duration::from_secs(120)));
+    h.run_steps(3);
+    let state = h.state().capture.state.clone();
+    assert!(
+        state.starts_with("done: 1 snapshot"),
+        "{state}: {:?}",
+        h.state().capture.log
+    );
+    // 5: the snapshot opened in a tab; its last call is tick's.
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    assert!(tab.path.starts_with(dir.path().join("captures")));
+    let model = view(&h).model().clone();
+    let t = model
+        .threads
+        .iter()
+        .find(|t| t.spans.tid == pid as i32)
+        .unwrap();
+    // Pseudo spans such as `[untraced]` (after the trigger) are not calls.
+    let last = t
+        .spans
+        .lanes()
+        .flat_map(|(_, lane)| lane.iter())
+        .filter(|s| !model.funcs.name(s.func()).starts_with('['))
+        .max_by_key(|s| s.start)
+        .unwrap();
+    assert_eq!(model.funcs.name(last.func()), "tick");
+    // The snapshot can be saved elsewhere.
+    let copy = dir.path().join("kept.ptscope");
+    h.state().save_active_as(&copy).unwrap();
+    assert_eq!(
+        std::fs::metadata(&copy).unwrap().len(),
+        std::fs::metadata(&tab.path).unwrap().len()
+    );
+    // The target runs on.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let st = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    drop(child);
+    assert!(st == "S" || st == "R", "target state after capture: {st}");
+}
+
+/// A child process killed when the test ends, pass or fail.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Cancel stops tracing, saves nothing and leaves the target running.
+#[test]
+fn capture_panel_cancel_leaves_the_target_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = support::build(dir.path(), "forever.c");
+    let child = Killed(
+        Command::new(&exe)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id() as i32;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut h = harness_with(&[]);
+    {
+        let p = &mut h.state_mut().capture;
+        p.output_dir = dir.path().join("captures");
+        p.pid = Some(pid);
+        p.trigger = ptscope::capture_panel::TriggerKind::Manual;
+        p.open = true;
+    }
+    h.run_steps(2);
+    h.get_by_label("Start capture").click();
+    h.run_steps(2);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    h.get_by_label("Cancel capture").click();
+    h.run_steps(2);
+    assert!(h
+        .state_mut()
+        .capture
+        .wait(std::time::Duration::from_secs(30)));
+    h.run_steps(2);
+    assert!(h.state().tabs.is_empty(), "nothing opened");
+    let log = h.state().capture.log.join("\n");
+    assert!(
+        log.contains("cancelled; the target was left running"),
+        "{log}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let st = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    drop(child);
+    assert!(st == "S" || st == "R", "target state after cancel: {st}");
+}

@@ -216,6 +216,8 @@ pub struct App {
     /// `--source-map` prefix rewrites for source files: (DWARF prefix,
     /// local prefix).
     pub source_maps: Vec<(String, String)>,
+    /// The Capture panel (opened from the menu bar).
+    pub capture: crate::capture_panel::CapturePanel,
 }
 
 impl App {
@@ -236,7 +238,19 @@ impl App {
             screenshot: None,
             select_on_load: None,
             source_maps: Vec::new(),
+            capture: crate::capture_panel::CapturePanel::new(),
         }
+    }
+
+    /// Saves a copy of the active tab's file at `dest` (File > Save as).
+    pub fn save_active_as(&self, dest: &Path) -> std::io::Result<()> {
+        let Some(t) = self.active_tab() else {
+            return Err(std::io::Error::other("no open file"));
+        };
+        if t.path == dest {
+            return Ok(());
+        }
+        std::fs::copy(&t.path, dest).map(drop)
     }
 
     /// Opens `path` in a new tab (or shows its tab if it is open already)
@@ -304,6 +318,10 @@ impl App {
             egui::Panel::top("tabs").show(ui, |ui| self.tab_strip(ui));
         }
         egui::CentralPanel::default().show(ui, |ui| self.body(ui));
+        self.capture.ui(&ctx);
+        for p in self.capture.take_saved() {
+            self.open(&p, &ctx);
+        }
         // After the view has drawn once (and fitted itself to the trace).
         if let Some(name) = &self.select_on_load {
             if let Some(t) = self.tabs.get_mut(self.active).filter(|t| !t.is_loading()) {
@@ -351,6 +369,23 @@ impl App {
                     self.open(&p, &ctx);
                 }
             });
+            if ui
+                .add_enabled(!self.tabs.is_empty(), egui::Button::new("Save as…"))
+                .clicked()
+            {
+                ui.close();
+                if let Some(dest) = rfd::FileDialog::new()
+                    .set_title("Save the snapshot as")
+                    .add_filter("ptscope snapshot", &["ptscope"])
+                    .save_file()
+                {
+                    if let Err(e) = self.save_active_as(&dest) {
+                        self.capture
+                            .log
+                            .push(format!("{}: cannot save: {e}", dest.display()));
+                    }
+                }
+            }
             if ui.button("Open the demo").clicked() {
                 ui.close();
                 self.open(&demo_path(), &ctx);
@@ -366,6 +401,13 @@ impl App {
                 ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             }
         });
+        if ui
+            .button("Capture…")
+            .on_hover_text("Capture a trace: attach to a process or run a command")
+            .clicked()
+        {
+            self.capture.open = !self.capture.open;
+        }
         ui.menu_button("Help", |ui| {
             if ui.button("Keyboard and mouse (?)").clicked() {
                 ui.close();

@@ -4,6 +4,8 @@
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.
 
+pub mod capture_panel;
+pub mod fuzzy;
 pub mod gui;
 pub mod loader;
 pub mod recorder;

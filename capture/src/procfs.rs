@@ -211,7 +211,10 @@ garbage line
 
     #[test]
     fn lists_processes_own_first() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         // Until the exec, the child still looks like this test.
         for _ in 0..1000 {

@@ -162,7 +162,10 @@ pub fn functions_of_process(pid: i32) -> Vec<FunctionSymbol> {
         .map(|m| m.path.as_str())
         .collect();
     paths.dedup();
-    paths.into_iter().flat_map(|p| functions_in(Path::new(p))).collect()
+    paths
+        .into_iter()
+        .flat_map(|p| functions_in(Path::new(p)))
+        .collect()
 }
 
 /// A symbol as a user would type it.
@@ -188,9 +191,16 @@ mod tests {
     fn lists_functions_demangled() {
         let me = std::env::current_exe().unwrap();
         let funcs = functions_in(&me);
-        assert!(funcs.iter().any(|f| f.name.ends_with("symbol_matches")), "{}", funcs.len());
+        assert!(
+            funcs.iter().any(|f| f.name.ends_with("symbol_matches")),
+            "{}",
+            funcs.len()
+        );
         // Every listed name resolves back through the trigger's own matcher.
-        let f = funcs.iter().find(|f| f.name.ends_with("symbol_matches")).unwrap();
+        let f = funcs
+            .iter()
+            .find(|f| f.name.ends_with("symbol_matches"))
+            .unwrap();
         assert!(symbol_file_offset(&me, &f.name).is_some());
         assert!(functions_in(Path::new("/nonexistent")).is_empty());
     }

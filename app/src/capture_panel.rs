@@ -1,0 +1,602 @@
+//! The Capture panel: pick a target (a command to run, or a process to
+//! attach to), a trigger (a function, now, a duration, the exit) and the
+//! settings, then capture on a background thread with live status. Each
+//! snapshot is written under the panel's output folder and handed to the
+//! window, which opens it in a new tab. Cancel stops tracing and leaves
+//! the target running untouched.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver};
+use std::thread::JoinHandle;
+
+use eframe::egui;
+use ptscope_capture::intel_pt::Timing;
+use ptscope_capture::procfs::{self, ProcessInfo};
+use ptscope_capture::recording::Target;
+use ptscope_capture::trigger::{self, FunctionSymbol, Trigger};
+
+use crate::fuzzy;
+use crate::recorder::{self, Backend, Chosen, Progress, Request, Saved};
+
+/// Rows a picker shows at most.
+const LIST_MAX: usize = 200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    Command,
+    Attach,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerKind {
+    Function,
+    Manual,
+    Duration,
+    Exit,
+}
+
+enum Message {
+    Progress(Progress),
+    Done(Result<Vec<Saved>, String>),
+}
+
+struct Running {
+    rx: Receiver<Message>,
+    request: Request,
+    thread: Option<JoinHandle<()>>,
+}
+
+pub struct CapturePanel {
+    pub open: bool,
+    pub target: TargetKind,
+    pub program: String,
+    pub args: String,
+    pub cwd: String,
+    pub process_filter: String,
+    pub pid: Option<i32>,
+    processes: Vec<ProcessInfo>,
+    pub trigger: TriggerKind,
+    pub symbol_filter: String,
+    pub symbol: Option<String>,
+    /// The functions of the current target, and what they were read from.
+    symbols: Vec<FunctionSymbol>,
+    symbols_of: Option<String>,
+    pub duration_ms: u64,
+    pub size: String,
+    pub timing: Timing,
+    pub backend: Backend,
+    pub snapshots: usize,
+    /// Where snapshots are written.
+    pub output_dir: PathBuf,
+    running: Option<Running>,
+    /// What happened, newest last.
+    pub log: Vec<String>,
+    pub state: String,
+    /// Snapshots saved since the window last took them.
+    saved: Vec<PathBuf>,
+}
+
+impl Default for CapturePanel {
+    fn default() -> CapturePanel {
+        CapturePanel::new()
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(mult)
+        .filter(|&v| v >= 4096)
+}
+
+impl CapturePanel {
+    pub fn new() -> CapturePanel {
+        CapturePanel {
+            open: false,
+            target: TargetKind::Attach,
+            program: String::new(),
+            args: String::new(),
+            cwd: String::new(),
+            process_filter: String::new(),
+            pid: None,
+            processes: Vec::new(),
+            trigger: TriggerKind::Function,
+            symbol_filter: String::new(),
+            symbol: None,
+            symbols: Vec::new(),
+            symbols_of: None,
+            duration_ms: 1000,
+            size: "4M".into(),
+            timing: Timing::Normal,
+            backend: Backend::Auto,
+            snapshots: 1,
+            output_dir: std::env::temp_dir().join("ptscope-captures"),
+            running: None,
+            log: Vec::new(),
+            state: "idle".into(),
+            saved: Vec::new(),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Snapshots saved since the last call, to open as tabs.
+    pub fn take_saved(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.saved)
+    }
+
+    /// Re-reads the process list.
+    pub fn refresh_processes(&mut self) {
+        self.processes = procfs::processes();
+    }
+
+    fn process_text(p: &ProcessInfo) -> String {
+        format!("{} {} {}", p.pid, p.name, p.cmdline)
+    }
+
+    /// Matching processes, best first.
+    pub fn matching_processes(&self) -> Vec<&ProcessInfo> {
+        fuzzy::filter(&self.processes, &self.process_filter, Self::process_text)
+            .into_iter()
+            .map(|i| &self.processes[i])
+            .collect()
+    }
+
+    fn program_path(&self) -> Option<PathBuf> {
+        let prog = self.program.trim();
+        if prog.is_empty() {
+            return None;
+        }
+        let p = Path::new(prog);
+        if prog.contains('/') {
+            return Some(if p.is_relative() && !self.cwd.trim().is_empty() {
+                Path::new(self.cwd.trim()).join(p)
+            } else {
+                p.to_path_buf()
+            });
+        }
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(prog))
+                .find(|c| c.is_file())
+        })
+    }
+
+    /// Loads the target's functions when the target changed.
+    fn refresh_symbols(&mut self) {
+        let key = match self.target {
+            TargetKind::Attach => self.pid.map(|p| format!("pid {p}")),
+            TargetKind::Command => self.program_path().map(|p| p.display().to_string()),
+        };
+        if key == self.symbols_of {
+            return;
+        }
+        self.symbols = match (self.target, self.pid, self.program_path()) {
+            (TargetKind::Attach, Some(pid), _) => trigger::functions_of_process(pid),
+            (TargetKind::Command, _, Some(path)) => trigger::functions_in(&path),
+            _ => Vec::new(),
+        };
+        self.symbols_of = key;
+    }
+
+    /// Matching functions of the target, best first.
+    pub fn matching_symbols(&mut self) -> Vec<FunctionSymbol> {
+        self.refresh_symbols();
+        fuzzy::filter(&self.symbols, &self.symbol_filter, |f| f.name.clone())
+            .into_iter()
+            .take(LIST_MAX)
+            .map(|i| self.symbols[i].clone())
+            .collect()
+    }
+
+    /// The request the panel's fields describe, or why they do not.
+    pub fn request(&self) -> Result<Request, String> {
+        let target = match self.target {
+            TargetKind::Attach => Target::Attach(self.pid.ok_or("pick a process to attach to")?),
+            TargetKind::Command => {
+                let mut argv = vec![self.program.trim().to_string()];
+                if argv[0].is_empty() {
+                    return Err("enter a program to run".into());
+                }
+                argv.extend(self.args.split_whitespace().map(str::to_string));
+                let cwd = Some(self.cwd.trim())
+                    .filter(|c| !c.is_empty())
+                    .map(PathBuf::from);
+                Target::Spawn { argv, cwd }
+            }
+        };
+        let trigger = match self.trigger {
+            TriggerKind::Function => Trigger::Symbol(
+                self.symbol
+                    .clone()
+                    .ok_or("pick the function that triggers the snapshot")?,
+            ),
+            TriggerKind::Manual => Trigger::Manual,
+            TriggerKind::Duration => Trigger::Duration(self.duration_ms),
+            TriggerKind::Exit => Trigger::ProcessExit,
+        };
+        let mut req = Request::new(target, trigger);
+        req.size = parse_size(&self.size).ok_or_else(|| {
+            format!(
+                "`{}` is not a size of at least 4K (e.g. 64K, 4M)",
+                self.size
+            )
+        })?;
+        req.timing = self.timing.clone();
+        req.backend = self.backend;
+        req.snapshots = self.snapshots.max(1);
+        Ok(req)
+    }
+
+    /// Starts the capture the fields describe.
+    pub fn start(&mut self) {
+        if self.running.is_some() {
+            return;
+        }
+        let req = match self.request() {
+            Ok(r) => r,
+            Err(e) => {
+                self.state = "not started".into();
+                self.log.push(e);
+                return;
+            }
+        };
+        if let Err(e) = std::fs::create_dir_all(&self.output_dir) {
+            self.log
+                .push(format!("{}: cannot create: {e}", self.output_dir.display()));
+            return;
+        }
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let name = match &req.target {
+            Target::Attach(pid) => format!("pid{pid}"),
+            Target::Spawn { argv, .. } => Path::new(&argv[0])
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "capture".into()),
+        };
+        let output = self.output_dir.join(format!("{name}-{stamp}.ptscope"));
+        let (tx, rx) = channel();
+        let r = req.clone();
+        let thread = std::thread::Builder::new()
+            .name("ptscope-capture".into())
+            .spawn(move || {
+                let tx2 = tx.clone();
+                let result = recorder::run(
+                    &r,
+                    &output,
+                    move |p| {
+                        let _ = tx2.send(Message::Progress(p));
+                    },
+                    |_| Ok(()),
+                );
+                // A spawned command runs on after its snapshot: reap it.
+                if let Ok(saved) = &result {
+                    if let Some(pid) = saved.last().and_then(|s| s.child) {
+                        let tx3 = tx.clone();
+                        std::thread::spawn(move || {
+                            let code = ptscope_capture::emulated::tracer::wait_child(pid);
+                            let _ = tx3.send(Message::Progress(Progress::Warning(format!(
+                                "the command exited with status {}",
+                                code.map_or("?".into(), |c| c.to_string())
+                            ))));
+                        });
+                    }
+                }
+                let _ = tx.send(Message::Done(result.map_err(|e| format!("{e:#}"))));
+            });
+        match thread {
+            Ok(t) => {
+                self.state = "starting".into();
+                self.log
+                    .push(format!("capturing to {}", self.output_dir.display()));
+                self.running = Some(Running {
+                    rx,
+                    request: req,
+                    thread: Some(t),
+                });
+            }
+            Err(e) => self
+                .log
+                .push(format!("cannot start the capture thread: {e}")),
+        }
+    }
+
+    /// Takes a snapshot now (the manual trigger).
+    pub fn snapshot_now(&mut self) {
+        if let Some(r) = &self.running {
+            r.request.interrupt.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stops without a snapshot; the target runs on untouched.
+    pub fn cancel(&mut self) {
+        if let Some(r) = &self.running {
+            r.request.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the capture thread's news.
+    pub fn poll(&mut self) {
+        let Some(run) = &mut self.running else {
+            return;
+        };
+        let mut done = None;
+        while let Ok(m) = run.rx.try_recv() {
+            match m {
+                Message::Progress(p) => match p {
+                    Progress::Backend(why) => self.log.push(why),
+                    Progress::Armed { threads } => {
+                        self.state =
+                            format!("armed: tracing {threads} thread(s), waiting for the trigger")
+                    }
+                    Progress::Waiting { bytes } => {
+                        self.state = format!(
+                            "waiting for the trigger: {} KiB of trace in the buffers",
+                            bytes / 1024
+                        )
+                    }
+                    Progress::Triggered { snapshot } => {
+                        self.state = format!("triggered: taking snapshot {snapshot}")
+                    }
+                    Progress::Saved { path, stop } => {
+                        self.log.push(format!("saved {} ({stop})", path.display()));
+                        self.saved.push(path);
+                    }
+                    Progress::Warning(w) => self.log.push(w),
+                },
+                Message::Done(r) => done = Some(r),
+            }
+        }
+        if let Some(r) = done {
+            if let Some(t) = run.thread.take() {
+                let _ = t.join();
+            }
+            self.running = None;
+            match r {
+                Ok(saved) => self.state = format!("done: {} snapshot(s)", saved.len()),
+                Err(e) => {
+                    self.state = "failed".into();
+                    self.log.push(e);
+                }
+            }
+        }
+    }
+
+    /// Waits for the running capture to end (tests).
+    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        while self.running.is_some() && std::time::Instant::now() < end {
+            self.poll();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.poll();
+        self.running.is_none()
+    }
+
+    /// Draws the panel's window.
+    pub fn ui(&mut self, ctx: &egui::Context) {
+        self.poll();
+        if self.running.is_some() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        let mut open = self.open;
+        egui::Window::new("Capture")
+            .open(&mut open)
+            .default_width(560.0)
+            .default_height(620.0)
+            .show(ctx, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| self.contents(ui));
+            });
+        self.open = open;
+    }
+
+    fn contents(&mut self, ui: &mut egui::Ui) {
+        let busy = self.running.is_some();
+        ui.add_enabled_ui(!busy, |ui| {
+            ui.heading("Target");
+            ui.horizontal(|ui| {
+                ui.radio_value(&mut self.target, TargetKind::Attach, "Attach to a process");
+                ui.radio_value(&mut self.target, TargetKind::Command, "Run a command");
+            });
+            match self.target {
+                TargetKind::Command => self.command_fields(ui),
+                TargetKind::Attach => self.process_picker(ui),
+            }
+            ui.separator();
+            ui.heading("Trigger");
+            ui.horizontal_wrapped(|ui| {
+                ui.radio_value(
+                    &mut self.trigger,
+                    TriggerKind::Function,
+                    "When a function is entered",
+                );
+                ui.radio_value(
+                    &mut self.trigger,
+                    TriggerKind::Manual,
+                    "Snapshot now (button)",
+                );
+                ui.radio_value(&mut self.trigger, TriggerKind::Duration, "After a duration");
+                ui.radio_value(&mut self.trigger, TriggerKind::Exit, "On exit");
+            });
+            match self.trigger {
+                TriggerKind::Function => self.symbol_picker(ui),
+                TriggerKind::Duration => {
+                    ui.horizontal(|ui| {
+                        ui.label("Milliseconds");
+                        ui.add(egui::DragValue::new(&mut self.duration_ms).range(1..=3_600_000));
+                    });
+                }
+                _ => {}
+            }
+            ui.separator();
+            self.settings(ui);
+        });
+        ui.separator();
+        ui.horizontal(|ui| {
+            if ui
+                .add_enabled(!busy, egui::Button::new("Start capture"))
+                .clicked()
+            {
+                self.start();
+            }
+            if ui
+                .add_enabled(busy, egui::Button::new("Snapshot now"))
+                .on_hover_text("Take the snapshot at once, whatever the trigger")
+                .clicked()
+            {
+                self.snapshot_now();
+            }
+            if ui
+                .add_enabled(busy, egui::Button::new("Cancel capture"))
+                .on_hover_text("Stop tracing and save nothing; the target runs on untouched")
+                .clicked()
+            {
+                self.cancel();
+            }
+            if busy {
+                ui.spinner();
+            }
+        });
+        ui.label(format!("Status: {}", self.state));
+        for line in self.log.iter().rev().take(8) {
+            ui.label(egui::RichText::new(line).small());
+        }
+    }
+
+    fn command_fields(&mut self, ui: &mut egui::Ui) {
+        egui::Grid::new("command").num_columns(2).show(ui, |ui| {
+            ui.label("Program");
+            ui.add(egui::TextEdit::singleline(&mut self.program).hint_text("/path/to/program"));
+            ui.end_row();
+            ui.label("Arguments");
+            ui.text_edit_singleline(&mut self.args);
+            ui.end_row();
+            ui.label("Working directory");
+            ui.add(egui::TextEdit::singleline(&mut self.cwd).hint_text("(this one)"));
+            ui.end_row();
+        });
+    }
+
+    fn process_picker(&mut self, ui: &mut egui::Ui) {
+        if self.processes.is_empty() {
+            self.refresh_processes();
+        }
+        ui.horizontal(|ui| {
+            ui.add(
+                egui::TextEdit::singleline(&mut self.process_filter)
+                    .hint_text("filter: pid, name or command line"),
+            )
+            .labelled_by(ui.label("Process filter").id);
+            if ui.button("Refresh").clicked() {
+                self.refresh_processes();
+            }
+        });
+        let list: Vec<(i32, String, bool)> = self
+            .matching_processes()
+            .into_iter()
+            .take(LIST_MAX)
+            .map(|p| {
+                let cmd: String = p.cmdline.chars().take(80).collect();
+                (p.pid, format!("{} {} — {}", p.pid, p.name, cmd), p.own)
+            })
+            .collect();
+        egui::ScrollArea::vertical()
+            .id_salt("processes")
+            .max_height(160.0)
+            .show(ui, |ui| {
+                for (pid, text, own) in list {
+                    let text = if own {
+                        egui::RichText::new(text)
+                    } else {
+                        egui::RichText::new(format!("{text} (another user's)")).weak()
+                    };
+                    if ui.selectable_label(self.pid == Some(pid), text).clicked() {
+                        self.pid = Some(pid);
+                    }
+                }
+            });
+    }
+
+    fn symbol_picker(&mut self, ui: &mut egui::Ui) {
+        ui.add(
+            egui::TextEdit::singleline(&mut self.symbol_filter)
+                .hint_text("fuzzy search over the target's functions"),
+        )
+        .labelled_by(ui.label("Function filter").id);
+        let list = self.matching_symbols();
+        if self.symbols.is_empty() {
+            ui.label(
+                egui::RichText::new("pick a target to list its functions; or type a name below")
+                    .weak(),
+            );
+        }
+        egui::ScrollArea::vertical()
+            .id_salt("symbols")
+            .max_height(160.0)
+            .show(ui, |ui| {
+                for f in list {
+                    let text = format!("{}  ({})", f.name, f.module);
+                    if ui
+                        .selectable_label(self.symbol.as_deref() == Some(&f.name), text)
+                        .clicked()
+                    {
+                        self.symbol = Some(f.name.clone());
+                    }
+                }
+            });
+        ui.horizontal(|ui| {
+            ui.label("Trigger function:");
+            let mut name = self.symbol.clone().unwrap_or_default();
+            if ui.text_edit_singleline(&mut name).changed() {
+                self.symbol = Some(name).filter(|n| !n.trim().is_empty());
+            }
+        });
+    }
+
+    fn settings(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Settings");
+        egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
+            ui.label("Snapshot size (per thread)");
+            ui.text_edit_singleline(&mut self.size);
+            ui.end_row();
+            ui.label("Timing");
+            ui.horizontal(|ui| {
+                for t in [Timing::Low, Timing::Normal, Timing::High] {
+                    let label = t.to_string();
+                    ui.radio_value(&mut self.timing, t, label);
+                }
+            });
+            ui.end_row();
+            ui.label("Backend");
+            ui.horizontal(|ui| {
+                ui.radio_value(&mut self.backend, Backend::Auto, "auto");
+                ui.radio_value(&mut self.backend, Backend::IntelPt, "intel-pt");
+                ui.radio_value(&mut self.backend, Backend::Emulated, "emulated");
+            });
+            ui.end_row();
+            ui.label("Snapshots");
+            ui.add(egui::DragValue::new(&mut self.snapshots).range(1..=100));
+            ui.end_row();
+        });
+        let pmu_dir = Request::new(Target::Attach(0), Trigger::Manual).pmu_dir;
+        let note = match recorder::choose(self.backend, &pmu_dir) {
+            Ok(Chosen::IntelPt) => "Intel PT hardware, through perf_event_open".to_string(),
+            Ok(Chosen::Emulated { why }) => why,
+            Err(e) => e.to_string(),
+        };
+        ui.label(egui::RichText::new(note).small());
+    }
+}
