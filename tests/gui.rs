@@ -614,6 +614,12 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
         .max_by_key(|s| s.start)
         .unwrap();
     assert_eq!(model.funcs.name(last.func()), "tick");
+    // The viewer says how it was captured, with tick's argument.
+    let info = view(&h).capture_info().unwrap().to_string();
+    assert!(info.contains("trigger symbol tick"), "{info}");
+    assert!(info.contains("entered tick"), "{info}");
+    assert!(info.contains("rdi=0x"), "{info}");
+    h.get_by_label_contains("Capture: emulated capture, trigger symbol tick");
     // The snapshot can be saved elsewhere.
     let copy = dir.path().join("kept.ptscope");
     h.state().save_active_as(&copy).unwrap();

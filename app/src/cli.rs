@@ -469,6 +469,14 @@ fn info(path: &Path) -> Result<ExitCode> {
             writeln!(out, "  command: {} (pid {})", m.command.join(" "), m.pid)?;
         }
         writeln!(out, "  clock:   {}", m.clock)?;
+        if !m.trigger_registers.is_empty() {
+            let regs: Vec<String> = m
+                .trigger_registers
+                .iter()
+                .map(|(r, v)| format!("{r}={v:#x}"))
+                .collect();
+            writeln!(out, "  trigger registers: {}", regs.join(" "))?;
+        }
     } else {
         writeln!(out, "  a plain perf.data file")?;
     }

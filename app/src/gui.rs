@@ -116,7 +116,19 @@ fn new_view(
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     v.set_source_dir(Some(dir.to_path_buf()));
+    v.set_capture_info(capture_info(path));
     v
+}
+
+/// The snapshot's own account of its capture: trigger, stop, registers.
+pub fn capture_info(path: &Path) -> Option<String> {
+    let snap = ptscope_capture::snapshot::Snapshot::open(path).ok()?;
+    let m = snap.metadata?;
+    let mut s = format!("{} capture, trigger {}: {}", m.backend, m.trigger, m.stop);
+    for (reg, v) in &m.trigger_registers {
+        s.push_str(&format!(", {reg}={v:#x}"));
+    }
+    Some(s)
 }
 
 impl Tab {

@@ -62,6 +62,8 @@ pub struct VisibleLine {
 /// The viewer of one model, with all its UI state.
 pub struct TraceView {
     model: Arc<Model>,
+    /// What the capture said about itself (trigger, registers), if known.
+    capture_info: Option<String>,
     styles: Vec<FuncStyle>,
     calls: Vec<u64>,
     search: Search,
@@ -87,6 +89,7 @@ impl TraceView {
     pub fn new(model: Arc<Model>) -> TraceView {
         let mut v = TraceView {
             model: Arc::new(empty_model()),
+            capture_info: None,
             styles: Vec::new(),
             calls: Vec::new(),
             search: Search::default(),
@@ -391,6 +394,16 @@ impl TraceView {
         self.source.set_base_maps(maps);
     }
 
+    /// A line about how the trace was captured (its trigger, why it
+    /// stopped, the registers at the trigger), shown above the toolbar.
+    pub fn set_capture_info(&mut self, info: Option<String>) {
+        self.capture_info = info;
+    }
+
+    pub fn capture_info(&self) -> Option<&str> {
+        self.capture_info.as_deref()
+    }
+
     /// Where the snapshot is: source files are also looked for there.
     pub fn set_source_dir(&mut self, dir: Option<PathBuf>) {
         self.source.set_near(dir);
@@ -618,6 +631,11 @@ impl TraceView {
         self.global_keys(ui);
         self.update_lines(ui.ctx());
         egui::Panel::top("ptscope-toolbar").show(ui, |ui| {
+            if let Some(info) = &self.capture_info {
+                let r = ui.label(egui::RichText::new(format!("Capture: {info}")).small());
+                ui.ctx()
+                    .accesskit_node_builder(r.id, |b| b.set_label(format!("Capture: {info}")));
+            }
             self.toolbar(ui);
         });
         egui::Panel::bottom("ptscope-panel")
