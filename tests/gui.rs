@@ -483,14 +483,16 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
         line.trim().parse().expect("Xvfb told its display")
     };
     // The demo as it opens, and zoomed to its slow request.
-    let shots = [
-        ("demo.png", None),
-        ("demo-slow-path.png", Some("slow_path")),
+    let shots: [(&str, &[&str]); 4] = [
+        ("demo.png", &[]),
+        ("demo-slow-path.png", &["--select", "slow_path"]),
         // 80 ns: line spans and the instruction row.
-        ("demo-lines.png", Some("hash_key")),
+        ("demo-lines.png", &["--select", "hash_key"]),
+        // The Capture panel over the demo.
+        ("demo-capture.png", &["--capture"]),
     ];
     let mut results = Vec::new();
-    for (name, select) in shots {
+    for (name, args) in shots {
         let shot = out_dir.join(name);
         let mut cmd = support::ptscope();
         cmd.env("DISPLAY", format!(":{display}"))
@@ -498,9 +500,7 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
             .env("XDG_RUNTIME_DIR", dir.path())
             .arg("--screenshot")
             .arg(&shot);
-        if let Some(f) = select {
-            cmd.arg("--select").arg(f);
-        }
+        cmd.args(args);
         results.push((shot, cmd.output().unwrap()));
     }
     let _ = xvfb_child.kill();

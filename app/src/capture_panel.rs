@@ -495,11 +495,12 @@ impl CapturePanel {
             self.refresh_processes();
         }
         ui.horizontal(|ui| {
+            let label = ui.label("Process filter");
             ui.add(
                 egui::TextEdit::singleline(&mut self.process_filter)
-                    .hint_text("filter: pid, name or command line"),
+                    .hint_text("pid, name or command line"),
             )
-            .labelled_by(ui.label("Process filter").id);
+            .labelled_by(label.id);
             if ui.button("Refresh").clicked() {
                 self.refresh_processes();
             }
@@ -523,7 +524,8 @@ impl CapturePanel {
                     } else {
                         egui::RichText::new(format!("{text} (another user's)")).weak()
                     };
-                    if ui.selectable_label(self.pid == Some(pid), text).clicked() {
+                    let item = egui::Button::selectable(self.pid == Some(pid), text).truncate();
+                    if ui.add(item).clicked() {
                         self.pid = Some(pid);
                     }
                 }
@@ -531,11 +533,14 @@ impl CapturePanel {
     }
 
     fn symbol_picker(&mut self, ui: &mut egui::Ui) {
-        ui.add(
-            egui::TextEdit::singleline(&mut self.symbol_filter)
-                .hint_text("fuzzy search over the target's functions"),
-        )
-        .labelled_by(ui.label("Function filter").id);
+        ui.horizontal(|ui| {
+            let label = ui.label("Function filter");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.symbol_filter)
+                    .hint_text("fuzzy search over the target's functions"),
+            )
+            .labelled_by(label.id);
+        });
         let list = self.matching_symbols();
         if self.symbols.is_empty() {
             ui.label(

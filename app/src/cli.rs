@@ -31,6 +31,10 @@ pub struct Args {
     /// Save a PNG of the window once the first file is drawn, then exit.
     #[arg(long, value_name = "PNG", hide = true)]
     pub screenshot: Option<PathBuf>,
+    /// Open the Capture panel at start (attach to a process or run a
+    /// command, pick a trigger, capture).
+    #[arg(long)]
+    pub capture: bool,
     /// Select the first call of FUNCTION and zoom to it once loaded.
     #[arg(long, value_name = "FUNCTION")]
     pub select: Option<String>,
@@ -224,7 +228,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        None => ptscope::gui::run(args.files, args.screenshot, args.select, args.source_maps),
+        None => ptscope::gui::run(
+            args.files,
+            args.screenshot,
+            args.select,
+            args.source_maps,
+            args.capture,
+        ),
         Some(Command::Record { opts, command }) => capture(
             Target::Spawn {
                 argv: command,

@@ -29,6 +29,7 @@ pub fn run(
     screenshot: Option<PathBuf>,
     select: Option<String>,
     source_maps: Vec<(String, String)>,
+    capture: bool,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
         vec![demo_path()]
@@ -62,6 +63,7 @@ pub fn run(
                 failed: failed2,
             });
             app.select_on_load = select;
+            app.capture.open = capture;
             Ok(Box::new(app))
         }),
     )
