@@ -1116,11 +1116,17 @@ pub fn capture_each(
             Ok(s) => s,
             Err(e) => {
                 tracer.release();
+                if let Some(pid) = child.filter(|_| tracer.exit_code.is_none()) {
+                    reap_later(pid);
+                }
                 return Err(e);
             }
         };
         if tracer.opts.cancel.load(Ordering::Relaxed) {
             tracer.release();
+            if let Some(pid) = child.filter(|_| tracer.exit_code.is_none()) {
+                reap_later(pid);
+            }
             return Ok(());
         }
         taken += 1;
@@ -1189,6 +1195,11 @@ pub fn wait_child(pid: i32) -> Option<i32> {
             Err(_) => return None,
         }
     }
+}
+
+/// Reaps a spawned command nobody waits for, when it ends on its own.
+pub fn reap_later(pid: i32) {
+    std::thread::spawn(move || wait_child(pid));
 }
 
 /// A spawned command's exit status if it has ended, without waiting.

@@ -198,44 +198,67 @@ pub fn capture(
         // Let it run in any case: on error it runs untraced to its end.
         ptrace::kill(pid, Signal::SIGCONT);
     }
-    setup?;
+    if let Err(e) = setup {
+        if spawned {
+            crate::emulated::tracer::reap_later(pid);
+        }
+        return Err(e);
+    }
     status(Status::Armed {
         threads: s.units.len(),
     });
-    let mut taken = 0;
     let mut child = child;
-    let mut exit_code = None;
-    while taken < opts.snapshots.max(1) {
-        let (stop, hit) = s.wait_for_trigger(&mut child, &mut exit_code, &mut status)?;
-        if stop == StopReason::Interrupted && opts.cancel.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let end_tsc = sys::rdtsc();
-        for u in &s.units {
-            let _ = u.pt.disable();
-        }
-        taken += 1;
-        status(Status::Triggered { snapshot: taken });
-        let last = taken == opts.snapshots.max(1) || stop == StopReason::ProcessExit;
-        let mut cap = s.snapshot(stop.clone(), hit, end_tsc, &cmdline)?;
-        cap.wall = wall.elapsed();
-        cap.exit_code = exit_code;
-        if last {
-            cap.child = child.take();
-        }
-        on_snapshot(cap)?;
-        if last {
-            break;
-        }
-        for u in &s.units {
-            let _ = u.pt.enable();
-        }
-        opts.interrupt.store(false, Ordering::Relaxed);
+    let result = s.run(&mut child, &cmdline, wall, &mut status, &mut on_snapshot);
+    // A spawned command not handed to the caller runs on; reap it then.
+    if let Some(pid) = child {
+        crate::emulated::tracer::reap_later(pid);
     }
-    Ok(())
+    result
 }
 
 impl Session<'_> {
+    /// Waits for each trigger and takes its snapshot. A spawned command
+    /// goes out in the last snapshot's `child`.
+    fn run(
+        &mut self,
+        child: &mut Option<i32>,
+        cmdline: &[String],
+        wall: Instant,
+        status: &mut impl FnMut(Status),
+        on_snapshot: &mut impl FnMut(Capture) -> Result<(), CaptureError>,
+    ) -> Result<(), CaptureError> {
+        let opts = self.opts;
+        let wanted = opts.snapshots.max(1);
+        let mut exit_code = None;
+        for taken in 1..=wanted {
+            let (stop, hit) = self.wait_for_trigger(child, &mut exit_code, status)?;
+            if stop == StopReason::Interrupted && opts.cancel.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let end_tsc = sys::rdtsc();
+            for u in &self.units {
+                let _ = u.pt.disable();
+            }
+            status(Status::Triggered { snapshot: taken });
+            let last = taken == wanted || stop == StopReason::ProcessExit;
+            let mut cap = self.snapshot(stop, hit, end_tsc, cmdline)?;
+            cap.wall = wall.elapsed();
+            cap.exit_code = exit_code;
+            if last {
+                cap.child = child.take();
+            }
+            on_snapshot(cap)?;
+            if last {
+                break;
+            }
+            for u in &self.units {
+                let _ = u.pt.enable();
+            }
+            opts.interrupt.store(false, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     fn event_options(&self, enable_on_exec: bool) -> EventOptions {
         EventOptions {
             kernel: self.opts.kernel,
