@@ -102,6 +102,9 @@ struct Session<'a> {
     symbol: Option<SymbolTrigger>,
     synthesized: Vec<Sideband>,
     comms: HashMap<i32, String>,
+    warnings: Vec<String>,
+    /// Threads whose events could not be opened (not retried).
+    untraceable: Vec<i32>,
 }
 
 /// The AUX size for `size`: a power-of-two number of pages, at least one.
@@ -112,9 +115,19 @@ pub fn aux_size(size: u64) -> usize {
 
 /// Checks that a capture can start here: the PMU exists, the timing fits
 /// its caps, and the privileges allow the scope. Returns the PMU and config.
-pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig), CaptureError> {
+pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig, Vec<String>), CaptureError> {
     let pmu = Pmu::read(&opts.pmu_dir)?;
-    let cfg = opts.timing.resolve(&pmu)?;
+    let mut warnings = Vec::new();
+    let cfg = match opts.timing.resolve(&pmu) {
+        Ok(cfg) => cfg,
+        // A preset this CPU cannot do (no cycle-accurate mode before
+        // Skylake) falls back to perf's defaults, as magic-trace does.
+        Err(e) if matches!(opts.timing, Timing::Normal | Timing::High) => {
+            warnings.push(format!("{e}; using timing `low`"));
+            Timing::Low.resolve(&pmu)?
+        }
+        Err(e) => return Err(e.into()),
+    };
     let privs = Privileges::read();
     for scope in [
         Some(Scope::PerThread),
@@ -135,7 +148,44 @@ pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig), CaptureError> {
             }));
         }
     }
-    Ok((pmu, cfg))
+    Ok((pmu, cfg, warnings))
+}
+
+/// Lets a child stopped before its exec run to the exec, under ptrace just
+/// long enough to see it: then its executable is mapped, and the trigger
+/// can be resolved before any of its code runs.
+fn run_to_exec(pid: i32, program: &str) -> Result<(), CaptureError> {
+    use nix::sys::wait::WaitStatus;
+    ptrace::seize(pid)?;
+    ptrace::kill(pid, Signal::SIGCONT);
+    loop {
+        match ptrace::wait(Some(pid), false)? {
+            Some(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => return Ok(()),
+            Some(WaitStatus::Exited(_, code)) => {
+                return Err(CaptureError::Invalid(format!(
+                    "`{program}` exited with {code} before it started (is it an executable?)"
+                )))
+            }
+            Some(WaitStatus::Stopped(_, Signal::SIGCONT | Signal::SIGSTOP)) => {
+                ptrace::cont(pid, None)?
+            }
+            Some(WaitStatus::Stopped(_, sig)) => ptrace::cont(pid, Some(sig))?,
+            Some(_) => ptrace::cont(pid, None)?,
+            None => {}
+        }
+    }
+}
+
+/// Whether process `pid` is gone or a zombie.
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+        Err(_) => true,
+    }
 }
 
 /// Captures `target`, calling `on_snapshot` with each snapshot. The target
@@ -147,24 +197,30 @@ pub fn capture(
     mut status: impl FnMut(Status),
     mut on_snapshot: impl FnMut(Capture) -> Result<(), CaptureError>,
 ) -> Result<(), CaptureError> {
-    let (pmu, cfg) = prepare(opts)?;
+    let (pmu, cfg, warnings) = prepare(opts)?;
     let wall = Instant::now();
     let (pid, child, cmdline) = match &target {
         Target::Spawn { argv, cwd } => {
             let pid = ptrace::spawn_stopped(argv, cwd.as_deref())?;
             // The child stops itself before exec; its events are opened now
             // and enabled by the kernel at the exec.
-            match nix::sys::wait::waitpid(
-                nix::unistd::Pid::from_raw(pid),
-                Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
-            ) {
-                Ok(nix::sys::wait::WaitStatus::Stopped(..)) => {}
-                other => {
-                    return Err(CaptureError::Invalid(format!(
-                        "`{}` did not start: {other:?}",
-                        argv[0]
-                    )))
+            let stopped = loop {
+                match nix::sys::wait::waitpid(
+                    nix::unistd::Pid::from_raw(pid),
+                    Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
+                ) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    other => break other,
                 }
+            };
+            if !matches!(stopped, Ok(nix::sys::wait::WaitStatus::Stopped(..))) {
+                // Whatever happened, it is not left stopped.
+                ptrace::kill(pid, Signal::SIGCONT);
+                crate::emulated::tracer::reap_later(pid);
+                return Err(CaptureError::Invalid(format!(
+                    "`{}` did not start: {stopped:?}",
+                    argv[0]
+                )));
             }
             (pid, Some(pid), argv.clone())
         }
@@ -192,10 +248,17 @@ pub fn capture(
         },
         synthesized: Vec::new(),
         comms: HashMap::new(),
+        warnings,
+        untraceable: Vec::new(),
     };
-    let setup = s.open_all(spawned);
+    s.fit_aux_size();
+    let mut setup = s.open_all(spawned);
     if spawned {
+        if setup.is_ok() {
+            setup = run_to_exec(pid, &cmdline[0]).map(|()| s.resolve_symbol());
+        }
         // Let it run in any case: on error it runs untraced to its end.
+        let _ = ptrace::detach(pid, None);
         ptrace::kill(pid, Signal::SIGCONT);
     }
     if let Err(e) = setup {
@@ -251,6 +314,10 @@ impl Session<'_> {
             if last {
                 break;
             }
+            // Hits while the snapshot was taken are stale.
+            if let Some(bp) = &mut self.breakpoint {
+                bp.discard();
+            }
             for u in &self.units {
                 let _ = u.pt.enable();
             }
@@ -279,9 +346,34 @@ impl Session<'_> {
         }
         if !spawned {
             self.synthesize_existing();
+            // A spawned child is resolved at its exec (`run_to_exec`):
+            // before it, its maps are ptscope's own.
+            self.resolve_symbol();
         }
-        self.resolve_symbol();
         Ok(())
+    }
+
+    /// Shrinks the AUX size to what locked memory allows, with a warning,
+    /// rather than failing at the first mmap.
+    fn fit_aux_size(&mut self) {
+        if self.privs.ipc_lock() {
+            return;
+        }
+        let units = if self.opts.per_cpu {
+            online_cpus().len()
+        } else {
+            procfs::threads(self.pid).map_or(1, |t| t.len())
+        } as u64;
+        let data = ((DATA_PAGES + 1) * page_size()) as u64;
+        let fits = self.privs.aux_size_that_fits(units, data) as usize;
+        if fits >= page_size() && fits < self.aux_size {
+            self.warnings.push(format!(
+                "the trace size per thread is {} KiB, not the {} KiB asked for: that is what locked memory allows for {units} threads (raise it with `ulimit -l`, kernel.perf_event_mlock_kb or CAP_IPC_LOCK)",
+                fits / 1024,
+                self.aux_size / 1024
+            ));
+            self.aux_size = fits;
+        }
     }
 
     /// Opens the PT and sideband events of a thread (`cpu` -1) or a CPU
@@ -328,6 +420,16 @@ impl Session<'_> {
             what: format!("the sideband event for {what}"),
             errno,
         })?;
+        if !enable_on_exec {
+            // Opened disabled: enabled only now that its buffers exist.
+            for (ev, name) in [(&dummy, "sideband"), (&pt, "PT")] {
+                ev.enable().map_err(|errno| PerfError::Ioctl {
+                    op: "PERF_EVENT_IOC_ENABLE",
+                    what: format!("the {name} event for {what}"),
+                    errno,
+                })?;
+            }
+        }
         let ring = Arc::new(ring);
         // Non-sample records of both events end in the same sample-id
         // trailer (IP is not part of it).
@@ -352,7 +454,8 @@ impl Session<'_> {
     /// What perf synthesizes for a process already running: its threads'
     /// names and its executable mappings, at the attach time.
     fn synthesize_existing(&mut self) {
-        let time = self.now_perf();
+        // Time 0, as perf stamps what it synthesizes: valid from the start.
+        let time = 0;
         let pid = self.pid;
         if let Ok(tids) = procfs::threads(pid) {
             for tid in tids {
@@ -386,11 +489,6 @@ impl Session<'_> {
                 });
             }
         }
-    }
-
-    /// perf time now, from the TSC and the kernel's conversion.
-    fn now_perf(&self) -> u64 {
-        self.tsc_to_perf(sys::rdtsc())
     }
 
     fn tsc_to_perf(&self, tsc: u64) -> u64 {
@@ -432,7 +530,10 @@ impl Session<'_> {
             return Ok(());
         };
         for tid in tids {
-            if !self.opts.per_cpu && !self.units.iter().any(|u| u.tid == tid) {
+            if !self.opts.per_cpu
+                && !self.units.iter().any(|u| u.tid == tid)
+                && !self.untraceable.contains(&tid)
+            {
                 match self.open_unit(tid, -1, false) {
                     Ok(()) => {}
                     // It may have exited already.
@@ -440,7 +541,15 @@ impl Session<'_> {
                         errno: nix::errno::Errno::ESRCH,
                         ..
                     })) => {}
-                    Err(e) => return Err(e),
+                    // Out of locked memory, fds or PT slots: the capture
+                    // goes on without this thread.
+                    Err(e) => {
+                        let w = format!("thread {tid} is not traced: {e}");
+                        if !self.warnings.contains(&w) {
+                            self.warnings.push(w);
+                        }
+                        self.untraceable.push(tid);
+                    }
                 }
             }
             if let Some(bp) = &mut self.breakpoint {
@@ -495,7 +604,7 @@ impl Session<'_> {
                     *exit_code = Some(code);
                     return Ok((StopReason::ProcessExit, None));
                 }
-            } else if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
+            } else if exited(self.pid) {
                 return Ok((StopReason::ProcessExit, None));
             }
             if last_scan.elapsed() >= Duration::from_millis(10) {
@@ -556,7 +665,23 @@ impl Session<'_> {
     ) -> Result<Capture, CaptureError> {
         let collected = self.collector.collected();
         let mut sideband = self.synthesized.clone();
-        sideband.extend(collected.events.iter().cloned());
+        // CPU-wide sideband covers every process: keep the target's, and
+        // every switch (they say who ran when on each CPU).
+        let pid = self.pid;
+        sideband.extend(
+            collected
+                .events
+                .iter()
+                .filter(|e| match &e.event {
+                    SidebandEvent::Switch { .. } => true,
+                    SidebandEvent::Mmap { pid: p, .. }
+                    | SidebandEvent::Comm { pid: p, .. }
+                    | SidebandEvent::Fork { pid: p, .. }
+                    | SidebandEvent::Exit { pid: p, .. }
+                    | SidebandEvent::ItraceStart { pid: p, .. } => *p == pid,
+                })
+                .cloned(),
+        );
         sideband.sort_by_key(|s| s.time);
         for sb in &sideband {
             if let SidebandEvent::Comm { tid, comm, .. } = &sb.event {
@@ -616,7 +741,14 @@ impl Session<'_> {
         });
         let end_time = self.tsc_to_perf(end_tsc);
         let start_time = sideband.first().map_or(end_time, |s| s.time);
-        let mut warnings = collected.warnings();
+        let mut warnings = self.warnings.clone();
+        warnings.extend(collected.warnings());
+        let params = self.params();
+        if !params.cap_user_time_zero {
+            warnings.push(
+                "the kernel does not publish a TSC conversion (cap_user_time_zero is 0: an unstable TSC?); times are not reliable".into(),
+            );
+        }
         if let Some(bp) = &self.breakpoint {
             if hit.is_none() && matches!(stop, StopReason::ProcessExit) {
                 warnings.push(format!(
@@ -643,7 +775,7 @@ impl Session<'_> {
                 pmu_type: self.pmu.kind,
                 config: self.cfg.config,
                 event: self.cfg.event_string(self.opts.kernel),
-                params: self.params(),
+                params,
                 cpuid: cpuid_string(),
                 cpu_desc: cpu_model_name(),
                 kernel: self.opts.kernel,

@@ -30,11 +30,15 @@ pub fn pt_attr(pmu: &Pmu, cfg: &PtConfig, opts: EventOptions) -> PerfEventAttr {
         sample_type: SAMPLE_TYPE,
         // PERF_FORMAT_ID, as perf asks for.
         read_format: 4,
+        // Always opened disabled: enabled once its AUX area is mapped (an
+        // enabled PT event without one fails to start), or by the kernel
+        // at exec.
         flags: flag::EXCLUDE_HV
             | flag::SAMPLE_ID_ALL
+            | flag::DISABLED
             | if opts.kernel { 0 } else { flag::EXCLUDE_KERNEL }
             | if opts.enable_on_exec {
-                flag::DISABLED | flag::ENABLE_ON_EXEC
+                flag::ENABLE_ON_EXEC
             } else {
                 0
             },
@@ -78,7 +82,7 @@ mod tests {
             sample_period: 1,
             sample_type: sample::IP | sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER,
             read_format: 4,
-            flags: flag::EXCLUDE_HV | flag::SAMPLE_ID_ALL | extra_flags,
+            flags: flag::EXCLUDE_HV | flag::SAMPLE_ID_ALL | flag::DISABLED | extra_flags,
             ..Default::default()
         }
     }
@@ -116,7 +120,7 @@ mod tests {
             attr("skylake", "high", record),
             expected(
                 normal | NORETCOMP,
-                flag::EXCLUDE_KERNEL | flag::DISABLED | flag::ENABLE_ON_EXEC
+                flag::EXCLUDE_KERNEL | flag::ENABLE_ON_EXEC
             )
         );
         // --kernel drops exclude_kernel.

@@ -212,8 +212,33 @@ impl Breakpoint {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
+        // An event whose thread exited polls as hung up at once, forever:
+        // stop watching it, or the wait would spin.
+        let gone: Vec<i32> = fds
+            .iter()
+            .zip(&self.armed)
+            .filter(|(fd, _)| {
+                fd.revents()
+                    .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+            })
+            .map(|(_, a)| a.tid)
+            .collect();
         drop(fds);
-        Ok(self.check())
+        let hit = self.check();
+        for tid in gone {
+            self.forget(tid);
+        }
+        Ok(hit)
+    }
+
+    /// Throws away hits already in the rings (from while a snapshot was
+    /// being taken), so the next wait sees only new ones.
+    pub fn discard(&mut self) {
+        let mut buf = Vec::new();
+        for a in &self.armed {
+            buf.clear();
+            a.ring.drain(&mut buf);
+        }
     }
 
     /// Disables every armed event (they close when dropped).
@@ -267,6 +292,32 @@ mod tests {
         assert!(hit.time > 0);
         assert_eq!(bp.check(), None, "one hit, one sample");
         bp.disarm();
+    }
+
+    /// A thread that exited hangs up its event: the wait forgets it instead
+    /// of spinning, and stale hits are discarded.
+    #[test]
+    fn exited_threads_are_forgotten() {
+        let addr = target as *const () as u64;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            go_rx.recv().unwrap();
+            target(1, 2);
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut bp = Breakpoint::new(addr);
+        bp.arm(tid).unwrap();
+        go_tx.send(()).unwrap();
+        worker.join().unwrap();
+        // Its one hit is in the ring; discard it.
+        bp.discard();
+        assert_eq!(bp.check(), None);
+        let t = std::time::Instant::now();
+        assert_eq!(bp.wait(Duration::from_millis(200)).unwrap(), None);
+        assert!(!bp.is_armed(tid), "the exited thread is forgotten");
+        assert!(t.elapsed() < Duration::from_secs(2));
     }
 
     #[test]

@@ -157,6 +157,7 @@ impl Privileges {
                 "the kernel refused the event's settings (an older kernel, or a config this CPU cannot do)".into()
             }
             Errno::ENOSPC => "no free hardware slot (all four debug registers may be in use, e.g. by a debugger)".into(),
+            Errno::EBUSY => "Intel PT is already in use on this thread or CPU (another perf or ptscope session, or per-thread and per-CPU tracing mixed)".into(),
             Errno::EMFILE => "too many open files: raise `ulimit -n`".into(),
             other => format!("unexpected error {other}"),
         }
@@ -165,7 +166,11 @@ impl Privileges {
     /// What to do about a mmap of `bytes` that failed with `errno`.
     pub fn explain_mmap(&self, errno: Errno, bytes: u64, threads: u64) -> String {
         match errno {
-            Errno::EPERM | Errno::ENOMEM => {
+            Errno::ENOMEM => format!(
+                "the kernel could not allocate {} of trace buffer per thread (it wants large contiguous pages; CPUs without multiple ToPA entries, such as Broadwell, need one contiguous block in snapshot mode): try a smaller --size",
+                human(bytes)
+            ),
+            Errno::EPERM => {
                 let fit = self.aux_size_that_fits(threads, 8 * 4096);
                 format!(
                     "the trace buffers are locked memory: kernel.perf_event_mlock_kb is {} KiB per CPU ({} CPUs) and RLIMIT_MEMLOCK is {}; {} per thread for {threads} threads does not fit. {}Fixes: a smaller --size, `ulimit -l unlimited`, `sudo sysctl kernel.perf_event_mlock_kb=<KiB>`, or CAP_IPC_LOCK (`sudo setcap cap_perfmon,cap_ipc_lock+ep $(command -v ptscope)`).",
@@ -258,6 +263,11 @@ mod tests {
         // 516 KiB × 2 CPUs + 8 MiB, over 4 threads: about 2.25 MiB each.
         assert_eq!(p.mlock_budget(), 516 * 1024 * 2 + (8 << 20));
         assert_eq!(p.aux_size_that_fits(4, 8 * 4096), 2 << 20);
+        let msg = p.explain_mmap(Errno::ENOMEM, 16 << 20, 4);
+        assert!(
+            msg.contains("could not allocate 16M") && msg.contains("smaller --size"),
+            "{msg}"
+        );
         let msg = p.explain_mmap(Errno::EPERM, 16 << 20, 4);
         assert!(msg.contains("perf_event_mlock_kb is 516 KiB"), "{msg}");
         assert!(msg.contains("RLIMIT_MEMLOCK is 8192 KiB"), "{msg}");

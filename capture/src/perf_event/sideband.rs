@@ -21,6 +21,7 @@ pub const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::
 
 /// The tracking event: a dummy that counts nothing and reports mmap2,
 /// comm (with exec), fork/exit and, for CPU-wide tracing, context switches.
+/// Opened disabled: enable it once its output is set (or at exec).
 pub fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEventAttr {
     PerfEventAttr {
         kind: perf_data::PERF_TYPE_SOFTWARE,
@@ -40,7 +41,7 @@ pub fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEve
             | if enable_on_exec {
                 flag::DISABLED | flag::ENABLE_ON_EXEC
             } else {
-                0
+                flag::DISABLED
             },
         ..Default::default()
     }

@@ -213,7 +213,7 @@ fn build_perf_data(
         time_zero: params.time_zero,
         time_cycles: 0,
         time_mask: u64::MAX,
-        cap_user_time_zero: true,
+        cap_user_time_zero: params.cap_user_time_zero,
         cap_user_time_short: false,
     }))?;
     let mut index = Vec::new();
@@ -347,7 +347,7 @@ fn build_perf_data(
     for t in cap.threads.iter().filter(|_| !per_cpu) {
         let size = t.aux.len() as u64;
         w.write(&Record::Aux {
-            offset: t.aux_head - size,
+            offset: t.aux_head.saturating_sub(size),
             size,
             flags: perf_data::aux_flag::OVERWRITE,
             sample_id: sid(t.pid, t.tid, cap.end_time, pt_id(index_of(t.tid, 0)), 0),
@@ -356,7 +356,7 @@ fn build_perf_data(
     for c in &cap.cpus {
         let size = c.aux.len() as u64;
         w.write(&Record::Aux {
-            offset: c.aux_head - size,
+            offset: c.aux_head.saturating_sub(size),
             size,
             flags: perf_data::aux_flag::OVERWRITE,
             sample_id: SampleId {
@@ -370,7 +370,7 @@ fn build_perf_data(
     }
     for t in cap.threads.iter().filter(|_| !per_cpu) {
         w.write(&Record::Auxtrace {
-            offset: t.aux_head - t.aux.len() as u64,
+            offset: t.aux_head.saturating_sub(t.aux.len() as u64),
             reference: cap.end_time,
             idx: index_of(t.tid, 0) as u32,
             tid: t.tid as u32,
@@ -380,7 +380,7 @@ fn build_perf_data(
     }
     for c in &cap.cpus {
         w.write(&Record::Auxtrace {
-            offset: c.aux_head - c.aux.len() as u64,
+            offset: c.aux_head.saturating_sub(c.aux.len() as u64),
             reference: cap.end_time,
             idx: index_of(-1, c.cpu) as u32,
             tid: u32::MAX,
