@@ -342,10 +342,13 @@ impl CapturePanel {
                         self.state =
                             format!("armed: tracing {threads} thread(s), waiting for the trigger")
                     }
-                    Progress::Waiting { bytes } => {
+                    Progress::Waiting {
+                        units,
+                        buffer_bytes,
+                    } => {
                         self.state = format!(
-                            "waiting for the trigger: {} KiB of trace in the buffers",
-                            bytes / 1024
+                            "waiting for the trigger: tracing {units} thread(s) or CPU(s) into {} KiB of ring buffers",
+                            buffer_bytes / 1024
                         )
                     }
                     Progress::Triggered { snapshot } => {

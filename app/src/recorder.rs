@@ -109,8 +109,10 @@ pub enum Progress {
     Armed {
         threads: usize,
     },
+    /// Tracing into `units` buffers (threads or CPUs) of `buffer_bytes` in all.
     Waiting {
-        bytes: u64,
+        units: usize,
+        buffer_bytes: u64,
     },
     Triggered {
         snapshot: usize,
@@ -275,7 +277,13 @@ pub fn run(
                 |s| {
                     (progress.borrow_mut())(match s {
                         Status::Armed { threads } => Progress::Armed { threads },
-                        Status::Waiting { bytes } => Progress::Waiting { bytes },
+                        Status::Waiting {
+                            units,
+                            buffer_bytes,
+                        } => Progress::Waiting {
+                            units,
+                            buffer_bytes,
+                        },
                         Status::Triggered { snapshot } => Progress::Triggered { snapshot },
                     })
                 },
@@ -307,7 +315,13 @@ pub fn run(
                 snapshots: req.snapshots,
                 cancel: req.cancel.clone(),
             };
-            progress(Progress::Armed { threads: 1 });
+            let threads = match &req.target {
+                Target::Attach(pid) => {
+                    ptscope_capture::procfs::threads(*pid).map_or(0, |t| t.len())
+                }
+                Target::Spawn { .. } => 1,
+            };
+            progress(Progress::Armed { threads });
             tracer::capture_each(req.target.clone(), opts, |cap| {
                 progress(Progress::Triggered {
                     snapshot: saver.saved.len() + 1,

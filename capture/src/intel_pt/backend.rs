@@ -73,9 +73,17 @@ impl Options {
 /// What the backend tells its caller while it runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
-    Armed { threads: usize },
-    Waiting { bytes: u64 },
-    Triggered { snapshot: usize },
+    Armed {
+        threads: usize,
+    },
+    /// Tracing into `units` buffers holding `buffer_bytes` in all.
+    Waiting {
+        units: usize,
+        buffer_bytes: u64,
+    },
+    Triggered {
+        snapshot: usize,
+    },
 }
 
 /// The PT event of one thread or CPU, with its buffers.
@@ -613,12 +621,12 @@ impl Session<'_> {
                 if self.breakpoint.is_none() {
                     self.resolve_symbol();
                 }
-                let bytes = self
-                    .units
-                    .iter()
-                    .map(|u| aux_head(&u.ring) % self.aux_size as u64)
-                    .sum();
-                status(Status::Waiting { bytes });
+                // aux_head only moves when an event stops, so what is
+                // known while tracing is the buffers' capacity.
+                status(Status::Waiting {
+                    units: self.units.len(),
+                    buffer_bytes: (self.units.len() * self.aux_size) as u64,
+                });
             }
         }
     }
