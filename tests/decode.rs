@@ -506,3 +506,27 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     let first = m.threads[0].checkpoints[0].insn;
     assert_eq!(n as u64, m.threads[0].walk.instructions - first);
 }
+
+/// The benchmark generator's snapshots are genuine: libipt decodes a grown
+/// snapshot without an error, perf's decoder counts the same calls per
+/// function as ours, and those counts are what the generator's period and
+/// copies imply.
+#[test]
+fn grown_snapshots_decode_like_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    // The benchmarks' 30 s capture of bench_loop (kept under target/).
+    let src = bench_snapshot();
+    let big = dir.path().join("grown.ptscope");
+    let grown = ptscope::scale::grow(&src, &big, 1 << 20).unwrap();
+    assert!(grown.copies >= 10, "{} copies", grown.copies);
+    assert!(grown.aux_bytes >= 1 << 20);
+    let (_, errors) = libipt_instructions(&big);
+    assert!(errors.is_empty(), "libipt: {errors:?}");
+    check_against_perf("grown", &big, dir.path());
+    let snap = ptscope_capture::snapshot::Snapshot::open(&big).unwrap();
+    let model = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
+    let (a, b) = model.time_range().unwrap();
+    let got = ptscope::scale::calls(&model, a, b + 1);
+    assert_eq!(got, grown.expected_calls());
+    assert!(grown.period_calls.values().sum::<u64>() > 0);
+}

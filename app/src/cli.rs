@@ -128,6 +128,18 @@ pub enum Command {
     /// capabilities and locked-memory limits, with a real probe of each
     /// kind of tracing and how to enable what is denied.
     Check,
+    /// Make a large genuine snapshot for benchmarks: SNAPSHOT (a capture of
+    /// a program in a steady loop) with one period of its trace, between
+    /// two PSBs where the program is in the same state, repeated until the
+    /// trace holds SIZE bytes, each copy's timestamps moved on.
+    Grow {
+        snapshot: PathBuf,
+        /// Trace bytes to reach (K, M, G suffixes).
+        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        size: u64,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Describe a snapshot: threads with their trace bytes and PSBs, the
     /// time range, the CPU and PT configuration, and every mapped binary.
     Info { file: PathBuf },
@@ -244,6 +256,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
         Some(Command::Attach { pid, opts }) => capture(Target::Attach(pid), opts),
         Some(Command::Check) => check(),
+        Some(Command::Grow {
+            snapshot,
+            size,
+            output,
+        }) => {
+            let t = std::time::Instant::now();
+            let g = ptscope::scale::grow(&snapshot, &output, size)?;
+            eprintln!(
+                "ptscope: {}: {} MiB of trace: a {}-byte period ({} instructions) repeated {} times, in {:.2?}",
+                output.display(),
+                g.aux_bytes >> 20,
+                g.period.to - g.period.from,
+                g.period.instructions,
+                g.copies,
+                t.elapsed()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Info { file }) => info(&file),
         Some(Command::Packets {
             file,

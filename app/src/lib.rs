@@ -10,3 +10,4 @@ pub mod gui;
 pub mod loader;
 pub mod recorder;
 pub mod report;
+pub mod scale;

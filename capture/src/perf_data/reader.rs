@@ -157,6 +157,11 @@ impl<'a> PerfDataFile<'a> {
     }
 
     /// The attr whose ids include `id`, or the only attr.
+    /// The sample-id layout of the file's records.
+    pub fn sample_type(&self) -> u64 {
+        self.sample_type
+    }
+
     pub fn attr_for_id(&self, id: u64) -> Option<&EventAttr> {
         if self.attrs.len() == 1 {
             return self.attrs.first();

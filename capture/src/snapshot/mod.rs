@@ -8,6 +8,7 @@
 //! then by path.
 
 pub mod metadata;
+pub mod rewrite;
 mod trace;
 mod write;
 
@@ -17,7 +18,8 @@ use std::path::{Component, Path, PathBuf};
 pub use metadata::Metadata;
 pub use trace::{AuxStream, CpuSwitch, MmapEvent, ThreadInfo, Trace};
 pub use write::{
-    emulated_config, emulated_params, write_snapshot, EMULATED_CONFIG_STR, SAMPLE_TYPE,
+    emulated_config, emulated_params, write_archive, write_snapshot, EMULATED_CONFIG_STR,
+    SAMPLE_TYPE,
 };
 
 use crate::buildid;

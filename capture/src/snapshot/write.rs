@@ -433,6 +433,24 @@ fn append(tar: &mut tar::Builder<impl Write>, name: &str, data: &[u8]) -> std::i
 pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(), CaptureError> {
     let io = |e| CaptureError::io(path, e);
     let (perf_data, binaries) = build_perf_data(cap, meta.ring_size).map_err(io)?;
+    let members: Vec<(String, &[u8])> = binaries
+        .iter()
+        .map(|b| (buildid::cache_path(&b.id, b.vdso), b.data.as_slice()))
+        .collect();
+    write_archive(path, &perf_data, &members, meta)
+}
+
+/// Writes a `.ptscope` archive: `perf.data`, the binaries at their build-id
+/// cache paths, and the metadata. It goes to a temporary file renamed into
+/// place, so a failed write never leaves something that looks like a
+/// snapshot.
+pub fn write_archive(
+    path: &Path,
+    perf_data: &[u8],
+    members: &[(String, &[u8])],
+    meta: &Metadata,
+) -> Result<(), CaptureError> {
+    let io = |e| CaptureError::io(path, e);
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -444,12 +462,11 @@ pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(),
         .map_err(io)?;
     {
         let mut tar = tar::Builder::new(std::io::BufWriter::new(tmp.as_file()));
-        append(&mut tar, "perf.data", &perf_data).map_err(io)?;
+        append(&mut tar, "perf.data", perf_data).map_err(io)?;
         let mut seen = std::collections::HashSet::new();
-        for b in &binaries {
-            let name = buildid::cache_path(&b.id, b.vdso);
+        for (name, data) in members {
             if seen.insert(name.clone()) {
-                append(&mut tar, &name, &b.data).map_err(io)?;
+                append(&mut tar, name, data).map_err(io)?;
             }
         }
         let json = serde_json::to_vec_pretty(meta).map_err(|e| io(std::io::Error::other(e)))?;
