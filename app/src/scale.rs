@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn tsc_packets_move_and_nothing_else() {
         // PSB, TSC 0x10, PAD, TSC 0xff_ffff_ffff_ffff (wraps at 56 bits).
-        let mut buf = vec![0x02, 0x82].repeat(8);
+        let mut buf = [0x02, 0x82].repeat(8);
         buf.extend_from_slice(&[0x19, 0x10, 0, 0, 0, 0, 0, 0, 0x00]);
         buf.extend_from_slice(&[0x19, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
         let orig = buf.clone();
