@@ -1,6 +1,6 @@
 //! Frame-build benchmark: prints figures, asserts nothing.
 //!
-//! Builds a 10M-span synthetic model and times, at 1920×1080 and several
+//! Builds a 10M-span synthetic model (`PTSCOPE_BENCH_SPANS` for another size) and times, at 1920×1080 and several
 //! zoom levels, (a) the viewer's whole frame (egui pass over `TraceView`
 //! plus tessellation, CPU side), (b) the span layout alone, and (c) the
 //! same boxes drawn with one `rect_filled` per box instead of one mesh.
@@ -89,9 +89,14 @@ fn layout_all(
 }
 
 fn main() {
+    // PTSCOPE_BENCH_SPANS sets the total (default 10M).
+    let total: usize = std::env::var("PTSCOPE_BENCH_SPANS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
     let spec = SynthSpec {
         threads: 8,
-        spans_per_thread: 1_250_000,
+        spans_per_thread: total / 8,
         max_depth: 22,
         base_ns: 1_700_000_000_000_000, // a realistic perf clock value
         functions: 3_000,
