@@ -198,17 +198,6 @@ fn trigger_snapshot_ends_at_symbol_entry() {
     assert!(info.metadata.unwrap().stop.contains("entered work"));
 }
 
-fn symbol_address(exe: &Path, name: &str) -> u64 {
-    let out = std::process::Command::new("nm").arg(exe).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            let f: Vec<_> = l.split_whitespace().collect();
-            (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
-        })
-        .expect("symbol in nm output")
-}
-
 #[test]
 fn small_ring_keeps_the_last_bytes_and_decodes_from_first_psb() {
     let dir = tempfile::tempdir().unwrap();
@@ -287,15 +276,7 @@ fn attach_traces_a_running_process_and_leaves_it_running() {
         .unwrap();
     // The target must still be alive and not stopped.
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string();
+    let state = process_state(child.id());
     let _ = child.kill();
     let _ = child.wait();
     assert!(

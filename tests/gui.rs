@@ -628,15 +628,7 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
         std::fs::metadata(&tab.path).unwrap().len()
     );
     // The target runs on.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let st = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let st = support::process_state(pid as u32);
     drop(child);
     assert!(st == "S" || st == "R", "target state after capture: {st}");
 }
@@ -689,15 +681,7 @@ fn capture_panel_cancel_leaves_the_target_alone() {
         log.contains("cancelled; the target was left running"),
         "{log}"
     );
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let st = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let st = support::process_state(pid as u32);
     drop(child);
     assert!(st == "S" || st == "R", "target state after cancel: {st}");
 }

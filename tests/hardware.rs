@@ -11,28 +11,6 @@ use std::time::Duration;
 
 use support::*;
 
-fn process_state(pid: u32) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .next()
-        .unwrap_or("?")
-        .to_string()
-}
-
-fn tick_address(exe: &Path) -> u64 {
-    let out = std::process::Command::new("nm").arg(exe).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            let f: Vec<_> = l.split_whitespace().collect();
-            (f.len() == 3 && f[2] == "tick").then(|| u64::from_str_radix(f[0], 16).unwrap())
-        })
-        .expect("tick in nm output")
-}
-
 #[test]
 fn breakpoint_trigger_rearms_for_each_snapshot() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,7 +47,7 @@ fn breakpoint_trigger_rearms_for_each_snapshot() {
         "target state after detach: {state}"
     );
     assert!(!out_path.exists(), "several snapshots are numbered");
-    let tick = tick_address(&exe);
+    let tick = symbol_address(&exe, "tick");
     let mut args = Vec::new();
     for n in 1..=3 {
         let snap = dir.path().join(format!("tick-{n}.ptscope"));

@@ -62,6 +62,10 @@ pub struct CapturePanel {
     /// The functions of the current target, and what they were read from.
     symbols: Vec<FunctionSymbol>,
     symbols_of: Option<String>,
+    /// The last symbol search: its filter and the matching indices.
+    symbol_matches: Option<(String, Vec<usize>)>,
+    /// What `auto` (or the chosen backend) means here, per backend.
+    backend_note: Option<(Backend, String)>,
     pub duration_ms: u64,
     pub size: String,
     pub timing: Timing,
@@ -114,6 +118,8 @@ impl CapturePanel {
             symbol: None,
             symbols: Vec::new(),
             symbols_of: None,
+            symbol_matches: None,
+            backend_note: None,
             duration_ms: 1000,
             size: "4M".into(),
             timing: Timing::Normal,
@@ -188,16 +194,31 @@ impl CapturePanel {
             _ => Vec::new(),
         };
         self.symbols_of = key;
+        self.symbol_matches = None;
     }
 
     /// Matching functions of the target, best first.
     pub fn matching_symbols(&mut self) -> Vec<FunctionSymbol> {
         self.refresh_symbols();
-        fuzzy::filter(&self.symbols, &self.symbol_filter, |f| f.name.clone())
-            .into_iter()
-            .take(LIST_MAX)
-            .map(|i| self.symbols[i].clone())
-            .collect()
+        // Searched again only when the filter or the target changes, not
+        // every frame: a target with large libraries has many thousands.
+        if self
+            .symbol_matches
+            .as_ref()
+            .is_none_or(|(f, _)| *f != self.symbol_filter)
+        {
+            let hits = fuzzy::filter(&self.symbols, &self.symbol_filter, |f| f.name.clone());
+            self.symbol_matches = Some((self.symbol_filter.clone(), hits));
+        }
+        self.symbol_matches
+            .as_ref()
+            .map(|(_, hits)| {
+                hits.iter()
+                    .take(LIST_MAX)
+                    .map(|&i| self.symbols[i].clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The request the panel's fields describe, or why they do not.
@@ -227,15 +248,15 @@ impl CapturePanel {
             TriggerKind::Exit => Trigger::ProcessExit,
         };
         let mut req = Request::new(target, trigger);
-        req.size = parse_size(&self.size).ok_or_else(|| {
+        req.opts.size = parse_size(&self.size).ok_or_else(|| {
             format!(
                 "`{}` is not a size of at least 4K (e.g. 64K, 4M)",
                 self.size
             )
         })?;
-        req.timing = self.timing.clone();
+        req.opts.timing = self.timing.clone();
         req.backend = self.backend;
-        req.snapshots = self.snapshots.max(1);
+        req.opts.snapshots = self.snapshots.max(1);
         Ok(req)
     }
 
@@ -317,14 +338,14 @@ impl CapturePanel {
     /// Takes a snapshot now (the manual trigger).
     pub fn snapshot_now(&mut self) {
         if let Some(r) = &self.running {
-            r.request.interrupt.store(true, Ordering::Relaxed);
+            r.request.opts.interrupt.store(true, Ordering::Relaxed);
         }
     }
 
     /// Stops without a snapshot; the target runs on untouched.
     pub fn cancel(&mut self) {
         if let Some(r) = &self.running {
-            r.request.cancel.store(true, Ordering::Relaxed);
+            r.request.opts.cancel.store(true, Ordering::Relaxed);
         }
     }
 
@@ -599,12 +620,24 @@ impl CapturePanel {
             ui.add(egui::DragValue::new(&mut self.snapshots).range(1..=100));
             ui.end_row();
         });
-        let pmu_dir = Request::new(Target::Attach(0), Trigger::Manual).pmu_dir;
-        let note = match recorder::choose(self.backend, &pmu_dir) {
-            Ok(Chosen::IntelPt) => "Intel PT hardware, through perf_event_open".to_string(),
-            Ok(Chosen::Emulated { why }) => why,
-            Err(e) => e.to_string(),
-        };
-        ui.label(egui::RichText::new(note).small());
+        // Reading the PMU from sysfs once per backend choice, not per frame.
+        if self
+            .backend_note
+            .as_ref()
+            .is_none_or(|(b, _)| *b != self.backend)
+        {
+            let pmu_dir = Request::new(Target::Attach(0), Trigger::Manual)
+                .opts
+                .pmu_dir;
+            let note = match recorder::choose(self.backend, &pmu_dir) {
+                Ok(Chosen::IntelPt) => "Intel PT hardware, through perf_event_open".to_string(),
+                Ok(Chosen::Emulated { why }) => why,
+                Err(e) => e.to_string(),
+            };
+            self.backend_note = Some((self.backend, note));
+        }
+        if let Some((_, note)) = &self.backend_note {
+            ui.label(egui::RichText::new(note.as_str()).small());
+        }
     }
 }

@@ -328,14 +328,14 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     };
     let mut req = Request::new(target, trigger.clone());
     req.backend = opts.backend;
-    req.size = opts.size;
-    req.timing = opts.timing.clone();
-    req.kernel = opts.kernel;
-    req.per_cpu = opts.per_cpu;
-    req.snapshots = opts.snapshots;
+    req.opts.size = opts.size;
+    req.opts.timing = opts.timing.clone();
+    req.opts.kernel = opts.kernel;
+    req.opts.per_cpu = opts.per_cpu;
+    req.opts.snapshots = opts.snapshots;
     req.ip_log = opts.ip_log.is_some();
     req.progress = !opts.quiet;
-    signal_hook::flag::register(signal_hook::consts::SIGINT, req.interrupt.clone())
+    signal_hook::flag::register(signal_hook::consts::SIGINT, req.opts.interrupt.clone())
         .context("cannot install the Ctrl-C handler")?;
     let quiet = opts.quiet;
     let mut last_log: Vec<(i32, Vec<u64>)> = Vec::new();

@@ -101,6 +101,8 @@ pub struct Tab {
     pub path: PathBuf,
     /// `--source-map` pairs for its viewer's Source pane.
     source_maps: Vec<(String, String)>,
+    /// The snapshot's account of its capture, read once at open.
+    capture_info: Option<String>,
     state: TabState,
 }
 
@@ -109,6 +111,7 @@ pub struct Tab {
 fn new_view(
     path: &Path,
     maps: &[(String, String)],
+    capture_info: Option<String>,
     model: Arc<ptscope_decoder::model::Model>,
 ) -> TraceView {
     let mut v = TraceView::new(model);
@@ -118,14 +121,13 @@ fn new_view(
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     v.set_source_dir(Some(dir.to_path_buf()));
-    v.set_capture_info(capture_info(path));
+    v.set_capture_info(capture_info);
     v
 }
 
 /// The snapshot's own account of its capture: trigger, stop, registers.
 pub fn capture_info(path: &Path) -> Option<String> {
-    let snap = ptscope_capture::snapshot::Snapshot::open(path).ok()?;
-    let m = snap.metadata?;
+    let m = ptscope_capture::snapshot::Snapshot::read_metadata(path).ok()??;
     let mut s = format!("{} capture, trigger {}: {}", m.backend, m.trigger, m.stop);
     for (reg, v) in &m.trigger_registers {
         s.push_str(&format!(", {reg}={v:#x}"));
@@ -178,7 +180,14 @@ impl Tab {
         match load.poll() {
             Poll::Pending(Some(partial)) => match view {
                 Some(v) => v.set_model(partial),
-                None => *view = Some(new_view(&self.path, &self.source_maps, partial)),
+                None => {
+                    *view = Some(new_view(
+                        &self.path,
+                        &self.source_maps,
+                        self.capture_info.clone(),
+                        partial,
+                    ))
+                }
             },
             Poll::Pending(None) => {}
             Poll::Done(r) => self.finish(r),
@@ -197,7 +206,12 @@ impl Tab {
                     v.set_model(model);
                     TabState::Ready(v)
                 }
-                None => TabState::Ready(new_view(&self.path, &self.source_maps, model)),
+                None => TabState::Ready(new_view(
+                    &self.path,
+                    &self.source_maps,
+                    self.capture_info.clone(),
+                    model,
+                )),
             },
             Err(e) => TabState::Failed(e),
         };
@@ -279,6 +293,7 @@ impl App {
         self.tabs.push(Tab {
             path: path.to_path_buf(),
             source_maps: self.source_maps.clone(),
+            capture_info: capture_info(path),
             state: TabState::Loading { load, view: None },
         });
         self.active = self.tabs.len() - 1;

@@ -3,15 +3,14 @@
 //! its metadata.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 
 use ptscope_capture::emulated::hardware::PtSettings;
 use ptscope_capture::emulated::tracer::{self, TracerOptions};
 use ptscope_capture::intel_pt::backend::{self, Status};
-use ptscope_capture::intel_pt::{emulated_cpu, Pmu, PtError, Timing};
+use ptscope_capture::intel_pt::{emulated_cpu, Pmu, PtError};
 use ptscope_capture::recording::{Capture, StopReason, Target};
 use ptscope_capture::snapshot::{self, Metadata};
 use ptscope_capture::trigger::Trigger;
@@ -58,27 +57,17 @@ fn first_sentence(s: &str) -> String {
     s.split(". ").next().unwrap_or(s).to_string()
 }
 
-/// Everything a capture needs.
+/// Everything a capture needs: what to trace, which backend, and the
+/// settings both backends share (the intel-pt backend's options; the
+/// emulated backend takes the trigger, size, snapshots and flags).
 #[derive(Clone, Debug)]
 pub struct Request {
     pub target: Target,
     pub backend: Backend,
-    pub trigger: Trigger,
-    /// Trace bytes kept per thread (or per CPU).
-    pub size: u64,
-    pub timing: Timing,
-    pub kernel: bool,
-    pub per_cpu: bool,
-    /// How many snapshots; the trigger re-arms after each.
-    pub snapshots: usize,
+    pub opts: backend::Options,
     /// Record every retired IP (emulated only; for tests).
     pub ip_log: bool,
     pub progress: bool,
-    /// Take the snapshot now (Ctrl-C, the window's button).
-    pub interrupt: Arc<AtomicBool>,
-    /// Stop and leave the target alone, saving nothing.
-    pub cancel: Arc<AtomicBool>,
-    pub pmu_dir: PathBuf,
 }
 
 impl Request {
@@ -86,17 +75,9 @@ impl Request {
         Request {
             target,
             backend: Backend::Auto,
-            trigger,
-            size: 4 << 20,
-            timing: Timing::default(),
-            kernel: false,
-            per_cpu: false,
-            snapshots: 1,
+            opts: backend::Options::new(trigger),
             ip_log: false,
             progress: false,
-            interrupt: Arc::new(AtomicBool::new(false)),
-            cancel: Arc::new(AtomicBool::new(false)),
-            pmu_dir: PathBuf::from(ptscope_capture::intel_pt::pmu::SYSFS_PMUS).join("intel_pt"),
         }
     }
 }
@@ -171,15 +152,15 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
     Metadata {
         format: snapshot::metadata::FORMAT_VERSION,
         backend: backend.into(),
-        trigger: req.trigger.to_string(),
+        trigger: req.opts.trigger.to_string(),
         stop: stop_text(&cap.stop),
-        ring_size: req.size,
+        ring_size: req.opts.size,
         pt_config: cap.pt.event.clone(),
         cpu: cap.pt.cpuid.clone(),
         clock: if emulated {
             "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
         } else {
-            format!("TSC, timing {}", req.timing)
+            format!("TSC, timing {}", req.opts.timing)
         },
         command: cap.cmdline.clone(),
         pid: cap.pid,
@@ -207,7 +188,7 @@ impl Saver<'_> {
         if self.error.is_some() {
             return;
         }
-        let path = numbered(self.output, self.saved.len() + 1, self.req.snapshots);
+        let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
         let meta = metadata(&cap, self.req, self.backend);
         let written = snapshot::write_snapshot(&path, &cap, &meta)
             .with_context(|| format!("cannot write the snapshot {}", path.display()))
@@ -244,10 +225,10 @@ pub fn run(
     mut progress: impl FnMut(Progress),
     mut ip_log: impl FnMut(&Capture) -> Result<()>,
 ) -> Result<Vec<Saved>> {
-    if req.snapshots == 0 {
+    if req.opts.snapshots == 0 {
         bail!("--snapshots must be at least 1");
     }
-    let chosen = choose(req.backend, &req.pmu_dir)?;
+    let chosen = choose(req.backend, &req.opts.pmu_dir)?;
     let mut saver = Saver {
         req,
         output,
@@ -259,21 +240,10 @@ pub fn run(
         Chosen::IntelPt => {
             progress(Progress::Backend("intel-pt backend".into()));
             saver.backend = "intel-pt";
-            let opts = backend::Options {
-                timing: req.timing.clone(),
-                size: req.size,
-                trigger: req.trigger.clone(),
-                kernel: req.kernel,
-                per_cpu: req.per_cpu,
-                snapshots: req.snapshots,
-                interrupt: req.interrupt.clone(),
-                cancel: req.cancel.clone(),
-                pmu_dir: req.pmu_dir.clone(),
-            };
             let progress = std::cell::RefCell::new(&mut progress);
             backend::capture(
                 req.target.clone(),
-                &opts,
+                &req.opts,
                 |s| {
                     (progress.borrow_mut())(match s {
                         Status::Armed { threads } => Progress::Armed { threads },
@@ -295,7 +265,7 @@ pub fn run(
         }
         Chosen::Emulated { why } => {
             progress(Progress::Backend(why));
-            if req.kernel {
+            if req.opts.kernel {
                 bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
             }
             let settings = PtSettings {
@@ -303,17 +273,17 @@ pub fn run(
                 ret_compression: true,
                 cyc: true,
                 cbr: emulated_cpu::MAX_NONTURBO_RATIO,
-                ring_size: req.size as usize,
+                ring_size: req.opts.size as usize,
             };
             let opts = TracerOptions {
                 settings,
-                trigger: req.trigger.clone(),
+                trigger: req.opts.trigger.clone(),
                 ip_log: req.ip_log,
                 progress: req.progress,
-                interrupt: req.interrupt.clone(),
-                per_cpu: req.per_cpu,
-                snapshots: req.snapshots,
-                cancel: req.cancel.clone(),
+                interrupt: req.opts.interrupt.clone(),
+                per_cpu: req.opts.per_cpu,
+                snapshots: req.opts.snapshots,
+                cancel: req.opts.cancel.clone(),
             };
             let threads = match &req.target {
                 Target::Attach(pid) => {
@@ -333,7 +303,7 @@ pub fn run(
     if let Some(e) = saver.error {
         return Err(e);
     }
-    if req.cancel.load(Ordering::Relaxed) && saver.saved.is_empty() {
+    if req.opts.cancel.load(Ordering::Relaxed) && saver.saved.is_empty() {
         bail!("capture cancelled; the target was left running");
     }
     Ok(saver.saved)

@@ -107,6 +107,19 @@ pub fn tgid(tid: i32) -> Option<i32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The scheduler state of a process (`R`, `S`, `T` stopped, `Z` zombie,
+/// ...), or None when it is gone.
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name in parentheses may hold spaces and parentheses itself.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// Whether `sig` has a handler installed in the thread's process (SigCgt).
 pub fn signal_caught(tid: i32, sig: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
@@ -246,5 +259,29 @@ garbage line
         assert!(maps.iter().any(|m| m.exec && m.is_file()));
         assert!(threads(me).unwrap().contains(&me));
         assert_eq!(tgid(me), Some(me));
+        assert!(matches!(state(me), Some('R' | 'S')), "{:?}", state(me));
+        assert_eq!(state(i32::MAX), None);
+        // A stopped process reads as stopped.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        let mut seen = None;
+        for _ in 0..500 {
+            seen = state(pid);
+            if seen == Some('T') {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(seen, Some('T'));
     }
 }

@@ -313,3 +313,20 @@ pub fn bench_snapshot() -> PathBuf {
     );
     snap
 }
+
+/// The scheduler state letter of a process ("?" when it is gone).
+pub fn process_state(pid: u32) -> String {
+    ptscope_capture::procfs::state(pid as i32).map_or("?".into(), String::from)
+}
+
+/// The address of `name` in the symbol table of `exe`, by binutils' nm.
+pub fn symbol_address(exe: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(exe).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<_> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
+        })
+        .expect("symbol in nm output")
+}

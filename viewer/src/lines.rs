@@ -392,6 +392,20 @@ pub struct LineBox {
     pub count: u32,
 }
 
+impl LineBox {
+    /// The box drawn for `run` from screen x `x0` to `x1`.
+    fn of(run: &Run, x0: f32, x1: f32, row: u32, key: Key) -> LineBox {
+        LineBox {
+            x0,
+            x1,
+            row,
+            key,
+            first: run.first as u32,
+            count: run.count as u32,
+        }
+    }
+}
+
 /// The box of `boxes` (one row's, sorted by x) under screen x `x`.
 pub fn hit(boxes: &[LineBox], x: f32) -> Option<usize> {
     let i = boxes.partition_point(|b| b.x1 < x - 1.0);
@@ -458,14 +472,7 @@ pub fn layout_line_lane(
             } else {
                 rect(mesh, bx0, bx1, y0, y1, MERGED_LINES);
             }
-            boxes.push(LineBox {
-                x0: bx0,
-                x1: bx1,
-                row: geom.row,
-                key: r.key,
-                first: run.first as u32,
-                count: run.count as u32,
-            });
+            boxes.push(LineBox::of(&run, bx0, bx1, geom.row, r.key));
         });
     }
     first_box..boxes.len()
@@ -495,14 +502,7 @@ pub fn layout_insn_row(
                 INSN_ESTIMATED
             };
             rect(mesh, bx0, bx1, y0, y1, color);
-            boxes.push(LineBox {
-                x0: bx0,
-                x1: bx1,
-                row: geom.row,
-                key: r.key,
-                first: run.first as u32,
-                count: run.count as u32,
-            });
+            boxes.push(LineBox::of(&run, bx0, bx1, geom.row, r.key));
         });
     }
     first_box..boxes.len()

@@ -36,6 +36,7 @@ use crate::trigger::{SymbolTrigger, Trigger};
 /// Data-ring pages per event: sideband only, drained every millisecond.
 const DATA_PAGES: usize = 16;
 
+#[derive(Clone, Debug)]
 pub struct Options {
     pub timing: Timing,
     /// AUX bytes per thread (or per CPU); rounded down to a power-of-two
@@ -186,14 +187,7 @@ fn run_to_exec(pid: i32, program: &str) -> Result<(), CaptureError> {
 
 /// Whether process `pid` is gone or a zombie.
 fn exited(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            .is_some_and(|st| st == "Z" || st == "X"),
-        Err(_) => true,
-    }
+    matches!(procfs::state(pid), None | Some('Z' | 'X'))
 }
 
 /// Captures `target`, calling `on_snapshot` with each snapshot. The target

@@ -99,6 +99,7 @@ impl Collected {
     }
 
     fn add(&mut self, rec: Record<'_>) {
+        let fork = matches!(rec, Record::Fork { .. });
         let mut push = |time: u64, cpu: u32, event: SidebandEvent| {
             self.events.push(Sideband { time, cpu, event })
         };
@@ -164,33 +165,33 @@ impl Collected {
                 ptid,
                 time,
                 sample_id,
-            } => push(
-                time,
-                sample_id.cpu,
-                SidebandEvent::Fork {
-                    pid: pid as i32,
-                    ppid: ppid as i32,
-                    tid: tid as i32,
-                    ptid: ptid as i32,
-                },
-            ),
-            Record::Exit {
+            }
+            | Record::Exit {
                 pid,
                 ppid,
                 tid,
                 ptid,
                 time,
                 sample_id,
-            } => push(
-                time,
-                sample_id.cpu,
-                SidebandEvent::Exit {
-                    pid: pid as i32,
-                    ppid: ppid as i32,
-                    tid: tid as i32,
-                    ptid: ptid as i32,
-                },
-            ),
+            } => {
+                let (pid, ppid, tid, ptid) = (pid as i32, ppid as i32, tid as i32, ptid as i32);
+                let event = if fork {
+                    SidebandEvent::Fork {
+                        pid,
+                        ppid,
+                        tid,
+                        ptid,
+                    }
+                } else {
+                    SidebandEvent::Exit {
+                        pid,
+                        ppid,
+                        tid,
+                        ptid,
+                    }
+                };
+                push(time, sample_id.cpu, event)
+            }
             Record::ItraceStart {
                 pid,
                 tid,

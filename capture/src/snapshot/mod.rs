@@ -82,6 +82,49 @@ impl Snapshot {
         Self::open_archive(path)
     }
 
+    /// Only the metadata of a `.ptscope` snapshot (None for a plain
+    /// perf.data or an archive without it), without extracting anything:
+    /// the archive's other members are skipped by seeking.
+    pub fn read_metadata(path: &Path) -> Result<Option<Metadata>, CaptureError> {
+        let kind = ".ptscope snapshot";
+        let file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let mut archive = tar::Archive::new(file);
+        let Ok(entries) = archive.entries_with_seek() else {
+            return Ok(None);
+        };
+        for entry in entries {
+            let Ok(mut entry) = entry else {
+                return Ok(None);
+            };
+            let is_meta = entry
+                .path()
+                .is_ok_and(|n| n.as_os_str() == metadata::FILE_NAME);
+            if !is_meta {
+                continue;
+            }
+            // The metadata is a small JSON file; a header claiming more lies.
+            if entry.size() > 1 << 20 {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("{} claims {} bytes", metadata::FILE_NAME, entry.size()),
+                ));
+            }
+            let mut data = Vec::new();
+            entry
+                .read_to_end(&mut data)
+                .map_err(|e| CaptureError::io(path, e))?;
+            return serde_json::from_slice(&data).map(Some).map_err(|e| {
+                bad(
+                    path,
+                    kind,
+                    format!("{} is invalid: {e}", metadata::FILE_NAME),
+                )
+            });
+        }
+        Ok(None)
+    }
+
     fn open_archive(path: &Path) -> Result<Snapshot, CaptureError> {
         let kind = ".ptscope snapshot";
         let file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
