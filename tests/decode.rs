@@ -167,6 +167,7 @@ fn c_program_calls_match_perf_and_the_source() {
     let exe = build(dir.path(), "calls.c");
     let (snap, _) = record(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
     let spans = check_against_perf("calls", &snap, dir.path());
+    same_in_chunks("calls", &snap);
     // What calls.c implies: work(50) calls leaf for i % 3 == 0, fib(12)
     // makes 2*fib(13)-1 calls, ops alternate twice/negate over 10 calls,
     // deep_jump recurses 5..0 and longjmps out.
@@ -196,6 +197,7 @@ fn cpp_exceptions_match_perf() {
     let exe = build(dir.path(), "exceptions.cpp");
     let (snap, _) = record(dir.path(), "exceptions", &[], &[exe.to_str().unwrap()]);
     let spans = check_against_perf_with("exceptions", &snap, dir.path(), 3);
+    same_in_chunks("exceptions", &snap);
     for f in ["main", "thrower"] {
         assert!(count(&spans, f) >= 1, "{f}");
     }
@@ -209,6 +211,7 @@ fn rust_program_matches_perf() {
     let exe = build(dir.path(), "rust_prog.rs");
     let (snap, _) = record(dir.path(), "rust", &[], &[exe.to_str().unwrap()]);
     check_against_perf_with("rust", &snap, dir.path(), 3);
+    same_in_chunks("rust", &snap);
 }
 
 #[test]
@@ -217,6 +220,7 @@ fn threads_decode_separately_and_match_perf() {
     let exe = build(dir.path(), "threads.c");
     let (snap, _) = record(dir.path(), "threads", &[], &[exe.to_str().unwrap()]);
     let spans = check_against_perf_with("threads", &snap, dir.path(), 3);
+    same_in_chunks("threads", &snap);
     let tids: std::collections::BTreeSet<i32> = spans.iter().map(|s| s.tid).collect();
     assert!(tids.len() >= 2, "{tids:?}");
 }
@@ -229,6 +233,45 @@ fn same_as_over_libipt(name: &str, snap: &Path, ours: &[JsonSpan]) {
     if let Some((a, b)) = ours.iter().zip(&theirs).find(|(a, b)| a != b) {
         panic!("{name}: the decoders differ first at\nours:   {a:?}\nlibipt: {b:?}");
     }
+}
+
+/// The coarse pass on two cores, cut at every PSB past 4 KiB, gives the
+/// very spans one walk gives.
+fn same_in_chunks(name: &str, snap: &Path) {
+    let one = decode_json(snap, &["--jobs", "1"]);
+    let many = decode_json(snap, &["--jobs", "2", "--chunk", "4K"]);
+    assert_eq!(one.len(), many.len(), "{name}: span counts differ");
+    if let Some((a, b)) = one.iter().zip(&many).find(|(a, b)| a != b) {
+        panic!("{name}: chunks differ first at\none walk: {a:?}\nchunks:   {b:?}");
+    }
+}
+
+/// Code no symbol or unwind table covers: its functions are learned from
+/// the calls into them, in trace order. Chunks defer those events to the
+/// replay, which must learn them just as one walk does.
+#[test]
+fn stripped_code_learns_the_same_functions_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("calls");
+    let mut cc = Command::new("cc");
+    cc.args([
+        "-O1",
+        "-fno-asynchronous-unwind-tables",
+        "-fno-unwind-tables",
+        "-s",
+        "-o",
+    ])
+    .arg(&exe)
+    .arg(programs_dir().join("calls.c"));
+    assert!(cc.status().unwrap().success());
+    let (snap, _) = record(dir.path(), "stripped", &[], &[exe.to_str().unwrap()]);
+    let spans = decode_json(&snap, &["--jobs", "1"]);
+    let learned = spans
+        .iter()
+        .filter(|s| s.name.starts_with("[unknown] calls+") && s.entry.is_some())
+        .count();
+    assert!(learned > 100, "{learned} spans of learned functions");
+    same_in_chunks("stripped", &snap);
 }
 
 /// perf's calls (plus tail calls) per (tid, entry address).
@@ -252,6 +295,7 @@ fn per_cpu_trace_is_divided_among_threads_like_perf_does() {
     );
     let spans = decode_json(&snap, &[]);
     same_as_over_libipt("per-cpu threads", &snap, &spans);
+    same_in_chunks("per-cpu threads", &snap);
     let extracted = extract(&snap, dir.path());
     let perf = perf_calls_per_thread(&extracted);
     let mut ours: BTreeMap<(i32, u64), u64> = BTreeMap::new();
@@ -523,6 +567,7 @@ fn grown_snapshots_decode_like_their_source() {
     let (_, errors) = libipt_instructions(&big);
     assert!(errors.is_empty(), "libipt: {errors:?}");
     check_against_perf("grown", &big, dir.path());
+    same_in_chunks("grown", &big);
     let snap = ptscope_capture::snapshot::Snapshot::open(&big).unwrap();
     let model = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
     let (a, b) = model.time_range().unwrap();

@@ -12,6 +12,7 @@ use ptscope_capture::emulated::tracer::{self, Target};
 use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::snapshot::Snapshot;
 use ptscope_capture::trigger::Trigger;
+use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::Engine;
 use ptscope_decoder::packet::{self, Packets};
 
@@ -210,6 +211,21 @@ pub struct InputOpts {
     /// tests hold it to libipt's instruction decoder and to perf's.
     #[arg(long, value_enum, default_value = "ptscope")]
     pub decoder: DecoderChoice,
+    /// Threads for ptscope's coarse pass, which walks a trace in chunks
+    /// cut at PSBs and stitches them into the same spans one walk gives
+    /// (default: every core; 1: one walk).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// PT bytes per chunk of the parallel coarse pass (K, M suffixes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "2M")]
+    pub chunk: usize,
+}
+
+fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
+    parse_size(s).and_then(|n| match n {
+        0 => Err("a chunk holds at least one byte".into()),
+        n => Ok(n as usize),
+    })
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,7 +332,13 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         DecoderChoice::Ptscope => Engine::Flow,
         DecoderChoice::Libipt => Engine::Libipt,
     };
-    ptscope::report::load(&input.file, &input.raw, threads, engine)
+    let mut parallel = Parallel::default();
+    if let Some(n) = input.jobs {
+        parallel.workers = n.into();
+    }
+    parallel.chunk_bytes = input.chunk;
+    parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
+    ptscope::report::load(&input.file, &input.raw, threads, engine, parallel)
 }
 
 fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::{Engine, Model};
 use ptscope_decoder::progress::DecodeProgress;
 
@@ -37,8 +38,14 @@ impl Load {
         let thread = std::thread::Builder::new()
             .name("ptscope-load".into())
             .spawn(move || {
-                let r = crate::report::load_with(&file, &[], None, Engine::Flow, Some(p))
-                    .map_err(|e| format!("{e:#}"));
+                let r = crate::report::load_with(
+                    &file,
+                    &[],
+                    None,
+                    (Engine::Flow, Parallel::default()),
+                    Some(p),
+                )
+                .map_err(|e| format!("{e:#}"));
                 let _ = tx.send(r);
                 wake();
             })

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 
 use ptscope_capture::intel_pt::emulated_cpu;
 use ptscope_capture::snapshot::Snapshot;
+use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::ffi::DecoderConfig;
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
@@ -86,8 +87,9 @@ pub fn load(
     raw: &[(PathBuf, u64)],
     threads: Option<Vec<i32>>,
     engine: Engine,
+    parallel: Parallel,
 ) -> Result<Model> {
-    load_with(file, raw, threads, engine, None)
+    load_with(file, raw, threads, (engine, parallel), None)
 }
 
 /// [`load`], reporting to `progress` (the GUI's background loads).
@@ -95,7 +97,7 @@ pub fn load_with(
     file: &Path,
     raw: &[(PathBuf, u64)],
     threads: Option<Vec<i32>>,
-    engine: Engine,
+    (engine, parallel): (Engine, Parallel),
     progress: Option<std::sync::Arc<ptscope_decoder::progress::DecodeProgress>>,
 ) -> Result<Model> {
     if file.is_dir() {
@@ -130,6 +132,7 @@ pub fn load_with(
             threads,
             progress,
             engine,
+            parallel,
         },
     )?)
 }

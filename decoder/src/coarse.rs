@@ -25,6 +25,10 @@ pub struct Resolved {
     pub hi: u64,
     /// Entry address, 0 if unknown.
     pub entry: u64,
+    /// Code no symbol covers: a call learned later may split the range
+    /// ([`Resolve::learn_entry`]), so what it resolves to depends on what
+    /// the walk has seen.
+    pub provisional: bool,
 }
 
 /// Maps addresses to functions; implemented per process over its mappings.
@@ -180,7 +184,10 @@ pub fn scheduled(schedule: &Schedule, time: u64) -> Option<usize> {
     schedule.get(i.saturating_sub(1)).map(|&(_, slot)| slot)
 }
 
-enum Held {
+/// What the clock holds until it knows the time: an event of a thread
+/// slot, or a checkpoint.
+#[derive(Clone, Debug)]
+pub(crate) enum Held {
     Event(Event, usize),
     Checkpoint {
         offset: u64,
@@ -198,6 +205,7 @@ pub trait Sink {
 }
 
 /// One thread's stack builder and checkpoints.
+#[derive(Clone)]
 struct Out {
     builder: StackBuilder,
     checkpoints: Vec<Checkpoint>,
@@ -239,6 +247,20 @@ impl ThreadBuilders {
             of.overflows += f.overflows;
             of.errors.extend(f.errors);
         }
+    }
+
+    /// Spans built so far, over all threads.
+    pub fn span_count(&self) -> usize {
+        self.outs.iter().map(|o| o.builder.span_count()).sum()
+    }
+
+    /// What [`finish`](Self::finish) would give now, frames still open
+    /// closed at their thread's last event: a partial model's threads.
+    pub fn snapshot(&self) -> Vec<ThreadDecode> {
+        ThreadBuilders {
+            outs: self.outs.clone(),
+        }
+        .finish()
     }
 
     pub fn finish(self) -> Vec<ThreadDecode> {
@@ -330,6 +352,7 @@ const NO_RANGE: Resolved = Resolved {
     lo: 1,
     hi: 0,
     entry: 0,
+    provisional: false,
 };
 
 fn recent_slot(addr: u64) -> usize {
@@ -354,7 +377,7 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     /// The last time a timing packet gave (TSC), for scheduling.
     last_tsc: Option<u64>,
     funcs: &'r mut FuncTable,
-    to_ns: &'r dyn Fn(u64) -> u64,
+    to_ns: &'r (dyn Fn(u64) -> u64 + Sync),
     clock: Clock<Held>,
     sink: &'r mut dyn Sink,
     queue: u32,
@@ -376,6 +399,37 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     next_psb: usize,
     /// `psbs[next_psb]`, or never.
     next_psb_at: u64,
+    /// A chunk walk records the clock's input here instead of timing it,
+    /// and stops at the PSB at offset `end_at` (where the next chunk
+    /// starts): see [`crate::chunks`].
+    record: Option<Recording>,
+    end_at: u64,
+}
+
+/// One input to the clock, as a chunk walk met it.
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    Push(u64, Held),
+    Anchor(u64, u64),
+    /// An event (of a thread slot) that touches code no symbol covers:
+    /// resolved, filtered and learned from by the replay, in order, as one
+    /// walk would have (chunks do not learn).
+    Raw(u64, Event, usize),
+}
+
+/// A chunk walk's clock input, and what its start and end looked like,
+/// so that chunks replay into one clock exactly as one walk would have.
+#[derive(Debug, Default)]
+pub(crate) struct Recording {
+    pub steps: Vec<Step>,
+    /// The trace-begin its initial sync made, if that was the first event.
+    pub sync_begin: Option<usize>,
+    /// Its first checkpoint (the chunk's own PSB).
+    pub first_checkpoint: Option<usize>,
+    /// At the end: instructions walked, and whether tracing was off.
+    pub end_pos: u64,
+    pub end_need_begin: bool,
+    any_event: bool,
 }
 
 /// Runs the coarse pass over one thread's trace (AUX queue `queue`).
@@ -388,7 +442,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
     image: &'i D::Image,
     resolver: R,
     funcs: &mut FuncTable,
-    to_ns: &dyn Fn(u64) -> u64,
+    to_ns: &(dyn Fn(u64) -> u64 + Sync),
     psbs: &[u64],
     thread: (i32, i32, String),
     progress: Option<&DecodeProgress>,
@@ -434,7 +488,7 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     thread_procs: &[usize],
     schedule: &Schedule,
     funcs: &mut FuncTable,
-    to_ns: &dyn Fn(u64) -> u64,
+    to_ns: &(dyn Fn(u64) -> u64 + Sync),
     psbs: &[u64],
     sink: &mut dyn Sink,
     progress: Option<&DecodeProgress>,
@@ -458,7 +512,7 @@ pub struct QueueWalk<'a, 'i, I> {
     pub images: &'a [&'i I],
     pub thread_procs: &'a [usize],
     pub schedule: &'a Schedule,
-    pub to_ns: &'a dyn Fn(u64) -> u64,
+    pub to_ns: &'a (dyn Fn(u64) -> u64 + Sync),
     /// Checkpoint offsets; or, with `stop_at_psb`, where to stop.
     pub psbs: &'a [u64],
     pub stop_at_psb: bool,
@@ -469,13 +523,49 @@ pub struct QueueWalk<'a, 'i, I> {
 /// segment this way (`stop_at_psb`, `psbs` holding the segment's end)
 /// and sees every block and event at its instruction position.
 pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
-    mut dec: D,
+    dec: D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
     funcs: &mut FuncTable,
     sink: &mut dyn Sink,
     obs: &mut O,
 ) -> Result<Vec<WalkFigures>, PtError> {
+    run(dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)
+}
+
+/// A chunk of a queue walked on its own: its clock input, recorded for
+/// [`crate::chunks`] to replay, and its walk counters. It stops at the
+/// PSB at `end_at` (relative to its trace), where the next chunk starts.
+pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
+    dec: D,
+    q: QueueWalk<'_, 'i, D::Image>,
+    end_at: u64,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+) -> Result<(Vec<WalkFigures>, Recording), PtError> {
+    let mut none = ();
+    let (figures, rec) = run(dec, q, procs, funcs, &mut NoSink, &mut none, Some(end_at))?;
+    Ok((figures, rec.unwrap_or_default()))
+}
+
+/// A sink that drops what it is given: for walks that record (chunks) or
+/// observe (the fine pass) instead.
+pub(crate) struct NoSink;
+
+impl Sink for NoSink {
+    fn event(&mut self, _: usize, _: &Event, _: &FuncTable) {}
+    fn checkpoint(&mut self, _: usize, _: Checkpoint) {}
+}
+
+fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+    mut dec: D,
+    q: QueueWalk<'_, 'i, D::Image>,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+    sink: &mut dyn Sink,
+    obs: &mut O,
+    chunk_end: Option<u64>,
+) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
     let QueueWalk {
         queue,
         images,
@@ -519,6 +609,8 @@ pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         psbs,
         next_psb: 0,
         next_psb_at: psbs.first().copied().unwrap_or(u64::MAX),
+        record: chunk_end.map(|_| Recording::default()),
+        end_at: chunk_end.unwrap_or(u64::MAX),
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
@@ -528,6 +620,10 @@ pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     if !w.stopped {
         w.flush_branch(None);
     }
+    if let Some(rec) = &mut w.record {
+        rec.end_pos = w.pos;
+        rec.end_need_begin = w.need_begin;
+    }
     let Walker {
         mut clock,
         funcs,
@@ -535,13 +631,14 @@ pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         sink,
         queue,
         figures,
+        record,
         ..
     } = w;
     clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
-    Ok(figures)
+    Ok((figures, record))
 }
 
-fn release(
+pub(crate) fn release(
     sink: &mut dyn Sink,
     queue: u32,
     funcs: &FuncTable,
@@ -626,6 +723,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 lo: 0,
                 hi: 1,
                 entry: 0,
+                provisional: false,
             };
         }
         let slot = recent_slot(addr);
@@ -647,12 +745,33 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     }
 
     fn emit(&mut self, kind: EventKind, from: u64, to: u64) {
+        if self.record.is_some() {
+            let provisional = |w: &mut Self, a: u64| a != 0 && w.resolve(a).provisional;
+            if provisional(self, from) || provisional(self, to) {
+                let ev = Event {
+                    from,
+                    to,
+                    ..Event::new(0, kind)
+                };
+                self.obs.event(self.slot, self.pos, &ev);
+                let r = self.record.as_mut().expect("recording");
+                r.any_event = true;
+                r.steps.push(Step::Raw(self.pos, ev, self.slot));
+                return;
+            }
+            // Learning only ever splits provisional ranges.
+            return self.emit_resolved(kind, from, to, false);
+        }
+        self.emit_resolved(kind, from, to, true)
+    }
+
+    fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64, learn: bool) {
         let from_fn = if from == 0 {
             UNKNOWN
         } else {
             self.resolve(from).func
         };
-        if kind == EventKind::Call && to != 0 {
+        if learn && kind == EventKind::Call && to != 0 {
             let slot = recent_slot(to);
             if self.learned[slot] != to {
                 if self.procs[self.proc].learn_entry(to, self.funcs) {
@@ -681,12 +800,23 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
 
     fn push_event(&mut self, ev: Event) {
         self.obs.event(self.slot, self.pos, &ev);
-        self.clock.push(self.pos, Held::Event(ev, self.slot));
+        let held = Held::Event(ev, self.slot);
+        match &mut self.record {
+            Some(r) => {
+                r.any_event = true;
+                r.steps.push(Step::Push(self.pos, held));
+            }
+            None => self.clock.push(self.pos, held),
+        }
     }
 
     fn anchor(&mut self, tsc: u64) {
         self.last_tsc = Some(tsc);
         self.obs.anchor(self.pos, tsc);
+        if let Some(r) = &mut self.record {
+            r.steps.push(Step::Anchor(self.pos, tsc));
+            return;
+        }
         let Walker {
             clock,
             sink,
@@ -712,7 +842,9 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             BlockEnd::Return => self.emit(EventKind::Return, from, to),
             BlockEnd::Jump | BlockEnd::CondJump | BlockEnd::FarJump | BlockEnd::Indirect => {
                 let f = self.resolve(from);
-                if to < f.lo || to >= f.hi {
+                // A chunk cannot tell yet where provisional code splits.
+                let defer = f.provisional && self.record.is_some();
+                if to < f.lo || to >= f.hi || defer {
                     self.emit(EventKind::Jump, from, to);
                 }
             }
@@ -729,6 +861,11 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         if self.need_begin {
             self.need_begin = false;
             self.branch = None;
+            if let Some(r) = &mut self.record {
+                if !r.any_event {
+                    r.sync_begin = Some(r.steps.len());
+                }
+            }
             self.emit(EventKind::TraceBegin, 0, b.ip);
         } else {
             self.flush_branch(Some(b.ip));
@@ -751,6 +888,15 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     /// place among the instructions is here, not where its offset was
     /// first passed: checkpoints go here, and a fine pass stops here.
     fn psb_status(&mut self, dec: &D, ip: Option<u64>) {
+        if self.end_at <= dec.offset() {
+            // The next chunk's PSB: what a whole walk does before its
+            // checkpoint is this chunk's; the checkpoint is the next's.
+            if let Some(ip) = ip {
+                self.flush_branch(Some(ip));
+            }
+            self.stopped = true;
+            return;
+        }
         if self.next_psb_at > dec.offset() {
             return;
         }
@@ -778,16 +924,20 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             if let Some(p) = self.progress {
                 p.segment_done();
             }
-            self.clock.push(
-                self.pos,
-                Held::Checkpoint {
-                    offset,
-                    ip,
-                    insn: self.pos,
-                    slot: self.slot,
-                    begins: self.need_begin,
-                },
-            );
+            let held = Held::Checkpoint {
+                offset,
+                ip,
+                insn: self.pos,
+                slot: self.slot,
+                begins: self.need_begin,
+            };
+            match &mut self.record {
+                Some(r) => {
+                    r.first_checkpoint.get_or_insert(r.steps.len());
+                    r.steps.push(Step::Push(self.pos, held));
+                }
+                None => self.clock.push(self.pos, held),
+            }
         }
         self.next_psb_at = self.psbs.get(self.next_psb).copied().unwrap_or(u64::MAX);
     }

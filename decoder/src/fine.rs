@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
 
-use crate::coarse::{walk_queue, Checkpoint, Observe, QueueWalk, Sink};
+use crate::coarse::{walk_queue, Checkpoint, NoSink, Observe, QueueWalk};
 use crate::event::{Event, EventKind, FuncId, FuncTable};
 use crate::ffi::{Block, DecoderConfig};
 use crate::flow::FlowDecoder;
@@ -473,13 +473,6 @@ impl LineSource {
 }
 
 /// Timed output the fine pass does not need: it times instructions itself.
-struct NoSink;
-
-impl Sink for NoSink {
-    fn event(&mut self, _slot: usize, _ev: &Event, _funcs: &FuncTable) {}
-    fn checkpoint(&mut self, _slot: usize, _at: Checkpoint) {}
-}
-
 /// What the walk did, in order, for the watched thread.
 #[derive(Clone, Copy, Debug)]
 enum Step {

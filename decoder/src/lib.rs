@@ -15,7 +15,8 @@
 //!   agrees with libipt's block decoder and is several times faster, over
 //!   the process's code and the trace's timing packets;
 //! - [`coarse`] and [`clock`]: the block-walk pass (ours or libipt's) that
-//!   turns PT into timed branch [`event`]s;
+//!   turns PT into timed branch [`event`]s, and [`chunks`], which runs it
+//!   on every core by PSB chunks with the same result;
 //! - [`perf_script`]: the same events from `perf script` text;
 //! - [`stack`]: call-stack reconstruction, the heart of it;
 //! - [`store`]: the span store the viewer draws from;
@@ -32,6 +33,7 @@
 //! fall-through names the function that ran; a tail call that begins the
 //! trace keeps its source).
 
+pub mod chunks;
 pub mod clock;
 pub mod coarse;
 pub mod detail;

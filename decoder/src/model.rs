@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use ptscope_capture::snapshot::{Snapshot, Trace};
 
+use crate::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
-    decode_queue, decode_thread, Checkpoint, QueueThread, Resolve, Resolved, ThreadBuilders,
-    ThreadDecode, TimedItems, WalkFigures,
+    decode_queue, decode_thread, Checkpoint, QueueThread, QueueWalk, Resolve, Resolved,
+    ThreadBuilders, ThreadDecode, TimedItems, WalkFigures,
 };
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
 use crate::ffi::{BlockDecoder, DecoderConfig, Image, PtError, SectionCache};
@@ -99,6 +100,8 @@ pub struct DecodeOptions {
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
     pub engine: Engine,
+    /// How the flow engine's coarse pass spreads over cores.
+    pub parallel: Parallel,
 }
 
 /// What walks the trace in the coarse pass.
@@ -126,6 +129,7 @@ impl SymbolCache {
     }
 }
 
+#[derive(Clone)]
 struct Mapping {
     start: u64,
     end: u64,
@@ -137,6 +141,7 @@ struct Mapping {
 }
 
 /// A process's mappings with their symbols: the coarse pass's resolver.
+#[derive(Clone)]
 pub struct ProcessSymbols {
     maps: Vec<Mapping>,
     /// Function ids by (mapping, entry svma), so lookups intern once.
@@ -201,6 +206,7 @@ impl Resolve for ProcessSymbols {
                 lo,
                 hi,
                 entry: 0,
+                provisional: false,
             };
         };
         let m = &self.maps[mi];
@@ -210,6 +216,7 @@ impl Resolve for ProcessSymbols {
                 lo: m.start,
                 hi: m.end,
                 entry: 0,
+                provisional: false,
             };
         }
         let file_off = m.pgoff + (addr - m.start);
@@ -229,6 +236,7 @@ impl Resolve for ProcessSymbols {
                 lo: start,
                 hi,
                 entry: start,
+                provisional: true,
             };
         }
         // Code no symbol covers: one `[unknown]` per module, named by the
@@ -246,6 +254,7 @@ impl Resolve for ProcessSymbols {
             lo: addr,
             hi: addr + 1,
             entry: 0,
+            provisional: true,
         }
     }
 
@@ -325,6 +334,7 @@ impl ProcessSymbols {
                     lo,
                     hi,
                     entry,
+                    provisional: false,
                 });
             }
         }
@@ -498,10 +508,64 @@ fn decode_trace(
                 )
             }
             ProcImage::Flow(mem) => {
-                let dec = FlowDecoder::new(&s.data, &cfg);
-                decode_thread(
-                    dec, s.idx, &*mem, resolver, &mut funcs, &to_ns, psbs, thread, progress,
+                let queue_threads = [QueueThread {
+                    pid: thread.0,
+                    tid: thread.1,
+                    comm: thread.2,
+                    proc: 0,
+                }];
+                let mut sink = ThreadBuilders::new(&queue_threads);
+                let walk = QueueWalk {
+                    queue: s.idx,
+                    images: &[&*mem],
+                    thread_procs: &[0],
+                    schedule: &[],
+                    to_ns: &to_ns,
+                    psbs,
+                    stop_at_psb: false,
+                    progress,
+                };
+                // First spans as soon as the first chunk is in; then a new
+                // partial model each time the spans double (a copy each).
+                let mut offered = 0;
+                let on_chunk = |b: &ThreadBuilders, funcs: &FuncTable| {
+                    let Some(p) = progress else { return };
+                    let n = b.span_count();
+                    if n == 0 || n < offered * 2 {
+                        return;
+                    }
+                    let published = p.offer(|| {
+                        let mut partial = threads.clone();
+                        partial.extend(
+                            b.snapshot()
+                                .into_iter()
+                                .map(|d| ThreadModel::new(d, Some(s.idx))),
+                        );
+                        Model {
+                            funcs: funcs.clone(),
+                            threads: partial,
+                            missing_binaries: missing_binaries.clone(),
+                            lines: None,
+                        }
+                    });
+                    if published {
+                        offered = n;
+                    }
+                };
+                decode_queue_chunked(
+                    &s.data,
+                    &cfg,
+                    walk,
+                    std::slice::from_mut(resolver),
+                    &mut funcs,
+                    &mut sink,
+                    &opts.parallel,
+                    on_chunk,
                 )
+                .map(|figures| {
+                    sink.add_figures(figures);
+                    sink.finish().pop().expect("one thread in, one out")
+                })
             }
         }
         .map_err(libipt)?;
@@ -613,19 +677,36 @@ fn decode_trace(
                     &mut items,
                     progress,
                 ),
-                Engine::Flow => decode_queue(
-                    FlowDecoder::new(&s.data, &cfg),
-                    s.idx,
-                    &memories,
-                    &mut resolvers,
-                    &thread_procs,
-                    &schedule,
-                    &mut funcs,
-                    &to_ns,
-                    psbs,
-                    &mut items,
-                    progress,
-                ),
+                Engine::Flow => {
+                    let mut owned: Vec<ProcessSymbols> =
+                        resolvers.iter().map(|r| (**r).clone()).collect();
+                    let walk = QueueWalk {
+                        queue: s.idx,
+                        images: &memories,
+                        thread_procs: &thread_procs,
+                        schedule: &schedule,
+                        to_ns: &to_ns,
+                        psbs,
+                        stop_at_psb: false,
+                        progress,
+                    };
+                    decode_queue_chunked(
+                        &s.data,
+                        &cfg,
+                        walk,
+                        &mut owned,
+                        &mut funcs,
+                        &mut items,
+                        &opts.parallel,
+                        |_, _| {},
+                    )
+                    .inspect(|_| {
+                        // What the walk learned, for the fine pass.
+                        for (r, o) in resolvers.iter_mut().zip(owned) {
+                            **r = o;
+                        }
+                    })
+                }
             }
             .map_err(libipt)?;
             if let Some(e) = cancelled() {
@@ -864,6 +945,86 @@ mod tests {
     fn demo() -> Snapshot {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
         Snapshot::open(&path).expect("the bundled demo opens")
+    }
+
+    /// A model as text, function ids replaced by names: every span with
+    /// its times and flags, every checkpoint and its stack, the counters.
+    pub(crate) fn canon(m: &Model) -> Vec<String> {
+        let name = |f: FuncId| {
+            let f = m.funcs.get(f);
+            format!("{}@{:x}/{:?}", f.name, f.entry, f.kind)
+        };
+        let mut out = Vec::new();
+        for t in &m.threads {
+            let s = &t.spans;
+            out.push(format!("thread {} {} {:?}", s.pid, s.tid, t.walk));
+            for (depth, lane) in s.lanes() {
+                for (i, sp) in lane.iter().enumerate() {
+                    out.push(format!(
+                        "{depth} {} {} {} {:x}",
+                        name(sp.func()),
+                        sp.start,
+                        s.end(depth, i),
+                        sp.flags()
+                    ));
+                }
+            }
+            for c in &t.checkpoints {
+                let frames = &t.checkpoint_frames
+                    [c.stack_start as usize..(c.stack_start + c.stack_len) as usize];
+                let frames: Vec<String> = frames
+                    .iter()
+                    .map(|&(f, t)| format!("{}:{t}", name(f)))
+                    .collect();
+                out.push(format!(
+                    "cp {} {} {} {:x} {} {} {} {} {frames:?}",
+                    c.offset, c.time, c.tsc, c.ip, c.insn, c.queue, c.begins, c.depth
+                ));
+            }
+        }
+        out
+    }
+
+    /// The first line where two canonical models differ, with context.
+    pub(crate) fn assert_same(a: &[String], b: &[String]) {
+        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+            let ctx = |v: &[String]| v[i.saturating_sub(3)..(i + 3).min(v.len())].join("\n");
+            panic!(
+                "differ at line {i} of {}/{}:\n-- one walk:\n{}\n-- chunks:\n{}",
+                a.len(),
+                b.len(),
+                ctx(a),
+                ctx(b)
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_on_two_cores_give_what_one_walk_gives() {
+        let snap = demo();
+        let one = decode_snapshot(
+            &snap,
+            &DecodeOptions {
+                parallel: Parallel::sequential(),
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap();
+        // A chunk per PSB: every seam there is.
+        let many = decode_snapshot(
+            &snap,
+            &DecodeOptions {
+                parallel: Parallel {
+                    workers: 2,
+                    chunk_bytes: 1,
+                    first_chunk_bytes: 1,
+                },
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(one.threads.iter().all(|t| t.checkpoints.len() > 3));
+        assert_same(&canon(&one), &canon(&many));
     }
 
     #[test]

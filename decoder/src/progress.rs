@@ -66,13 +66,16 @@ impl DecodeProgress {
     }
 
     /// Offers the model so far; `build` runs only if it is time to publish.
-    pub(crate) fn offer(&self, build: impl FnOnce() -> Model) {
+    /// Publishes `build()` unless one was published too recently; says
+    /// whether it did.
+    pub(crate) fn offer(&self, build: impl FnOnce() -> Model) -> bool {
         let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
         if p.at.is_some_and(|t| t.elapsed() < PUBLISH_EVERY) {
-            return;
+            return false;
         }
         p.model = Some(Arc::new(build()));
         p.at = Some(Instant::now());
+        true
     }
 
     /// The newest partial model, taken (each is handed out once).

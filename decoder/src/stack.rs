@@ -104,6 +104,7 @@ struct PendingError {
 }
 
 /// Rebuilds the spans of one thread from its events.
+#[derive(Clone)]
 pub struct StackBuilder {
     out: ThreadSpans,
     stack: Vec<Frame>,
@@ -136,6 +137,11 @@ impl StackBuilder {
             closed_bases: Vec::new(),
             stats: StackStats::default(),
         }
+    }
+
+    /// Spans closed so far.
+    pub fn span_count(&self) -> usize {
+        self.out.span_count() + self.pending.len()
     }
 
     /// The open frames, bottom first: function and start time.

@@ -1,0 +1,387 @@
+//! The coarse pass on every core: a queue cut at PSBs into chunks that are
+//! walked at once, then replayed in order into one clock and one sink.
+//!
+//! A PSB is where a decoder can start afresh: the hardware clears return
+//! compression there and PSB+ restates the IP and time. So chunk `k`'s
+//! walk, started at its PSB, reports what a whole walk reports from there
+//! on. The only state that crosses a PSB is what the walker holds: the
+//! clock's events not yet timed and the open call stack. Workers therefore
+//! record the clock's input (events and timing anchors, by instruction
+//! position) instead of timing it, and one consumer replays the chunks in
+//! order through a single clock into the stack builders, which see exactly
+//! the sequence one walk would have given them. Three seams are mended in
+//! the replay:
+//! - chunk `k` ends at chunk `k+1`'s PSB after flushing the branch that
+//!   lands there; the PSB's checkpoint is `k+1`'s first;
+//! - `k+1` starts with a sync, so its first block makes a trace-begin that
+//!   a whole walk (tracing on at the PSB) never made: it is dropped;
+//! - a timing packet inside the PSB+ that both walks read is replayed once.
+//!
+//! Function ids differ per worker (each interns into its own copy of the
+//! table) and are mapped into the caller's table as each chunk is replayed.
+//! What an address resolves to is fixed, except in code no symbol covers,
+//! where the functions are learned from the calls into them in trace order.
+//! Chunks do not learn: events that touch such code are recorded unresolved
+//! and resolved (and learned from) by the replay, in order, against the
+//! caller's resolvers. So the result is the same on any number of cores.
+
+use std::sync::{mpsc, Condvar, Mutex};
+
+use crate::clock::Clock;
+use crate::coarse::{release, walk_chunk, Held, QueueWalk, Recording, Resolve, Sink, Step};
+use crate::coarse::{walk_queue, WalkFigures};
+use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
+use crate::ffi::{DecoderConfig, PtError};
+use crate::flow::FlowDecoder;
+use crate::memory::Memory;
+
+/// How the coarse pass spreads over cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parallel {
+    /// Walking threads; 1 walks the queue in one go, as before.
+    pub workers: usize,
+    /// PT bytes per chunk (cut at the first PSB past it).
+    pub chunk_bytes: usize,
+    /// The first chunk's size: small, so that first spans come early.
+    pub first_chunk_bytes: usize,
+}
+
+impl Default for Parallel {
+    fn default() -> Self {
+        Parallel {
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            chunk_bytes: 2 << 20,
+            first_chunk_bytes: 256 << 10,
+        }
+    }
+}
+
+impl Parallel {
+    /// One walk on the calling thread.
+    pub fn sequential() -> Parallel {
+        Parallel {
+            workers: 1,
+            ..Parallel::default()
+        }
+    }
+
+    /// Chunk bounds over a trace of `len` bytes with PSBs at `psbs`:
+    /// `[start, end)`, each but the first starting at a PSB.
+    fn bounds(&self, len: usize, psbs: &[u64]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        let mut want = self.first_chunk_bytes.max(1);
+        for &p in psbs {
+            let p = p as usize;
+            if p > start && p - start >= want && p < len {
+                out.push((start, p));
+                start = p;
+                want = self.chunk_bytes.max(1);
+            }
+        }
+        out.push((start, len));
+        out
+    }
+}
+
+/// A walked chunk: its counters, clock input and function table.
+type Walked = (Vec<WalkFigures>, Recording, FuncTable);
+
+/// Runs the coarse pass over one queue with our flow decoder, on
+/// `par.workers` threads. Timed events go to `sink` in the order one walk
+/// would give them; `on_chunk` sees the sink after each chunk (for partial
+/// models). Returns each thread slot's walk counters.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
+    data: &[u8],
+    cfg: &DecoderConfig,
+    q: QueueWalk<'_, '_, Memory>,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+    sink: &mut S,
+    par: &Parallel,
+    mut on_chunk: impl FnMut(&S, &FuncTable),
+) -> Result<Vec<WalkFigures>, PtError> {
+    let bounds = par.bounds(data.len(), q.psbs);
+    if par.workers <= 1 || bounds.len() <= 1 {
+        let figures = walk_queue(FlowDecoder::new(data, cfg), q, procs, funcs, sink, &mut ())?;
+        on_chunk(sink, funcs);
+        return Ok(figures);
+    }
+    let base: &FuncTable = &funcs.clone();
+    let base_procs: Vec<R> = procs.to_vec();
+    let base_procs: &[R] = &base_procs;
+    let walk_one = |i: usize| -> Result<Walked, PtError> {
+        let (start, end) = bounds[i];
+        let psbs: Vec<u64> = q
+            .psbs
+            .iter()
+            .filter(|&&p| p as usize >= start && (p as usize) < end)
+            .map(|&p| p - start as u64)
+            .collect();
+        let end_at = if i + 1 < bounds.len() {
+            (end - start) as u64
+        } else {
+            u64::MAX
+        };
+        let mut procs = base_procs.to_vec();
+        let mut funcs = base.clone();
+        let walk = QueueWalk {
+            psbs: &psbs,
+            stop_at_psb: false,
+            ..q
+        };
+        let dec = FlowDecoder::new(&data[start..], cfg);
+        let (figures, rec) = walk_chunk(dec, walk, end_at, &mut procs, &mut funcs)?;
+        Ok((figures, rec, funcs))
+    };
+
+    // Workers run at most `window` chunks ahead of the replay, which bounds
+    // the memory of recorded chunks.
+    let window = par.workers + 1;
+    let gate = (Mutex::new((0usize, 0usize, false)), Condvar::new());
+    let claim = |gate: &(Mutex<(usize, usize, bool)>, Condvar)| -> Option<usize> {
+        let (lock, cv) = gate;
+        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let (next, replayed, stop) = *g;
+            if stop || next >= bounds.len() {
+                return None;
+            }
+            if next < replayed + window {
+                g.0 += 1;
+                return Some(next);
+            }
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    };
+    let set_gate = |f: &dyn Fn(&mut (usize, usize, bool))| {
+        let (lock, cv) = &gate;
+        f(&mut lock.lock().unwrap_or_else(|e| e.into_inner()));
+        cv.notify_all();
+    };
+
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel::<(usize, Result<Walked, PtError>)>();
+        for _ in 0..par.workers.min(bounds.len()) {
+            let tx = tx.clone();
+            let (gate, walk_one, claim) = (&gate, &walk_one, &claim);
+            s.spawn(move || {
+                while let Some(i) = claim(gate) {
+                    if tx.send((i, walk_one(i))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut replay = Replay {
+            clock: Clock::default(),
+            pos: 0,
+            last_anchor: None,
+            tracing: false,
+            figures: Vec::new(),
+        };
+        let mut ready: Vec<Option<Result<Walked, PtError>>> =
+            (0..bounds.len()).map(|_| None).collect();
+        let result = (|| {
+            for (i, &(start, _)) in bounds.iter().enumerate() {
+                while ready[i].is_none() {
+                    match rx.recv() {
+                        Ok((j, r)) => ready[j] = Some(r),
+                        // Every worker stopped early: cancelled.
+                        Err(_) => return Ok(()),
+                    }
+                }
+                let walked = ready[i].take().expect("received above")?;
+                replay.chunk(
+                    i,
+                    (start as u64, base.len()),
+                    walked,
+                    &q,
+                    (procs, funcs),
+                    sink,
+                );
+                set_gate(&|g| g.1 = i + 1);
+                on_chunk(sink, funcs);
+                if q.progress.is_some_and(|p| p.is_cancelled()) {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        })();
+        set_gate(&|g| g.2 = true);
+        result?;
+        let Replay {
+            mut clock, figures, ..
+        } = replay;
+        clock.finish(|st, h| release(sink, q.queue, funcs, q.to_ns, st, h));
+        Ok(figures)
+    })
+}
+
+/// The consumer's state between chunks.
+struct Replay {
+    clock: Clock<Held>,
+    /// Instructions of the chunks replayed so far.
+    pos: u64,
+    last_anchor: Option<(u64, u64)>,
+    /// Tracing was on where the last chunk ended.
+    tracing: bool,
+    figures: Vec<WalkFigures>,
+}
+
+impl Replay {
+    fn chunk<R: Resolve>(
+        &mut self,
+        index: usize,
+        (start, shared): (u64, usize),
+        (figures, rec, local): Walked,
+        q: &QueueWalk<'_, '_, Memory>,
+        (procs, funcs): (&mut [R], &mut FuncTable),
+        sink: &mut dyn Sink,
+    ) {
+        // Ids below `shared` are the common base's, the same everywhere.
+        let map: Vec<FuncId> = local
+            .iter()
+            .skip(shared)
+            .map(|(_, f)| {
+                let id = funcs.intern(&f.name, &f.module, f.entry, f.kind);
+                if let Some(src) = &f.source {
+                    funcs.set_source(id, src.clone());
+                }
+                id
+            })
+            .collect();
+        let remap = |id: FuncId| match (id as usize).checked_sub(shared) {
+            Some(i) => map[i],
+            None => id,
+        };
+        // A whole walk reached this PSB with tracing on: no trace-begin.
+        let mend = index > 0 && self.tracing;
+        let mut leading = true;
+        let base = self.pos;
+        let Recording {
+            steps,
+            sync_begin,
+            first_checkpoint,
+            end_pos,
+            end_need_begin,
+            ..
+        } = rec;
+        for (j, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Anchor(p, tsc) => {
+                    let at = (p + base, tsc);
+                    if leading && self.last_anchor == Some(at) {
+                        continue;
+                    }
+                    self.last_anchor = Some(at);
+                    self.clock.anchor(at.0, tsc, |st, h| {
+                        release(sink, q.queue, funcs, q.to_ns, st, h)
+                    });
+                }
+                Step::Push(p, held) => {
+                    leading = false;
+                    if mend && sync_begin == Some(j) {
+                        continue;
+                    }
+                    let held = match held {
+                        Held::Event(mut ev, slot) => {
+                            ev.from_fn = remap(ev.from_fn);
+                            ev.to_fn = remap(ev.to_fn);
+                            Held::Event(ev, slot)
+                        }
+                        Held::Checkpoint {
+                            offset,
+                            ip,
+                            insn,
+                            slot,
+                            begins,
+                        } => Held::Checkpoint {
+                            offset: offset + start,
+                            ip,
+                            insn: insn + base,
+                            slot,
+                            begins: begins && !(mend && first_checkpoint == Some(j)),
+                        },
+                    };
+                    self.clock.push(p + base, held);
+                }
+                Step::Raw(p, mut ev, slot) => {
+                    leading = false;
+                    if mend && sync_begin == Some(j) {
+                        continue;
+                    }
+                    let proc = q.thread_procs.get(slot).copied().unwrap_or(0);
+                    let Some(r) = procs.get_mut(proc) else {
+                        continue;
+                    };
+                    if !resolve_raw(r, &mut ev, funcs) {
+                        continue;
+                    }
+                    self.clock.push(p + base, Held::Event(ev, slot));
+                }
+            }
+        }
+        self.pos += end_pos;
+        self.tracing = !end_need_begin;
+        if self.figures.len() < figures.len() {
+            self.figures.resize(figures.len(), WalkFigures::default());
+        }
+        for (into, f) in self.figures.iter_mut().zip(figures) {
+            into.blocks += f.blocks;
+            into.instructions += f.instructions;
+            into.ticks += f.ticks;
+            into.overflows += f.overflows;
+            into.errors
+                .extend(f.errors.into_iter().map(|(o, e)| (o + start, e)));
+        }
+    }
+}
+
+/// Resolves a deferred event against the process's resolver as a whole
+/// walk does at that point (`from` first, then what the call teaches, then
+/// `to`); false if it is a jump that stays inside its function after all.
+fn resolve_raw<R: Resolve>(r: &mut R, ev: &mut Event, funcs: &mut FuncTable) -> bool {
+    let from = (ev.from != 0).then(|| r.resolve(ev.from, funcs));
+    if let (EventKind::Jump, Some(f)) = (ev.kind, from) {
+        if ev.to >= f.lo && ev.to < f.hi {
+            return false;
+        }
+    }
+    if ev.kind == EventKind::Call && ev.to != 0 {
+        r.learn_entry(ev.to, funcs);
+    }
+    ev.from_fn = from.map_or(UNKNOWN, |f| f.func);
+    (ev.to_fn, ev.to_is_entry) = match ev.to {
+        0 => (UNKNOWN, false),
+        to => {
+            let t = r.resolve(to, funcs);
+            (t.func, t.entry == to)
+        }
+    };
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_cut_at_psbs_past_their_size() {
+        let par = Parallel {
+            workers: 2,
+            chunk_bytes: 100,
+            first_chunk_bytes: 30,
+        };
+        let psbs = [0, 20, 40, 90, 150, 260, 300];
+        assert_eq!(
+            par.bounds(320, &psbs),
+            vec![(0, 40), (40, 150), (150, 260), (260, 320)]
+        );
+        // Data before the first PSB belongs to the first chunk.
+        assert_eq!(par.bounds(50, &[10]), vec![(0, 50)]);
+        assert_eq!(par.bounds(0, &[]), vec![(0, 0)]);
+    }
+}
