@@ -217,7 +217,7 @@ pub struct InputOpts {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
     /// PT bytes per chunk of the parallel coarse pass (K, M suffixes).
-    #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "2M")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "128K")]
     pub chunk: usize,
 }
 

@@ -27,8 +27,10 @@
 
 use std::sync::{mpsc, Condvar, Mutex};
 
-use crate::clock::Clock;
-use crate::coarse::{release, walk_chunk, Held, QueueWalk, Recording, Resolve, Sink, Step};
+use crate::clock::{Clock, Stamp};
+use crate::coarse::{
+    release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Resolve, Sink,
+};
 use crate::coarse::{walk_queue, WalkFigures};
 use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::ffi::{DecoderConfig, PtError};
@@ -44,14 +46,21 @@ pub struct Parallel {
     pub chunk_bytes: usize,
     /// The first chunk's size: small, so that first spans come early.
     pub first_chunk_bytes: usize,
+    /// Time every chunk in the replay instead of taking the times each
+    /// chunk gave itself (the same, barring a TSC that runs backwards at
+    /// a seam): for tests of that path.
+    #[doc(hidden)]
+    pub retime: bool,
 }
 
 impl Default for Parallel {
     fn default() -> Self {
         Parallel {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            chunk_bytes: 2 << 20,
-            first_chunk_bytes: 256 << 10,
+            // Small enough that a chunk's record stays in cache.
+            chunk_bytes: 128 << 10,
+            first_chunk_bytes: 128 << 10,
+            retime: false,
         }
     }
 }
@@ -109,6 +118,8 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         return Ok(figures);
     }
     let base: &FuncTable = &funcs.clone();
+    // Replayed chunks hand their buffers back: no fresh pages per chunk.
+    let pool: Mutex<Vec<Vec<Entry>>> = Mutex::new(Vec::new());
     let base_procs: Vec<R> = procs.to_vec();
     let base_procs: &[R] = &base_procs;
     let walk_one = |i: usize| -> Result<Walked, PtError> {
@@ -132,7 +143,13 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             ..q
         };
         let dec = FlowDecoder::new(&data[start..], cfg);
-        let (figures, rec) = walk_chunk(dec, walk, end_at, &mut procs, &mut funcs)?;
+        let body = pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default();
+        let rec = Recording::with_body(body);
+        let (figures, rec) = walk_chunk(dec, walk, (end_at, rec), &mut procs, &mut funcs)?;
         Ok((figures, rec, funcs))
     };
 
@@ -178,9 +195,9 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         let mut replay = Replay {
             clock: Clock::default(),
             pos: 0,
-            last_anchor: None,
             tracing: false,
             figures: Vec::new(),
+            retime: par.retime,
         };
         let mut ready: Vec<Option<Result<Walked, PtError>>> =
             (0..bounds.len()).map(|_| None).collect();
@@ -225,13 +242,15 @@ struct Replay {
     clock: Clock<Held>,
     /// Instructions of the chunks replayed so far.
     pos: u64,
-    last_anchor: Option<(u64, u64)>,
     /// Tracing was on where the last chunk ended.
     tracing: bool,
     figures: Vec<WalkFigures>,
+    /// Time every chunk's body here rather than take the chunk's times.
+    retime: bool,
 }
 
 impl Replay {
+    /// Replays one chunk into `sink`; gives back its body's buffer.
     fn chunk<R: Resolve>(
         &mut self,
         index: usize,
@@ -240,7 +259,7 @@ impl Replay {
         q: &QueueWalk<'_, '_, Memory>,
         (procs, funcs): (&mut [R], &mut FuncTable),
         sink: &mut dyn Sink,
-    ) {
+    ) -> Vec<Entry> {
         // Ids below `shared` are the common base's, the same everywhere.
         let map: Vec<FuncId> = local
             .iter()
@@ -253,75 +272,71 @@ impl Replay {
                 id
             })
             .collect();
-        let remap = |id: FuncId| match (id as usize).checked_sub(shared) {
-            Some(i) => map[i],
-            None => id,
-        };
-        // A whole walk reached this PSB with tracing on: no trace-begin.
-        let mend = index > 0 && self.tracing;
-        let mut leading = true;
         let base = self.pos;
+        let mut fix = Fix {
+            map,
+            shared,
+            // A whole walk reached this PSB with tracing on: no trace-begin.
+            mend: index > 0 && self.tracing,
+            start,
+            base,
+        };
         let Recording {
-            steps,
-            sync_begin,
-            first_checkpoint,
+            head,
+            first_anchor,
+            mut body,
+            tail,
+            end_anchor,
+            end_rate,
             end_pos,
             end_need_begin,
             ..
         } = rec;
-        for (j, step) in steps.into_iter().enumerate() {
-            match step {
-                Step::Anchor(p, tsc) => {
-                    let at = (p + base, tsc);
-                    if leading && self.last_anchor == Some(at) {
-                        continue;
-                    }
-                    self.last_anchor = Some(at);
-                    self.clock.anchor(at.0, tsc, |st, h| {
-                        release(sink, q.queue, funcs, q.to_ns, st, h)
+        // The chunk timed its body from its first anchor on, as one walk
+        // would, unless time ran backwards across the seam (one walk keeps
+        // it still there) or we are told to check.
+        let own_times = !self.retime
+            && match (first_anchor, self.clock.state().0) {
+                (Some((_, t)), Some((_, t0))) => t >= t0,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+        let (queue, to_ns) = (q.queue, q.to_ns);
+        for e in head {
+            if let Some((pos, _, held)) = fix.apply(e, q, procs, funcs) {
+                self.clock.push(pos, held);
+            }
+        }
+        if let Some((p, tsc)) = first_anchor {
+            self.clock.anchor(p + base, tsc, |st, h| {
+                release(sink, queue, funcs, to_ns, st, h)
+            });
+        }
+        for e in body.drain(..) {
+            if let Item::Anchor(tsc) = e.item {
+                if !own_times {
+                    self.clock.anchor(e.pos + base, tsc, |st, h| {
+                        release(sink, queue, funcs, to_ns, st, h)
                     });
                 }
-                Step::Push(p, held) => {
-                    leading = false;
-                    if mend && sync_begin == Some(j) {
-                        continue;
-                    }
-                    let held = match held {
-                        Held::Event(mut ev, slot) => {
-                            ev.from_fn = remap(ev.from_fn);
-                            ev.to_fn = remap(ev.to_fn);
-                            Held::Event(ev, slot)
-                        }
-                        Held::Checkpoint {
-                            offset,
-                            ip,
-                            insn,
-                            slot,
-                            begins,
-                        } => Held::Checkpoint {
-                            offset: offset + start,
-                            ip,
-                            insn: insn + base,
-                            slot,
-                            begins: begins && !(mend && first_checkpoint == Some(j)),
-                        },
-                    };
-                    self.clock.push(p + base, held);
+                continue;
+            }
+            if let Some((pos, stamp, held)) = fix.apply(e, q, procs, funcs) {
+                if own_times {
+                    release(sink, queue, funcs, to_ns, stamp, held);
+                } else {
+                    self.clock.push(pos, held);
                 }
-                Step::Raw(p, mut ev, slot) => {
-                    leading = false;
-                    if mend && sync_begin == Some(j) {
-                        continue;
-                    }
-                    let proc = q.thread_procs.get(slot).copied().unwrap_or(0);
-                    let Some(r) = procs.get_mut(proc) else {
-                        continue;
-                    };
-                    if !resolve_raw(r, &mut ev, funcs) {
-                        continue;
-                    }
-                    self.clock.push(p + base, Held::Event(ev, slot));
-                }
+            }
+        }
+        if own_times {
+            if let Some((p, tsc)) = end_anchor {
+                self.clock.restore((p + base, tsc), end_rate);
+            }
+        }
+        for e in tail {
+            if let Some((pos, _, held)) = fix.apply(e, q, procs, funcs) {
+                self.clock.push(pos, held);
             }
         }
         self.pos += end_pos;
@@ -337,6 +352,70 @@ impl Replay {
             into.errors
                 .extend(f.errors.into_iter().map(|(o, e)| (o + start, e)));
         }
+        body
+    }
+}
+
+/// What turns a chunk's recorded items into the caller's: function ids,
+/// offsets and positions, the seam's mends, deferred resolution.
+struct Fix {
+    map: Vec<FuncId>,
+    shared: usize,
+    mend: bool,
+    start: u64,
+    base: u64,
+}
+
+impl Fix {
+    fn remap(&self, id: FuncId) -> FuncId {
+        match (id as usize).checked_sub(self.shared) {
+            Some(i) => self.map[i],
+            None => id,
+        }
+    }
+
+    /// The item as one walk would have held it, at its position; `None` if
+    /// one walk never made it.
+    fn apply<R: Resolve>(
+        &mut self,
+        e: Entry,
+        q: &QueueWalk<'_, '_, Memory>,
+        procs: &mut [R],
+        funcs: &mut FuncTable,
+    ) -> Option<(u64, Stamp, Held)> {
+        if self.mend && e.seam & seam::SYNC_BEGIN != 0 {
+            return None;
+        }
+        let held = match e.item {
+            Item::Held(Held::Event(mut ev, slot)) => {
+                ev.from_fn = self.remap(ev.from_fn);
+                ev.to_fn = self.remap(ev.to_fn);
+                Held::Event(ev, slot)
+            }
+            Item::Held(Held::Checkpoint {
+                offset,
+                ip,
+                insn,
+                slot,
+                begins,
+            }) => Held::Checkpoint {
+                offset: offset + self.start,
+                ip,
+                insn: insn + self.base,
+                slot,
+                begins: begins && !(self.mend && e.seam & seam::FIRST_CHECKPOINT != 0),
+            },
+            Item::Raw(mut ev, slot) => {
+                let proc = q.thread_procs.get(slot).copied().unwrap_or(0);
+                let r = procs.get_mut(proc)?;
+                if !resolve_raw(r, &mut ev, funcs) {
+                    return None;
+                }
+                Held::Event(ev, slot)
+            }
+            Item::Anchor(_) => return None,
+        };
+        Some((e.pos + self.base, e.stamp, held))
     }
 }
 
@@ -374,6 +453,7 @@ mod tests {
             workers: 2,
             chunk_bytes: 100,
             first_chunk_bytes: 30,
+            retime: false,
         };
         let psbs = [0, 20, 40, 90, 150, 260, 300];
         assert_eq!(

@@ -404,33 +404,131 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     /// starts): see [`crate::chunks`].
     record: Option<Recording>,
     end_at: u64,
+    /// The trace-begin being emitted is the one a block after a sync makes.
+    sync_begin: bool,
 }
 
-/// One input to the clock, as a chunk walk met it.
+/// What a chunk walk records in place of an event or checkpoint.
 #[derive(Clone, Debug)]
-pub(crate) enum Step {
-    Push(u64, Held),
-    Anchor(u64, u64),
+pub(crate) enum Item {
+    Held(Held),
     /// An event (of a thread slot) that touches code no symbol covers:
     /// resolved, filtered and learned from by the replay, in order, as one
     /// walk would have (chunks do not learn).
-    Raw(u64, Event, usize),
+    Raw(Event, usize),
+    /// A timing anchor: TSC at the entry's position.
+    Anchor(u64),
 }
 
-/// A chunk walk's clock input, and what its start and end looked like,
-/// so that chunks replay into one clock exactly as one walk would have.
-#[derive(Debug, Default)]
-pub(crate) struct Recording {
-    pub steps: Vec<Step>,
+/// Marks on the items at a chunk's start that the replay mends.
+pub(crate) mod seam {
     /// The trace-begin its initial sync made, if that was the first event.
-    pub sync_begin: Option<usize>,
-    /// Its first checkpoint (the chunk's own PSB).
-    pub first_checkpoint: Option<usize>,
+    pub const SYNC_BEGIN: u8 = 1;
+    /// Its first checkpoint (at the chunk's own PSB).
+    pub const FIRST_CHECKPOINT: u8 = 2;
+}
+
+/// A recorded item at its instruction position, with the time the chunk's
+/// own clock gave it (in `body` only).
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub pos: u64,
+    pub stamp: Stamp,
+    pub item: Item,
+    pub seam: u8,
+}
+
+/// A chunk walk's output. The chunk times what lies between its first and
+/// last timing anchors itself, exactly as one walk would; what comes
+/// before the first (`head`) and after the last (`tail`) needs its
+/// neighbours' anchors, and the replay times it.
+#[derive(Default)]
+pub(crate) struct Recording {
+    pub head: Vec<Entry>,
+    pub first_anchor: Option<(u64, u64)>,
+    /// Timed items in order, with every anchor after the first (so the
+    /// replay can time them itself instead).
+    pub body: Vec<Entry>,
+    pub tail: Vec<Entry>,
+    /// The clock at the end: last anchor, and the rate before it.
+    pub end_anchor: Option<(u64, u64)>,
+    pub end_rate: Option<(u64, u64)>,
     /// At the end: instructions walked, and whether tracing was off.
     pub end_pos: u64,
     pub end_need_begin: bool,
     any_event: bool,
+    any_checkpoint: bool,
+    clock: Clock<(u64, Item, u8)>,
 }
+
+impl Recording {
+    /// A recording that fills `body` (a recycled buffer).
+    pub fn with_body(mut body: Vec<Entry>) -> Recording {
+        body.clear();
+        Recording {
+            body,
+            ..Recording::default()
+        }
+    }
+
+    fn push(&mut self, pos: u64, item: Item, seam: u8) {
+        if self.first_anchor.is_none() {
+            self.head.push(Entry {
+                pos,
+                stamp: NO_STAMP,
+                item,
+                seam,
+            });
+        } else {
+            self.clock.push(pos, (pos, item, seam));
+        }
+    }
+
+    fn anchor(&mut self, pos: u64, tsc: u64) {
+        if self.first_anchor.is_none() {
+            self.first_anchor = Some((pos, tsc));
+            self.clock.anchor(pos, tsc, |_, _| {});
+            return;
+        }
+        let body = &mut self.body;
+        self.clock.anchor(pos, tsc, |stamp, (pos, item, seam)| {
+            body.push(Entry {
+                pos,
+                stamp,
+                item,
+                seam,
+            })
+        });
+        body.push(Entry {
+            pos,
+            stamp: NO_STAMP,
+            item: Item::Anchor(tsc),
+            seam: 0,
+        });
+    }
+
+    fn finish(&mut self, pos: u64, need_begin: bool) {
+        self.tail = self
+            .clock
+            .take_pending()
+            .into_iter()
+            .map(|(_, (pos, item, seam))| Entry {
+                pos,
+                stamp: NO_STAMP,
+                item,
+                seam,
+            })
+            .collect();
+        (self.end_anchor, self.end_rate) = self.clock.state();
+        self.end_pos = pos;
+        self.end_need_begin = need_begin;
+    }
+}
+
+const NO_STAMP: Stamp = Stamp {
+    tsc: 0,
+    exact: false,
+};
 
 /// Runs the coarse pass over one thread's trace (AUX queue `queue`).
 /// `psbs` are the trace's PSB offsets (for checkpoints); `to_ns` converts
@@ -533,18 +631,19 @@ pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     run(dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)
 }
 
-/// A chunk of a queue walked on its own: its clock input, recorded for
-/// [`crate::chunks`] to replay, and its walk counters. It stops at the
-/// PSB at `end_at` (relative to its trace), where the next chunk starts.
+/// A chunk of a queue walked on its own into `rec`, for [`crate::chunks`]
+/// to replay, with its walk counters. It stops at the PSB at `end_at`
+/// (relative to its trace), where the next chunk starts.
 pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
     dec: D,
     q: QueueWalk<'_, 'i, D::Image>,
-    end_at: u64,
+    (end_at, rec): (u64, Recording),
     procs: &mut [R],
     funcs: &mut FuncTable,
 ) -> Result<(Vec<WalkFigures>, Recording), PtError> {
     let mut none = ();
-    let (figures, rec) = run(dec, q, procs, funcs, &mut NoSink, &mut none, Some(end_at))?;
+    let chunk = Some((end_at, rec));
+    let (figures, rec) = run(dec, q, procs, funcs, &mut NoSink, &mut none, chunk)?;
     Ok((figures, rec.unwrap_or_default()))
 }
 
@@ -564,8 +663,12 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     funcs: &mut FuncTable,
     sink: &mut dyn Sink,
     obs: &mut O,
-    chunk_end: Option<u64>,
+    chunk: Option<(u64, Recording)>,
 ) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
+    let (end_at, record) = match chunk {
+        Some((end, rec)) => (end, Some(rec)),
+        None => (u64::MAX, None),
+    };
     let QueueWalk {
         queue,
         images,
@@ -609,8 +712,9 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         psbs,
         next_psb: 0,
         next_psb_at: psbs.first().copied().unwrap_or(u64::MAX),
-        record: chunk_end.map(|_| Recording::default()),
-        end_at: chunk_end.unwrap_or(u64::MAX),
+        record,
+        end_at,
+        sync_begin: false,
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
@@ -621,8 +725,7 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         w.flush_branch(None);
     }
     if let Some(rec) = &mut w.record {
-        rec.end_pos = w.pos;
-        rec.end_need_begin = w.need_begin;
+        rec.finish(w.pos, w.need_begin);
     }
     let Walker {
         mut clock,
@@ -754,9 +857,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                     ..Event::new(0, kind)
                 };
                 self.obs.event(self.slot, self.pos, &ev);
-                let r = self.record.as_mut().expect("recording");
-                r.any_event = true;
-                r.steps.push(Step::Raw(self.pos, ev, self.slot));
+                let item = Item::Raw(ev, self.slot);
+                self.record_item(item);
                 return;
             }
             // Learning only ever splits provisional ranges.
@@ -801,20 +903,33 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     fn push_event(&mut self, ev: Event) {
         self.obs.event(self.slot, self.pos, &ev);
         let held = Held::Event(ev, self.slot);
-        match &mut self.record {
-            Some(r) => {
-                r.any_event = true;
-                r.steps.push(Step::Push(self.pos, held));
-            }
+        match self.record {
+            Some(_) => self.record_item(Item::Held(held)),
             None => self.clock.push(self.pos, held),
         }
+    }
+
+    /// Records an event of a chunk walk; the first, if it is the begin that
+    /// the chunk's sync made, is marked for the replay.
+    fn record_item(&mut self, item: Item) {
+        let pos = self.pos;
+        let sync = self.sync_begin;
+        self.sync_begin = false;
+        let Some(r) = &mut self.record else { return };
+        let seam = if sync && !r.any_event {
+            seam::SYNC_BEGIN
+        } else {
+            0
+        };
+        r.any_event = true;
+        r.push(pos, item, seam);
     }
 
     fn anchor(&mut self, tsc: u64) {
         self.last_tsc = Some(tsc);
         self.obs.anchor(self.pos, tsc);
         if let Some(r) = &mut self.record {
-            r.steps.push(Step::Anchor(self.pos, tsc));
+            r.anchor(self.pos, tsc);
             return;
         }
         let Walker {
@@ -861,11 +976,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         if self.need_begin {
             self.need_begin = false;
             self.branch = None;
-            if let Some(r) = &mut self.record {
-                if !r.any_event {
-                    r.sync_begin = Some(r.steps.len());
-                }
-            }
+            self.sync_begin = self.record.is_some();
             self.emit(EventKind::TraceBegin, 0, b.ip);
         } else {
             self.flush_branch(Some(b.ip));
@@ -933,8 +1044,13 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             };
             match &mut self.record {
                 Some(r) => {
-                    r.first_checkpoint.get_or_insert(r.steps.len());
-                    r.steps.push(Step::Push(self.pos, held));
+                    let seam = if r.any_checkpoint {
+                        0
+                    } else {
+                        seam::FIRST_CHECKPOINT
+                    };
+                    r.any_checkpoint = true;
+                    r.push(self.pos, Item::Held(held), seam);
                 }
                 None => self.clock.push(self.pos, held),
             }

@@ -1010,21 +1010,25 @@ mod tests {
             },
         )
         .unwrap();
-        // A chunk per PSB: every seam there is.
-        let many = decode_snapshot(
-            &snap,
-            &DecodeOptions {
-                parallel: Parallel {
-                    workers: 2,
-                    chunk_bytes: 1,
-                    first_chunk_bytes: 1,
-                },
-                ..DecodeOptions::default()
-            },
-        )
-        .unwrap();
         assert!(one.threads.iter().all(|t| t.checkpoints.len() > 3));
-        assert_same(&canon(&one), &canon(&many));
+        // A chunk per PSB: every seam there is; timed by the chunks, and
+        // by the replay alone.
+        for retime in [false, true] {
+            let many = decode_snapshot(
+                &snap,
+                &DecodeOptions {
+                    parallel: Parallel {
+                        workers: 2,
+                        chunk_bytes: 1,
+                        first_chunk_bytes: 1,
+                        retime,
+                    },
+                    ..DecodeOptions::default()
+                },
+            )
+            .unwrap();
+            assert_same(&canon(&one), &canon(&many));
+        }
     }
 
     #[test]
