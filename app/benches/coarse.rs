@@ -41,6 +41,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ptscope_capture::snapshot::{Snapshot, Trace};
+use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
 use ptscope_decoder::event::FuncTable;
 use ptscope_decoder::ffi::{BlockDecoder, BlockItem, Image, SectionCache};
@@ -190,7 +191,44 @@ fn image<'c>(cache: &'c SectionCache, ids: &[i32]) -> Image<'c> {
     image
 }
 
+/// Medians of the variants (one walk each unless said), and what the input
+/// held.
+pub struct Peers {
+    pub rounds: usize,
+    pub pt_bytes: usize,
+    pub spans: usize,
+    pub events: u64,
+    pub insns: u64,
+    pub blocks: u64,
+    pub errors: usize,
+    pub threads: usize,
+    pub perf_calls: Option<usize>,
+    /// Every variant's name and median, in order.
+    pub times: Vec<(&'static str, Duration)>,
+    pub full: Duration,
+    /// End to end on every core (`Parallel::default()`), if asked for.
+    pub full_all: Option<Duration>,
+    pub pass: Duration,
+    pub ipt: Duration,
+    pub ipt_warm: Duration,
+    pub perf: Option<Duration>,
+}
+
 fn run(input: &Path) {
+    let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(9);
+    let Some(p) = measure_peers(input, rounds, false) else {
+        return;
+    };
+    print_peers(input, &p);
+}
+
+/// Times every variant on `input`, `rounds` times each in turn; with
+/// `all_cores`, also `decode_snapshot` on every core. `None` when only some
+/// variants were asked for (`PTSCOPE_BENCH_ONLY`): those are printed.
+pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Peers> {
     let snap = Snapshot::open(input).unwrap();
     let trace = snap.trace().unwrap();
     let cfg = decoder_config(&trace);
@@ -203,12 +241,12 @@ fn run(input: &Path) {
     let pt_bytes: usize = streams.iter().map(|s| s.data.len()).sum();
     let pid_of = |tid: i32| trace.thread(tid).map_or(tid, |t| t.pid);
     let procs = processes(&snap, &trace);
-    let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9);
+    let one_core = || DecodeOptions {
+        parallel: Parallel::sequential(),
+        ..DecodeOptions::default()
+    };
 
-    let model = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+    let model = decode_snapshot(&snap, &one_core()).unwrap();
     let spans = model.span_count();
     let events: u64 = model.threads.iter().map(|t| t.stack.events).sum();
     let blocks: u64 = model.threads.iter().map(|t| t.walk.blocks).sum();
@@ -350,9 +388,7 @@ fn run(input: &Path) {
 
     let mut variants = vec![
         variant("ptscope decode_snapshot (end to end)", || {
-            decode_snapshot(&snap, &DecodeOptions::default())
-                .unwrap()
-                .span_count() as u64
+            decode_snapshot(&snap, &one_core()).unwrap().span_count() as u64
         }),
         variant("  of which: perf.data parse", || {
             snap.trace().unwrap().streams.len() as u64
@@ -385,6 +421,13 @@ fn run(input: &Path) {
             0
         }));
     }
+    if all_cores {
+        variants.push(variant("ptscope end to end, every core", || {
+            decode_snapshot(&snap, &DecodeOptions::default())
+                .unwrap()
+                .span_count() as u64
+        }));
+    }
     // For profiling one variant: `PTSCOPE_BENCH_ONLY=<part of its name>`.
     if let Some(only) = std::env::var_os("PTSCOPE_BENCH_ONLY") {
         let only = only.to_string_lossy().into_owned();
@@ -393,7 +436,7 @@ fn run(input: &Path) {
         for v in &variants {
             println!("{:<38} {:>12.3?}", v.name, median(v.samples.clone()));
         }
-        return;
+        return None;
     }
     measure(&mut variants, rounds);
     assert_eq!(variants[0].count, spans as u64);
@@ -406,19 +449,44 @@ fn run(input: &Path) {
         "the coarse pass over libipt made other spans than over our decoder"
     );
     let t: Vec<Duration> = variants.iter().map(|v| median(v.samples.clone())).collect();
-    let (t_full, t_pass, t_ipt, t_ipt_warm) = (t[0], t[4], t[7], t[8]);
-    let t_perf = perf_ok.then(|| t[9]);
+    if all_cores {
+        assert_eq!(variants.last().unwrap().count, spans as u64);
+    }
+    Some(Peers {
+        rounds,
+        pt_bytes,
+        spans,
+        events,
+        insns,
+        blocks,
+        errors,
+        threads: streams.len(),
+        perf_calls,
+        times: variants.iter().map(|v| v.name).zip(t.iter().copied()).collect(),
+        full: t[0],
+        full_all: all_cores.then(|| *t.last().unwrap()),
+        pass: t[4],
+        ipt: t[7],
+        ipt_warm: t[8],
+        perf: perf_ok.then(|| t[9]),
+    })
+}
+
+fn print_peers(input: &Path, p: &Peers) {
+    let (t_full, t_pass, t_ipt, t_ipt_warm, t_perf) = (p.full, p.pass, p.ipt, p.ipt_warm, p.perf);
+    let (spans, events, rounds) = (p.spans, p.events, p.rounds);
+    let pt_bytes = p.pt_bytes;
 
     // Figures.
     let mb = pt_bytes as f64 / 1e6;
     println!();
     println!("input:          {}", input.display());
     println!(
-        "trace:          {pt_bytes} bytes of PT in {} thread(s), {insns} instructions, {blocks} blocks, {errors} decode errors",
-        streams.len()
+        "trace:          {pt_bytes} bytes of PT in {} thread(s), {} instructions, {} blocks, {} decode errors",
+        p.threads, p.insns, p.blocks, p.errors
     );
     println!("produced:       {events} branch events, {spans} spans");
-    if let Some(n) = perf_calls {
+    if let Some(n) = p.perf_calls {
         println!("perf script:    {n} call/return samples");
     }
     println!();
@@ -441,10 +509,10 @@ fn run(input: &Path) {
             s * 1e9 / events.max(1) as f64,
         );
     };
-    for (v, &t) in variants.iter().zip(&t) {
-        row(v.name, t);
+    for &(name, t) in &p.times {
+        row(name, t);
     }
-    if !perf_ok {
+    if t_perf.is_none() {
         println!("perf script --itrace=cr: could not run (is linux-perf installed?)");
     }
     println!();

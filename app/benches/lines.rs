@@ -73,33 +73,56 @@ fn main() {
         "window", "segments", "cold", "cold max", "warm", "lines"
     );
     for n in [1_000u64, 10_000, 50_000, 100_000] {
-        let mut cold = Vec::new();
-        let mut warm = Vec::new();
-        let mut nsegs = 0;
-        let mut nlines = 0;
-        for r in 0..rounds {
-            let (from, to) = window(thread, n, r, rounds);
-            let d = Detail::new(model.clone(), 256 << 20, || {}).unwrap();
-            let keys: Vec<_> = d.keys(ti, from, to).collect();
-            nsegs = keys.len();
-            let t = Instant::now();
-            nlines = request(&d, &keys, from, to);
-            cold.push(t.elapsed());
-            let t = Instant::now();
-            request(&d, &keys, from, to);
-            warm.push(t.elapsed());
-        }
+        let z = zoom(&model, ti, n, rounds);
         println!(
             "{:>12} {:>9} {:>12.1?} {:>12.1?} {:>12.1?} {:>12}",
             format!("{n} insns"),
-            nsegs,
-            median(&mut cold),
-            cold.iter().max().unwrap(),
-            median(&mut warm),
-            nlines
+            z.segments,
+            z.cold,
+            z.cold_max,
+            z.warm,
+            z.lines
         );
     }
     explore(&model, ti, thread);
+}
+
+/// Medians over `rounds` windows of `n` instructions of thread `ti`.
+pub struct Zoom {
+    pub segments: usize,
+    pub cold: Duration,
+    pub cold_max: Duration,
+    pub warm: Duration,
+    pub lines: usize,
+}
+
+/// Line-level zoom into windows of `n` instructions spread over thread
+/// `ti`: cold (a fresh worker) and warm (the same request again).
+pub fn zoom(model: &Arc<Model>, ti: usize, n: u64, rounds: usize) -> Zoom {
+    let thread = &model.threads[ti];
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    let mut nsegs = 0;
+    let mut nlines = 0;
+    for r in 0..rounds {
+        let (from, to) = window(thread, n, r, rounds);
+        let d = Detail::new(model.clone(), 256 << 20, || {}).unwrap();
+        let keys: Vec<_> = d.keys(ti, from, to).collect();
+        nsegs = keys.len();
+        let t = Instant::now();
+        nlines = request(&d, &keys, from, to);
+        cold.push(t.elapsed());
+        let t = Instant::now();
+        request(&d, &keys, from, to);
+        warm.push(t.elapsed());
+    }
+    Zoom {
+        segments: nsegs,
+        cold: median(&mut cold),
+        cold_max: cold.iter().copied().max().unwrap_or_default(),
+        warm: median(&mut warm),
+        lines: nlines,
+    }
 }
 
 /// One request as the viewer makes it: want, wait, then the window's lines

@@ -1,106 +1,339 @@
-//! The coarse pass at scale (issue 7): a 256 MiB genuine snapshot grown
-//! from the benchmarks' capture of bench_loop (`ptscope grow`), decoded end
-//! to end. Prints one table; asserts nothing.
+//! The benchmark of issue 7, in one run and one table: ptscope at scale and
+//! side by side with its peers. Prints figures; asserts nothing.
 //!
-//! - generation: growing the 30 s capture to `$PTSCOPE_SCALE_MB` MiB (256);
-//! - PSB indexing: `psb_offsets` over the whole trace, GB/s;
-//! - the coarse pass end to end (`decode_snapshot`: parse, symbols, walk,
-//!   timing, stacks) on one core: MB/s of PT, M instructions/s, M spans/s;
-//! - bytes per span of the store, and the model's spans.
+//! `cargo bench -p ptscope --bench scale`. Inputs are generated under the
+//! target directory from the benchmarks' 30 s capture of bench_loop
+//! (`ptscope grow`): a 256 MiB snapshot (`$PTSCOPE_SCALE_MB`) and a 16 MiB
+//! one for the peers, whose decoders are too slow for 256 MiB.
 //!
-//! The peers (perf script, libipt) run in `--bench coarse` on a grown file
-//! of 16 MiB: `PTSCOPE_BENCH_FILE=...`; see BENCHMARKS.md.
+//! - **PSB indexing** over the large trace, GB/s (median of 5).
+//! - **Coarse pass** over the large snapshot, end to end
+//!   (`decode_snapshot`: parse, symbols, walk, timing, stacks), on one core
+//!   (one walk) and on every core (chunks cut at PSBs); MB/s, M
+//!   instructions/s, M spans/s, and the speed-up.
+//! - **First spans**: from opening the large snapshot until the background
+//!   decode publishes its first partial model with spans (the GUI draws it
+//!   on its next frame).
+//! - **Store**: bytes per span.
+//! - **Peers on the 16 MiB snapshot**, every variant in turn, medians of
+//!   `$PTSCOPE_BENCH_ROUNDS` (3): ours on one core and on every core,
+//!   libipt's block decoder walking the trace alone, and
+//!   `perf script --itrace=cr` to /dev/null; each as a ratio against ours.
+//! - **Frame build**, the CPU side of a 1920×1080 frame of the viewer, with
+//!   10M and 100M synthetic spans, fully zoomed out, at 1 ms, 10 µs and
+//!   100 ns windows.
+//! - **Line-level zoom** for windows of 10k and 100k instructions, cold.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+#[allow(dead_code)]
+#[path = "coarse.rs"]
+mod peers;
+
+#[allow(dead_code)]
+#[path = "lines.rs"]
+mod lines;
+
+#[allow(dead_code)]
+#[path = "../../viewer/benches/frame.rs"]
+mod frame;
+
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_capture::snapshot::Snapshot;
-use ptscope_decoder::model::{decode_snapshot, DecodeOptions};
+use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::model::{decode_snapshot, DecodeOptions, Model};
 use ptscope_decoder::packet::psb_offsets;
+use ptscope_decoder::progress::DecodeProgress;
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+struct Table(Vec<(String, String, String)>);
+
+impl Table {
+    fn row(&mut self, what: impl Into<String>, value: impl Into<String>, target: &str) {
+        self.0.push((what.into(), value.into(), target.into()));
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
+        println!("scale: skipped (run it with `cargo bench -p ptscope --bench scale`)");
         return;
     }
     let mb: u64 = std::env::var("PTSCOPE_SCALE_MB")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(256);
+    let rounds: usize = std::env::var("PTSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let cores = Parallel::default().workers;
+    let mut table = Table(Vec::new());
+
     let src = support::bench_snapshot();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-scale");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-scale");
     std::fs::create_dir_all(&dir).unwrap();
     let big = dir.join(format!("grown-{mb}M.ptscope"));
     let t = Instant::now();
     let grown = ptscope::scale::grow(&src, &big, mb << 20).unwrap();
     let gen = t.elapsed();
-    println!(
+    let small = dir.join("grown-16M.ptscope");
+    ptscope::scale::grow(&src, &small, 16 << 20).unwrap();
+    eprintln!(
         "input: {} ({} MiB of PT: a {}-byte period repeated {} times)",
         big.display(),
         grown.aux_bytes >> 20,
         grown.period.to - grown.period.from,
         grown.copies
     );
+    table.row(
+        format!("generating {} MiB", grown.aux_bytes >> 20),
+        format!("{:.2} s", secs(gen)),
+        "",
+    );
 
+    // PSB indexing.
     let snap = Snapshot::open(&big).unwrap();
     let trace = snap.trace().unwrap();
-    let data: Vec<&[u8]> = trace.streams.iter().map(|s| s.data.as_ref()).collect();
-    let bytes: usize = data.iter().map(|d| d.len()).sum();
+    let bytes: usize = trace.streams.iter().map(|s| s.data.len()).sum();
     let mut psb = Vec::new();
+    let mut psbs = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let n: usize = data.iter().map(|d| psb_offsets(d).len()).sum();
-        psb.push((t.elapsed(), n));
+        psbs = trace
+            .streams
+            .iter()
+            .map(|s| psb_offsets(&s.data).len())
+            .sum();
+        psb.push(t.elapsed());
     }
-    psb.sort();
-    let (psb_time, psbs) = psb[psb.len() / 2];
+    table.row(
+        format!("PSB indexing ({psbs} PSBs)"),
+        format!("{:.2} GB/s", bytes as f64 / secs(median(psb)) / 1e9),
+        "",
+    );
     drop(trace);
 
-    let rounds = 3;
-    let mut runs = Vec::new();
-    let mut last = None;
-    for _ in 0..rounds {
+    // The coarse pass at scale, one walk and every core.
+    eprintln!("coarse pass, {mb} MiB, one core and {cores} cores…");
+    let decode = |parallel: Parallel| {
+        let opts = DecodeOptions {
+            parallel,
+            ..DecodeOptions::default()
+        };
         let t = Instant::now();
-        let model = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
-        runs.push(t.elapsed());
-        last = Some(model);
+        let m = decode_snapshot(&snap, &opts).unwrap();
+        (t.elapsed(), m)
+    };
+    let mut one = Vec::new();
+    let mut all = Vec::new();
+    let mut model = None;
+    for _ in 0..rounds.min(3) {
+        let (t, m) = decode(Parallel::sequential());
+        one.push(t);
+        drop(m);
+        let (t, m) = decode(Parallel::default());
+        all.push(t);
+        model = Some(m);
     }
-    runs.sort();
-    let decode = runs[runs.len() / 2];
-    let model = last.unwrap();
+    let (one, all) = (median(one), median(all));
+    let model = model.unwrap();
     let spans = model.span_count() as f64;
     let insns: u64 = model.threads.iter().map(|t| t.walk.instructions).sum();
     let errors: usize = model.threads.iter().map(|t| t.walk.errors.len()).sum();
     let store: usize = model.threads.iter().map(|t| t.spans.memory_bytes()).sum();
-    let secs = |d: Duration| d.as_secs_f64();
+    drop(model);
+    for (name, t) in [("one core", one), ("every core", all)] {
+        table.row(
+            format!("coarse pass, {name}"),
+            format!(
+                "{:.1} s: {:.1} MB/s, {:.1} M insns/s, {:.2} M spans/s",
+                secs(t),
+                bytes as f64 / secs(t) / 1e6,
+                insns as f64 / secs(t) / 1e6,
+                spans / secs(t) / 1e6
+            ),
+            "",
+        );
+    }
+    let speedup = secs(one) / secs(all);
+    table.row(
+        format!("parallel speed-up on {cores} cores"),
+        format!("{speedup:.2}x"),
+        &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
+    );
+    table.row(
+        "… of it",
+        format!(
+            "{:.0} M instructions, {:.1} M spans, {errors} decode errors",
+            insns as f64 / 1e6,
+            spans / 1e6
+        ),
+        "",
+    );
+
+    // First spans: open, then the background decode's first partial model.
+    let first = {
+        let t = Instant::now();
+        let snap = Snapshot::open(&big).unwrap();
+        let progress = DecodeProgress::new();
+        let p = progress.clone();
+        let worker = std::thread::spawn(move || {
+            let opts = DecodeOptions {
+                progress: Some(p),
+                ..DecodeOptions::default()
+            };
+            decode_snapshot(&snap, &opts).map(|m| m.span_count())
+        });
+        let first = loop {
+            if let Some(m) = progress.take_partial() {
+                if m.span_count() > 0 {
+                    break Some((t.elapsed(), m.span_count()));
+                }
+            }
+            if worker.is_finished() {
+                break None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        progress.cancel();
+        let _ = worker.join();
+        first
+    };
+    match first {
+        Some((t, n)) => table.row(
+            format!("first spans on screen, {mb} MiB"),
+            format!("{:.0} ms ({n} spans)", secs(t) * 1e3),
+            &format!("< 1 s: {}", verdict(t < Duration::from_secs(1))),
+        ),
+        None => table.row("first spans on screen", "no partial model", "< 1 s: NOT met"),
+    }
+    let bps = store as f64 / spans.max(1.0);
+    table.row(
+        "store",
+        format!("{bps:.1} B per span"),
+        &format!("<= 16: {}", verdict(bps <= 16.05)),
+    );
+
+    // Peers on 16 MiB.
+    eprintln!("peers on 16 MiB, {rounds} rounds…");
+    let p = peers::measure_peers(&small, rounds, true).expect("every variant");
+    let mb16 = p.pt_bytes as f64 / 1e6;
+    let row = |t: &mut Table, name: &str, d: Duration, ours: Duration, target: &str| {
+        t.row(
+            format!("16 MiB: {name}"),
+            format!(
+                "{:.2} s, {:.1} MB/s, {:.2}x ours",
+                secs(d),
+                mb16 / secs(d),
+                secs(d) / secs(ours)
+            ),
+            target,
+        );
+    };
+    let all16 = p.full_all.unwrap();
+    row(&mut table, "ptscope, one core", p.full, p.full, "");
+    row(&mut table, "ptscope, every core", all16, p.full, "");
+    let r = secs(p.ipt) / secs(p.full);
+    row(
+        &mut table,
+        "libipt block decoder alone",
+        p.ipt,
+        p.full,
+        &format!("ours >= 1x, one core: {}", verdict(r >= 1.0)),
+    );
+    row(&mut table, "… with its block cache warm", p.ipt_warm, p.full, "");
+    row(
+        &mut table,
+        "ptscope walk, resolve and stacks (symbols loaded)",
+        p.pass,
+        p.full,
+        &format!(
+            "libipt alone / this: {:.2}x",
+            secs(p.ipt) / secs(p.pass)
+        ),
+    );
+    match p.perf {
+        Some(perf) => {
+            let r = secs(perf) / secs(p.full);
+            row(
+                &mut table,
+                "perf script --itrace=cr",
+                perf,
+                p.full,
+                &format!(">= 10x slower: {}", verdict(r >= 10.0)),
+            );
+        }
+        None => table.row("16 MiB: perf script", "could not run", ""),
+    }
+
+    // Frames.
+    for total in [10_000_000usize, 100_000_000] {
+        eprintln!("frames, {} M spans…", total / 1_000_000);
+        let model: Arc<Model> = Arc::new(frame::model(total));
+        for (level, ms) in frame::frame_times(model) {
+            table.row(
+                format!("frame build, {}M spans, {level}", total / 1_000_000),
+                format!("{ms:.2} ms"),
+                &format!("<= 8 ms: {}", verdict(ms <= 8.0)),
+            );
+        }
+    }
+
+    // Line-level zoom on the capture itself.
+    eprintln!("line-level zoom…");
+    let snap = Snapshot::open(&src).unwrap();
+    let model = Arc::new(decode_snapshot(&snap, &DecodeOptions::default()).unwrap());
+    let ti = (0..model.threads.len())
+        .max_by_key(|&i| model.threads[i].walk.instructions)
+        .unwrap();
+    for n in [10_000u64, 100_000] {
+        let z = lines::zoom(&model, ti, n, 15);
+        table.row(
+            format!("line-level zoom, {}k instructions, cold", n / 1000),
+            format!(
+                "{:.1} ms (worst {:.1} ms; cached {:.1} ms)",
+                secs(z.cold) * 1e3,
+                secs(z.cold_max) * 1e3,
+                secs(z.warm) * 1e3
+            ),
+            if n == 100_000 {
+                if z.cold <= Duration::from_millis(50) {
+                    "<= 50 ms: met"
+                } else {
+                    "<= 50 ms: NOT met"
+                }
+            } else {
+                ""
+            },
+        );
+    }
+
     println!();
-    println!("| figure | value |");
-    println!("|---|---|");
-    println!("| generating {} MiB | {:.2} s |", bytes >> 20, secs(gen));
-    println!(
-        "| PSB indexing ({psbs} PSBs) | {:.2} GB/s |",
-        bytes as f64 / secs(psb_time) / 1e9
-    );
-    println!(
-        "| coarse pass, end to end, one core (median of {rounds}) | {:.2} s |",
-        secs(decode)
-    );
-    println!("| … PT | {:.1} MB/s |", bytes as f64 / secs(decode) / 1e6);
-    println!(
-        "| … instructions | {:.1} M/s ({:.0} M in all) |",
-        insns as f64 / secs(decode) / 1e6,
-        insns as f64 / 1e6
-    );
-    println!(
-        "| … spans | {:.1} M/s ({:.1} M in all) |",
-        spans / secs(decode) / 1e6,
-        spans / 1e6
-    );
-    println!(
-        "| store | {:.1} B per span |",
-        store as f64 / spans.max(1.0)
-    );
-    println!("| decode errors | {errors} |");
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    for (a, b, c) in &table.0 {
+        println!("| {a} | {b} | {c} |");
+    }
 }

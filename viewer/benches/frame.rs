@@ -88,22 +88,67 @@ fn layout_all(
     }
 }
 
-fn main() {
-    // PTSCOPE_BENCH_SPANS sets the total (default 10M).
-    let total: usize = std::env::var("PTSCOPE_BENCH_SPANS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000_000);
-    let spec = SynthSpec {
+/// The synthetic model of `total` spans every frame figure is taken on.
+pub fn model(total: usize) -> Model {
+    synthetic_model(&SynthSpec {
         threads: 8,
         spans_per_thread: total / 8,
         max_depth: 22,
         base_ns: 1_700_000_000_000_000, // a realistic perf clock value
         functions: 3_000,
         seed: 7,
+    })
+}
+
+/// The zoom levels: the whole trace, then windows centred on a deep call
+/// in the middle of thread 0.
+pub fn levels(model: &Model) -> [(&'static str, TimeWindow); 4] {
+    let (lo, hi) = model.time_range().expect("spans");
+    let t = &model.threads[0].spans;
+    let deep = (t.depth() * 2 / 3).max(1);
+    let mid = lo + (hi - lo) / 2;
+    let lane = t.lane(deep);
+    let k = lane.partition_point(|s| s.start < mid).min(lane.len() - 1);
+    let center = lane[k].start + t.duration(deep, k) / 2;
+    let window = |width: f64| {
+        let mut w = TimeWindow::new(center, width);
+        w.shift(-width / 2.0);
+        w
     };
+    [
+        ("whole trace", TimeWindow::fit(lo, hi)),
+        ("1 ms", window(1e6)),
+        ("10 µs", window(1e4)),
+        ("100 ns", window(100.0)),
+    ]
+}
+
+/// The whole frame's CPU side (median of `FRAMES`, ms) at every level.
+pub fn frame_times(model: Arc<Model>) -> Vec<(&'static str, f64)> {
+    let ctx = Context::default();
+    let levels = levels(&model);
+    let mut view = TraceView::new(model);
+    levels
+        .into_iter()
+        .map(|(name, win)| {
+            view.set_window(win);
+            for _ in 0..3 {
+                full_frame(&ctx, &mut view);
+            }
+            let times = (0..FRAMES).map(|_| full_frame(&ctx, &mut view).0).collect();
+            (name, median(times))
+        })
+        .collect()
+}
+
+fn main() {
+    // PTSCOPE_BENCH_SPANS sets the total (default 10M).
+    let total: usize = std::env::var("PTSCOPE_BENCH_SPANS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
     let t0 = Instant::now();
-    let model = synthetic_model(&spec);
+    let model = model(total);
     let spans = model.span_count();
     let bytes: usize = model.threads.iter().map(|t| t.spans.memory_bytes()).sum();
     let (lo, hi) = model.time_range().expect("spans");
@@ -128,24 +173,7 @@ fn main() {
         std::mem::size_of::<ptscope_decoder::store::Span>()
     );
 
-    // Center the zoomed windows on a deep call in the middle of thread 0.
-    let t = &model.threads[0].spans;
-    let deep = (t.depth() * 2 / 3).max(1);
-    let mid = lo + (hi - lo) / 2;
-    let lane = t.lane(deep);
-    let k = lane.partition_point(|s| s.start < mid).min(lane.len() - 1);
-    let center = lane[k].start + t.duration(deep, k) / 2;
-    let window = |width: f64| {
-        let mut w = TimeWindow::new(center, width);
-        w.shift(-width / 2.0);
-        w
-    };
-    let levels: [(&str, TimeWindow); 4] = [
-        ("whole trace", TimeWindow::fit(lo, hi)),
-        ("1 ms", window(1e6)),
-        ("10 µs", window(1e4)),
-        ("100 ns", window(100.0)),
-    ];
+    let levels = levels(&model);
 
     let model = Arc::new(model);
     let mut styles = Vec::new();
