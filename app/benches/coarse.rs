@@ -462,7 +462,11 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         errors,
         threads: streams.len(),
         perf_calls,
-        times: variants.iter().map(|v| v.name).zip(t.iter().copied()).collect(),
+        times: variants
+            .iter()
+            .map(|v| v.name)
+            .zip(t.iter().copied())
+            .collect(),
         full: t[0],
         full_all: all_cores.then(|| *t.last().unwrap()),
         pass: t[4],

@@ -24,6 +24,10 @@
 //!   100 ns windows.
 //! - **Line-level zoom** for windows of 10k and 100k instructions, cold.
 
+// The other benches are built on their own too, each with the test
+// helpers: here they come in once per bench.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -227,7 +231,11 @@ fn main() {
             format!("{:.0} ms ({n} spans)", secs(t) * 1e3),
             &format!("< 1 s: {}", verdict(t < Duration::from_secs(1))),
         ),
-        None => table.row("first spans on screen", "no partial model", "< 1 s: NOT met"),
+        None => table.row(
+            "first spans on screen",
+            "no partial model",
+            "< 1 s: NOT met",
+        ),
     }
     let bps = store as f64 / spans.max(1.0);
     table.row(
@@ -263,16 +271,19 @@ fn main() {
         p.full,
         &format!("ours >= 1x, one core: {}", verdict(r >= 1.0)),
     );
-    row(&mut table, "… with its block cache warm", p.ipt_warm, p.full, "");
+    row(
+        &mut table,
+        "… with its block cache warm",
+        p.ipt_warm,
+        p.full,
+        "",
+    );
     row(
         &mut table,
         "ptscope walk, resolve and stacks (symbols loaded)",
         p.pass,
         p.full,
-        &format!(
-            "libipt alone / this: {:.2}x",
-            secs(p.ipt) / secs(p.pass)
-        ),
+        &format!("libipt alone / this: {:.2}x", secs(p.ipt) / secs(p.pass)),
     );
     match p.perf {
         Some(perf) => {

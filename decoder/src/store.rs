@@ -68,6 +68,31 @@ impl Span {
     }
 }
 
+/// Spans per [`Block`].
+pub const BLOCK: usize = 256;
+
+/// A summary of [`BLOCK`] consecutive spans of a lane, so that drawing a
+/// zoomed-out lane can step over a block whose spans all merge (all
+/// narrow, all close together) without reading them.
+/// Eight bytes per 256 spans: 0.03 bytes per span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    /// The longest span, in ns; [`Block::MANY`] if 4.3 s or more.
+    pub max_dur: u32,
+    /// The longest gap before a span (from the previous span's end, which
+    /// may be in the block before); [`Block::MANY`] likewise.
+    pub max_gap: u32,
+}
+
+impl Block {
+    /// Too long to say.
+    pub const MANY: u32 = u32::MAX;
+
+    fn clamp(ns: u64) -> u32 {
+        ns.min(Self::MANY as u64) as u32
+    }
+}
+
 /// The spans of one thread.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadSpans {
@@ -75,6 +100,8 @@ pub struct ThreadSpans {
     pub tid: i32,
     pub comm: String,
     lanes: Vec<Vec<Span>>,
+    /// Per lane, a [`Block`] for every [`BLOCK`] spans (the last partial).
+    blocks: Vec<Vec<Block>>,
     /// Durations of spans longer than `u32::MAX - 1` ns, by (depth, index).
     long: HashMap<(u32, u32), u64>,
 }
@@ -95,10 +122,27 @@ impl ThreadSpans {
         debug_assert!(func <= MAX_FUNC);
         if self.lanes.len() <= depth {
             self.lanes.resize_with(depth + 1, Vec::new);
+            self.blocks.resize_with(depth + 1, Vec::new);
+        }
+        let n = self.lanes[depth].len();
+        let gap = match n {
+            0 => 0,
+            n => start.saturating_sub(self.end(depth, n - 1)),
+        };
+        let dur = end.saturating_sub(start);
+        let blocks = &mut self.blocks[depth];
+        let (bd, bg) = (Block::clamp(dur), Block::clamp(gap));
+        if n.is_multiple_of(BLOCK) {
+            blocks.push(Block {
+                max_dur: bd,
+                max_gap: bg,
+            });
+        } else if let Some(b) = blocks.last_mut() {
+            b.max_dur = b.max_dur.max(bd);
+            b.max_gap = b.max_gap.max(bg);
         }
         let lane = &mut self.lanes[depth];
         debug_assert!(lane.last().is_none_or(|l| l.start <= start));
-        let dur = end.saturating_sub(start);
         let stored = if dur >= Span::LONG as u64 {
             self.long.insert((depth as u32, lane.len() as u32), dur);
             Span::LONG
@@ -118,6 +162,12 @@ impl ThreadSpans {
 
     pub fn lane(&self, depth: usize) -> &[Span] {
         self.lanes.get(depth).map_or(&[], |l| l.as_slice())
+    }
+
+    /// The block summaries of lane `depth`: block `b` covers spans
+    /// `b * BLOCK..(b + 1) * BLOCK`.
+    pub fn blocks(&self, depth: usize) -> &[Block] {
+        self.blocks.get(depth).map_or(&[], |b| b.as_slice())
     }
 
     pub fn lanes(&self) -> impl Iterator<Item = (usize, &[Span])> {
@@ -213,21 +263,29 @@ impl ThreadSpans {
         out
     }
 
-    /// Bytes of memory the spans take.
     /// Gives back the lanes' spare capacity once building is done, so the
-    /// store holds 16 bytes per span.
+    /// store holds 16 bytes per span (and 16 per block of 256).
     pub fn shrink_to_fit(&mut self) {
         for l in &mut self.lanes {
             l.shrink_to_fit();
         }
+        for b in &mut self.blocks {
+            b.shrink_to_fit();
+        }
         self.lanes.shrink_to_fit();
     }
 
+    /// Bytes of memory the spans take.
     pub fn memory_bytes(&self) -> usize {
         self.lanes
             .iter()
             .map(|l| l.capacity() * std::mem::size_of::<Span>())
             .sum::<usize>()
+            + self
+                .blocks
+                .iter()
+                .map(|b| b.capacity() * std::mem::size_of::<Block>())
+                .sum::<usize>()
             + self.long.len() * 24
     }
 }
@@ -333,7 +391,8 @@ mod tests {
         }
         assert!(t.memory_bytes() > 16 * 1000, "growth leaves spare room");
         t.shrink_to_fit();
-        assert_eq!(t.memory_bytes(), 16 * 1000);
+        // And a block summary per 256 spans of a lane (here 2 per lane).
+        assert_eq!(t.memory_bytes(), 16 * 1000 + 3 * 2 * 8);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use egui::epaint::{Mesh, Vertex, WHITE_UV};
 use egui::{pos2, Color32, Pos2};
-use ptscope_decoder::store::{Span, ThreadSpans};
+use ptscope_decoder::store::{Block, Span, ThreadSpans, BLOCK};
 
 use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
 use crate::window::TimeWindow;
@@ -182,7 +182,25 @@ pub fn layout_lane(
     geom: &LaneGeom,
     paint: &Paint,
 ) -> Range<usize> {
+    layout_lane_with(out, spans, depth, (win, geom), paint, true)
+}
+
+/// Decisions this close to a threshold (px) are never taken a block at a
+/// time, so stepping over blocks merges exactly what span by span would.
+const BLOCK_SLACK_PX: f64 = 0.01;
+
+/// [`layout_lane`]; `use_blocks: false` reads every run span by span (the
+/// reference the block summaries are tested against).
+fn layout_lane_with(
+    out: &mut FrameBuf,
+    spans: &ThreadSpans,
+    depth: usize,
+    (win, geom): (&TimeWindow, &LaneGeom),
+    paint: &Paint,
+    use_blocks: bool,
+) -> Range<usize> {
     let first_box = out.boxes.len();
+    let blocks = if use_blocks { spans.blocks(depth) } else { &[] };
     let lane = spans.lane(depth);
     if lane.is_empty() || geom.width <= 0.0 {
         return first_box..first_box;
@@ -230,7 +248,32 @@ pub fn layout_lane(
         let first = i;
         let mut run_end = x1;
         i += 1;
+        // Thresholds in ns for whole blocks: every span narrow, every gap
+        // within reach of the span before.
+        let narrow_ns = (MERGE_PX - BLOCK_SLACK_PX) / ppn;
+        let close_ns = (MERGE_GAP_PX - BLOCK_SLACK_PX) / ppn;
         while i < hi {
+            // Step over blocks that merge whole. A block's spans before `i`
+            // only make its maxima larger: never a wrong step.
+            let mut stepped = false;
+            while let Some(b) = blocks.get(i / BLOCK) {
+                let next = (i / BLOCK + 1) * BLOCK;
+                let long = |ns: u32, limit: f64| ns == Block::MANY || ns as f64 >= limit;
+                if next > hi || long(b.max_dur, narrow_ns) || long(b.max_gap, close_ns) {
+                    break;
+                }
+                i = next;
+                stepped = true;
+            }
+            if stepped {
+                // Spans of a lane are disjoint: the last one ends last.
+                let last = i - 1;
+                let lx0 = win.x(lane[last].start, ppn);
+                run_end = run_end.max(lx0 + spans.duration(depth, last) as f64 * ppn);
+                if i >= hi {
+                    break;
+                }
+            }
             let reach = win.time_at_px(run_end + MERGE_GAP_PX, ppn);
             let j = gallop(lane, i, hi, reach, span_start);
             if j == i {
@@ -243,7 +286,10 @@ pub fn layout_lane(
             let lx1 = lx0 + spans.duration(depth, last) as f64 * ppn;
             if lx1 - lx0 >= MERGE_PX {
                 if last > i {
-                    run_end = run_end.max(lx0.min(run_end + 1.0));
+                    // The run ends where the span before the wide one does.
+                    let p = last - 1;
+                    let px0 = win.x(lane[p].start, ppn);
+                    run_end = run_end.max(px0 + spans.duration(depth, p) as f64 * ppn);
                 }
                 i = last;
                 break;
@@ -472,6 +518,70 @@ mod tests {
             }
         }
         assert_eq!(gallop(lane, 10, 20, 5000, span_start), 20);
+    }
+
+    #[test]
+    fn stepping_over_blocks_draws_what_span_by_span_does() {
+        // Lanes of dense narrow spans with now and then a long gap or a
+        // long span, over many blocks, seen at many zooms and offsets.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut t = ThreadSpans::new(1, 1, "t".into());
+        for depth in 0..3 {
+            let mut at = 1_000_000u64;
+            for _ in 0..20_000 {
+                let gap = match rnd(1000) {
+                    0..=2 => 50_000 + rnd(200_000),
+                    _ => rnd(40),
+                };
+                let dur = match rnd(2000) {
+                    0 => 100_000 + rnd(1_000_000),
+                    _ => 1 + rnd(60),
+                };
+                at += gap;
+                t.push(depth, at, at + dur, rnd(8) as u32, 0);
+                at += dur;
+            }
+        }
+        let (lo, hi) = t.time_range().unwrap();
+        let st = styles(8);
+        let paint = Paint {
+            styles: &st,
+            search: None,
+        };
+        let mut stepped = 0;
+        for width in [1e4, 1e5, 1e6, 1e7, (hi - lo) as f64] {
+            for k in 0..7 {
+                let mut win = TimeWindow::new(lo, width);
+                win.shift((hi - lo) as f64 * k as f64 / 7.0);
+                for depth in 0..3 {
+                    let mut a = FrameBuf::default();
+                    let mut b = FrameBuf::default();
+                    let g = geom(1920.0);
+                    layout_lane_with(&mut a, &t, depth, (&win, &g), &paint, true);
+                    layout_lane_with(&mut b, &t, depth, (&win, &g), &paint, false);
+                    assert_eq!(
+                        a.boxes, b.boxes,
+                        "width {width}, offset {k}/7, depth {depth}"
+                    );
+                    assert_eq!(a.mesh.vertices.len(), b.mesh.vertices.len());
+                    stepped += a
+                        .boxes
+                        .iter()
+                        .filter(|b| b.count as usize > 2 * BLOCK)
+                        .count();
+                }
+            }
+        }
+        assert!(
+            stepped > 10,
+            "runs long enough to step over blocks: {stepped}"
+        );
     }
 
     #[test]
