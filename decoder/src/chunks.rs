@@ -9,13 +9,20 @@
 //! record the clock's input (events and timing anchors, by instruction
 //! position) instead of timing it, and one consumer replays the chunks in
 //! order through a single clock into the stack builders, which see exactly
-//! the sequence one walk would have given them. Three seams are mended in
+//! the sequence one walk would have given them. The seams are mended in
 //! the replay:
 //! - chunk `k` ends at chunk `k+1`'s PSB after flushing the branch that
-//!   lands there; the PSB's checkpoint is `k+1`'s first;
+//!   lands there; the PSB's checkpoint is `k+1`'s first, and so is any of
+//!   `k`'s own PSBs still waiting for a block (tracing was off);
 //! - `k+1` starts with a sync, so its first block makes a trace-begin that
 //!   a whole walk (tracing on at the PSB) never made: it is dropped;
-//! - a timing packet inside the PSB+ that both walks read is replayed once.
+//! - each chunk times what lies between its own first and last timing
+//!   anchors; the replay times the rest across the seams.
+//!
+//! Where the trace is broken right at a seam (an overflow or a bad packet
+//! inside the PSB+ itself), chunk `k` stops there and `k+1` reports it,
+//! whereas one walk resynchronises past it: the two may then differ in
+//! that segment.
 //!
 //! Function ids differ per worker (each interns into its own copy of the
 //! table) and are mapped into the caller's table as each chunk is replayed.
@@ -44,7 +51,8 @@ pub struct Parallel {
     pub workers: usize,
     /// PT bytes per chunk (cut at the first PSB past it).
     pub chunk_bytes: usize,
-    /// The first chunk's size: small, so that first spans come early.
+    /// The first chunk's size (at most `chunk_bytes`): what the first
+    /// partial model waits for.
     pub first_chunk_bytes: usize,
     /// Time every chunk in the replay instead of taking the times each
     /// chunk gave itself (the same, barring a TSC that runs backwards at
@@ -124,12 +132,9 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     let base_procs: &[R] = &base_procs;
     let walk_one = |i: usize| -> Result<Walked, PtError> {
         let (start, end) = bounds[i];
-        let psbs: Vec<u64> = q
-            .psbs
-            .iter()
-            .filter(|&&p| p as usize >= start && (p as usize) < end)
-            .map(|&p| p - start as u64)
-            .collect();
+        let from = q.psbs.partition_point(|&p| (p as usize) < start);
+        let to = q.psbs.partition_point(|&p| (p as usize) < end);
+        let psbs: Vec<u64> = q.psbs[from..to].iter().map(|&p| p - start as u64).collect();
         let end_at = if i + 1 < bounds.len() {
             (end - start) as u64
         } else {
@@ -182,8 +187,11 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         let (tx, rx) = mpsc::channel::<(usize, Result<Walked, PtError>)>();
         for _ in 0..par.workers.min(bounds.len()) {
             let tx = tx.clone();
-            let (gate, walk_one, claim) = (&gate, &walk_one, &claim);
+            let (gate, walk_one, claim, set_gate) = (&gate, &walk_one, &claim, &set_gate);
             s.spawn(move || {
+                // A worker that panics stops everyone: nobody waits for the
+                // chunk it held (the panic surfaces when the scope ends).
+                let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
                 while let Some(i) = claim(gate) {
                     if tx.send((i, walk_one(i))).is_err() {
                         break;
@@ -192,10 +200,13 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             });
         }
         drop(tx);
+        // Likewise if the replay panics: no worker stays parked.
+        let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
         let mut replay = Replay {
             clock: Clock::default(),
             pos: 0,
             tracing: false,
+            orphans: Vec::new(),
             figures: Vec::new(),
             retime: par.retime,
         };
@@ -206,12 +217,13 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                 while ready[i].is_none() {
                     match rx.recv() {
                         Ok((j, r)) => ready[j] = Some(r),
-                        // Every worker stopped early: cancelled.
+                        // Every worker stopped early: cancelled, or one
+                        // panicked (the scope says so).
                         Err(_) => return Ok(()),
                     }
                 }
                 let walked = ready[i].take().expect("received above")?;
-                replay.chunk(
+                let body = replay.chunk(
                     i,
                     (start as u64, base.len()),
                     walked,
@@ -219,6 +231,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                     (procs, funcs),
                     sink,
                 );
+                pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
                 set_gate(&|g| g.1 = i + 1);
                 on_chunk(sink, funcs);
                 if q.progress.is_some_and(|p| p.is_cancelled()) {
@@ -237,13 +250,25 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     })
 }
 
+/// Runs its closure when dropped, also while unwinding.
+struct OnDrop<F: Fn()>(F);
+
+impl<F: Fn()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 /// The consumer's state between chunks.
 struct Replay {
     clock: Clock<Held>,
     /// Instructions of the chunks replayed so far.
     pos: u64,
-    /// Tracing was on where the last chunk ended.
+    /// Where the last chunk ended, a whole walk had tracing on and owed no
+    /// trace-begin (it has none to make at the next PSB).
     tracing: bool,
+    /// The last chunk's PSBs that take the next chunk's first checkpoint.
+    orphans: Vec<u64>,
     figures: Vec<WalkFigures>,
     /// Time every chunk's body here rather than take the chunk's times.
     retime: bool,
@@ -260,26 +285,17 @@ impl Replay {
         (procs, funcs): (&mut [R], &mut FuncTable),
         sink: &mut dyn Sink,
     ) -> Vec<Entry> {
-        // Ids below `shared` are the common base's, the same everywhere.
-        let map: Vec<FuncId> = local
-            .iter()
-            .skip(shared)
-            .map(|(_, f)| {
-                let id = funcs.intern(&f.name, &f.module, f.entry, f.kind);
-                if let Some(src) = &f.source {
-                    funcs.set_source(id, src.clone());
-                }
-                id
-            })
-            .collect();
         let base = self.pos;
         let mut fix = Fix {
-            map,
+            map: vec![None; local.len().saturating_sub(shared)],
+            local,
             shared,
             // A whole walk reached this PSB with tracing on: no trace-begin.
             mend: index > 0 && self.tracing,
             start,
             base,
+            orphans: std::mem::take(&mut self.orphans),
+            extra: Vec::new(),
         };
         let Recording {
             head,
@@ -290,6 +306,7 @@ impl Replay {
             end_rate,
             end_pos,
             end_need_begin,
+            orphans: orphans_next,
             ..
         } = rec;
         // The chunk timed its body from its first anchor on, as one walk
@@ -303,7 +320,8 @@ impl Replay {
             };
         let (queue, to_ns) = (q.queue, q.to_ns);
         for e in head {
-            if let Some((pos, _, held)) = fix.apply(e, q, procs, funcs) {
+            let item = fix.apply(e, q, procs, funcs);
+            for (pos, _, held) in fix.extra.drain(..).chain(item) {
                 self.clock.push(pos, held);
             }
         }
@@ -321,7 +339,8 @@ impl Replay {
                 }
                 continue;
             }
-            if let Some((pos, stamp, held)) = fix.apply(e, q, procs, funcs) {
+            let item = fix.apply(e, q, procs, funcs);
+            for (pos, stamp, held) in fix.extra.drain(..).chain(item) {
                 if own_times {
                     release(sink, queue, funcs, to_ns, stamp, held);
                 } else {
@@ -335,10 +354,15 @@ impl Replay {
             }
         }
         for e in tail {
-            if let Some((pos, _, held)) = fix.apply(e, q, procs, funcs) {
+            let item = fix.apply(e, q, procs, funcs);
+            for (pos, _, held) in fix.extra.drain(..).chain(item) {
                 self.clock.push(pos, held);
             }
         }
+        // Any not taken (no checkpoint in this chunk) still wait.
+        self.orphans = std::mem::take(&mut fix.orphans);
+        self.orphans
+            .extend(orphans_next.into_iter().map(|o| o + start));
         self.pos += end_pos;
         self.tracing = !end_need_begin;
         if self.figures.len() < figures.len() {
@@ -359,23 +383,42 @@ impl Replay {
 /// What turns a chunk's recorded items into the caller's: function ids,
 /// offsets and positions, the seam's mends, deferred resolution.
 struct Fix {
-    map: Vec<FuncId>,
+    /// The chunk's own table; its ids from `shared` on are mapped into the
+    /// caller's table when first used.
+    local: FuncTable,
+    map: Vec<Option<FuncId>>,
     shared: usize,
     mend: bool,
     start: u64,
     base: u64,
+    /// Earlier chunks' PSBs still to checkpoint, at this chunk's first.
+    orphans: Vec<u64>,
+    /// Items one walk held just before the one [`Fix::apply`] returns.
+    extra: Vec<(u64, Stamp, Held)>,
 }
 
 impl Fix {
-    fn remap(&self, id: FuncId) -> FuncId {
-        match (id as usize).checked_sub(self.shared) {
-            Some(i) => self.map[i],
-            None => id,
+    fn remap(&mut self, id: FuncId, funcs: &mut FuncTable) -> FuncId {
+        let Some(i) = (id as usize).checked_sub(self.shared) else {
+            return id;
+        };
+        if let Some(Some(g)) = self.map.get(i) {
+            return *g;
         }
+        let f = self.local.get(id);
+        let g = funcs.intern(&f.name, &f.module, f.entry, f.kind);
+        if let Some(src) = &f.source {
+            funcs.set_source(g, src.clone());
+        }
+        if let Some(slot) = self.map.get_mut(i) {
+            *slot = Some(g);
+        }
+        g
     }
 
     /// The item as one walk would have held it, at its position; `None` if
-    /// one walk never made it.
+    /// one walk never made it. A first checkpoint also puts the waiting
+    /// PSBs' checkpoints, the same but for their offsets, in `extra`.
     fn apply<R: Resolve>(
         &mut self,
         e: Entry,
@@ -386,10 +429,11 @@ impl Fix {
         if self.mend && e.seam & seam::SYNC_BEGIN != 0 {
             return None;
         }
+        let pos = e.pos + self.base;
         let held = match e.item {
             Item::Held(Held::Event(mut ev, slot)) => {
-                ev.from_fn = self.remap(ev.from_fn);
-                ev.to_fn = self.remap(ev.to_fn);
+                ev.from_fn = self.remap(ev.from_fn, funcs);
+                ev.to_fn = self.remap(ev.to_fn, funcs);
                 Held::Event(ev, slot)
             }
             Item::Held(Held::Checkpoint {
@@ -398,13 +442,25 @@ impl Fix {
                 insn,
                 slot,
                 begins,
-            }) => Held::Checkpoint {
-                offset: offset + self.start,
-                ip,
-                insn: insn + self.base,
-                slot,
-                begins: begins && !(self.mend && e.seam & seam::FIRST_CHECKPOINT != 0),
-            },
+            }) => {
+                let first = e.seam & seam::FIRST_CHECKPOINT != 0;
+                let at = |offset| Held::Checkpoint {
+                    offset,
+                    ip,
+                    insn: insn + self.base,
+                    slot,
+                    begins: begins && !(self.mend && first),
+                };
+                if first && !self.orphans.is_empty() {
+                    for o in std::mem::take(&mut self.orphans) {
+                        if let Some(p) = q.progress {
+                            p.segment_done();
+                        }
+                        self.extra.push((pos, e.stamp, at(o)));
+                    }
+                }
+                at(offset + self.start)
+            }
             Item::Raw(mut ev, slot) => {
                 let proc = q.thread_procs.get(slot).copied().unwrap_or(0);
                 let r = procs.get_mut(proc)?;
@@ -415,7 +471,7 @@ impl Fix {
             }
             Item::Anchor(_) => return None,
         };
-        Some((e.pos + self.base, e.stamp, held))
+        Some((pos, e.stamp, held))
     }
 }
 

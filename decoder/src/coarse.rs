@@ -68,6 +68,10 @@ pub trait Blocks<'i> {
     fn set_image(&mut self, image: &'i Self::Image) -> Result<(), PtError>;
     /// How far into the trace decoding has got.
     fn offset(&self) -> u64;
+    /// While PSB+ status is reported: an offset past that PSB.
+    fn status_offset(&self) -> u64 {
+        self.offset()
+    }
     /// Walks the whole buffer; `on_item` returns false to stop.
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
 }
@@ -92,6 +96,9 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
     }
     fn offset(&self) -> u64 {
         FlowDecoder::offset(self)
+    }
+    fn status_offset(&self) -> u64 {
+        FlowDecoder::status_offset(self)
     }
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
         FlowDecoder::walk(self, on_item)
@@ -406,6 +413,8 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     end_at: u64,
     /// The trace-begin being emitted is the one a block after a sync makes.
     sync_begin: bool,
+    /// A chunk walk still owes the trace-begin its first sync asks for.
+    from_sync: bool,
 }
 
 /// What a chunk walk records in place of an event or checkpoint.
@@ -456,7 +465,8 @@ pub(crate) struct Recording {
     /// At the end: instructions walked, and whether tracing was off.
     pub end_pos: u64,
     pub end_need_begin: bool,
-    any_event: bool,
+    /// Its PSBs that wait for the next chunk's first checkpoint.
+    pub orphans: Vec<u64>,
     any_checkpoint: bool,
     clock: Clock<(u64, Item, u8)>,
 }
@@ -715,6 +725,7 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         record,
         end_at,
         sync_begin: false,
+        from_sync: end_at != u64::MAX,
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
@@ -916,12 +927,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         let sync = self.sync_begin;
         self.sync_begin = false;
         let Some(r) = &mut self.record else { return };
-        let seam = if sync && !r.any_event {
-            seam::SYNC_BEGIN
-        } else {
-            0
-        };
-        r.any_event = true;
+        let seam = if sync { seam::SYNC_BEGIN } else { 0 };
         r.push(pos, item, seam);
     }
 
@@ -976,7 +982,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         if self.need_begin {
             self.need_begin = false;
             self.branch = None;
-            self.sync_begin = self.record.is_some();
+            self.sync_begin = self.from_sync;
+            self.from_sync = false;
             self.emit(EventKind::TraceBegin, 0, b.ip);
         } else {
             self.flush_branch(Some(b.ip));
@@ -999,16 +1006,17 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     /// place among the instructions is here, not where its offset was
     /// first passed: checkpoints go here, and a fine pass stops here.
     fn psb_status(&mut self, dec: &D, ip: Option<u64>) {
-        if self.end_at <= dec.offset() {
+        let off = dec.status_offset();
+        if self.end_at <= off {
             // The next chunk's PSB: what a whole walk does before its
             // checkpoint is this chunk's; the checkpoint is the next's.
             if let Some(ip) = ip {
                 self.flush_branch(Some(ip));
             }
-            self.stopped = true;
+            self.end_chunk();
             return;
         }
-        if self.next_psb_at > dec.offset() {
+        if self.next_psb_at > off {
             return;
         }
         if self.stop_at_psb {
@@ -1020,9 +1028,19 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 // The branch before the PSB lands at its IP: emit it now so
                 // that the checkpoint's stack has it.
                 self.flush_branch(Some(ip));
-                self.checkpoints(dec.offset(), ip)
+                self.checkpoints(off, ip)
             }
             None => self.psb_pending = true,
+        }
+    }
+
+    /// A chunk walk has reached the next chunk's PSB. PSBs of its own not
+    /// checkpointed yet (tracing was off, no block since) are checkpointed
+    /// where the next chunk's first is, as one walk would.
+    fn end_chunk(&mut self) {
+        self.stopped = true;
+        if let Some(r) = &mut self.record {
+            r.orphans = self.psbs[self.next_psb.min(self.psbs.len())..].to_vec();
         }
     }
 
@@ -1059,6 +1077,19 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     }
 
     fn item(&mut self, dec: &mut D, item: BlockItem) {
+        if self.end_at != u64::MAX {
+            // Past the next chunk's PSB without its status (PSB+ failed):
+            // what follows is the next chunk's to report.
+            let (off, ip) = match &item {
+                BlockItem::Error { offset, ip, .. } => (*offset, *ip),
+                _ => (dec.offset(), None),
+            };
+            if off > self.end_at {
+                self.flush_branch(ip);
+                self.end_chunk();
+                return;
+            }
+        }
         match item {
             BlockItem::Sync { .. } => {
                 // libipt's decoder time is not valid yet here; the PSB+
@@ -1090,6 +1121,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 }
                 self.branch = None;
                 self.need_begin = false;
+                self.from_sync = false;
                 self.emit(EventKind::TraceBegin, 0, ip);
             }
             BlockItem::Disabled {
@@ -1148,6 +1180,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 }
                 self.figures().overflows += 1;
                 self.branch = None;
+                self.from_sync = false;
                 let f = self.funcs.decode_error("overflow");
                 self.push_error(f);
                 match ip {
@@ -1162,6 +1195,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 let f = self.procs[self.proc].error_func(ip, error, self.funcs);
                 self.push_error(f);
                 self.need_begin = true;
+                self.from_sync = false;
             }
         }
     }

@@ -336,6 +336,8 @@ pub struct FlowDecoder<'a> {
     /// A tick due after this block: the instruction it binds to, the time.
     tick: Option<(u64, u64)>,
     idle: u32,
+    /// Where the last PSB read starts.
+    psb_at: usize,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -366,6 +368,7 @@ impl<'a> FlowDecoder<'a> {
             acc: Acc::default(),
             tick: None,
             idle: 0,
+            psb_at: 0,
         }
     }
 
@@ -395,6 +398,15 @@ impl<'a> FlowDecoder<'a> {
     /// behind the blocks reported from now on.
     pub fn offset(&self) -> u64 {
         self.consumed as u64
+    }
+
+    /// While a PSB+'s status is being reported: just past that PSB, even
+    /// if timing packets before it are not consumed yet.
+    pub fn status_offset(&self) -> u64 {
+        match self.ev {
+            Ev::Psb(_) => self.consumed.max(self.psb_at + 1) as u64,
+            _ => self.consumed as u64,
+        }
     }
 
     /// Walks the whole buffer, like [`crate::ffi::BlockDecoder::walk`].
@@ -668,6 +680,7 @@ impl<'a> FlowDecoder<'a> {
 
     /// PSB+: status packets up to PSBEND.
     fn psb(&mut self) -> Result<Ev, Halt> {
+        self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
         self.rd.last_ip = 0;
         self.rd.fup_bound = false;
         let mut ip = None;

@@ -1031,6 +1031,47 @@ mod tests {
         }
     }
 
+    /// Timing or padding packets between the last branch and a PSB leave
+    /// the decoder short of the PSB when it reports the PSB+ status: the
+    /// PSB must still count as reached there, or checkpoints come a
+    /// segment late and a chunk walks on into the next chunk.
+    #[test]
+    fn packets_before_a_psb_neither_delay_its_checkpoint_nor_blur_a_seam() {
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let mut psbs_total = 0;
+        for s in &mut trace.streams {
+            let psbs = psb_offsets(&s.data);
+            psbs_total += psbs.len();
+            let mut padded = Vec::with_capacity(s.data.len() + psbs.len() * 4);
+            let mut from = 0;
+            for &p in &psbs {
+                padded.extend_from_slice(&s.data[from..p]);
+                padded.extend_from_slice(&[0; 4]); // PAD packets
+                from = p;
+            }
+            padded.extend_from_slice(&s.data[from..]);
+            s.data = padded.into();
+        }
+        let decode = |parallel| {
+            let opts = DecodeOptions {
+                parallel,
+                ..DecodeOptions::default()
+            };
+            decode_trace(&snap, &trace, &opts).unwrap()
+        };
+        let one = decode(Parallel::sequential());
+        let checkpoints: usize = one.threads.iter().map(|t| t.checkpoints.len()).sum();
+        assert_eq!(checkpoints, psbs_total, "a checkpoint at every PSB");
+        let many = decode(Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+        });
+        assert_same(&canon(&one), &canon(&many));
+    }
+
     #[test]
     fn progress_counts_every_segment_and_publishes_the_model_so_far() {
         let progress = DecodeProgress::new();
