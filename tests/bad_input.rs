@@ -1,5 +1,6 @@
 //! Bad input: `info` and `packets` answer with a clear error naming the
-//! file, a non-zero exit, and no panic.
+//! file, a non-zero exit, and no panic; and the malformed-input corpus
+//! (`support::malformed`) through `info`, `decode` and `stats`.
 
 mod support;
 
@@ -98,4 +99,86 @@ fn perf_data_without_pt() {
 #[test]
 fn missing_file() {
     expect_error(Path::new("/nonexistent/nothing.ptscope"), "no such file");
+}
+
+/// Runs `ptscope ARGS`, killing it if it takes more than a minute (a hang
+/// is a failure, not a stuck test run).
+fn run_bounded(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    use std::io::Read;
+    let mut child = ptscope()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let ereader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ptscope {args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.signal().is_none(),
+        "ptscope {args:?} died of {status:?}"
+    );
+    (
+        status.code(),
+        reader.join().unwrap(),
+        ereader.join().unwrap(),
+    )
+}
+
+#[test]
+fn malformed_corpus_gets_clear_answers() {
+    use support::malformed::{corpus, Expect};
+    let dir = tempfile::tempdir().unwrap();
+    let cases = corpus(dir.path());
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    for c in &cases {
+        let name = c.path.file_name().unwrap().to_str().unwrap();
+        let file = c.path.as_os_str();
+        match c.expect {
+            Expect::Error(needle) => {
+                for cmd in ["info", "decode", "stats"] {
+                    let (code, _, err) = run_bounded(&[cmd.as_ref(), file]);
+                    assert_eq!(code, Some(1), "{cmd} {name}: {err}");
+                    assert!(!err.contains("panicked"), "{cmd} {name}: {err}");
+                    assert!(err.contains(name), "{cmd} {name}: names the file: {err}");
+                    assert!(
+                        err.to_lowercase().contains(needle),
+                        "{cmd} {name}: says `{needle}`: {err}"
+                    );
+                }
+            }
+            Expect::Opens(label) => {
+                let (code, out, err) = run_bounded(&["decode".as_ref(), file]);
+                assert_eq!(code, Some(0), "decode {name}: {err}");
+                assert!(out.contains(label), "decode {name}: shows `{label}`");
+                let (code, _, err) = run_bounded(&["stats".as_ref(), file]);
+                assert_eq!(code, Some(0), "stats {name}: {err}");
+            }
+        }
+        for p in &c.must_not_exist {
+            assert!(!p.exists(), "{name}: wrote {}", p.display());
+        }
+    }
 }

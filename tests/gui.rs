@@ -427,6 +427,43 @@ fn a_bad_file_shows_its_error_and_the_app_stays_usable() {
     h.get_by_label("Timeline tracks");
 }
 
+/// Every file of the malformed-input corpus gets its own tab: an error
+/// that names it, or (binaries missing, stripped or foreign) a timeline;
+/// and the app stays usable throughout.
+#[test]
+fn every_malformed_input_is_explained_and_the_app_stays_usable() {
+    use support::malformed::{corpus, Expect};
+    let dir = tempfile::tempdir().unwrap();
+    let cases = corpus(dir.path());
+    let mut h = harness_with(&[]);
+    let ctx = h.ctx.clone();
+    for c in &cases {
+        let name = c.path.file_name().unwrap().to_str().unwrap();
+        h.state_mut().open(&c.path, &ctx);
+        h.state_mut().active_tab_mut().unwrap().wait();
+        h.run_steps(2);
+        let tab = h.state().active_tab().unwrap();
+        match c.expect {
+            Expect::Error(_) => {
+                let err = tab.error().expect("an error").to_string();
+                assert!(err.contains(name), "{name}: names the file: {err}");
+                h.get_by_label("Cannot open this file");
+            }
+            Expect::Opens(_) => {
+                assert!(tab.error().is_none(), "{name}: {:?}", tab.error());
+                assert!(tab.view().is_some(), "{name}: a timeline");
+                h.get_by_label("Timeline tracks");
+            }
+        }
+    }
+    assert_eq!(h.state().tabs.len(), cases.len());
+    h.state_mut().open(&demo_path(), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    assert!(h.state().active_tab().unwrap().view().is_some());
+    h.get_by_label("Timeline tracks");
+}
+
 #[test]
 fn renders_with_wgpu_on_lavapipe() {
     let mut h = Harness::builder()

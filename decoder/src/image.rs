@@ -16,8 +16,26 @@ pub struct Section {
     pub mapped_path: String,
 }
 
+/// `file` is an ELF file for a machine other than x86 (whose trace this
+/// cannot be).
+fn foreign_elf(file: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    let read = std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_err() || &head[..4] != b"\x7fELF" {
+        return false;
+    }
+    // e_machine, in the file's byte order: EM_386 or EM_X86_64.
+    let machine = match head[5] {
+        2 => u16::from_be_bytes([head[18], head[19]]),
+        _ => u16::from_le_bytes([head[18], head[19]]),
+    };
+    !matches!(machine, 3 | 62)
+}
+
 /// The sections of process `pid` (all processes with `None`), and the
-/// mapped paths whose binaries could not be found.
+/// mapped paths whose binaries could not be found (or are for another
+/// machine).
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
@@ -26,7 +44,11 @@ pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Sectio
         .iter()
         .filter(|m| pid.is_none_or(|p| p == m.pid))
     {
-        match snap.find_binary(m.build_id.as_deref(), &m.path) {
+        // Code for another machine cannot be what ran: as good as missing.
+        match snap
+            .find_binary(m.build_id.as_deref(), &m.path)
+            .filter(|f| !foreign_elf(f))
+        {
             Some(file) => {
                 let file_len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
                 if m.pgoff >= file_len {

@@ -1,0 +1,304 @@
+//! Capture faults: the target exits, is killed or execs mid-capture, has
+//! hundreds of threads; ptscope itself is killed; the disk fills. The
+//! target is never left stopped, traced or killed by us, and no half-written
+//! file ever looks like a snapshot.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Kills the child when dropped, so a failing test leaves nothing behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn status_field(pid: u32, key: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+}
+
+fn tracer_pid(pid: u32) -> i32 {
+    status_field(pid, "TracerPid:").map_or(-1, |v| v.parse().unwrap_or(-1))
+}
+
+/// User plus system CPU ticks, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The target runs on, untraced: not stopped, not a zombie, and it keeps
+/// using the CPU.
+fn assert_runs_free(pid: u32) {
+    std::thread::sleep(Duration::from_millis(300));
+    let state = process_state(pid);
+    assert!(state == "R" || state == "S", "target state: {state}");
+    assert_eq!(tracer_pid(pid), 0, "still traced");
+    let before = cpu_ticks(pid);
+    wait_until("the target to use the CPU", 10, || cpu_ticks(pid) > before);
+    let state = process_state(pid);
+    assert!(state == "R" || state == "S", "target state: {state}");
+}
+
+fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "ptscope did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn attach(pid: u32, snap: &Path, ms: u32) -> Reaped {
+    Reaped(
+        ptscope()
+            .args(["attach", "-q", "--pid", &pid.to_string()])
+            .args(["--duration", &ms.to_string(), "-o"])
+            .arg(snap)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+#[test]
+fn ptscope_killed_mid_capture_leaves_an_attached_target_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let target = Reaped(Command::new(&exe).spawn().unwrap());
+    let pid = target.0.id();
+    let snap = dir.path().join("killed.ptscope");
+    let mut rec = attach(pid, &snap, 60_000);
+    wait_until("tracing", 20, || tracer_pid(pid) > 0);
+    std::thread::sleep(Duration::from_millis(500));
+    rec.0.kill().unwrap();
+    rec.0.wait().unwrap();
+    assert_runs_free(pid);
+    assert!(!snap.exists(), "no snapshot from a killed capture");
+}
+
+#[test]
+fn ptscope_killed_mid_record_leaves_the_command_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let snap = dir.path().join("killed.ptscope");
+    let mut rec = Reaped(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(&snap)
+            .arg("--")
+            .arg(&exe)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let children = |p: u32| -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
+            .collect::<String>()
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect()
+    };
+    let mut pid = 0;
+    wait_until("the command under trace", 20, || {
+        pid = children(rec.0.id()).first().copied().unwrap_or(0);
+        pid > 0 && tracer_pid(pid) > 0
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    rec.0.kill().unwrap();
+    rec.0.wait().unwrap();
+    let _target = KillPid(pid);
+    assert_runs_free(pid);
+    assert!(!snap.exists());
+}
+
+/// Kills a process that is not our child when dropped.
+struct KillPid(u32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &self.0.to_string()])
+            .status();
+    }
+}
+
+#[test]
+fn a_target_that_exits_mid_capture_ends_it_with_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exits_soon.c");
+    let mut target = Reaped(Command::new(&exe).spawn().unwrap());
+    let pid = target.0.id();
+    let snap = dir.path().join("exited.ptscope");
+    let mut rec = attach(pid, &snap, 60_000);
+    let st = wait_exit(&mut rec.0, 60);
+    let err = stderr_of(&mut rec.0);
+    assert!(st.success(), "{st}: {err}");
+    assert_eq!(target.0.wait().unwrap().code(), Some(3), "its own exit");
+    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let stop = &info.metadata.as_ref().unwrap().stop;
+    assert!(stop.contains("exit"), "stop reason: {stop}");
+    let spans = decode_json(&snap, &[]);
+    assert!(spans.iter().any(|s| s.name == "tick"));
+}
+
+#[test]
+fn a_target_killed_mid_capture_ends_it_with_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let mut target = Reaped(Command::new(&exe).spawn().unwrap());
+    let pid = target.0.id();
+    let snap = dir.path().join("target-killed.ptscope");
+    let mut rec = attach(pid, &snap, 60_000);
+    wait_until("tracing", 20, || tracer_pid(pid) > 0);
+    std::thread::sleep(Duration::from_millis(500));
+    target.0.kill().unwrap();
+    let st = wait_exit(&mut rec.0, 60);
+    let err = stderr_of(&mut rec.0);
+    assert!(st.success(), "{st}: {err}");
+    let spans = decode_json(&snap, &[]);
+    assert!(spans.iter().any(|s| s.name == "tick"));
+}
+
+#[test]
+fn a_target_that_execs_is_recorded_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "execs.c");
+    let snap = dir.path().join("execs.ptscope");
+    let out = ptscope()
+        .args(["record", "-q", "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The trace holds the new program's run: its images come from the
+    // exec, so decoding names what ran after it.
+    let (code, stderr) = {
+        let o = ptscope().arg("stats").arg(&snap).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn attaching_to_hundreds_of_threads_leaves_them_all_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "many_threads.c");
+    let target = Reaped(Command::new(&exe).spawn().unwrap());
+    let pid = target.0.id();
+    let tasks = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    wait_until("201 threads", 20, || tasks() == 201);
+    let snap = dir.path().join("threads.ptscope");
+    let mut rec = attach(pid, &snap, 500);
+    let st = wait_exit(&mut rec.0, 120);
+    let err = stderr_of(&mut rec.0);
+    assert!(st.success(), "{st}: {err}");
+    assert_eq!(tasks(), 201);
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let tid: u32 = t.unwrap().file_name().to_str().unwrap().parse().unwrap();
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        assert!(s.contains("TracerPid:\t0"), "thread {tid} still traced");
+        let state = s
+            .lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert!(
+            state.starts_with('S') || state.starts_with('R'),
+            "{tid}: {state}"
+        );
+    }
+    assert_runs_free(pid);
+    let (code, stderr) = {
+        let o = ptscope().arg("info").arg(&snap).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_full_disk_leaves_no_half_written_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let snap = out_dir.join("full.ptscope");
+    // A file size limit of 64 KiB stands in for a full disk: writes past
+    // it fail (EFBIG, SIGXFSZ ignored) as they would with ENOSPC.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 128; trap '' XFSZ; exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_ptscope"))
+        .args(["record", "-q", "-o"])
+        .arg(&snap)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("full.ptscope"), "names the file: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
