@@ -321,10 +321,14 @@ fn ctrl_c_takes_the_snapshot_now() {
     while !snap.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", rec.id()))
-        .unwrap_or_default();
-    for child in children.split_whitespace() {
-        let _ = std::process::Command::new("kill").arg(child).status();
+    // The command is a child of the capture process ptscope supervises.
+    let children = |p: String| {
+        std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default()
+    };
+    for capture in children(rec.id().to_string()).split_whitespace() {
+        for child in children(capture.to_string()).split_whitespace() {
+            let _ = std::process::Command::new("kill").arg(child).status();
+        }
     }
     let status = rec.wait().unwrap();
     assert!(status.success(), "{status}");

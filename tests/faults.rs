@@ -127,21 +127,14 @@ fn ptscope_killed_mid_record_leaves_the_command_running() {
             .spawn()
             .unwrap(),
     );
-    let children = |p: u32| -> Vec<u32> {
-        std::fs::read_dir(format!("/proc/{p}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
-            .collect::<String>()
-            .split_whitespace()
-            .filter_map(|c| c.parse().ok())
-            .collect()
-    };
+    // The command is a child of the capture process ptscope supervises.
     let mut pid = 0;
     wait_until("the command under trace", 20, || {
-        pid = children(rec.0.id()).first().copied().unwrap_or(0);
-        pid > 0 && tracer_pid(pid) > 0
+        pid = descendants(rec.0.id())
+            .into_iter()
+            .find(|&p| tracer_pid(p) > 0)
+            .unwrap_or(0);
+        pid > 0
     });
     std::thread::sleep(Duration::from_millis(500));
     rec.0.kill().unwrap();
@@ -149,6 +142,27 @@ fn ptscope_killed_mid_record_leaves_the_command_running() {
     let _target = KillPid(pid);
     assert_runs_free(pid);
     assert!(!snap.exists());
+}
+
+fn children(p: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{p}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
+        .collect::<String>()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+fn descendants(p: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for c in children(p) {
+        out.push(c);
+        out.extend(descendants(c));
+    }
+    out
 }
 
 /// Kills a process that is not our child when dropped.

@@ -11,6 +11,7 @@ use ptscope::recorder::{self, Progress, Request};
 use ptscope_capture::emulated::tracer::{self, Target};
 use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::snapshot::Snapshot;
+use ptscope_capture::supervise;
 use ptscope_capture::trigger::Trigger;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::Engine;
@@ -342,6 +343,12 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
 }
 
 fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
+    // The capture runs in a child that survives us: see `supervise`.
+    if !supervise::adopt().context("cannot start the capture")? {
+        let code = supervise::supervise(std::env::args_os().skip(1))
+            .context("cannot start the capture process")?;
+        return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    }
     let trigger = match (&opts.trigger, opts.duration) {
         (Some(_), Some(_)) => bail!("use either --trigger or --duration, not both"),
         (Some(s), None) => Trigger::Symbol(s.clone()),
@@ -359,6 +366,12 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     req.progress = !opts.quiet;
     signal_hook::flag::register(signal_hook::consts::SIGINT, req.opts.interrupt.clone())
         .context("cannot install the Ctrl-C handler")?;
+    // SIGTERM (also when the supervising ptscope dies) and SIGHUP cancel:
+    // tracees are detached and left running, nothing is written.
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, req.opts.cancel.clone())
+            .context("cannot install the signal handlers")?;
+    }
     let quiet = opts.quiet;
     let mut last_log: Vec<(i32, Vec<u64>)> = Vec::new();
     let saved = recorder::run(
@@ -415,9 +428,18 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     let Some(last) = saved.last() else {
         return Ok(ExitCode::SUCCESS);
     };
-    // A recorded command runs to its end after the snapshot.
+    // A recorded command runs to its end after the snapshot; SIGTERM stops
+    // waiting for it (it runs on).
     let code = match last.child {
-        Some(pid) => tracer::wait_child(pid),
+        Some(pid) => loop {
+            if let Some(code) = tracer::try_wait_child(pid) {
+                break Some(code);
+            }
+            if req.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        },
         None => last.exit_code,
     };
     if let Some(c) = code.filter(|&c| c != 0 && !opts.quiet) {

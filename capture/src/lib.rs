@@ -14,6 +14,7 @@ pub mod perf_data;
 pub mod perf_event;
 pub mod procfs;
 pub mod recording;
+pub mod supervise;
 
 pub use error::CaptureError;
 pub mod buildid;

@@ -122,12 +122,21 @@ pub fn state(pid: i32) -> Option<char> {
 
 /// Whether `sig` has a handler installed in the thread's process (SigCgt).
 pub fn signal_caught(tid: i32, sig: i32) -> bool {
+    signal_in_mask(tid, "SigCgt:", sig)
+}
+
+/// Signal `sig` is pending for thread `tid` itself (not its process).
+pub fn signal_pending(tid: i32, sig: i32) -> bool {
+    signal_in_mask(tid, "SigPnd:", sig)
+}
+
+fn signal_in_mask(tid: i32, field: &str, sig: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
         return false;
     };
     status
         .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|mask| sig >= 1 && mask & (1u64 << (sig - 1)) != 0)
 }

@@ -59,8 +59,9 @@ pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i
         .map_err(|_| spawn_err(std::io::Error::other("bad path")))?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // SAFETY: the child only calls async-signal-safe functions (raise,
-    // execv, _exit) on memory prepared before the fork.
+    let group = crate::supervise::target_group();
+    // SAFETY: the child only calls async-signal-safe functions (chdir,
+    // setpgid, raise, execv, _exit) on memory prepared before the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(spawn_err(std::io::Error::last_os_error()));
@@ -72,6 +73,10 @@ pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i
                 if libc::chdir(d.as_ptr()) != 0 {
                     libc::_exit(127);
                 }
+            }
+            // The terminal's group, where Ctrl-C reaches it.
+            if group > 0 {
+                libc::setpgid(0, group);
             }
             libc::raise(libc::SIGSTOP);
             libc::execv(cprog.as_ptr(), ptrs.as_ptr());

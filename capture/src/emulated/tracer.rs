@@ -59,6 +59,9 @@ enum State {
     InSyscall { since: u64, others: u64 },
     /// Just seen by a clone event, waiting for its first stop.
     Starting,
+    /// Gone under a ptrace call (killed, or its process exiting): only its
+    /// exit status is still to come.
+    Vanished,
 }
 
 struct Thread {
@@ -638,7 +641,7 @@ impl Tracer {
                 };
                 if t.state == State::Starting {
                     // A new thread's first stop.
-                    let rip = ptrace::rip(tid)?;
+                    let rip = first_rip(tid)?;
                     let t = self.threads.get_mut(&tid).unwrap();
                     t.rip = rip;
                     t.state = State::Ready;
@@ -741,7 +744,7 @@ impl Tracer {
                         // PTRACE_EVENT_STOP (group stop or our interrupt).
                         if let Some(t) = self.threads.get_mut(&tid) {
                             if t.state == State::Starting {
-                                t.rip = ptrace::rip(tid)?;
+                                t.rip = first_rip(tid)?;
                                 t.state = State::Ready;
                             } else {
                                 let _ = ptrace::step(tid, None);
@@ -807,13 +810,18 @@ impl Tracer {
             // Collect events from threads in syscalls now and then.
             if self.in_syscall > 0 && self.steps_total.is_multiple_of(64) {
                 while let Some(status) = ptrace::wait(None, true)? {
-                    if self.handle(status)? {
+                    let handled = self.handle(status);
+                    if !self.vanished(&handled) && handled? {
                         return Ok(StopReason::ProcessExit);
                     }
                 }
             }
             if let Some(tid) = self.ready_thread() {
-                if self.step(tid)? {
+                let stepped = self.step(tid);
+                if self.vanished(&stepped) {
+                    continue;
+                }
+                if stepped? {
                     let address = self.symbol.as_ref().and_then(|s| s.address()).unwrap_or(0);
                     let name = self
                         .symbol
@@ -825,7 +833,8 @@ impl Tracer {
                 if self.threads[&tid].state == State::Stepping {
                     let status = ptrace::wait(Some(tid), false)?;
                     if let Some(status) = status {
-                        if self.handle(status)? {
+                        let handled = self.handle(status);
+                        if !self.vanished(&handled) && handled? {
                             return Ok(StopReason::ProcessExit);
                         }
                     }
@@ -854,11 +863,34 @@ impl Tracer {
             };
             self.now += t0.elapsed().as_nanos() as u64;
             if let Some(status) = status {
-                if self.handle(status)? {
+                let handled = self.handle(status);
+                if !self.vanished(&handled) && handled? {
                     return Ok(StopReason::ProcessExit);
                 }
             }
         }
+    }
+
+    /// `r` failed because its thread is gone (ESRCH: a tracee can be killed
+    /// at any time): the thread is no longer driven, and its exit status,
+    /// which waitpid still gives, removes it. Other failures stay errors.
+    fn vanished<T>(&mut self, r: &Result<T, CaptureError>) -> bool {
+        let Err(CaptureError::Ptrace {
+            tid,
+            errno: nix::errno::Errno::ESRCH,
+            ..
+        }) = r
+        else {
+            return false;
+        };
+        if let Some(t) = self.threads.get_mut(tid) {
+            if let State::InSyscall { .. } = t.state {
+                self.in_syscall -= 1;
+            }
+            t.state = State::Vanished;
+            t.stepping = None;
+        }
+        true
     }
 
     /// A blocking wait that still notices Ctrl-C promptly.
@@ -1003,13 +1035,65 @@ impl Tracer {
                             pending = Some(sig);
                         }
                     }
+                    swallow_step_trap(tid);
                     let _ = ptrace::detach(tid, pending);
+                }
+                // Reap its exit status (it may still be a traced zombie).
+                State::Vanished => {
+                    let _ = ptrace::wait(Some(tid), true);
                 }
             }
             self.finish_thread(t);
         }
         self.order.clear();
     }
+}
+
+/// A step into a syscall that our interrupt ended queues the step's
+/// SIGTRAP for when the syscall returns; left pending past the detach it
+/// would kill the process. Let it arrive now, as a signal-delivery stop
+/// the detach then discards (a SIGTRAP of the program's own is kept).
+fn swallow_step_trap(tid: i32) {
+    if !procfs::signal_pending(tid, Signal::SIGTRAP as i32) {
+        return;
+    }
+    if ptrace::cont(tid, None).is_err() {
+        return;
+    }
+    loop {
+        match ptrace::wait(Some(tid), false) {
+            Ok(Some(WaitStatus::Stopped(_, Signal::SIGTRAP))) => {
+                let code = ptrace::si_code(tid).unwrap_or(0);
+                if !(code > 0 && code < 0x80) {
+                    let _ = ptrace::detach(tid, Some(Signal::SIGTRAP));
+                }
+                return;
+            }
+            // Another signal first: hold it for the detach, keep going.
+            Ok(Some(WaitStatus::Stopped(_, sig))) => {
+                if ptrace::cont(tid, Some(sig)).is_err() {
+                    return;
+                }
+            }
+            Ok(Some(WaitStatus::PtraceEvent(..))) => {
+                if ptrace::cont(tid, None).is_err() {
+                    return;
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Where a thread seen for the first time (new, or just attached) resumes.
+/// One stopped inside an interrupted syscall goes back to its `syscall`
+/// instruction when resumed, to run it again: stepping it blocks in the
+/// kernel, which the tracer must know not to wait for.
+fn first_rip(tid: i32) -> Result<u64, CaptureError> {
+    let regs = ptrace::regs(tid)?;
+    // -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK.
+    let restarts = regs.orig_rax as i64 >= 0 && (-516..=-512).contains(&(regs.rax as i64));
+    Ok(if restarts { regs.rip - 2 } else { regs.rip })
 }
 
 /// Runs a capture to its trigger and returns what was recorded. The process
