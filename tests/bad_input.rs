@@ -153,6 +153,7 @@ fn malformed_corpus_gets_clear_answers() {
     let dir = tempfile::tempdir().unwrap();
     let cases = corpus(dir.path());
     assert!(cases.len() >= 20, "{} cases", cases.len());
+    let mut wrong = Vec::new();
     for c in &cases {
         let name = c.path.file_name().unwrap().to_str().unwrap();
         let file = c.path.as_os_str();
@@ -160,25 +161,35 @@ fn malformed_corpus_gets_clear_answers() {
             Expect::Error(needle) => {
                 for cmd in ["info", "decode", "stats"] {
                     let (code, _, err) = run_bounded(&[cmd.as_ref(), file]);
-                    assert_eq!(code, Some(1), "{cmd} {name}: {err}");
-                    assert!(!err.contains("panicked"), "{cmd} {name}: {err}");
-                    assert!(err.contains(name), "{cmd} {name}: names the file: {err}");
-                    assert!(
-                        err.to_lowercase().contains(needle),
-                        "{cmd} {name}: says `{needle}`: {err}"
-                    );
+                    let err = err.trim();
+                    if code != Some(1)
+                        || err.contains("panicked")
+                        || !err.contains(name)
+                        || !needle.split('|').any(|n| err.to_lowercase().contains(n))
+                    {
+                        wrong.push(format!("{cmd} {name} (want `{needle}`): {code:?} {err}"));
+                    }
                 }
             }
             Expect::Opens(label) => {
                 let (code, out, err) = run_bounded(&["decode".as_ref(), file]);
-                assert_eq!(code, Some(0), "decode {name}: {err}");
-                assert!(out.contains(label), "decode {name}: shows `{label}`");
+                if code != Some(0) || !out.contains(label) {
+                    wrong.push(format!(
+                        "decode {name} (want `{label}`): {code:?} {}",
+                        err.trim()
+                    ));
+                }
                 let (code, _, err) = run_bounded(&["stats".as_ref(), file]);
-                assert_eq!(code, Some(0), "stats {name}: {err}");
+                if code != Some(0) {
+                    wrong.push(format!("stats {name}: {code:?} {}", err.trim()));
+                }
             }
         }
         for p in &c.must_not_exist {
-            assert!(!p.exists(), "{name}: wrote {}", p.display());
+            if p.exists() {
+                wrong.push(format!("{name}: wrote {}", p.display()));
+            }
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

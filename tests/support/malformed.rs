@@ -9,7 +9,8 @@ use std::process::Command;
 /// What opening a case must give.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expect {
-    /// A clear error naming the file and saying this (lowercase).
+    /// A clear error naming the file and saying this (lowercase; `|`
+    /// separates what each command may say instead).
     Error(&'static str),
     /// It opens; the decoded calls show this label for what is missing.
     Opens(&'static str),
@@ -160,7 +161,7 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
             &p("script-garbage.txt"),
             b"hello\nthis is not perf script\n",
         ),
-        Error("perf script"),
+        Error("perf script|not a perf.data"),
     ));
 
     // perf.data, broken in each part.
@@ -210,9 +211,17 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     put_u64(&mut b, rec + 8, len - 999);
     v.push(case(write(&p("aux-size-too-small.data"), &b), Error("")));
     let mut b = perf.clone();
-    let body = rec + 48;
-    let noise = xorshift(len as usize, 0xfeed);
-    b[body..body + len as usize].copy_from_slice(&noise);
+    // Garbage from 256 bytes past the first PSB, so that decoding starts
+    // and then fails.
+    let aux_at = rec + 48;
+    let psb = [0x02, 0x82].repeat(8);
+    let first = b[aux_at..aux_at + len as usize]
+        .windows(16)
+        .position(|w| w == psb.as_slice())
+        .expect("a PSB in the demo's trace");
+    let body = aux_at + first + 256;
+    let n = aux_at + len as usize - body;
+    b[body..body + n].copy_from_slice(&xorshift(n, 0xfeed));
     // Garbage PT in a sound file: it opens, and says where decoding failed.
     write(&stage.join("perf.data"), &b);
     let mut members: Vec<&str> = vec!["perf.data", "ptscope.json"];
@@ -227,14 +236,14 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     let whole = std::fs::read(demo()).unwrap();
     v.push(case(
         write(&p("snapshot-cut-in-header.ptscope"), &whole[..300]),
-        Error("truncated"),
+        Error("not a perf.data file or a snapshot archive"),
     ));
     v.push(case(
         write(&p("snapshot-cut.ptscope"), &whole[..whole.len() / 3]),
         Error("truncated"),
     ));
     let mut b = whole.clone();
-    set_tar_size(&mut b[..512], 8 << 30);
+    set_tar_size(&mut b[..512], (8 << 30) - 1);
     v.push(case(write(&p("member-size-lies.ptscope"), &b), Error("")));
     let no_perf: Vec<&str> = members
         .iter()
@@ -260,7 +269,23 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     std::fs::write(stage.join("ptscope.json"), meta).unwrap();
 
     // Binaries missing, stripped, or for another machine: it opens, and
-    // labels what it cannot name.
+    // labels what it cannot name. The mapped paths are moved first (same
+    // lengths), or this machine's own copies would stand in.
+    let mut moved = perf.clone();
+    for (from, to) in [
+        (
+            &b"/usr/lib/x86_64-linux-gnu/"[..],
+            &b"/missing/x86_64-linux-gnu/"[..],
+        ),
+        (b"/assets/demo/demo", b"/assets/demo/gone"),
+    ] {
+        let mut i = 0;
+        while let Some(at) = moved[i..].windows(from.len()).position(|w| w == from) {
+            moved[i + at..i + at + from.len()].copy_from_slice(to);
+            i += at + from.len();
+        }
+    }
+    std::fs::write(stage.join("perf.data"), &moved).unwrap();
     v.push(case(
         tar(
             &p("missing-binaries.ptscope"),
@@ -310,14 +335,15 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     std::fs::write(&escape, b"x").unwrap();
     let inner = stage.join("sub");
     std::fs::create_dir_all(&inner).unwrap();
-    let mut dotdot: Vec<String> = members.iter().map(|m| format!("../stage/{m}")).collect();
-    dotdot.push("../escaped-by-dotdot".into());
+    // From stage/sub: `../` is the stage, `../../` the corpus directory.
+    let mut dotdot: Vec<String> = members.iter().map(|m| format!("../{m}")).collect();
+    dotdot.push("../../escaped-by-dotdot".into());
     let dotdot: Vec<&str> = dotdot.iter().map(|s| s.as_str()).collect();
     let out = tar(&p("dotdot-member.ptscope"), &inner, &dotdot, &["-P"]);
     std::fs::remove_file(&escape).unwrap();
     v.push(Case {
         path: out,
-        expect: Error("path"),
+        expect: Error("escapes the archive"),
         must_not_exist: vec![escape],
     });
     let abs = dir.join("escaped-by-absolute-path");
@@ -329,7 +355,7 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     std::fs::remove_file(&abs).unwrap();
     v.push(Case {
         path: out,
-        expect: Error("path"),
+        expect: Error("escapes the archive"),
         must_not_exist: vec![abs],
     });
     v

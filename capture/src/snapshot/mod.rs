@@ -274,7 +274,19 @@ impl Snapshot {
             }
         }
         let p = Path::new(path);
-        (!vdso && p.is_absolute() && p.is_file()).then(|| p.to_path_buf())
+        if vdso || !p.is_absolute() || !p.is_file() {
+            return None;
+        }
+        // Another build at the same path is another binary: its code is not
+        // what ran.
+        if let Some(id) = build_id {
+            let data = std::fs::read(p).ok()?;
+            let local = buildid::elf_build_id(&data).unwrap_or_else(|| buildid::content_id(&data));
+            if local != id {
+                return None;
+            }
+        }
+        Some(p.to_path_buf())
     }
 }
 
