@@ -464,6 +464,92 @@ fn every_malformed_input_is_explained_and_the_app_stays_usable() {
     h.get_by_label("Timeline tracks");
 }
 
+/// Resident memory of this process, bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// Long use: thousands of random zooms and pans over a 4 MiB snapshot
+/// (the benchmarks' capture grown: more line-level detail than the cache
+/// holds), down to line level and back, frame after frame. The line cache
+/// stays within its budget, evicting, and memory stops growing once the
+/// caches are warm. Prints the figures (ROBUSTNESS.md has them).
+#[test]
+fn long_random_exploring_keeps_memory_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("grown.ptscope");
+    ptscope::scale::grow(&support::bench_snapshot(), &snap, 4 << 20).unwrap();
+    let mut h = harness_with(&[&snap]);
+    let (lo, hi) = view(&h).bounds().expect("spans");
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n.max(1)
+    };
+    // PTSCOPE_SOAK_STEPS for a longer soak.
+    let steps: usize = std::env::var("PTSCOPE_SOAK_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let mut rss_at = Vec::new();
+    let mut peak_cache = 0;
+    for i in 0..steps {
+        let tab = h.state_mut().active_tab_mut().unwrap();
+        let v = tab.view_mut().unwrap();
+        match rnd(4) {
+            // Jump somewhere, at any width from 100 ns to the whole trace.
+            0 => {
+                let width = 100u64 << rnd(28);
+                let from = lo + rnd((hi - lo).saturating_sub(width).max(1));
+                v.zoom_to(from, (from + width).min(hi));
+            }
+            1 => v.zoom_at(if rnd(2) == 0 { 0.5 } else { 2.0 }, rnd(100) as f64 / 100.0),
+            2 => v.pan_ns((rnd(2000) as f64 - 1000.0) * 1e3),
+            _ => v.fit_all(),
+        }
+        h.run_steps(1);
+        // Let line-level windows finish decoding, as a user who stops to
+        // look would; the rest are superseded and cancelled.
+        let (a, b) = view(&h).view_range();
+        if ((b - a) as f64) < view(&h).line_threshold() || i % 50 == 0 {
+            if let Some(d) = view(&h).line_detail() {
+                d.wait();
+                peak_cache = peak_cache.max(d.figures().peak_bytes);
+            }
+            h.run_steps(1);
+        }
+        if i % 500 == 499 {
+            rss_at.push(rss());
+        }
+    }
+    let budget = ptscope_decoder::detail::DEFAULT_BUDGET;
+    let figures = view(&h).line_detail().map(|d| d.figures());
+    println!(
+        "{steps} steps; line cache peak {} MiB of {} MiB; {:?}; RSS every 500 steps (MiB): {:?}",
+        peak_cache >> 20,
+        budget >> 20,
+        figures,
+        rss_at.iter().map(|r| r >> 20).collect::<Vec<_>>()
+    );
+    assert!(peak_cache <= budget, "cache {peak_cache} over {budget}");
+    let f = figures.expect("line-level detail");
+    assert!(f.decoded > 100, "went down to lines: {f:?}");
+    assert!(f.evicted > 0, "filled the cache: {f:?}");
+    // Warm after the first half: the second half adds at most 64 MiB.
+    let half = rss_at[rss_at.len() / 2 - 1];
+    let last = *rss_at.last().unwrap();
+    assert!(
+        last <= half + (64 << 20),
+        "memory grows: {} MiB then {} MiB",
+        half >> 20,
+        last >> 20
+    );
+}
+
 #[test]
 fn renders_with_wgpu_on_lavapipe() {
     let mut h = Harness::builder()
