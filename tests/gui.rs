@@ -12,6 +12,15 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope::gui::{demo_path, App};
 
+/// Held by tests that start processes or capture. The in-process emulated
+/// tracer waits for any child (`waitpid(-1)`), so it would reap the other
+/// tests' children (tar, cc, Xvfb) out from under them; and a capture
+/// single-stepping under a heavy test misses its deadlines.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn harness_with(files: &[&Path]) -> Harness<'static, App> {
     let mut h = Harness::builder()
         .with_size([1280.0, 800.0])
@@ -225,6 +234,7 @@ fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
 /// the Disassembly view lists churn's instructions under mix's lines.
 #[test]
 fn inlined_code_shows_as_marked_line_spans() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = support::build(dir.path(), "inline.c");
     let (snap, _) = support::record(dir.path(), "inline", &[], &[exe.to_str().unwrap()]);
@@ -432,6 +442,7 @@ fn a_bad_file_shows_its_error_and_the_app_stays_usable() {
 /// and the app stays usable throughout.
 #[test]
 fn every_malformed_input_is_explained_and_the_app_stays_usable() {
+    let _serial = serial();
     use support::malformed::{corpus, Expect};
     let dir = tempfile::tempdir().unwrap();
     let cases = corpus(dir.path());
@@ -478,6 +489,7 @@ fn rss() -> u64 {
 /// caches are warm. Prints the figures (ROBUSTNESS.md has them).
 #[test]
 fn long_random_exploring_keeps_memory_bounded() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("grown.ptscope");
     ptscope::scale::grow(&support::bench_snapshot(), &snap, 4 << 20).unwrap();
@@ -574,6 +586,7 @@ fn renders_with_wgpu_on_lavapipe() {
 /// (the README's come from here: `scripts/screenshots`).
 #[test]
 fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
+    let _serial = serial();
     let Some(xvfb) = which("Xvfb") else {
         panic!("Xvfb is not installed; the tests need it (scripts/test installs xvfb)");
     };
@@ -667,6 +680,7 @@ fn which(prog: &str) -> Option<PathBuf> {
 /// triggering one. The process keeps running.
 #[test]
 fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let built = support::build(dir.path(), "forever.c");
     let exe = dir.path().join("kittest_target");
@@ -769,6 +783,7 @@ impl Drop for Killed {
 /// Cancel stops tracing, saves nothing and leaves the target running.
 #[test]
 fn capture_panel_cancel_leaves_the_target_alone() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = support::build(dir.path(), "forever.c");
     let child = Killed(
