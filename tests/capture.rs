@@ -322,12 +322,11 @@ fn ctrl_c_takes_the_snapshot_now() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // The command is a child of the capture process ptscope supervises.
-    let children = |p: String| {
-        std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default()
-    };
-    for capture in children(rec.id().to_string()).split_whitespace() {
-        for child in children(capture.to_string()).split_whitespace() {
-            let _ = std::process::Command::new("kill").arg(child).status();
+    for capture in children(rec.id()) {
+        for child in children(capture) {
+            let _ = std::process::Command::new("kill")
+                .arg(child.to_string())
+                .status();
         }
     }
     let status = rec.wait().unwrap();

@@ -144,18 +144,6 @@ fn ptscope_killed_mid_record_leaves_the_command_running() {
     assert!(!snap.exists());
 }
 
-fn children(p: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{p}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
-        .collect::<String>()
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
-        .collect()
-}
-
 fn descendants(p: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for c in children(p) {
@@ -218,28 +206,17 @@ fn a_target_that_execs_is_recorded_to_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "execs.c");
     let snap = dir.path().join("execs.ptscope");
-    let out = ptscope()
-        .args(["record", "-q", "-o"])
-        .arg(&snap)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(&snap)
+            .arg("--")
+            .arg(&exe),
+        "ptscope record",
     );
     // The trace holds the new program's run: its images come from the
     // exec, so decoding names what ran after it.
-    let (code, stderr) = {
-        let o = ptscope().arg("stats").arg(&snap).output().unwrap();
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    };
-    assert_eq!(code, Some(0), "{stderr}");
+    run_ok(ptscope().arg("stats").arg(&snap), "ptscope stats");
 }
 
 #[test]
@@ -262,28 +239,12 @@ fn attaching_to_hundreds_of_threads_leaves_them_all_running() {
     assert_eq!(tasks(), 201);
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let tid: u32 = t.unwrap().file_name().to_str().unwrap().parse().unwrap();
-        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
-        assert!(s.contains("TracerPid:\t0"), "thread {tid} still traced");
-        let state = s
-            .lines()
-            .find_map(|l| l.strip_prefix("State:"))
-            .unwrap()
-            .trim()
-            .to_string();
-        assert!(
-            state.starts_with('S') || state.starts_with('R'),
-            "{tid}: {state}"
-        );
+        assert_eq!(tracer_pid(tid), 0, "thread {tid} still traced");
+        let state = process_state(tid);
+        assert!(state == "S" || state == "R", "{tid}: {state}");
     }
     assert_runs_free(pid);
-    let (code, stderr) = {
-        let o = ptscope().arg("info").arg(&snap).output().unwrap();
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    };
-    assert_eq!(code, Some(0), "{stderr}");
+    run_ok(ptscope().arg("info").arg(&snap), "ptscope info");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The memory image of a traced process: which file bytes sit at which
 //! address, from MMAP2 sideband and the binaries the snapshot carries.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use ptscope_capture::snapshot::{Snapshot, Trace};
@@ -15,6 +16,9 @@ pub struct Section {
     /// The path the process had mapped.
     pub mapped_path: String,
 }
+
+/// A binary found for a mapping, and its length.
+type Bundled = (PathBuf, u64);
 
 /// `file` is an ELF file for a machine other than x86 (whose trace this
 /// cannot be).
@@ -39,18 +43,24 @@ fn foreign_elf(file: &std::path::Path) -> bool {
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
+    // A binary is mapped several times (text, data, ...): look it up once.
+    let mut found: HashMap<(Option<&[u8]>, &str), Option<Bundled>> = HashMap::new();
     for m in trace
         .mmaps
         .iter()
         .filter(|m| pid.is_none_or(|p| p == m.pid))
     {
-        // Code for another machine cannot be what ran: as good as missing.
-        match snap
-            .find_binary(m.build_id.as_deref(), &m.path)
-            .filter(|f| !foreign_elf(f))
-        {
-            Some(file) => {
-                let file_len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
+        let key = (m.build_id.as_deref(), m.path.as_str());
+        let hit = found.entry(key).or_insert_with(|| {
+            // Code for another machine cannot be what ran: as good as missing.
+            let file = snap
+                .find_binary(m.build_id.as_deref(), &m.path)
+                .filter(|f| !foreign_elf(f))?;
+            let len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
+            Some((file, len))
+        });
+        match hit.clone() {
+            Some((file, file_len)) => {
                 if m.pgoff >= file_len {
                     continue;
                 }

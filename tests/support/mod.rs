@@ -18,7 +18,7 @@ pub fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs")
 }
 
-fn run_ok(cmd: &mut Command, what: &str) -> Output {
+pub fn run_ok(cmd: &mut Command, what: &str) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
@@ -317,6 +317,19 @@ pub fn bench_snapshot() -> PathBuf {
 }
 
 /// The scheduler state letter of a process ("?" when it is gone).
+/// The children of process `p` (of all its threads).
+pub fn children(p: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{p}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ")
+        .collect::<String>()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
 pub fn process_state(pid: u32) -> String {
     ptscope_capture::procfs::state(pid as i32).map_or("?".into(), String::from)
 }
