@@ -316,7 +316,7 @@ impl CapturePanel {
                         });
                     }
                 }
-                let _ = tx.send(Message::Done(result.map_err(|e| format!("{e:#}"))));
+                let _ = tx.send(Message::Done(result.map_err(|e| crate::explain(&e))));
             });
         match thread {
             Ok(t) => {

@@ -188,6 +188,7 @@ impl<'a> InsnDecoder<'a> {
         let event_pending = sys::pt_status_flag_pts_event_pending as i32;
         let eos_flag = sys::pt_status_flag_pts_eos as i32;
         let mut last_fail: Option<u64> = None;
+        let mut idle = Idle::default();
         // SAFETY: dec is live for the whole walk; all out-structs are zeroed
         // plain data of the sizes we pass.
         unsafe {
@@ -244,6 +245,10 @@ impl<'a> InsnDecoder<'a> {
                         size: insn.size,
                         iclass: insn.iclass,
                     });
+                    if idle.stuck(self.offset()) {
+                        stats.errors.push((self.offset(), PtError::BAD_QUERY));
+                        continue 'sync;
+                    }
                 }
             }
         }
@@ -259,6 +264,38 @@ impl Drop for InsnDecoder<'_> {
             sys::pt_insn_free_decoder(self.dec);
             sys::pt_image_free(self.image);
         }
+    }
+}
+
+/// Steps (blocks or instructions) libipt may return without reading a
+/// packet before we call it an endless loop, as our flow decoder does:
+/// code that runs on with no TNT or TIP (`jmp .`, or a damaged trace that
+/// lands in a cycle of direct jumps) would otherwise be followed forever.
+const MAX_IDLE_STEPS: u32 = 1 << 20;
+
+/// Counts steps at one trace offset.
+#[derive(Default)]
+struct Idle {
+    at: u64,
+    steps: u32,
+}
+
+impl Idle {
+    /// Whether the walk is stuck at `offset`; resets when it moves on.
+    fn stuck(&mut self, offset: u64) -> bool {
+        if offset != self.at {
+            *self = Idle {
+                at: offset,
+                steps: 0,
+            };
+            return false;
+        }
+        self.steps += 1;
+        if self.steps > MAX_IDLE_STEPS {
+            self.steps = 0;
+            return true;
+        }
+        false
     }
 }
 
@@ -487,6 +524,7 @@ impl<'a> BlockDecoder<'a> {
         let event_pending = sys::pt_status_flag_pts_event_pending as i32;
         let eos_flag = sys::pt_status_flag_pts_eos as i32;
         let mut last_fail: Option<u64> = None;
+        let mut idle = Idle::default();
         macro_rules! emit {
             ($item:expr) => {
                 if !on_item(self, $item) {
@@ -549,6 +587,14 @@ impl<'a> BlockDecoder<'a> {
                 let mut b: sys::pt_block = unsafe { zeroed() };
                 // SAFETY: dec is live; b is a valid out-struct.
                 st = unsafe { sys::pt_blk_next(self.dec, &mut b, size_of::<sys::pt_block>()) };
+                if st >= 0 && idle.stuck(self.offset()) {
+                    emit!(BlockItem::Error {
+                        offset: self.offset(),
+                        error: PtError::BAD_QUERY,
+                        ip: None
+                    });
+                    continue 'sync;
+                }
                 // A block that comes back with an error still ran.
                 if b.ninsn > 0 {
                     emit!(BlockItem::Block(Block {

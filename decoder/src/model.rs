@@ -91,6 +91,46 @@ impl Model {
     pub fn span_count(&self) -> usize {
         self.threads.iter().map(|t| t.spans.span_count()).sum()
     }
+
+    /// The model as text, function ids replaced by names: every span with
+    /// its times and flags, every checkpoint and its stack, the counters.
+    /// Two decodes agree exactly when these lines do (tests and fuzzing
+    /// compare them).
+    pub fn canonical(&self) -> Vec<String> {
+        let name = |f: FuncId| {
+            let f = self.funcs.get(f);
+            format!("{}@{:x}/{:?}", f.name, f.entry, f.kind)
+        };
+        let mut out = Vec::new();
+        for t in &self.threads {
+            let s = &t.spans;
+            out.push(format!("thread {} {} {:?}", s.pid, s.tid, t.walk));
+            for (depth, lane) in s.lanes() {
+                for (i, sp) in lane.iter().enumerate() {
+                    out.push(format!(
+                        "{depth} {} {} {} {:x}",
+                        name(sp.func()),
+                        sp.start,
+                        s.end(depth, i),
+                        sp.flags()
+                    ));
+                }
+            }
+            for c in &t.checkpoints {
+                let frames = &t.checkpoint_frames
+                    [c.stack_start as usize..(c.stack_start + c.stack_len) as usize];
+                let frames: Vec<String> = frames
+                    .iter()
+                    .map(|&(f, t)| format!("{}:{t}", name(f)))
+                    .collect();
+                out.push(format!(
+                    "cp {} {} {} {:x} {} {} {} {} {frames:?}",
+                    c.offset, c.time, c.tsc, c.ip, c.insn, c.queue, c.begins, c.depth
+                ));
+            }
+        }
+        out
+    }
 }
 
 /// Which threads to decode, and how.
@@ -124,9 +164,41 @@ impl SymbolCache {
     pub fn get(&mut self, file: &Path) -> Option<Arc<ModuleSymbols>> {
         self.modules
             .entry(file.to_path_buf())
-            .or_insert_with(|| ModuleSymbols::load(file).ok().map(Arc::new))
+            .or_insert_with(|| shared_symbols(file))
             .clone()
     }
+}
+
+/// A file's identity: the same inode, unchanged.
+type FileId = (u64, u64, u64, i64, i64);
+
+/// Symbols any live model in the process already loaded from the same
+/// unchanged file: a re-decode (another engine, other threads) or a second
+/// model of the same snapshot shares them instead of parsing libc again.
+/// Weak, so they go with the last model that uses them.
+fn shared_symbols(file: &Path) -> Option<Arc<ModuleSymbols>> {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::{Mutex, Weak};
+    static SHARED: Mutex<Option<HashMap<FileId, Weak<ModuleSymbols>>>> = Mutex::new(None);
+    let id = std::fs::metadata(file)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+    if let Some(id) = id {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        let map = shared.get_or_insert_with(HashMap::new);
+        if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
+            return Some(m);
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+    }
+    let m = Arc::new(ModuleSymbols::load(file).ok()?);
+    if let Some(id) = id {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared
+            .get_or_insert_with(HashMap::new)
+            .insert(id, Arc::downgrade(&m));
+    }
+    Some(m)
 }
 
 #[derive(Clone)]
@@ -430,7 +502,7 @@ fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, Pt
     Ok(image)
 }
 
-fn decode_trace(
+pub fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
     opts: &DecodeOptions,
@@ -947,44 +1019,6 @@ mod tests {
         Snapshot::open(&path).expect("the bundled demo opens")
     }
 
-    /// A model as text, function ids replaced by names: every span with
-    /// its times and flags, every checkpoint and its stack, the counters.
-    pub(crate) fn canon(m: &Model) -> Vec<String> {
-        let name = |f: FuncId| {
-            let f = m.funcs.get(f);
-            format!("{}@{:x}/{:?}", f.name, f.entry, f.kind)
-        };
-        let mut out = Vec::new();
-        for t in &m.threads {
-            let s = &t.spans;
-            out.push(format!("thread {} {} {:?}", s.pid, s.tid, t.walk));
-            for (depth, lane) in s.lanes() {
-                for (i, sp) in lane.iter().enumerate() {
-                    out.push(format!(
-                        "{depth} {} {} {} {:x}",
-                        name(sp.func()),
-                        sp.start,
-                        s.end(depth, i),
-                        sp.flags()
-                    ));
-                }
-            }
-            for c in &t.checkpoints {
-                let frames = &t.checkpoint_frames
-                    [c.stack_start as usize..(c.stack_start + c.stack_len) as usize];
-                let frames: Vec<String> = frames
-                    .iter()
-                    .map(|&(f, t)| format!("{}:{t}", name(f)))
-                    .collect();
-                out.push(format!(
-                    "cp {} {} {} {:x} {} {} {} {} {frames:?}",
-                    c.offset, c.time, c.tsc, c.ip, c.insn, c.queue, c.begins, c.depth
-                ));
-            }
-        }
-        out
-    }
-
     /// The first line where two canonical models differ, with context.
     pub(crate) fn assert_same(a: &[String], b: &[String]) {
         if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
@@ -997,6 +1031,24 @@ mod tests {
                 ctx(b)
             );
         }
+    }
+
+    #[test]
+    fn symbols_of_an_unchanged_file_are_shared_while_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("demo");
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        std::fs::copy(&demo, &file).unwrap();
+        let a = SymbolCache::default().get(&file).unwrap();
+        let b = SymbolCache::default().get(&file).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "a second cache parses again");
+        drop((a, b));
+        let c = SymbolCache::default().get(&file).unwrap();
+        // A changed file is another file.
+        std::fs::copy(&demo, dir.path().join("other")).unwrap();
+        std::fs::rename(dir.path().join("other"), &file).unwrap();
+        let d = SymbolCache::default().get(&file).unwrap();
+        assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
     }
 
     #[test]
@@ -1027,7 +1079,7 @@ mod tests {
                 },
             )
             .unwrap();
-            assert_same(&canon(&one), &canon(&many));
+            assert_same(&one.canonical(), &many.canonical());
         }
     }
 
@@ -1069,7 +1121,7 @@ mod tests {
             first_chunk_bytes: 1,
             retime: false,
         });
-        assert_same(&canon(&one), &canon(&many));
+        assert_same(&one.canonical(), &many.canonical());
     }
 
     #[test]

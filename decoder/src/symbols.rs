@@ -619,10 +619,12 @@ fn unwind_functions<'d, Elf: FileHeader<Endian = Endianness>>(
         let Ok(func) = u32::try_from(funcs.len()) else {
             break;
         };
+        // A segment's offset is the file's word: it may be absurd.
         let offset = segments
             .iter()
             .find(|s| start >= s.vaddr && start - s.vaddr < s.filesz)
-            .map_or(start, |s| start - s.vaddr + s.offset);
+            .and_then(|s| s.offset.checked_add(start - s.vaddr))
+            .unwrap_or(start);
         funcs.push(PendingFunc {
             entry: start,
             end,

@@ -82,6 +82,16 @@ impl Snapshot {
         Self::open_archive(path)
     }
 
+    /// A plain perf.data already in memory; `path` names it in messages.
+    pub fn from_perf_data(path: &Path, perf_data: Vec<u8>) -> Snapshot {
+        Snapshot {
+            path: path.to_path_buf(),
+            perf_data,
+            metadata: None,
+            cache: None,
+        }
+    }
+
     /// Only the metadata of a `.ptscope` snapshot (None for a plain
     /// perf.data or an archive without it), without extracting anything:
     /// the archive's other members are skipped by seeking.

@@ -1,0 +1,260 @@
+//! What each fuzz target does with one input. Shared by the cargo-fuzz
+//! binaries (`fuzz_targets/`) and the regression test
+//! (`tests/fuzz_regressions.rs`), which replays every input that ever found
+//! a crash, a hang or a blow-up, so they stay fixed on stable Rust.
+//!
+//! Each target drives a reader as the app does and then uses what it read:
+//! an error is a fine answer, a panic, an abort or a runaway allocation is
+//! not.
+
+#![allow(dead_code)]
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use ptscope_capture::perf_data::PerfDataFile;
+use ptscope_capture::snapshot::{Snapshot, Trace};
+use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::model::{decode_snapshot, decode_trace, DecodeOptions, Engine, Model};
+
+/// The repository root, found upward from the crate that includes us.
+pub fn root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("assets/demo/demo.ptscope").exists() {
+        assert!(dir.pop(), "no assets/demo/demo.ptscope above the crate");
+    }
+    dir
+}
+
+/// The bundled demo, opened once: its binaries are the real image that
+/// fuzzed PT runs over.
+/// A model of it stays alive so that every decode shares its symbols
+/// instead of parsing libc again.
+fn demo() -> &'static Snapshot {
+    static DEMO: OnceLock<(Snapshot, Model)> = OnceLock::new();
+    &DEMO
+        .get_or_init(|| {
+            let snap =
+                Snapshot::open(&root().join("assets/demo/demo.ptscope")).expect("the demo opens");
+            let model = decode_snapshot(&snap, &DecodeOptions::default()).expect("it decodes");
+            (snap, model)
+        })
+        .0
+}
+
+/// Whether every PSB pattern in `pt` starts a packet. A damaged trace can
+/// hold one inside another packet: a single walk reads past it as payload,
+/// while the chunked pass, which cuts at PSB patterns without parsing, starts
+/// a chunk there. Only then may the two differ (ROBUSTNESS.md).
+fn psbs_aligned(pt: &[u8]) -> bool {
+    use ptscope_decoder::packet::{psb_offsets, Packets};
+    let starts: std::collections::HashSet<usize> = Packets::new(pt).map(|(at, _)| at).collect();
+    psb_offsets(pt).iter().all(|p| starts.contains(p))
+}
+
+/// Both engines, and the flow engine cut into tiny chunks so that small
+/// inputs still cross seams. With `PTSCOPE_FUZZ_DIFF=1` the flow engine's
+/// two ways must also agree: they do on every sound trace, but not yet on
+/// every damaged one (ROBUSTNESS.md), so crash hunting runs without it.
+fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
+    let compare = std::env::var_os("PTSCOPE_FUZZ_DIFF").is_some_and(|v| v == "1");
+    let comparable = compare
+        && match trace {
+            Some(t) => t.streams.iter().all(|s| psbs_aligned(&s.data)),
+            None => snap
+                .trace()
+                .is_ok_and(|t| t.streams.iter().all(|s| psbs_aligned(&s.data))),
+        };
+    let decode = |engine, parallel| {
+        let opts = DecodeOptions {
+            engine,
+            parallel,
+            ..DecodeOptions::default()
+        };
+        match trace {
+            Some(t) => decode_trace(snap, t, &opts),
+            None => decode_snapshot(snap, &opts),
+        }
+    };
+    let one = decode(Engine::Flow, Parallel::sequential());
+    let chunked = decode(
+        Engine::Flow,
+        Parallel {
+            workers: 2,
+            chunk_bytes: 64,
+            first_chunk_bytes: 64,
+            retime: false,
+        },
+    );
+    match (&one, &chunked) {
+        _ if !comparable => {}
+        (Ok(a), Ok(b)) => {
+            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
+                panic!("one walk and chunks disagree:\n{diff}");
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => panic!(
+            "one walk and chunks disagree: {:?} vs {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
+    let _ = decode(Engine::Libipt, Parallel::sequential());
+    if let Ok(model) = one {
+        fine_pass(&model);
+    }
+}
+
+/// Where two canonical models first differ, with a little context.
+fn first_difference(a: &[String], b: &[String]) -> Option<String> {
+    let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    let around = |v: &[String]| {
+        let lo = i.saturating_sub(2).min(v.len());
+        let hi = (i + 3).min(v.len());
+        v[lo..hi].join("\n")
+    };
+    Some(format!(
+        "line {i} of {}/{}\n-- one walk:\n{}\n-- chunks:\n{}",
+        a.len(),
+        b.len(),
+        around(a),
+        around(b)
+    ))
+}
+
+/// Re-decodes the first segments of every thread down to lines, as a
+/// zoom would, and disassembles where they went.
+fn fine_pass(model: &Model) {
+    let Some(src) = &model.lines else { return };
+    for t in &model.threads {
+        for i in 0..t.checkpoints.len().min(2) {
+            if let Ok(seg) = src.decode_segment(t, i, None) {
+                let _ = seg.time_range();
+                for l in seg.lines.iter().take(4) {
+                    let _ = seg.frame(l);
+                }
+            }
+            let _ = src.disassemble(t.spans.pid, t.checkpoints[i].ip);
+        }
+    }
+}
+
+/// A perf.data file from anywhere: header, attrs, features, every record,
+/// the trace model, then a decode with whatever binaries it names (none
+/// are on hand, so all are missing).
+pub fn perf_data(data: &[u8]) {
+    let Ok(file) = PerfDataFile::parse(data) else {
+        return;
+    };
+    for rec in file.records() {
+        if rec.is_err() {
+            break;
+        }
+    }
+    if Trace::from_perf(&file).is_err() {
+        return;
+    }
+    let snap = Snapshot::from_perf_data(Path::new("fuzz.perf.data"), data.to_vec());
+    decode_all_ways(&snap, None);
+}
+
+/// A `.ptscope` archive (or perf.data) from a colleague: written to a file
+/// because that is what the reader opens, then opened, its metadata read
+/// and the whole thing decoded.
+pub fn snapshot(data: &[u8]) {
+    let dir = tempdir();
+    let path = dir.join("input.ptscope");
+    std::fs::write(&path, data).expect("write the input");
+    let _ = Snapshot::read_metadata(&path);
+    if let Ok(snap) = Snapshot::open(&path) {
+        if let Ok(trace) = snap.trace() {
+            for s in &trace.streams {
+                let _ = ptscope_decoder::packet::psb_offsets(&s.data);
+            }
+            decode_all_ways(&snap, Some(&trace));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Random and mutated PT over the demo's real image: the bytes replace the
+/// first queue's trace (the others are emptied) and go through our packet
+/// parser, both engines, the chunked pass and the fine pass.
+pub fn pt_decode(data: &[u8]) {
+    for (_, p) in ptscope_decoder::packet::Packets::new(data) {
+        let _ = p.map(|p| format!("{p:?}"));
+    }
+    let snap = demo();
+    let mut trace = snap.trace().expect("the demo's trace");
+    for (i, s) in trace.streams.iter_mut().enumerate() {
+        s.data = Cow::Borrowed(if i == 0 { data } else { &[] });
+    }
+    decode_all_ways(snap, Some(&trace));
+}
+
+/// An ELF file as a binary in a snapshot: symbols, segments, lines and
+/// inlined frames at every function and at addresses the input picks.
+pub fn symbols(data: &[u8]) {
+    use ptscope_decoder::symbols::{demangle, ModuleSymbols};
+    let _ = ptscope_capture::buildid::elf_build_id(data);
+    let Ok(m) = ModuleSymbols::from_bytes(Path::new("fuzz.elf"), data) else {
+        return;
+    };
+    let _ = (m.has_symbols(), m.has_debug_info(), m.debug_info_problem());
+    let mut addrs: Vec<u64> = m.functions().take(64).map(|f| f.entry).collect();
+    addrs.extend(
+        data.chunks_exact(8)
+            .take(16)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+    );
+    for a in addrs {
+        if let Some(f) = m.function(a) {
+            let _ = demangle(f.name);
+        }
+        let _ = m.location(a);
+        let _ = m.source_frames(a);
+        let _ = m.inline_frames(a);
+        let _ = m.svma_to_file_offset(a);
+        let _ = m.file_offset_to_svma(a);
+    }
+}
+
+/// `perf script` branch text: every line parsed, the whole imported, and
+/// its spans rebuilt.
+pub fn perf_script(data: &[u8]) {
+    use ptscope_decoder::perf_script::{import, parse_line};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    for line in text.lines() {
+        let _ = parse_line(line);
+    }
+    if let Ok(script) = import(text, Path::new("fuzz.perf-script")) {
+        let model = ptscope_decoder::model::from_script(script);
+        let _ = (model.time_range(), model.span_count());
+    }
+}
+
+/// A fresh directory per input, under the temporary directory.
+fn tempdir() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ptscope-fuzz-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("make a temporary directory");
+    dir
+}
+
+/// Every target by name, for the regression test.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("perf_data", perf_data),
+    ("snapshot", snapshot),
+    ("pt_decode", pt_decode),
+    ("symbols", symbols),
+    ("perf_script", perf_script),
+];
