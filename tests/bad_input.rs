@@ -202,3 +202,20 @@ fn malformed_corpus_gets_clear_answers() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// A trace with no PSB cannot be decoded at all: the demo with every PSB
+/// overwritten still opens, and both the CLI and the window say why its
+/// thread has no calls instead of showing nothing silently.
+#[test]
+fn a_trace_without_a_psb_is_reported_not_silently_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let dst = support::malformed::without_psbs(dir.path());
+    let (code, out, err) = run_bounded(&["decode".as_ref(), dst.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("no-psb.ptscope: the 32768 bytes of trace of thread")
+            && err.contains("hold no PSB packet to synchronize on"),
+        "{err}"
+    );
+    assert!(out.contains("0 spans"), "{out}");
+}

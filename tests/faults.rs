@@ -111,6 +111,67 @@ fn ptscope_killed_mid_capture_leaves_an_attached_target_running() {
     assert!(!snap.exists(), "no snapshot from a killed capture");
 }
 
+/// Set for the window stand-in below: the pid to capture, and where.
+const WINDOW_ENV: &str = "PTSCOPE_TEST_WINDOW";
+
+/// A stand-in for the window, run as its own process by the test below:
+/// the Capture panel's own code starts a capture of the pid in
+/// `PTSCOPE_TEST_WINDOW` and waits to be killed.
+#[test]
+#[ignore = "a helper process of the_window_killed_mid_capture_leaves_the_target_running"]
+fn window_stand_in() {
+    let Some(arg) = std::env::var_os(WINDOW_ENV) else {
+        return;
+    };
+    let (pid, out) = arg.to_str().unwrap().split_once(':').unwrap();
+    let mut panel = ptscope::capture_panel::CapturePanel::new();
+    panel.exe = env!("CARGO_BIN_EXE_ptscope").into();
+    panel.pid = Some(pid.parse().unwrap());
+    panel.trigger = ptscope::capture_panel::TriggerKind::Manual;
+    panel.output_dir = out.into();
+    panel.start();
+    loop {
+        panel.poll();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_window_killed_mid_capture_leaves_the_target_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "forever.c");
+    let target = Reaped(Command::new(&exe).stdout(Stdio::null()).spawn().unwrap());
+    let pid = target.0.id();
+    let out = dir.path().join("captures");
+    let mut window = Reaped(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "window_stand_in", "--ignored", "--nocapture"])
+            .env(WINDOW_ENV, format!("{pid}:{}", out.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("tracing", 30, || tracer_pid(pid) > 0);
+    let tracer = tracer_pid(pid) as u32;
+    // The window is not the tracer: its capture process is.
+    assert_ne!(tracer, window.0.id());
+    std::thread::sleep(Duration::from_millis(500));
+    window.0.kill().unwrap();
+    window.0.wait().unwrap();
+    wait_until("the capture process to end", 30, || {
+        !Path::new(&format!("/proc/{tracer}")).exists() || process_state(tracer) == "Z"
+    });
+    assert_runs_free(pid);
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        written.is_empty(),
+        "a killed window's capture wrote {written:?}"
+    );
+}
+
 #[test]
 fn ptscope_killed_mid_record_leaves_the_command_running() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,9 +12,7 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope::gui::{demo_path, App};
 
-/// Held by tests that start processes or capture. The in-process emulated
-/// tracer waits for any child (`waitpid(-1)`), so it would reap the other
-/// tests' children (tar, cc, Xvfb) out from under them; and a capture
+/// Held by tests that start processes or capture: a capture
 /// single-stepping under a heavy test misses its deadlines.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -25,6 +23,8 @@ fn harness_with(files: &[&Path]) -> Harness<'static, App> {
     let mut h = Harness::builder()
         .with_size([1280.0, 800.0])
         .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    // Captures run the real program, not this test binary.
+    h.state_mut().capture.exe = env!("CARGO_BIN_EXE_ptscope").into();
     let ctx = h.ctx.clone();
     for f in files {
         h.state_mut().open(f, &ctx);
@@ -302,6 +302,8 @@ fn source_maps_reach_the_viewer() {
     let mut h = Harness::builder()
         .with_size([1280.0, 800.0])
         .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    // Captures run the real program, not this test binary.
+    h.state_mut().capture.exe = env!("CARGO_BIN_EXE_ptscope").into();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("demo.c"), "// elsewhere\n").unwrap();
     let from = demo_path()
@@ -568,6 +570,8 @@ fn renders_with_wgpu_on_lavapipe() {
         .with_size([800.0, 500.0])
         .wgpu()
         .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    // Captures run the real program, not this test binary.
+    h.state_mut().capture.exe = env!("CARGO_BIN_EXE_ptscope").into();
     let ctx = h.ctx.clone();
     h.state_mut().open(&demo_path(), &ctx);
     h.state_mut().active_tab_mut().unwrap().wait();
@@ -822,4 +826,67 @@ fn capture_panel_cancel_leaves_the_target_alone() {
     let st = support::process_state(pid as u32);
     drop(child);
     assert!(st == "S" || st == "R", "target state after cancel: {st}");
+}
+
+/// A command run from the panel: captured at its trigger in a capture
+/// process, opened in a tab, and its end (status 3, a second later) is
+/// told in the log.
+#[test]
+fn capture_panel_runs_a_command_and_reports_its_end() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = support::build(dir.path(), "exits_soon.c");
+    let mut h = harness_with(&[]);
+    {
+        let p = &mut h.state_mut().capture;
+        p.output_dir = dir.path().join("captures");
+        p.target = ptscope::capture_panel::TargetKind::Command;
+        p.program = exe.display().to_string();
+        p.cwd = dir.path().display().to_string();
+        p.trigger = ptscope::capture_panel::TriggerKind::Function;
+        p.symbol = Some("tick".into());
+        p.open = true;
+    }
+    h.run_steps(2);
+    h.get_by_label("Start capture").click();
+    h.run_steps(2);
+    assert!(h
+        .state_mut()
+        .capture
+        .wait(std::time::Duration::from_secs(120)));
+    let state = h.state().capture.state.clone();
+    assert!(
+        state.starts_with("done: 1 snapshot"),
+        "{state}: {:?}",
+        h.state().capture.log
+    );
+    h.run_steps(3);
+    let tab = h.state_mut().active_tab_mut().unwrap();
+    tab.wait();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    // The command runs on for about a second after its snapshot.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ended = loop {
+        h.state_mut().capture.poll();
+        let log = h.state().capture.log.join("\n");
+        if log.contains("the command exited with status 3") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(ended, "{:?}", h.state().capture.log);
+}
+
+/// A trace with nothing to decode says so in the window's toolbar.
+#[test]
+fn a_trace_without_a_psb_shows_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = support::malformed::without_psbs(dir.path());
+    let h = harness_with(&[&file]);
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    h.get_by_label("1 warning");
 }

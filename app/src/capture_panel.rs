@@ -6,9 +6,9 @@
 //! the target running untouched.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Receiver};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 
 use eframe::egui;
 use ptscope_capture::intel_pt::Timing;
@@ -17,7 +17,7 @@ use ptscope_capture::recording::Target;
 use ptscope_capture::trigger::{self, FunctionSymbol, Trigger};
 
 use crate::fuzzy;
-use crate::recorder::{self, Backend, Chosen, Progress, Request, Saved};
+use crate::recorder::{self, Backend, Chosen, Progress, Request};
 
 /// Rows a picker shows at most.
 const LIST_MAX: usize = 200;
@@ -38,13 +38,12 @@ pub enum TriggerKind {
 
 enum Message {
     Progress(Progress),
-    Done(Result<Vec<Saved>, String>),
+    Done(Result<Vec<PathBuf>, String>),
 }
 
 struct Running {
     rx: Receiver<Message>,
     request: Request,
-    thread: Option<JoinHandle<()>>,
 }
 
 pub struct CapturePanel {
@@ -74,6 +73,11 @@ pub struct CapturePanel {
     /// Where snapshots are written.
     pub output_dir: PathBuf,
     running: Option<Running>,
+    /// Captures that are done but whose recorded command runs on: what
+    /// they say when it ends.
+    tails: Vec<Receiver<Message>>,
+    /// The `ptscope` program that runs captures (this one, normally).
+    pub exe: PathBuf,
     /// What happened, newest last.
     pub log: Vec<String>,
     pub state: String,
@@ -127,6 +131,8 @@ impl CapturePanel {
             snapshots: 1,
             output_dir: std::env::temp_dir().join("ptscope-captures"),
             running: None,
+            tails: Vec::new(),
+            exe: std::env::current_exe().unwrap_or_else(|_| "ptscope".into()),
             log: Vec::new(),
             state: "idle".into(),
             saved: Vec::new(),
@@ -289,45 +295,25 @@ impl CapturePanel {
                 .unwrap_or_else(|| "capture".into()),
         };
         let output = self.output_dir.join(format!("{name}-{stamp}.ptscope"));
+        let args = req.cli_args(&output);
+        let cwd = match &req.target {
+            Target::Spawn { cwd, .. } => cwd.clone(),
+            Target::Attach(_) => None,
+        };
         let (tx, rx) = channel();
-        let r = req.clone();
+        let exe = self.exe.clone();
+        let flags = (req.opts.interrupt.clone(), req.opts.cancel.clone());
+        // The thread that starts the capture process lives as long as it:
+        // the process's parent-death signal is tied to this thread.
         let thread = std::thread::Builder::new()
             .name("ptscope-capture".into())
-            .spawn(move || {
-                let tx2 = tx.clone();
-                let result = recorder::run(
-                    &r,
-                    &output,
-                    move |p| {
-                        let _ = tx2.send(Message::Progress(p));
-                    },
-                    |_| Ok(()),
-                );
-                // A spawned command runs on after its snapshot: reap it.
-                if let Ok(saved) = &result {
-                    if let Some(pid) = saved.last().and_then(|s| s.child) {
-                        let tx3 = tx.clone();
-                        std::thread::spawn(move || {
-                            let code = ptscope_capture::emulated::tracer::wait_child(pid);
-                            let _ = tx3.send(Message::Progress(Progress::Warning(format!(
-                                "the command exited with status {}",
-                                code.map_or("?".into(), |c| c.to_string())
-                            ))));
-                        });
-                    }
-                }
-                let _ = tx.send(Message::Done(result.map_err(|e| crate::explain(&e))));
-            });
+            .spawn(move || supervise_capture(&exe, &args, cwd.as_deref(), flags, &tx));
         match thread {
-            Ok(t) => {
+            Ok(_) => {
                 self.state = "starting".into();
                 self.log
                     .push(format!("capturing to {}", self.output_dir.display()));
-                self.running = Some(Running {
-                    rx,
-                    request: req,
-                    thread: Some(t),
-                });
+                self.running = Some(Running { rx, request: req });
             }
             Err(e) => self
                 .log
@@ -351,6 +337,14 @@ impl CapturePanel {
 
     /// Takes the capture thread's news.
     pub fn poll(&mut self) {
+        self.tails.retain(|rx| loop {
+            match rx.try_recv() {
+                Ok(Message::Progress(Progress::Warning(w))) => self.log.push(w),
+                Ok(_) => {}
+                Err(std::sync::mpsc::TryRecvError::Empty) => break true,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break false,
+            }
+        });
         let Some(run) = &mut self.running else {
             return;
         };
@@ -385,10 +379,9 @@ impl CapturePanel {
             }
         }
         if let Some(r) = done {
-            if let Some(t) = run.thread.take() {
-                let _ = t.join();
+            if let Some(run) = self.running.take() {
+                self.tails.push(run.rx);
             }
-            self.running = None;
             match r {
                 Ok(saved) => self.state = format!("done: {} snapshot(s)", saved.len()),
                 Err(e) => {
@@ -640,4 +633,134 @@ impl CapturePanel {
             ui.label(egui::RichText::new(note.as_str()).small());
         }
     }
+}
+
+/// Runs one capture as a `ptscope record`/`attach` process and passes on
+/// what it reports; forwards Snapshot now (SIGINT) and Cancel (SIGTERM).
+///
+/// Why a process: the window must not be the tracer. A tracer that dies
+/// (the window killed or crashing) takes its single-stepped tracees with
+/// it, and a tracer waits for any child, which would reap the window's
+/// other children. The capture process is told (SIGTERM) when this thread
+/// ends, however the window ends, and then detaches and leaves the target
+/// running (see `ptscope_capture::supervise`).
+fn supervise_capture(
+    exe: &Path,
+    args: &[std::ffi::OsString],
+    cwd: Option<&Path>,
+    (interrupt, cancel): (Arc<AtomicBool>, Arc<AtomicBool>),
+    tx: &Sender<Message>,
+) {
+    use std::io::{BufRead, Read};
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
+        .env(
+            ptscope_capture::supervise::ENV,
+            std::process::id().to_string(),
+        )
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let where_ = cwd.map_or(String::new(), |d| format!(" in {}", d.display()));
+            let _ = tx.send(Message::Done(Err(format!(
+                "cannot start the capture process {}{where_}: {e}",
+                exe.display()
+            ))));
+            return;
+        }
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    // Its signal handlers are in place once it reports.
+    let ready = Arc::new(AtomicBool::new(false));
+    let reports = {
+        let tx = tx.clone();
+        let ready = ready.clone();
+        std::thread::spawn(move || {
+            let mut done = false;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let report = recorder::Report::parse(&line);
+                ready.store(report.is_some(), Ordering::Relaxed);
+                match report {
+                    Some(recorder::Report::Progress(p)) => {
+                        let _ = tx.send(Message::Progress(p));
+                    }
+                    Some(recorder::Report::Done { saved }) => {
+                        done = true;
+                        let _ = tx.send(Message::Done(Ok(saved)));
+                    }
+                    Some(recorder::Report::CommandExited { code }) => {
+                        let _ = tx.send(Message::Progress(Progress::Warning(format!(
+                            "the command exited with status {}",
+                            code.map_or("?".into(), |c| c.to_string())
+                        ))));
+                    }
+                    None => {}
+                }
+            }
+            done
+        })
+    };
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut cancelled = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(_) => break None,
+        }
+        // Cancel before it is ready ends it before it touched the target;
+        // Snapshot now waits until there is something to snapshot.
+        if cancel.swap(false, Ordering::Relaxed) {
+            cancelled = true;
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+        if ready.load(Ordering::Relaxed) && interrupt.swap(false, Ordering::Relaxed) {
+            let _ = kill(pid, Signal::SIGINT);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let done = reports.join().unwrap_or(false);
+    let errors = errors.join().unwrap_or_default();
+    if done {
+        return;
+    }
+    // No report of the end: the process failed; its error says why.
+    let said: Vec<&str> = errors
+        .lines()
+        .filter_map(|l| l.strip_prefix("ptscope: error: "))
+        .collect();
+    use std::os::unix::process::ExitStatusExt;
+    let why = if !said.is_empty() {
+        said.join("; ")
+    } else if cancelled && status.and_then(|s| s.signal()) == Some(Signal::SIGTERM as i32) {
+        "capture cancelled; the target was left running".into()
+    } else {
+        let last = errors.lines().last().unwrap_or_default();
+        format!(
+            "the capture process ended ({}){}",
+            status.map_or("status unknown".into(), |s| s.to_string()),
+            if last.is_empty() {
+                String::new()
+            } else {
+                format!(": {last}")
+            }
+        )
+    };
+    let _ = tx.send(Message::Done(Err(why)));
 }

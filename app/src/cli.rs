@@ -102,6 +102,10 @@ pub struct CaptureOpts {
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Report progress on stdout as JSON lines, for a front end: the
+    /// window's Capture panel runs captures this way.
+    #[arg(long)]
+    pub json_progress: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -339,7 +343,11 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     }
     parallel.chunk_bytes = input.chunk;
     parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
-    ptscope::report::load(&input.file, &input.raw, threads, engine, parallel)
+    let model = ptscope::report::load(&input.file, &input.raw, threads, engine, parallel)?;
+    for w in &model.warnings {
+        eprintln!("ptscope: warning: {}: {w}", input.file.display());
+    }
+    Ok(model)
 }
 
 fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
@@ -372,12 +380,19 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
         signal_hook::flag::register(sig, req.opts.cancel.clone())
             .context("cannot install the signal handlers")?;
     }
-    let quiet = opts.quiet;
+    let quiet = opts.quiet || opts.json_progress;
+    let json = opts.json_progress;
+    let report = |r: recorder::Report| {
+        let mut out = std::io::stdout().lock();
+        // A front end that went away is told nothing more.
+        let _ = writeln!(out, "{}", r.to_line()).and_then(|_| out.flush());
+    };
     let mut last_log: Vec<(i32, Vec<u64>)> = Vec::new();
     let saved = recorder::run(
         &req,
         &opts.output,
         |p| match p {
+            p if json => report(recorder::Report::Progress(p)),
             Progress::Backend(why) if !quiet => eprintln!("ptscope: {why}"),
             Progress::Warning(w) => eprintln!("ptscope: warning: {w}"),
             Progress::Armed { threads } if !quiet => {
@@ -425,6 +440,11 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
             );
         }
     }
+    if json {
+        report(recorder::Report::Done {
+            saved: saved.iter().map(|s| s.path.clone()).collect(),
+        });
+    }
     let Some(last) = saved.last() else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -442,7 +462,10 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
         },
         None => last.exit_code,
     };
-    if let Some(c) = code.filter(|&c| c != 0 && !opts.quiet) {
+    if json && last.child.is_some() && !req.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        report(recorder::Report::CommandExited { code });
+    }
+    if let Some(c) = code.filter(|&c| c != 0 && !quiet) {
         eprintln!("ptscope: the traced command exited with status {c}");
     }
     Ok(ExitCode::SUCCESS)

@@ -80,10 +80,93 @@ impl Request {
             progress: false,
         }
     }
+
+    /// The `ptscope record`/`attach` arguments that make this capture,
+    /// writing to `output`, reporting as JSON lines ([`Report`]). A spawned
+    /// command's working directory is the capture process's own.
+    pub fn cli_args(&self, output: &Path) -> Vec<std::ffi::OsString> {
+        use clap::ValueEnum;
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut push = |a: &dyn AsRef<std::ffi::OsStr>| args.push(a.as_ref().to_owned());
+        push(&match self.target {
+            Target::Attach(_) => "attach",
+            Target::Spawn { .. } => "record",
+        });
+        if let Target::Attach(pid) = self.target {
+            push(&"--pid");
+            push(&pid.to_string());
+        }
+        match &self.opts.trigger {
+            Trigger::Symbol(name) => {
+                push(&"--trigger");
+                push(name);
+            }
+            Trigger::Duration(ms) => {
+                push(&"--duration");
+                push(&ms.to_string());
+            }
+            // Without a trigger a capture ends at the exit or on SIGINT.
+            Trigger::ProcessExit | Trigger::Manual => {}
+        }
+        if let Some(b) = self.backend.to_possible_value() {
+            push(&"--backend");
+            push(&b.get_name());
+        }
+        push(&"--size");
+        push(&self.opts.size.to_string());
+        push(&"--timing");
+        push(&self.opts.timing.to_string());
+        push(&"--snapshots");
+        push(&self.opts.snapshots.to_string());
+        if self.opts.kernel {
+            push(&"--kernel");
+        }
+        if self.opts.per_cpu {
+            push(&"--per-cpu");
+        }
+        push(&"--output");
+        push(&output);
+        push(&"--json-progress");
+        if let Target::Spawn { argv, .. } = &self.target {
+            push(&"--");
+            for a in argv {
+                push(a);
+            }
+        }
+        args
+    }
+}
+
+/// One line of `--json-progress` output: how a capture process tells the
+/// window what happens.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Report {
+    Progress(Progress),
+    /// Every snapshot is written; a recorded command may run on.
+    Done {
+        saved: Vec<PathBuf>,
+    },
+    /// The recorded command ended (`None`: killed by a signal).
+    CommandExited {
+        code: Option<i32>,
+    },
+}
+
+impl Report {
+    /// The report as one line of JSON.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("a report is plain data")
+    }
+
+    /// A line of a capture process's output: a report, or `None` for other
+    /// text.
+    pub fn parse(line: &str) -> Option<Report> {
+        serde_json::from_str(line).ok()
+    }
 }
 
 /// What a running capture reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Progress {
     /// Which backend runs, and why.
     Backend(String),

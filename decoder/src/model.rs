@@ -19,7 +19,7 @@ use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};
 use crate::insn::decoder_config;
 use crate::memory::{FileCache, Memory};
-use crate::packet::psb_offsets;
+use crate::packet::{find_psb, psb_offsets};
 use crate::progress::DecodeProgress;
 use crate::stack::StackStats;
 use crate::store::ThreadSpans;
@@ -74,6 +74,9 @@ pub struct Model {
     pub threads: Vec<ThreadModel>,
     /// Mapped binaries that were not in the snapshot or on this machine.
     pub missing_binaries: Vec<String>,
+    /// What the user should know about the input that no span shows: trace
+    /// that could not be decoded at all, data the kernel lost.
+    pub warnings: Vec<String>,
     /// What the fine pass re-decodes from; `None` for inputs without an
     /// instruction trace (perf-script text) and for partial models.
     pub lines: Option<Arc<LineSource>>,
@@ -502,6 +505,40 @@ fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, Pt
     Ok(image)
 }
 
+/// What no span of the model will show: a queue with trace but no PSB
+/// (nothing to synchronize on, so none of it decodes), and data the
+/// kernel reported lost.
+fn input_warnings(trace: &Trace, wanted: &dyn Fn(i32) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &trace.streams {
+        if s.data.is_empty() || s.tid.is_some_and(|t| !wanted(t)) || find_psb(&s.data).is_some() {
+            continue;
+        }
+        let whose = match (s.tid, s.cpu) {
+            (Some(tid), _) => format!("thread {tid}"),
+            (None, Some(cpu)) => format!("CPU {cpu}"),
+            (None, None) => format!("queue {}", s.idx),
+        };
+        out.push(format!(
+            "the {} bytes of trace of {whose} hold no PSB packet to synchronize on: none of it can be decoded",
+            s.data.len()
+        ));
+    }
+    if trace.truncated_aux > 0 {
+        out.push(format!(
+            "{} trace buffer(s) were truncated by the kernel: trace was lost there",
+            trace.truncated_aux
+        ));
+    }
+    if trace.lost_records > 0 {
+        out.push(format!(
+            "the kernel lost {} sideband record(s): mappings or thread names may be missing",
+            trace.lost_records
+        ));
+    }
+    out
+}
+
 pub fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
@@ -617,6 +654,7 @@ pub fn decode_trace(
                             funcs: funcs.clone(),
                             threads: partial,
                             missing_binaries: missing_binaries.clone(),
+                            warnings: Vec::new(),
                             lines: None,
                         }
                     });
@@ -650,6 +688,7 @@ pub fn decode_trace(
                 funcs: funcs.clone(),
                 threads: threads.clone(),
                 missing_binaries: missing_binaries.clone(),
+                warnings: Vec::new(),
                 lines: None,
             });
         }
@@ -862,6 +901,7 @@ pub fn decode_trace(
         funcs,
         threads,
         missing_binaries,
+        warnings: input_warnings(trace, &wanted),
         lines: Some(Arc::new(lines)),
     })
 }
@@ -977,6 +1017,7 @@ pub fn decode_raw(
         funcs,
         threads: vec![ThreadModel::new(d, None)],
         missing_binaries: Vec::new(),
+        warnings: Vec::new(),
         lines: Some(Arc::new(lines)),
     })
 }
@@ -1006,6 +1047,7 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         funcs,
         threads,
         missing_binaries: Vec::new(),
+        warnings: Vec::new(),
         lines: None,
     }
 }
@@ -1049,6 +1091,31 @@ mod tests {
         std::fs::rename(dir.path().join("other"), &file).unwrap();
         let d = SymbolCache::default().get(&file).unwrap();
         assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
+    }
+
+    #[test]
+    fn a_queue_without_a_psb_is_a_warning() {
+        let snap = demo();
+        assert!(decode_snapshot(&snap, &DecodeOptions::default())
+            .unwrap()
+            .warnings
+            .is_empty());
+        let mut trace = snap.trace().unwrap();
+        let bytes = trace.streams[0].data.len();
+        trace.streams[0].data = vec![0u8; bytes].into();
+        let m = decode_trace(&snap, &trace, &DecodeOptions::default()).unwrap();
+        assert_eq!(m.span_count(), 0);
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("hold no PSB"), "{:?}", m.warnings);
+        // Not a thread we were asked about: not our business.
+        let opts = DecodeOptions {
+            threads: Some(vec![-5]),
+            ..DecodeOptions::default()
+        };
+        assert!(decode_trace(&snap, &trace, &opts)
+            .unwrap()
+            .warnings
+            .is_empty());
     }
 
     #[test]

@@ -99,6 +99,7 @@ mod tests {
             funcs: Default::default(),
             threads: Vec::new(),
             missing_binaries: Vec::new(),
+            warnings: Vec::new(),
             lines: None,
         };
         p.offer(empty);

@@ -250,8 +250,11 @@ fn tempdir() -> PathBuf {
     dir
 }
 
+/// What a target does with one input.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, for the regression test.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("perf_data", perf_data),
     ("snapshot", snapshot),
     ("pt_decode", pt_decode),

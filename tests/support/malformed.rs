@@ -374,3 +374,24 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The demo with every PSB of its trace overwritten by padding: it opens,
+/// but none of its trace can be decoded.
+pub fn without_psbs(dir: &Path) -> PathBuf {
+    use ptscope_capture::snapshot::{rewrite, Snapshot};
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+    let snap = Snapshot::open(&demo).unwrap();
+    let dst = dir.join("no-psb.ptscope");
+    let psb = [0x02u8, 0x82].repeat(8);
+    rewrite::with_aux(&snap, &dst, 0, &|_, old| {
+        let mut v = old.to_vec();
+        for i in 0..v.len().saturating_sub(15) {
+            if v[i..i + 16] == psb[..] {
+                v[i..i + 16].fill(0); // PAD packets
+            }
+        }
+        v
+    })
+    .unwrap();
+    dst
+}

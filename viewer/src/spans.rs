@@ -150,6 +150,7 @@ pub(crate) mod tests {
             funcs,
             threads: vec![thread_model(t)],
             missing_binaries: Vec::new(),
+            warnings: Vec::new(),
             lines: None,
         }
     }

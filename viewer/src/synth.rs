@@ -175,6 +175,7 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
         funcs,
         threads,
         missing_binaries: Vec::new(),
+        warnings: Vec::new(),
         lines: None,
     }
 }

@@ -781,6 +781,15 @@ impl TraceView {
             ));
             ui.separator();
             self.line_controls(ui);
+            if !self.model.warnings.is_empty() {
+                ui.separator();
+                let n = self.model.warnings.len();
+                ui.colored_label(
+                    ui.visuals().warn_fg_color,
+                    format!("{n} warning{}", if n == 1 { "" } else { "s" }),
+                )
+                .on_hover_text(self.model.warnings.join("\n"));
+            }
             if ui.button("?").on_hover_text("Keyboard help (F1)").clicked() {
                 self.show_help = !self.show_help;
             }
@@ -903,6 +912,7 @@ fn empty_model() -> Model {
         funcs: Default::default(),
         threads: Vec::new(),
         missing_binaries: Vec::new(),
+        warnings: Vec::new(),
         lines: None,
     }
 }

@@ -51,6 +51,7 @@ fn model() -> Model {
         funcs,
         threads: vec![thread(a), thread(b)],
         missing_binaries: Vec::new(),
+        warnings: Vec::new(),
         lines: None,
     }
 }
