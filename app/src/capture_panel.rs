@@ -1,9 +1,10 @@
 //! The Capture panel: pick a target (a command to run, or a process to
 //! attach to), a trigger (a function, now, a duration, the exit) and the
-//! settings, then capture on a background thread with live status. Each
-//! snapshot is written under the panel's output folder and handed to the
-//! window, which opens it in a new tab. Cancel stops tracing and leaves
-//! the target running untouched.
+//! settings, then capture in a `ptscope record`/`attach` process of its
+//! own (`supervise_capture` says why) with live status. Each snapshot is
+//! written under the panel's output folder and handed to the window, which
+//! opens it in a new tab. Cancel stops tracing and leaves the target
+//! running untouched.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
