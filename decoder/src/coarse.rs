@@ -121,6 +121,10 @@ pub trait Observe {
     fn anchor(&mut self, pos: u64, tsc: u64) {
         let _ = (pos, tsc);
     }
+    /// Whether it has seen all it can keep: the walk stops.
+    fn full(&self) -> bool {
+        false
+    }
 }
 
 impl Observe for () {}
@@ -730,7 +734,7 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
         w.item(dec, item);
-        !w.stopped && !w.progress.is_some_and(|p| p.is_cancelled())
+        !w.stopped && !w.obs.full() && !w.progress.is_some_and(|p| p.is_cancelled())
     });
     if !w.stopped {
         w.flush_branch(None);

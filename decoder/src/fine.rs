@@ -366,16 +366,26 @@ impl LineSource {
         if cancel.is_some_and(|c| c.is_cancelled()) {
             return Err(FineError::Cancelled);
         }
-        let errors = figures
+        let mut errors = figures
             .get(if per_thread { 0 } else { slot })
             .map(|f| f.errors.clone())
             .unwrap_or_default();
+        let cut = rec.full();
+        if cut {
+            errors.push((
+                cp.offset,
+                format!(
+                    "more than {} instructions in this segment: the rest is not shown",
+                    MAX_SEGMENT_INSNS
+                ),
+            ));
+        }
         // Where the coarse pass's clock put this checkpoint and the next:
-        // the segment's times line up with its neighbours'.
-        let next = thread
-            .checkpoints
-            .get(index + 1)
-            .filter(|n| n.queue == cp.queue && stop.first() == Some(&(n.offset - cp.offset)));
+        // the segment's times line up with its neighbours' (unless it was
+        // cut short of the next).
+        let next = thread.checkpoints.get(index + 1).filter(|n| {
+            !cut && n.queue == cp.queue && stop.first() == Some(&(n.offset - cp.offset))
+        });
         let ends = ((0, cp.tsc), next.map(|n| (n.insn - cp.insn, n.tsc)));
         let mut seg = rec.finish(
             &cp,
@@ -480,11 +490,18 @@ enum Step {
     Anchor(u64, u64),
 }
 
+/// Instructions one segment re-decodes at most (40 bytes each). A sound
+/// segment (the trace between two PSBs, a few KiB) holds far fewer; a
+/// damaged one can send the walk round a loop with no trace for millions.
+pub const MAX_SEGMENT_INSNS: u64 = 4 << 20;
+
 /// The observer: records the watched thread's blocks and events, and every
 /// anchor, to be replayed once the walk is done.
 #[derive(Default)]
 struct Recorder {
     slot: usize,
+    /// Instructions in `steps`; past [`MAX_SEGMENT_INSNS`] the walk stops.
+    insns: u64,
     steps: Vec<Step>,
     events: Vec<(u64, Event)>,
     /// The last anchor: a disable at its position ends there, exactly.
@@ -495,9 +512,21 @@ struct Recorder {
 
 impl Observe for Recorder {
     fn block(&mut self, slot: usize, pos: u64, b: &Block) {
-        if slot == self.slot {
-            self.steps.push(Step::Block(pos, *b));
+        if slot != self.slot || self.full() {
+            return;
         }
+        let n = u64::from(b.ninsn);
+        if self.insns + n > MAX_SEGMENT_INSNS {
+            // It does not fit: the segment ends before it.
+            self.insns = MAX_SEGMENT_INSNS;
+            return;
+        }
+        self.insns += n;
+        self.steps.push(Step::Block(pos, *b));
+    }
+
+    fn full(&self) -> bool {
+        self.insns >= MAX_SEGMENT_INSNS
     }
 
     fn event(&mut self, slot: usize, pos: u64, ev: &Event) {

@@ -131,6 +131,8 @@ fn fine_pass(model: &Model) {
     for t in &model.threads {
         for i in 0..t.checkpoints.len().min(2) {
             if let Ok(seg) = src.decode_segment(t, i, None) {
+                // What one zoom may hold in memory is bounded.
+                assert!(seg.insns.len() as u64 <= ptscope_decoder::fine::MAX_SEGMENT_INSNS);
                 let _ = seg.time_range();
                 for l in seg.lines.iter().take(4) {
                     let _ = seg.frame(l);
