@@ -241,6 +241,10 @@ const PAGE: u64 = 4096;
 /// can expand exponentially through substitutions.
 const MAX_DEMANGLED: usize = 64 * 1024;
 
+/// The last byte of the address space, where no code can start; addr2line
+/// overflows probing it.
+const NO_CODE: u64 = u64::MAX;
+
 /// Guards against hostile range lists and inline chains.
 const MAX_RANGES_PER_DIE: usize = 4096;
 const MAX_INLINE_DEPTH: usize = 256;
@@ -361,7 +365,8 @@ impl ModuleSymbols {
     pub fn location(&self, svma: u64) -> Option<SourceLocation> {
         let ctx = self
             .dwarf
-            .as_ref()?
+            .as_ref()
+            .filter(|_| svma < NO_CODE)?
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let loc = ctx.find_location(svma).ok()??;
@@ -376,7 +381,7 @@ impl ModuleSymbols {
     /// innermost first: the last frame is the real function, at the line
     /// that contains the inlined calls. Empty without line info.
     pub fn source_frames(&self, svma: u64) -> Vec<SourceFrame> {
-        let Some(dwarf) = self.dwarf.as_ref() else {
+        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
             return Vec::new();
         };
         let ctx = dwarf.lock().unwrap_or_else(|e| e.into_inner());
@@ -410,7 +415,7 @@ impl ModuleSymbols {
     /// where it was inlined. Empty outside inlined code. The outermost
     /// (real) function is not included: that is [`function`](Self::function).
     pub fn inline_frames(&self, svma: u64) -> Vec<InlineFrame> {
-        let Some(dwarf) = self.dwarf.as_ref() else {
+        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
             return Vec::new();
         };
         let ctx = dwarf.lock().unwrap_or_else(|e| e.into_inner());
