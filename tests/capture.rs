@@ -340,3 +340,70 @@ fn ctrl_c_takes_the_snapshot_now() {
     assert!(perf_errors.trim().is_empty(), "{perf_errors}");
     assert_eq!(perf, ipt);
 }
+
+/// The window's Capture panel runs `ptscope` with `Request::cli_args`:
+/// every trigger, timing, backend and target it can ask for must parse
+/// (a usage error exits 2), failing only for the reason given (no such
+/// process or program) and saying so in a report.
+#[test]
+fn every_request_the_window_makes_is_a_valid_command_line() {
+    use ptscope::recorder::{Backend, Report, Request};
+    use ptscope_capture::intel_pt::Timing;
+    use ptscope_capture::recording::Target;
+    use ptscope_capture::trigger::Trigger;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never.ptscope");
+    let targets = [
+        Target::Attach(i32::MAX),
+        Target::Spawn {
+            argv: vec![
+                "/nonexistent/program".into(),
+                "-x".into(),
+                "two words".into(),
+            ],
+            cwd: None,
+        },
+    ];
+    let triggers = [
+        Trigger::Symbol("-starts_with_a_dash".into()),
+        Trigger::Duration(250),
+        Trigger::Manual,
+        Trigger::ProcessExit,
+    ];
+    let timings = [
+        Timing::Low,
+        Timing::Normal,
+        Timing::High,
+        "cyc=1,cyc_thresh=2,mtc_period=0".parse::<Timing>().unwrap(),
+    ];
+    for target in &targets {
+        for trigger in &triggers {
+            for (timing, backend) in timings.iter().zip([
+                Backend::Auto,
+                Backend::Emulated,
+                Backend::IntelPt,
+                Backend::Auto,
+            ]) {
+                let mut req = Request::new(target.clone(), trigger.clone());
+                req.backend = backend;
+                req.opts.timing = timing.clone();
+                req.opts.size = 64 << 10;
+                req.opts.snapshots = 2;
+                let args = req.cli_args(&out);
+                let o = ptscope().args(&args).output().unwrap();
+                let stdout = String::from_utf8_lossy(&o.stdout);
+                let failed = stdout
+                    .lines()
+                    .filter_map(Report::parse)
+                    .find(|r| matches!(r, Report::Failed { .. }));
+                assert!(
+                    o.status.code() == Some(1) && failed.is_some(),
+                    "{args:?}: {:?}\n{stdout}\n{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert!(!out.exists());
+            }
+        }
+    }
+}

@@ -890,3 +890,64 @@ fn a_trace_without_a_psb_shows_a_warning() {
     assert!(tab.error().is_none(), "{:?}", tab.error());
     h.get_by_label("1 warning");
 }
+
+/// A recorded command that writes junk (not UTF-8, no newline, even text
+/// that looks like a report) neither confuses the panel nor loses its
+/// output: Snapshot now takes the snapshot, and the command runs to its
+/// own end with its output intact (it exits 9 on a broken pipe).
+#[test]
+fn capture_panel_is_not_confused_by_a_chatty_command() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = support::build(dir.path(), "chatty.c");
+    let mut h = harness_with(&[]);
+    {
+        let p = &mut h.state_mut().capture;
+        p.output_dir = dir.path().join("captures");
+        p.target = ptscope::capture_panel::TargetKind::Command;
+        p.program = exe.display().to_string();
+        p.trigger = ptscope::capture_panel::TriggerKind::Manual;
+        p.open = true;
+    }
+    h.run_steps(2);
+    h.get_by_label("Start capture").click();
+    h.run_steps(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !["armed", "waiting"]
+        .iter()
+        .any(|s| h.state().capture.state.starts_with(s))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never armed: {} {:?}",
+            h.state().capture.state,
+            h.state().capture.log
+        );
+        h.state_mut().capture.poll();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    h.get_by_label("Snapshot now").click();
+    h.run_steps(2);
+    assert!(h
+        .state_mut()
+        .capture
+        .wait(std::time::Duration::from_secs(60)));
+    let state = h.state().capture.state.clone();
+    assert!(
+        state.starts_with("done: 1 snapshot"),
+        "{state}: {:?}",
+        h.state().capture.log
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        h.state_mut().capture.poll();
+        let log = h.state().capture.log.join("\n");
+        if log.contains("the command exited with status") {
+            assert!(log.contains("status 0"), "{log}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{log}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

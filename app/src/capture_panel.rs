@@ -636,15 +636,17 @@ impl CapturePanel {
     }
 }
 
-/// Runs one capture as a `ptscope record`/`attach` process and passes on
-/// what it reports; forwards Snapshot now (SIGINT) and Cancel (SIGTERM).
+/// Runs one capture as a `ptscope record`/`attach --json-progress`
+/// process and passes on what it reports; forwards Snapshot now (SIGINT)
+/// and Cancel (SIGTERM).
 ///
 /// Why a process: the window must not be the tracer. A tracer that dies
 /// (the window killed or crashing) takes its single-stepped tracees with
 /// it, and a tracer waits for any child, which would reap the window's
 /// other children. The capture process is told (SIGTERM) when this thread
 /// ends, however the window ends, and then detaches and leaves the target
-/// running (see `ptscope_capture::supervise`).
+/// running (see `ptscope_capture::supervise`). Its reports come on a pipe
+/// of their own; a recorded command writes to the window's stderr.
 fn supervise_capture(
     exe: &Path,
     args: &[std::ffi::OsString],
@@ -652,8 +654,8 @@ fn supervise_capture(
     (interrupt, cancel): (Arc<AtomicBool>, Arc<AtomicBool>),
     tx: &Sender<Message>,
 ) {
-    use std::io::{BufRead, Read};
-    use std::os::unix::process::CommandExt;
+    use std::io::BufRead;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
     let mut cmd = std::process::Command::new(exe);
     cmd.args(args)
         .env(
@@ -662,8 +664,7 @@ fn supervise_capture(
         )
         .process_group(0)
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .stdout(std::process::Stdio::piped());
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -679,41 +680,45 @@ fn supervise_capture(
         }
     };
     let stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
     // Its signal handlers are in place once it reports.
     let ready = Arc::new(AtomicBool::new(false));
     let reports = {
         let tx = tx.clone();
         let ready = ready.clone();
         std::thread::spawn(move || {
-            let mut done = false;
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let report = recorder::Report::parse(&line);
-                ready.store(report.is_some(), Ordering::Relaxed);
-                match report {
-                    Some(recorder::Report::Progress(p)) => {
-                        let _ = tx.send(Message::Progress(p));
+            let mut ended = false;
+            let mut input = std::io::BufReader::new(stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match input.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let Some(report) = recorder::Report::parse(&String::from_utf8_lossy(&line)) else {
+                    continue;
+                };
+                ready.store(true, Ordering::Relaxed);
+                let message = match report {
+                    recorder::Report::Progress(p) => Message::Progress(p),
+                    recorder::Report::Done { saved } => {
+                        ended = true;
+                        Message::Done(Ok(saved))
                     }
-                    Some(recorder::Report::Done { saved }) => {
-                        done = true;
-                        let _ = tx.send(Message::Done(Ok(saved)));
+                    recorder::Report::Failed { error } => {
+                        ended = true;
+                        Message::Done(Err(error))
                     }
-                    Some(recorder::Report::CommandExited { code }) => {
-                        let _ = tx.send(Message::Progress(Progress::Warning(format!(
+                    recorder::Report::CommandExited { code } => {
+                        Message::Progress(Progress::Warning(format!(
                             "the command exited with status {}",
                             code.map_or("?".into(), |c| c.to_string())
-                        ))));
+                        )))
                     }
-                    None => {}
-                }
+                };
+                let _ = tx.send(message);
             }
-            done
+            ended
         })
     };
     use nix::sys::signal::{kill, Signal};
@@ -725,8 +730,9 @@ fn supervise_capture(
             Ok(None) => {}
             Err(_) => break None,
         }
-        // Cancel before it is ready ends it before it touched the target;
-        // Snapshot now waits until there is something to snapshot.
+        // Cancel before it is ready ends it before it touched the target.
+        // Snapshot now waits for its handlers: before them, SIGINT would
+        // just kill it.
         if cancel.swap(false, Ordering::Relaxed) {
             cancelled = true;
             let _ = kill(pid, Signal::SIGTERM);
@@ -736,31 +742,17 @@ fn supervise_capture(
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    let done = reports.join().unwrap_or(false);
-    let errors = errors.join().unwrap_or_default();
-    if done {
+    // The report pipe is its alone (no command inherits it): it is at its
+    // end once the process is.
+    if reports.join().unwrap_or(false) {
         return;
     }
-    // No report of the end: the process failed; its error says why.
-    let said: Vec<&str> = errors
-        .lines()
-        .filter_map(|l| l.strip_prefix("ptscope: error: "))
-        .collect();
-    use std::os::unix::process::ExitStatusExt;
-    let why = if !said.is_empty() {
-        said.join("; ")
-    } else if cancelled && status.and_then(|s| s.signal()) == Some(Signal::SIGTERM as i32) {
+    let why = if cancelled && status.and_then(|s| s.signal()) == Some(Signal::SIGTERM as i32) {
         "capture cancelled; the target was left running".into()
     } else {
-        let last = errors.lines().last().unwrap_or_default();
         format!(
-            "the capture process ended ({}){}",
-            status.map_or("status unknown".into(), |s| s.to_string()),
-            if last.is_empty() {
-                String::new()
-            } else {
-                format!(": {last}")
-            }
+            "the capture process ended ({}) without a snapshot; its stderr says why",
+            status.map_or("status unknown".into(), |s| s.to_string())
         )
     };
     let _ = tx.send(Message::Done(Err(why)));

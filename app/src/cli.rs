@@ -102,8 +102,13 @@ pub struct CaptureOpts {
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Take the snapshot only on Ctrl-C (SIGINT) or when the program
+    /// exits; recorded as a manual trigger.
+    #[arg(long, conflicts_with_all = ["trigger", "duration"])]
+    pub manual: bool,
     /// Report progress on stdout as JSON lines, for a front end: the
-    /// window's Capture panel runs captures this way.
+    /// window's Capture panel runs captures this way. A recorded
+    /// command's output then goes to stderr, never into the reports.
     #[arg(long)]
     pub json_progress: bool,
 }
@@ -350,6 +355,35 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     Ok(model)
 }
 
+/// Where `--json-progress` reports go: a private copy of stdout, which a
+/// recorded command does not inherit.
+struct Reports(Option<std::fs::File>);
+
+impl Reports {
+    /// With `json`, keeps stdout for reports and points fd 1 at stderr, so
+    /// that a command started later writes there and not into the reports.
+    fn new(json: bool) -> Result<Reports> {
+        if !json {
+            return Ok(Reports(None));
+        }
+        use std::os::fd::AsFd;
+        // try_clone_to_owned dups with FD_CLOEXEC: no command inherits it.
+        let out = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("cannot keep stdout for reports")?;
+        nix::unistd::dup2_stdout(std::io::stderr()).context("cannot redirect stdout")?;
+        Ok(Reports(Some(out.into())))
+    }
+
+    fn send(&self, r: recorder::Report) {
+        if let Some(mut f) = self.0.as_ref() {
+            // A front end that went away is told nothing more.
+            let _ = writeln!(f, "{}", r.to_line());
+        }
+    }
+}
+
 fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     // The capture runs in a child that survives us: see `supervise`.
     if !supervise::adopt().context("cannot start the capture")? {
@@ -357,10 +391,24 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
             .context("cannot start the capture process")?;
         return Ok(ExitCode::from(code.clamp(0, 255) as u8));
     }
+    let reports = Reports::new(opts.json_progress)?;
+    let result = capture_here(target, opts, &reports);
+    if let Err(e) = &result {
+        reports.send(recorder::Report::Failed {
+            error: ptscope::explain(e),
+        });
+    }
+    result
+}
+
+/// The capture child's work: trace, snapshot, and wait for a recorded
+/// command to end.
+fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<ExitCode> {
     let trigger = match (&opts.trigger, opts.duration) {
         (Some(_), Some(_)) => bail!("use either --trigger or --duration, not both"),
         (Some(s), None) => Trigger::Symbol(s.clone()),
         (None, Some(ms)) => Trigger::Duration(ms),
+        (None, None) if opts.manual => Trigger::Manual,
         (None, None) => Trigger::ProcessExit,
     };
     let mut req = Request::new(target, trigger.clone());
@@ -371,7 +419,7 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     req.opts.per_cpu = opts.per_cpu;
     req.opts.snapshots = opts.snapshots;
     req.ip_log = opts.ip_log.is_some();
-    req.progress = !opts.quiet;
+    req.progress = !opts.quiet && !opts.json_progress;
     signal_hook::flag::register(signal_hook::consts::SIGINT, req.opts.interrupt.clone())
         .context("cannot install the Ctrl-C handler")?;
     // SIGTERM (also when the supervising ptscope dies) and SIGHUP cancel:
@@ -382,11 +430,7 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     }
     let quiet = opts.quiet || opts.json_progress;
     let json = opts.json_progress;
-    let report = |r: recorder::Report| {
-        let mut out = std::io::stdout().lock();
-        // A front end that went away is told nothing more.
-        let _ = writeln!(out, "{}", r.to_line()).and_then(|_| out.flush());
-    };
+    let report = |r: recorder::Report| reports.send(r);
     let mut last_log: Vec<(i32, Vec<u64>)> = Vec::new();
     let saved = recorder::run(
         &req,
@@ -423,7 +467,13 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     }
     if let (Trigger::Symbol(name), Some(last)) = (&trigger, saved.last()) {
         if last.metadata.stop == "process exit" {
-            eprintln!("ptscope: warning: the process exited before entering {name}; the snapshot ends at its exit");
+            let w =
+                format!("the process exited before entering {name}; the snapshot ends at its exit");
+            if json {
+                report(recorder::Report::Progress(Progress::Warning(w)));
+            } else {
+                eprintln!("ptscope: warning: {w}");
+            }
         }
     }
     if !quiet {

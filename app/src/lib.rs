@@ -19,7 +19,7 @@ pub fn explain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let said = cause.to_string();
-        if out.ends_with(&said) {
+        if out == said || out.ends_with(&format!(": {said}")) {
             continue;
         }
         if !out.is_empty() {

@@ -82,56 +82,50 @@ impl Request {
     }
 
     /// The `ptscope record`/`attach` arguments that make this capture,
-    /// writing to `output`, reporting as JSON lines ([`Report`]). A spawned
-    /// command's working directory is the capture process's own.
+    /// writing to `output`, reporting as JSON lines ([`Report`]) on
+    /// stdout. A spawned command's working directory is the capture
+    /// process's own.
     pub fn cli_args(&self, output: &Path) -> Vec<std::ffi::OsString> {
         use clap::ValueEnum;
-        let mut args: Vec<std::ffi::OsString> = Vec::new();
-        let mut push = |a: &dyn AsRef<std::ffi::OsStr>| args.push(a.as_ref().to_owned());
-        push(&match self.target {
-            Target::Attach(_) => "attach",
-            Target::Spawn { .. } => "record",
-        });
-        if let Target::Attach(pid) = self.target {
-            push(&"--pid");
-            push(&pid.to_string());
+        use std::ffi::OsString;
+        // `--name=value`, so that a value starting with `-` stays a value.
+        let opt = |name: &str, value: &dyn AsRef<std::ffi::OsStr>| {
+            let mut a = OsString::from(format!("--{name}="));
+            a.push(value.as_ref());
+            a
+        };
+        let mut args: Vec<OsString> = Vec::new();
+        match &self.target {
+            Target::Attach(pid) => {
+                args.push("attach".into());
+                args.push(opt("pid", &pid.to_string()));
+            }
+            Target::Spawn { .. } => args.push("record".into()),
         }
         match &self.opts.trigger {
-            Trigger::Symbol(name) => {
-                push(&"--trigger");
-                push(name);
-            }
-            Trigger::Duration(ms) => {
-                push(&"--duration");
-                push(&ms.to_string());
-            }
+            Trigger::Symbol(name) => args.push(opt("trigger", name)),
+            Trigger::Duration(ms) => args.push(opt("duration", &ms.to_string())),
+            Trigger::Manual => args.push("--manual".into()),
             // Without a trigger a capture ends at the exit or on SIGINT.
-            Trigger::ProcessExit | Trigger::Manual => {}
+            Trigger::ProcessExit => {}
         }
         if let Some(b) = self.backend.to_possible_value() {
-            push(&"--backend");
-            push(&b.get_name());
+            args.push(opt("backend", &b.get_name()));
         }
-        push(&"--size");
-        push(&self.opts.size.to_string());
-        push(&"--timing");
-        push(&self.opts.timing.to_string());
-        push(&"--snapshots");
-        push(&self.opts.snapshots.to_string());
+        args.push(opt("size", &self.opts.size.to_string()));
+        args.push(opt("timing", &self.opts.timing.to_string()));
+        args.push(opt("snapshots", &self.opts.snapshots.to_string()));
         if self.opts.kernel {
-            push(&"--kernel");
+            args.push("--kernel".into());
         }
         if self.opts.per_cpu {
-            push(&"--per-cpu");
+            args.push("--per-cpu".into());
         }
-        push(&"--output");
-        push(&output);
-        push(&"--json-progress");
+        args.push(opt("output", &output));
+        args.push("--json-progress".into());
         if let Target::Spawn { argv, .. } = &self.target {
-            push(&"--");
-            for a in argv {
-                push(a);
-            }
+            args.push("--".into());
+            args.extend(argv.iter().map(OsString::from));
         }
         args
     }
@@ -150,12 +144,23 @@ pub enum Report {
     CommandExited {
         code: Option<i32>,
     },
+    /// The capture failed; nothing more comes.
+    Failed {
+        error: String,
+    },
 }
 
 impl Report {
-    /// The report as one line of JSON.
+    /// The report as one line of JSON. A path JSON cannot carry (not
+    /// UTF-8) is reported as a failure to report, never a panic: the
+    /// capture process may be tracing.
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self).expect("a report is plain data")
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            let failed = Report::Failed {
+                error: format!("cannot report {self:?}: {e}"),
+            };
+            serde_json::to_string(&failed).unwrap_or_default()
+        })
     }
 
     /// A line of a capture process's output: a report, or `None` for other

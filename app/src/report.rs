@@ -291,10 +291,18 @@ pub fn decode_fine(
     for t in &m.threads {
         let mut segs = Vec::new();
         for i in LineSource::segments_in(t, lo, hi) {
-            segs.push(
-                src.decode_segment(t, i, None)
-                    .with_context(|| format!("{}: thread {}", file.display(), t.spans.tid))?,
-            );
+            let seg = src
+                .decode_segment(t, i, None)
+                .with_context(|| format!("{}: thread {}", file.display(), t.spans.tid))?;
+            if seg.cut {
+                eprintln!(
+                    "ptscope: warning: {}: thread {}: segment {i} holds more than {} instructions; only the first are shown",
+                    file.display(),
+                    t.spans.tid,
+                    ptscope_decoder::fine::MAX_SEGMENT_INSNS
+                );
+            }
+            segs.push(seg);
         }
         let tid = t.spans.tid;
         if format == Format::Text {

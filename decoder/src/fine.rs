@@ -115,6 +115,8 @@ pub struct Segment {
     pub chains: Vec<Chain>,
     /// Decode errors: trace offset (from the segment's PSB) and message.
     pub errors: Vec<(u64, String)>,
+    /// Cut at [`MAX_SEGMENT_INSNS`]: the rest of it is not here.
+    pub cut: bool,
 }
 
 impl Segment {
@@ -372,11 +374,11 @@ impl LineSource {
             .unwrap_or_default();
         let cut = rec.full();
         if cut {
+            // Offsets are from the segment's PSB: this is about all of it.
             errors.push((
-                cp.offset,
+                0,
                 format!(
-                    "more than {} instructions in this segment: the rest is not shown",
-                    MAX_SEGMENT_INSNS
+                    "more than {MAX_SEGMENT_INSNS} instructions in this segment: only the first are shown"
                 ),
             ));
         }
@@ -398,6 +400,7 @@ impl LineSource {
         );
         seg.checkpoint = index;
         seg.errors = errors;
+        seg.cut = cut;
         self.attach_lines(&mut state, proc, &mut seg);
         build_lines(&mut seg);
         Ok(seg)

@@ -90,6 +90,8 @@ pub struct LineFrame {
     pub failed: usize,
     /// Why the first failed segment failed.
     pub error: Option<String>,
+    /// Ready segments cut short at the fine pass's instruction limit.
+    pub cut: usize,
 }
 
 impl LineFrame {
@@ -203,6 +205,7 @@ impl LineDetail {
         f.insn_row.resize(n, false);
         f.pending = 0;
         f.failed = 0;
+        f.cut = 0;
         f.error = None;
         for v in &mut f.segs {
             v.clear();
@@ -244,6 +247,7 @@ impl LineDetail {
             let ti = key.0 as usize;
             match detail.get(key) {
                 Some(seg) => {
+                    f.cut += usize::from(seg.cut);
                     let lanes = seg.max_depth().map_or(0, |d| d + 1);
                     self.sticky_lanes[ti] = self.sticky_lanes[ti].max(lanes);
                     f.segs[ti].push(ReadySeg { key, seg });

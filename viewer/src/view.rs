@@ -827,6 +827,15 @@ impl TraceView {
                 format!("lines: {} segments failed", f.failed),
             )
             .on_hover_text(err);
+        } else if f.cut > 0 {
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!("lines: {} segments cut short", f.cut),
+            )
+            .on_hover_text(format!(
+                "A segment holds more than {} instructions (a damaged trace going round a loop): only its first are shown",
+                ptscope_decoder::fine::MAX_SEGMENT_INSNS
+            ));
         } else if f.active && self.model.lines.is_none() && self.model.span_count() > 0 {
             ui.weak("no line detail for this input")
                 .on_hover_text("Line detail re-decodes the instruction trace of a snapshot or perf.data file; perf script text has none.");
