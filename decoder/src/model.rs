@@ -236,7 +236,7 @@ impl ProcessSymbols {
             .iter()
             .map(|s| Mapping {
                 start: s.vaddr,
-                end: s.vaddr + s.size,
+                end: s.vaddr.saturating_add(s.size),
                 pgoff: s.offset,
                 path: s.mapped_path.clone(),
                 module: symbols.get(&s.file),
@@ -244,7 +244,7 @@ impl ProcessSymbols {
             })
             .chain(missing.iter().map(|(start, len, path)| Mapping {
                 start: *start,
-                end: start + len,
+                end: start.saturating_add(*len),
                 pgoff: 0,
                 path: path.clone(),
                 module: None,

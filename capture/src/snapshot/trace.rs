@@ -151,7 +151,9 @@ impl<'a> Trace<'a> {
                     filename,
                     sample_id,
                     ..
-                } if prot & libc::PROT_EXEC as u32 != 0 => {
+                // A mapping past the end of the address space is a damaged
+                // record: no code can be there.
+                } if prot & libc::PROT_EXEC as u32 != 0 && addr.checked_add(len).is_some() => {
                     let build_id = build_id.or_else(|| build_ids_by_path.get(filename).cloned());
                     mmaps.push(MmapEvent {
                         pid: pid as i32,
