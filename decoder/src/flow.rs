@@ -683,11 +683,6 @@ impl<'a> FlowDecoder<'a> {
         self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
         self.rd.last_ip = 0;
         self.rd.fup_bound = false;
-        // Only returns from calls seen since the last PSB are compressed
-        // (the SDM on RET compression): a walk arriving here decodes on as
-        // one that syncs here would, and a damaged trace cannot pop older
-        // calls.
-        self.ret_len = 0;
         let mut ip = None;
         loop {
             let Some(p) = self.packet()? else {
@@ -1270,31 +1265,6 @@ mod tests {
                 "block 0x1020..0x1020 1 FarCall",
                 "Disabled { ip: None, tsc: None, status_update: false }",
             ]
-        );
-    }
-
-    #[test]
-    fn a_psb_forgets_the_calls_before_it() {
-        let mem = program();
-        // The call at 0x1000, the callee's jz not taken (0), then a PSB+
-        // at its ret: the ret cannot be compressed against a call from
-        // before the PSB, so a compressed-ret bit (1) is an error.
-        let mut t = psb_at(0x1000);
-        t.push(0b0000_0100);
-        t.extend(psb_at(0x1015));
-        t.push(0b0000_0110);
-        let got = items(&t, &mem);
-        let after = got
-            .iter()
-            .position(|i| i.starts_with("Enabled { ip: 4117"))
-            .expect("the second PSB+");
-        assert!(
-            got[after..].iter().all(|i| !i.starts_with("block 0x1005")),
-            "{got:#?}"
-        );
-        assert!(
-            got[after..].iter().any(|i| i.starts_with("Error")),
-            "{got:#?}"
         );
     }
 
