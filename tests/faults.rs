@@ -86,6 +86,21 @@ fn attach(pid: u32, snap: &Path, ms: u32) -> Reaped {
     )
 }
 
+/// Builds test program `source` and starts it.
+fn started(dir: &Path, source: &str) -> (Reaped, u32) {
+    let exe = build(dir, source);
+    let target = Reaped(Command::new(&exe).spawn().unwrap());
+    let pid = target.0.id();
+    (target, pid)
+}
+
+/// The capture ends within `secs`, successfully.
+fn assert_finished(rec: &mut Reaped, secs: u64) {
+    let st = wait_exit(&mut rec.0, secs);
+    let err = stderr_of(&mut rec.0);
+    assert!(st.success(), "{st}: {err}");
+}
+
 fn stderr_of(child: &mut Child) -> String {
     use std::io::Read;
     let mut s = String::new();
@@ -98,9 +113,7 @@ fn stderr_of(child: &mut Child) -> String {
 #[test]
 fn ptscope_killed_mid_capture_leaves_an_attached_target_running() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "forever.c");
-    let target = Reaped(Command::new(&exe).spawn().unwrap());
-    let pid = target.0.id();
+    let (_target, pid) = started(dir.path(), "forever.c");
     let snap = dir.path().join("killed.ptscope");
     let mut rec = attach(pid, &snap, 60_000);
     wait_until("tracing", 20, || tracer_pid(pid) > 0);
@@ -228,14 +241,10 @@ impl Drop for KillPid {
 #[test]
 fn a_target_that_exits_mid_capture_ends_it_with_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "exits_soon.c");
-    let mut target = Reaped(Command::new(&exe).spawn().unwrap());
-    let pid = target.0.id();
+    let (mut target, pid) = started(dir.path(), "exits_soon.c");
     let snap = dir.path().join("exited.ptscope");
     let mut rec = attach(pid, &snap, 60_000);
-    let st = wait_exit(&mut rec.0, 60);
-    let err = stderr_of(&mut rec.0);
-    assert!(st.success(), "{st}: {err}");
+    assert_finished(&mut rec, 60);
     assert_eq!(target.0.wait().unwrap().code(), Some(3), "its own exit");
     let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
     let stop = &info.metadata.as_ref().unwrap().stop;
@@ -247,17 +256,13 @@ fn a_target_that_exits_mid_capture_ends_it_with_a_snapshot() {
 #[test]
 fn a_target_killed_mid_capture_ends_it_with_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "forever.c");
-    let mut target = Reaped(Command::new(&exe).spawn().unwrap());
-    let pid = target.0.id();
+    let (mut target, pid) = started(dir.path(), "forever.c");
     let snap = dir.path().join("target-killed.ptscope");
     let mut rec = attach(pid, &snap, 60_000);
     wait_until("tracing", 20, || tracer_pid(pid) > 0);
     std::thread::sleep(Duration::from_millis(500));
     target.0.kill().unwrap();
-    let st = wait_exit(&mut rec.0, 60);
-    let err = stderr_of(&mut rec.0);
-    assert!(st.success(), "{st}: {err}");
+    assert_finished(&mut rec, 60);
     let spans = decode_json(&snap, &[]);
     assert!(spans.iter().any(|s| s.name == "tick"));
 }
@@ -283,9 +288,7 @@ fn a_target_that_execs_is_recorded_to_its_end() {
 #[test]
 fn attaching_to_hundreds_of_threads_leaves_them_all_running() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "many_threads.c");
-    let target = Reaped(Command::new(&exe).spawn().unwrap());
-    let pid = target.0.id();
+    let (_target, pid) = started(dir.path(), "many_threads.c");
     let tasks = || {
         std::fs::read_dir(format!("/proc/{pid}/task"))
             .map(|d| d.count())
@@ -294,9 +297,7 @@ fn attaching_to_hundreds_of_threads_leaves_them_all_running() {
     wait_until("201 threads", 20, || tasks() == 201);
     let snap = dir.path().join("threads.ptscope");
     let mut rec = attach(pid, &snap, 500);
-    let st = wait_exit(&mut rec.0, 120);
-    let err = stderr_of(&mut rec.0);
-    assert!(st.success(), "{st}: {err}");
+    assert_finished(&mut rec, 120);
     assert_eq!(tasks(), 201);
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let tid: u32 = t.unwrap().file_name().to_str().unwrap().parse().unwrap();

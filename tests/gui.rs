@@ -723,17 +723,8 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
     // 4: capture.
     h.get_by_label("Start capture").click();
     h.run_steps(2);
-    assert!(h
-        .state_mut()
-        .capture
-        .wait(std::time::Duration::from_secs(120)));
+    assert_one_snapshot(&mut h, 120);
     h.run_steps(3);
-    let state = h.state().capture.state.clone();
-    assert!(
-        state.starts_with("done: 1 snapshot"),
-        "{state}: {:?}",
-        h.state().capture.log
-    );
     // 5: the snapshot opened in a tab; its last call is tick's.
     h.state_mut().active_tab_mut().unwrap().wait();
     h.run_steps(3);
@@ -782,6 +773,56 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Waits up to `secs` for the running capture to end, and checks it saved
+/// one snapshot.
+fn assert_one_snapshot(h: &mut Harness<'_, App>, secs: u64) {
+    assert!(h
+        .state_mut()
+        .capture
+        .wait(std::time::Duration::from_secs(secs)));
+    let state = h.state().capture.state.clone();
+    assert!(
+        state.starts_with("done: 1 snapshot"),
+        "{state}: {:?}",
+        h.state().capture.log
+    );
+}
+
+/// Polls the panel until its log holds `needle` (within 30 s); the log.
+fn wait_for_log(h: &mut Harness<'_, App>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        h.state_mut().capture.poll();
+        let log = h.state().capture.log.join("\n");
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(std::time::Instant::now() < deadline, "no `{needle}`: {log}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A window whose Capture panel, shown, is set to run `exe` (from `dir`)
+/// with `trigger`, writing under `dir`.
+fn command_capture(
+    dir: &Path,
+    exe: &Path,
+    trigger: ptscope::capture_panel::TriggerKind,
+) -> Harness<'static, App> {
+    let mut h = harness_with(&[]);
+    {
+        let p = &mut h.state_mut().capture;
+        p.output_dir = dir.join("captures");
+        p.target = ptscope::capture_panel::TargetKind::Command;
+        p.program = exe.display().to_string();
+        p.cwd = dir.display().to_string();
+        p.trigger = trigger;
+        p.open = true;
+    }
+    h.run_steps(2);
+    h
 }
 
 /// Cancel stops tracing, saves nothing and leaves the target running.
@@ -836,48 +877,21 @@ fn capture_panel_runs_a_command_and_reports_its_end() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = support::build(dir.path(), "exits_soon.c");
-    let mut h = harness_with(&[]);
-    {
-        let p = &mut h.state_mut().capture;
-        p.output_dir = dir.path().join("captures");
-        p.target = ptscope::capture_panel::TargetKind::Command;
-        p.program = exe.display().to_string();
-        p.cwd = dir.path().display().to_string();
-        p.trigger = ptscope::capture_panel::TriggerKind::Function;
-        p.symbol = Some("tick".into());
-        p.open = true;
-    }
-    h.run_steps(2);
+    let mut h = command_capture(
+        dir.path(),
+        &exe,
+        ptscope::capture_panel::TriggerKind::Function,
+    );
+    h.state_mut().capture.symbol = Some("tick".into());
     h.get_by_label("Start capture").click();
     h.run_steps(2);
-    assert!(h
-        .state_mut()
-        .capture
-        .wait(std::time::Duration::from_secs(120)));
-    let state = h.state().capture.state.clone();
-    assert!(
-        state.starts_with("done: 1 snapshot"),
-        "{state}: {:?}",
-        h.state().capture.log
-    );
+    assert_one_snapshot(&mut h, 120);
     h.run_steps(3);
     let tab = h.state_mut().active_tab_mut().unwrap();
     tab.wait();
     assert!(tab.error().is_none(), "{:?}", tab.error());
     // The command runs on for about a second after its snapshot.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let ended = loop {
-        h.state_mut().capture.poll();
-        let log = h.state().capture.log.join("\n");
-        if log.contains("the command exited with status 3") {
-            break true;
-        }
-        if std::time::Instant::now() > deadline {
-            break false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    assert!(ended, "{:?}", h.state().capture.log);
+    wait_for_log(&mut h, "the command exited with status 3");
 }
 
 /// A trace with nothing to decode says so in the window's toolbar.
@@ -900,16 +914,11 @@ fn capture_panel_is_not_confused_by_a_chatty_command() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = support::build(dir.path(), "chatty.c");
-    let mut h = harness_with(&[]);
-    {
-        let p = &mut h.state_mut().capture;
-        p.output_dir = dir.path().join("captures");
-        p.target = ptscope::capture_panel::TargetKind::Command;
-        p.program = exe.display().to_string();
-        p.trigger = ptscope::capture_panel::TriggerKind::Manual;
-        p.open = true;
-    }
-    h.run_steps(2);
+    let mut h = command_capture(
+        dir.path(),
+        &exe,
+        ptscope::capture_panel::TriggerKind::Manual,
+    );
     h.get_by_label("Start capture").click();
     h.run_steps(2);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -929,25 +938,7 @@ fn capture_panel_is_not_confused_by_a_chatty_command() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     h.get_by_label("Snapshot now").click();
     h.run_steps(2);
-    assert!(h
-        .state_mut()
-        .capture
-        .wait(std::time::Duration::from_secs(60)));
-    let state = h.state().capture.state.clone();
-    assert!(
-        state.starts_with("done: 1 snapshot"),
-        "{state}: {:?}",
-        h.state().capture.log
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        h.state_mut().capture.poll();
-        let log = h.state().capture.log.join("\n");
-        if log.contains("the command exited with status") {
-            assert!(log.contains("status 0"), "{log}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{log}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert_one_snapshot(&mut h, 60);
+    let log = wait_for_log(&mut h, "the command exited with status");
+    assert!(log.contains("status 0"), "{log}");
 }

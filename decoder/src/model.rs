@@ -179,28 +179,27 @@ type FileId = (u64, u64, u64, i64, i64);
 /// unchanged file: a re-decode (another engine, other threads) or a second
 /// model of the same snapshot shares them instead of parsing libc again.
 /// Weak, so they go with the last model that uses them.
-fn shared_symbols(file: &Path) -> Option<Arc<ModuleSymbols>> {
+fn shared_symbols(path: &Path) -> Option<Arc<ModuleSymbols>> {
     use std::os::unix::fs::MetadataExt;
     use std::sync::{Mutex, Weak};
     static SHARED: Mutex<Option<HashMap<FileId, Weak<ModuleSymbols>>>> = Mutex::new(None);
-    let id = std::fs::metadata(file)
-        .ok()
-        .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
-    if let Some(id) = id {
-        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        let map = shared.get_or_insert_with(HashMap::new);
-        if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
-            return Some(m);
-        }
-        map.retain(|_, w| w.strong_count() > 0);
+    // Identified and read through one open file: a file replaced in
+    // between cannot be cached under the other's identity.
+    let file = std::fs::File::open(path).ok()?;
+    let m = file.metadata().ok()?;
+    let id = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    let map = shared.get_or_insert_with(HashMap::new);
+    if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
+        return Some(m);
     }
-    let m = Arc::new(ModuleSymbols::load(file).ok()?);
-    if let Some(id) = id {
-        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        shared
-            .get_or_insert_with(HashMap::new)
-            .insert(id, Arc::downgrade(&m));
-    }
+    map.retain(|_, w| w.strong_count() > 0);
+    drop(shared);
+    let m = Arc::new(ModuleSymbols::load_file(path, &file).ok()?);
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared
+        .get_or_insert_with(HashMap::new)
+        .insert(id, Arc::downgrade(&m));
     Some(m)
 }
 

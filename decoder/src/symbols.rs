@@ -256,6 +256,11 @@ impl ModuleSymbols {
     /// [`has_debug_info`](Self::has_debug_info) false.
     pub fn load(path: &Path) -> Result<ModuleSymbols, SymbolError> {
         let file = std::fs::File::open(path).map_err(|e| SymbolError::io(path, e))?;
+        ModuleSymbols::load_file(path, &file)
+    }
+
+    /// Reads `file`, already open; `path` names it.
+    pub fn load_file(path: &Path, file: &std::fs::File) -> Result<ModuleSymbols, SymbolError> {
         let len = file.metadata().map_err(|e| SymbolError::io(path, e))?.len();
         if len == 0 {
             return Err(SymbolError::not_elf(path, "empty file"));
@@ -264,7 +269,7 @@ impl ModuleSymbols {
         // before returning (everything kept is copied out of it). The files
         // are binaries extracted from a snapshot, which nothing rewrites
         // while we read them.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SymbolError::io(path, e))?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| SymbolError::io(path, e))?;
         ModuleSymbols::from_bytes(path, &map)
     }
 
