@@ -758,6 +758,16 @@ impl<'a> FlowDecoder<'a> {
         self.ret_len = (self.ret_len + 1).min(self.ret.len());
     }
 
+    /// At a PSB, when the flow gets there: the hardware compresses only
+    /// returns from calls made since the last PSB (as perf's decoder also
+    /// assumes), so a walk that arrives here decodes on exactly as one that
+    /// syncs here. Not when the reader reads the PSB: that happens as the
+    /// TNT before it runs out, and its last bit may be a return still to
+    /// be popped.
+    fn forget_calls(&mut self) {
+        self.ret_len = 0;
+    }
+
     fn pop_ret(&mut self) -> Option<u64> {
         if self.ret_len == 0 {
             return None;
@@ -805,6 +815,7 @@ impl<'a> FlowDecoder<'a> {
                 Ev::Pgd(Some(ip)) => self.proceed_to(ip, f)?,
                 Ev::Psb(ip) => {
                     self.end_block(f)?;
+                    self.forget_calls();
                     if let Some(ip) = ip {
                         let tsc = self.ev_time();
                         self.emit(
@@ -885,6 +896,7 @@ impl<'a> FlowDecoder<'a> {
                 self.consume()
             }
             Ev::Psb(Some(ip)) => {
+                self.forget_calls();
                 self.enabled = true;
                 self.ip = ip;
                 self.emit(
@@ -898,6 +910,7 @@ impl<'a> FlowDecoder<'a> {
                 self.consume()
             }
             Ev::Psb(None) => {
+                self.forget_calls();
                 self.emit(
                     f,
                     BlockItem::Disabled {
@@ -1266,6 +1279,49 @@ mod tests {
                 "Disabled { ip: None, tsc: None, status_update: false }",
             ]
         );
+    }
+
+    #[test]
+    fn a_psb_forgets_the_calls_before_it() {
+        let mem = program();
+        // The call at 0x1000, the callee's jz not taken (0), then a PSB+
+        // at its ret: the ret cannot be compressed against a call from
+        // before the PSB, so a compressed-ret bit (1) is an error.
+        let mut t = psb_at(0x1000);
+        t.push(0b0000_0100);
+        t.extend(psb_at(0x1015));
+        t.push(0b0000_0110);
+        let got = items(&t, &mem);
+        let after = got
+            .iter()
+            .position(|i| i.starts_with("Enabled { ip: 4117"))
+            .expect("the second PSB+");
+        assert!(
+            got[after..].iter().all(|i| !i.starts_with("block 0x1005")),
+            "{got:#?}"
+        );
+        assert!(
+            got[after..].iter().any(|i| i.starts_with("Error")),
+            "{got:#?}"
+        );
+    }
+
+    #[test]
+    fn a_return_compressed_just_before_a_psb_still_pops_its_call() {
+        let mem = program();
+        // jz not taken (0), ret compressed (1): the TNT's last bit, so the
+        // reader meets the PSB+ that follows before the ret is popped.
+        let mut t = psb_at(0x1000);
+        t.push(0b0000_1010);
+        t.extend(psb_at(0x1005));
+        t.push(0x01);
+        let got = items(&t, &mem);
+        assert!(got.iter().all(|i| !i.starts_with("Error")), "{got:#?}");
+        let ret = got
+            .iter()
+            .position(|i| i == "block 0x1010..0x1015 4 Return")
+            .expect("the ret");
+        assert!(got[ret + 1].starts_with("Enabled { ip: 4101"), "{got:#?}");
     }
 
     #[test]
