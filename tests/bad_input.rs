@@ -219,3 +219,27 @@ fn a_trace_without_a_psb_is_reported_not_silently_empty() {
     );
     assert!(out.contains("0 spans"), "{out}");
 }
+
+/// A damaged trace that lands in a function calling itself with no trace
+/// (the fuzzer's find): the walk gives up on the loop, the stack stops
+/// growing at the store's limit, and the user is told why the timeline
+/// starts over, instead of the file taking gigabytes or minutes.
+#[test]
+fn runaway_recursion_is_bounded_and_reported() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fuzz/regressions/snapshot/runaway-recursion");
+    let (code, out, err) = run_bounded(&["stats".as_ref(), file.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("runaway-recursion: thread ")
+            && err.contains("its call stack grew past 16384 frames"),
+        "{err}"
+    );
+    // Each stretch without trace stops at 2^16 runs, here calls.
+    let calls: u64 = out
+        .lines()
+        .find(|l| l.contains("demo+0x1159"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("the recursing function's row");
+    assert!(calls <= 4 << 16, "{calls} calls\n{out}");
+}

@@ -271,7 +271,9 @@ impl Drop for InsnDecoder<'_> {
 /// packet before we call it an endless loop, as our flow decoder does:
 /// code that runs on with no TNT or TIP (`jmp .`, or a damaged trace that
 /// lands in a cycle of direct jumps) would otherwise be followed forever.
-const MAX_IDLE_STEPS: u32 = 1 << 20;
+/// Like the flow decoder's limit, small because it can be spent once per
+/// PSB.
+const MAX_IDLE_STEPS: u32 = 1 << 16;
 
 /// Counts steps at one trace offset.
 #[derive(Default)]

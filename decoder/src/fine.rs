@@ -587,7 +587,11 @@ impl Recorder {
 
         // The depth of the running frame, from the events after the head.
         let mut builder = StackBuilder::new(pid, tid, String::new());
-        builder.seed(frames, 0, !cp.begins);
+        // Only its levels are used. The events carry the walk's raw times,
+        // not the store's nanoseconds, so the seed starts at zero too: the
+        // spans it files on the way stay in order.
+        let seed: Vec<(FuncId, u64)> = frames.iter().map(|&(f, _)| (f, 0)).collect();
+        builder.seed(&seed, 0, !cp.begins);
         let base = cp.depth as i32;
         let depth_of = |level: i32| (level + base).max(0) as u32;
         let mut levels: Vec<(u64, u32)> = vec![(head, depth_of(builder.top_level()))];

@@ -297,7 +297,10 @@ struct Acc {
 
 /// Consecutive runs without trace before we call it an endless loop: real
 /// code needs a TNT or TIP long before (a loop without one never ends).
-const MAX_IDLE_RUNS: u32 = 1 << 20;
+/// Each such stretch ends in a resync at the next PSB, so a damaged trace
+/// can cost this much per PSB (16 bytes): small enough that a crafted
+/// file of thousands of PSBs still decodes in seconds.
+const MAX_IDLE_RUNS: u32 = 1 << 16;
 
 /// Packet-reading state that a look-ahead may have to undo.
 #[derive(Clone, Copy)]

@@ -538,6 +538,23 @@ fn input_warnings(trace: &Trace, wanted: &dyn Fn(i32) -> bool) -> Vec<String> {
     out
 }
 
+/// Threads whose call stack outgrew what the store keeps: their timeline
+/// starts over at the top there, which no span says.
+fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
+    threads
+        .iter()
+        .filter(|t| t.stack.depth_resets > 0)
+        .map(|t| {
+            format!(
+                "thread {}: its call stack grew past {} frames {} time(s) (runaway recursion, or a damaged trace); its timeline starts over at the top there",
+                t.spans.tid,
+                crate::stack::MAX_DEPTH,
+                t.stack.depth_resets
+            )
+        })
+        .collect()
+}
+
 pub fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
@@ -898,9 +915,9 @@ pub fn decode_trace(
     drop(loaders);
     Ok(Model {
         funcs,
-        threads,
         missing_binaries,
-        warnings: input_warnings(trace, &wanted),
+        warnings: [input_warnings(trace, &wanted), stack_warnings(&threads)].concat(),
+        threads,
         lines: Some(Arc::new(lines)),
     })
 }
@@ -1012,11 +1029,12 @@ pub fn decode_raw(
         CpuSlots::default(),
         funcs.clone(),
     );
+    let threads = vec![ThreadModel::new(d, None)];
     Ok(Model {
         funcs,
-        threads: vec![ThreadModel::new(d, None)],
         missing_binaries: Vec::new(),
-        warnings: Vec::new(),
+        warnings: stack_warnings(&threads),
+        threads,
         lines: Some(Arc::new(lines)),
     })
 }
@@ -1041,12 +1059,12 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
                 stream: None,
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
     Model {
         funcs,
-        threads,
         missing_binaries: Vec::new(),
-        warnings: Vec::new(),
+        warnings: stack_warnings(&threads),
+        threads,
         lines: None,
     }
 }

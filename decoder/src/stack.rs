@@ -41,6 +41,10 @@
 //!   trace, or the resume after an overflow, started inside it): the target
 //!   is synthesized below, as a return's caller is, so the kernel's spans
 //!   nest under the code they interrupted.
+//! - A stack deeper than [`MAX_DEPTH`] frames is runaway recursion or a
+//!   damaged trace looping through a call: the segment is closed there and
+//!   a new one begins, counted in [`StackStats::depth_resets`]. Deeper
+//!   lanes would cost memory per frame and show nothing anyone can read.
 //! - A decode error becomes `[decode error: …]`. When decoding resumes
 //!   inside a function that is still on the stack, and the error did not
 //!   lose trace (overflow, lost data), the stack is kept and the error span
@@ -70,8 +74,15 @@ pub struct StackStats {
     pub errors: u64,
     /// Errors after which the stack could not be kept.
     pub stack_resets: u64,
+    /// Times the stack outgrew [`MAX_DEPTH`] and started over.
+    pub depth_resets: u64,
     pub max_depth: usize,
 }
+
+/// The deepest call stack kept. Far beyond real code (a stack overflow at
+/// 8 MiB is some 100k frames, and 16k rows are already unreadable), and
+/// it bounds the lanes of a thread and the cost of searching the stack.
+pub const MAX_DEPTH: usize = 1 << 14;
 
 /// `Frame::call_site` of a frame entered by a syscall or interrupt.
 const KERNEL_ENTRY: u64 = u64::MAX;
@@ -110,6 +121,8 @@ pub struct StackBuilder {
     stack: Vec<Frame>,
     /// Level of `stack[0]`; drops when a caller is synthesized below.
     base: i32,
+    /// The highest level a frame of this segment has had (-1: none yet).
+    seg_top: i32,
     /// Closed spans of the current segment, with their levels.
     pending: Vec<PendingSpan>,
     seg_start: u64,
@@ -128,6 +141,7 @@ impl StackBuilder {
             out: ThreadSpans::new(pid, tid, comm),
             stack: Vec::new(),
             base: 0,
+            seg_top: -1,
             pending: Vec::new(),
             seg_start: 0,
             opened: false,
@@ -164,6 +178,7 @@ impl StackBuilder {
                 kernel: false,
             });
         }
+        self.seg_top = self.seg_top.max(self.top_level());
     }
 
     fn begin(&mut self, t: u64) {
@@ -305,6 +320,13 @@ impl StackBuilder {
 
     /// Opens a frame for `func`, whose code is at `addr` (0: unknown).
     fn push(&mut self, func: FuncId, addr: u64, t: u64, flags: u32) {
+        let level = self.level(self.stack.len());
+        if level > self.seg_top {
+            if self.lanes() >= MAX_DEPTH {
+                self.restart_deep(t);
+            }
+            self.seg_top = self.level(self.stack.len());
+        }
         self.stack.push(Frame {
             func,
             start: t,
@@ -348,8 +370,27 @@ impl StackBuilder {
             .find(|&i| self.stack[i].func == func)
     }
 
+    /// Lanes the current segment spans.
+    fn lanes(&self) -> usize {
+        (self.seg_top - self.base + 1).max(0) as usize
+    }
+
+    /// The segment has as many lanes as it may: close it at `t`, and go on
+    /// in a new one.
+    fn restart_deep(&mut self, t: u64) {
+        self.stats.depth_resets += 1;
+        self.close_segment(t, flag::END_ESTIMATED);
+        self.seg_start = t;
+    }
+
     /// Synthesizes a caller below every frame and span of this segment.
     fn synthesize_below(&mut self, func: FuncId, addr: u64) {
+        if self.lanes() >= MAX_DEPTH {
+            self.restart_deep(self.last_time);
+        }
+        if self.stack.is_empty() && self.seg_top < self.base {
+            self.seg_top = self.base - 1;
+        }
         self.stats.inferred_frames += 1;
         self.base -= 1;
         self.stack.insert(
@@ -557,6 +598,7 @@ impl StackBuilder {
         }
         self.closed_bases.push(base);
         self.base = 0;
+        self.seg_top = -1;
     }
 }
 
@@ -1194,9 +1236,9 @@ mod tests {
     }
 
     #[test]
-    fn deep_recursion_is_bounded_only_by_memory() {
+    fn a_stack_deeper_than_max_depth_starts_over_and_keeps_every_call() {
         let mut s = Script::new();
-        let n = 100_000u64;
+        let n = 3 * MAX_DEPTH as u64 + 5;
         s.call(0, "main", "f");
         for i in 1..n {
             s.call(i, "f", "f");
@@ -1208,7 +1250,30 @@ mod tests {
             let Script { b, .. } = s;
             b.finish()
         };
-        assert_eq!(stats.max_depth, n as usize + 1);
-        assert_eq!(spans.span_count(), n as usize + 1);
+        assert!(stats.max_depth <= MAX_DEPTH, "{}", stats.max_depth);
+        assert!(spans.depth() <= MAX_DEPTH, "{}", spans.depth());
+        // Three on the way down the calls; three more on the way back up,
+        // as the returns past the last restart synthesize their callers.
+        assert_eq!(stats.depth_resets, 6);
+        // Every call still has its span; the returns past a restart land
+        // in callers synthesized below, as after any segment's start.
+        assert!(spans.span_count() > n as usize, "{}", spans.span_count());
+    }
+
+    #[test]
+    fn returns_below_the_start_are_bounded_by_max_depth_too() {
+        let mut s = Script::new();
+        let n = 2 * MAX_DEPTH as u64 + 1;
+        for i in 0..n {
+            s.ret(i, "f", "f");
+        }
+        let (spans, stats) = {
+            let Script { b, .. } = s;
+            b.finish()
+        };
+        assert!(spans.depth() <= MAX_DEPTH, "{}", spans.depth());
+        assert_eq!(stats.depth_resets, 2);
+        // The first return's own frame, then each one's caller.
+        assert_eq!(stats.inferred_frames, n + 1);
     }
 }
