@@ -188,7 +188,7 @@ impl<'a> InsnDecoder<'a> {
         let event_pending = sys::pt_status_flag_pts_event_pending as i32;
         let eos_flag = sys::pt_status_flag_pts_eos as i32;
         let mut last_fail: Option<u64> = None;
-        let mut idle = Idle::default();
+        let mut idle = Idle::new(MAX_IDLE_INSNS);
         // SAFETY: dec is live for the whole walk; all out-structs are zeroed
         // plain data of the sizes we pass.
         unsafe {
@@ -267,33 +267,42 @@ impl Drop for InsnDecoder<'_> {
     }
 }
 
-/// Steps (blocks or instructions) libipt may return without reading a
-/// packet before we call it an endless loop, as our flow decoder does:
-/// code that runs on with no TNT or TIP (`jmp .`, or a damaged trace that
-/// lands in a cycle of direct jumps) would otherwise be followed forever.
-/// Like the flow decoder's limit, small because it can be spent once per
-/// PSB.
-const MAX_IDLE_STEPS: u32 = 1 << 16;
+/// Blocks libipt may return without reading a packet before we call it an
+/// endless loop, as our flow decoder does: code that runs on with no TNT or
+/// TIP (`jmp .`, or a damaged trace that lands in a cycle of direct jumps)
+/// would otherwise be followed forever. Like the flow decoder's limit,
+/// small because it can be spent once per PSB.
+const MAX_IDLE_BLOCKS: u32 = 1 << 16;
+
+/// The same for the instruction walk, which counts every instruction: a
+/// long TNT packet alone can cover that many.
+const MAX_IDLE_INSNS: u32 = 1 << 20;
 
 /// Counts steps at one trace offset.
-#[derive(Default)]
 struct Idle {
+    limit: u32,
     at: u64,
     steps: u32,
 }
 
 impl Idle {
+    fn new(limit: u32) -> Idle {
+        Idle {
+            limit,
+            at: 0,
+            steps: 0,
+        }
+    }
+
     /// Whether the walk is stuck at `offset`; resets when it moves on.
     fn stuck(&mut self, offset: u64) -> bool {
         if offset != self.at {
-            *self = Idle {
-                at: offset,
-                steps: 0,
-            };
+            self.at = offset;
+            self.steps = 0;
             return false;
         }
         self.steps += 1;
-        if self.steps > MAX_IDLE_STEPS {
+        if self.steps > self.limit {
             self.steps = 0;
             return true;
         }
@@ -526,7 +535,7 @@ impl<'a> BlockDecoder<'a> {
         let event_pending = sys::pt_status_flag_pts_event_pending as i32;
         let eos_flag = sys::pt_status_flag_pts_eos as i32;
         let mut last_fail: Option<u64> = None;
-        let mut idle = Idle::default();
+        let mut idle = Idle::new(MAX_IDLE_BLOCKS);
         macro_rules! emit {
             ($item:expr) => {
                 if !on_item(self, $item) {

@@ -593,7 +593,12 @@ impl Recorder {
         let seed: Vec<(FuncId, u64)> = frames.iter().map(|&(f, _)| (f, 0)).collect();
         builder.seed(&seed, 0, !cp.begins);
         let base = cp.depth as i32;
-        let depth_of = |level: i32| (level + base).max(0) as u32;
+        // Past a restart of a stack deeper than `stack::MAX_DEPTH` this
+        // builder and the coarse one no longer agree on depths (it knows
+        // only the checkpoint's frames); such lines stay within the
+        // thread's rows, at worst beside their spans.
+        let deepest = crate::stack::MAX_DEPTH as i32 - 1;
+        let depth_of = |level: i32| (level + base).clamp(0, deepest) as u32;
         let mut levels: Vec<(u64, u32)> = vec![(head, depth_of(builder.top_level()))];
         for (pos, ev) in &self.events {
             // The seed holds what came before; the sync's own trace-begin

@@ -302,6 +302,11 @@ struct Acc {
 /// file of thousands of PSBs still decodes in seconds.
 const MAX_IDLE_RUNS: u32 = 1 << 16;
 
+/// Instructions single-stepped towards an asynchronous event's address:
+/// counted one by one, so the limit is higher than for runs (a long
+/// stretch of straight-line code may precede an interrupt).
+const MAX_STEP_INSNS: u32 = 1 << 20;
+
 /// Packet-reading state that a look-ahead may have to undo.
 #[derive(Clone, Copy)]
 struct Reader {
@@ -763,10 +768,11 @@ impl<'a> FlowDecoder<'a> {
 
     /// At a PSB, when the flow gets there: the hardware compresses only
     /// returns from calls made since the last PSB (as perf's decoder also
-    /// assumes), so a walk that arrives here decodes on exactly as one that
-    /// syncs here. Not when the reader reads the PSB: that happens as the
-    /// TNT before it runs out, and its last bit may be a return still to
-    /// be popped.
+    /// assumes), so a walk that arrives here decodes on as one that syncs
+    /// here (on a damaged trace, unless direct calls lie between the flow
+    /// and the PSB's FUP address). Not when the reader reads the PSB: that
+    /// happens as the TNT before it runs out, and its last bit may be a
+    /// return still to be popped.
     fn forget_calls(&mut self) {
         self.ret_len = 0;
     }
@@ -1134,7 +1140,7 @@ impl<'a> FlowDecoder<'a> {
         let mut steps: u32 = 0;
         while self.ip != target {
             steps += 1;
-            if steps > MAX_IDLE_RUNS {
+            if steps > MAX_STEP_INSNS {
                 return Err(self.fail(PtError::BAD_QUERY, None));
             }
             let Some(cur) = self.cur else {

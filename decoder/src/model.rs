@@ -546,7 +546,7 @@ fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
         .filter(|t| t.stack.depth_resets > 0)
         .map(|t| {
             format!(
-                "thread {}: its call stack grew past {} frames {} time(s) (runaway recursion, or a damaged trace); its timeline starts over at the top there",
+                "thread {}: its calls nested more than {} levels deep {} time(s), counting callers the trace began inside (runaway recursion, or a damaged trace); its timeline starts over at the top there",
                 t.spans.tid,
                 crate::stack::MAX_DEPTH,
                 t.stack.depth_resets
