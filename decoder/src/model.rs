@@ -214,6 +214,15 @@ struct Mapping {
     missing: bool,
 }
 
+impl Mapping {
+    /// The file offset of `addr`, which lies in this mapping. Saturating:
+    /// the page offset comes from a record a damaged file can set to
+    /// anything, and must give a wrong answer there, not a panic.
+    fn file_offset(&self, addr: u64) -> u64 {
+        self.pgoff.saturating_add(addr - self.start)
+    }
+}
+
 /// A process's mappings with their symbols: the coarse pass's resolver.
 #[derive(Clone)]
 pub struct ProcessSymbols {
@@ -293,7 +302,7 @@ impl Resolve for ProcessSymbols {
                 provisional: false,
             };
         }
-        let file_off = m.pgoff + (addr - m.start);
+        let file_off = m.file_offset(addr);
         if let Some(r) = self.symbol(mi, addr, funcs) {
             return r;
         }
@@ -343,7 +352,7 @@ impl Resolve for ProcessSymbols {
             return false;
         }
         let m = &self.maps[mi];
-        let off = m.pgoff + (addr - m.start);
+        let off = m.file_offset(addr);
         let id = funcs.intern(
             &format!("[unknown] {}+{:#x}", basename(&m.path), off),
             &m.path,
@@ -370,26 +379,27 @@ impl ProcessSymbols {
     pub fn module_at(&self, addr: u64) -> Option<(&Arc<ModuleSymbols>, u64)> {
         let m = &self.maps[self.mapping(addr)?];
         let md = m.module.as_ref()?;
-        let svma = md.file_offset_to_svma(m.pgoff + (addr - m.start))?;
+        let svma = md.file_offset_to_svma(m.file_offset(addr))?;
         Some((md, svma))
     }
 
     /// The symbol (or unwind-table function) at `addr` of mapping `mi`.
     fn symbol(&mut self, mi: usize, addr: u64, funcs: &mut FuncTable) -> Option<Resolved> {
         let m = &self.maps[mi];
-        let file_off = m.pgoff + (addr - m.start);
+        let file_off = m.file_offset(addr);
         let module = m.module.as_ref();
         let svma = module.and_then(|md| md.file_offset_to_svma(file_off));
         if let (Some(md), Some(svma)) = (module, svma) {
             if let Some(f) = md.function(svma) {
-                let entry = addr - (svma - f.entry);
+                let entry = addr.saturating_sub(svma.saturating_sub(f.entry));
                 let lo = entry.max(m.start);
-                let hi = (entry + (f.end - f.entry)).min(m.end).max(addr + 1);
+                let len = f.end.saturating_sub(f.entry);
+                let hi = entry.saturating_add(len).min(m.end).max(addr + 1);
                 let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
                     // Unwind-table functions are named after the module
                     // as mapped, not the cached file's name.
                     if f.source == crate::symbols::SymbolSource::Unwind {
-                        let off = m.pgoff + (entry.saturating_sub(m.start));
+                        let off = m.pgoff.saturating_add(entry.saturating_sub(m.start));
                         let name = format!("[unknown] {}+{off:#x}", basename(&m.path));
                         funcs.intern(&name, &m.path, entry, SpanKind::Call)
                     } else {
