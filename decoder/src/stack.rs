@@ -96,6 +96,9 @@ struct Frame {
     call_site: u64,
     /// Kernel code: an `iret`/`sysret` to user space leaves it.
     kernel: bool,
+    /// The span before it at its level ended the instant it began, so a
+    /// zero-length child at that instant needs [`flag::LATE_PARENT`].
+    touches: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +128,9 @@ pub struct StackBuilder {
     seg_top: i32,
     /// Closed spans of the current segment, with their levels.
     pending: Vec<PendingSpan>,
+    /// When the last span closed at each level of this segment ended, by
+    /// stack index (level - base).
+    level_ends: Vec<u64>,
     seg_start: u64,
     opened: bool,
     tracing: bool,
@@ -143,6 +149,7 @@ impl StackBuilder {
             base: 0,
             seg_top: -1,
             pending: Vec::new(),
+            level_ends: Vec::new(),
             seg_start: 0,
             opened: false,
             tracing: true,
@@ -176,6 +183,7 @@ impl StackBuilder {
                 flags: 0,
                 call_site: 0,
                 kernel: false,
+                touches: false,
             });
         }
         self.seg_top = self.seg_top.max(self.top_level());
@@ -327,24 +335,42 @@ impl StackBuilder {
             }
             self.seg_top = self.level(self.stack.len());
         }
+        let touches = self.level_ends.get(self.stack.len()) == Some(&t);
         self.stack.push(Frame {
             func,
             start: t,
             flags,
             call_site: 0,
             kernel: is_kernel_addr(addr),
+            touches,
         });
     }
 
     fn pop(&mut self, t: u64, end_flags: u32) {
         if let Some(f) = self.stack.pop() {
-            let level = self.level(self.stack.len());
+            let index = self.stack.len();
+            let end = t.max(f.start);
+            let mut flags = f.flags | end_flags;
+            // Two spans above contain this instant; the open one is the
+            // later (see `ThreadSpans::parent`).
+            if f.start == end
+                && self
+                    .stack
+                    .last()
+                    .is_some_and(|p| p.start == end && p.touches)
+            {
+                flags |= flag::LATE_PARENT;
+            }
+            if self.level_ends.len() <= index {
+                self.level_ends.resize(index + 1, u64::MAX);
+            }
+            self.level_ends[index] = end;
             self.pending.push(PendingSpan {
                 start: f.start,
-                end: t.max(f.start),
+                end,
                 func: f.func,
-                flags: f.flags | end_flags,
-                level,
+                flags,
+                level: self.level(index),
             });
         }
     }
@@ -393,6 +419,9 @@ impl StackBuilder {
         }
         self.stats.inferred_frames += 1;
         self.base -= 1;
+        if !self.level_ends.is_empty() {
+            self.level_ends.insert(0, u64::MAX);
+        }
         self.stack.insert(
             0,
             Frame {
@@ -401,6 +430,7 @@ impl StackBuilder {
                 flags: flag::INFERRED_START,
                 call_site: 0,
                 kernel: is_kernel_addr(addr),
+                touches: false,
             },
         );
     }
@@ -599,6 +629,7 @@ impl StackBuilder {
         self.closed_bases.push(base);
         self.base = 0;
         self.seg_top = -1;
+        self.level_ends.clear();
     }
 }
 
@@ -790,6 +821,57 @@ mod tests {
             s.tree(),
             ["0 main 10-30 inferred", "1 a 10-20", "1 b 20-30"]
         );
+    }
+
+    /// Parent of every span as (child, parent) names, by the store's rule.
+    fn parents(s: Script) -> Vec<(String, String)> {
+        let funcs = s.funcs;
+        let (spans, _) = s.b.finish();
+        spans
+            .tree_order()
+            .into_iter()
+            .map(|(d, i)| {
+                let name = |d: usize, i: usize| funcs.name(spans.lane(d)[i].func()).to_string();
+                let up = spans.parent(d, i).map_or("-".into(), |p| name(d - 1, p));
+                (name(d, i), up)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calls_within_one_nanosecond_keep_their_parents() {
+        // perf stamps whole runs of branches with one time: a stub called
+        // at 10 tail-calls `yield` at 10, which calls `check` and returns
+        // from it at 10 too, and then `lock` at 12. `check` lies inside
+        // both the stub's and `yield`'s spans; it is `yield`'s child.
+        let mut s = Script::new();
+        s.call(5, "main", "stub");
+        s.ev(10, EventKind::Jump, "stub", "yield", true);
+        s.call(10, "yield", "check");
+        s.ret(10, "check", "yield");
+        s.call(12, "yield", "lock");
+        s.ret(13, "lock", "yield");
+        s.ret(20, "yield", "main");
+        let p = parents(s);
+        let of = |n: &str| p.iter().find(|(c, _)| c == n).unwrap().1.clone();
+        assert_eq!(of("check"), "yield");
+        assert_eq!(of("lock"), "yield");
+        assert_eq!(of("stub"), "main");
+
+        // And a zero-length last call of a function that then tail-calls
+        // stays with the function that made it.
+        let mut s = Script::new();
+        s.call(5, "main", "a");
+        s.call(10, "a", "last");
+        s.ret(10, "last", "a");
+        s.ev(10, EventKind::Jump, "a", "b", true);
+        s.call(10, "b", "first");
+        s.ret(10, "first", "b");
+        s.ret(20, "b", "main");
+        let p = parents(s);
+        let of = |n: &str| p.iter().find(|(c, _)| c == n).unwrap().1.clone();
+        assert_eq!(of("last"), "a");
+        assert_eq!(of("first"), "b");
     }
 
     #[test]

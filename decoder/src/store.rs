@@ -18,7 +18,7 @@ pub struct Span {
     pub start: u64,
     /// Duration in ns; [`Span::LONG`] means "look it up in the long table".
     dur: u32,
-    /// Function id in the low 27 bits, flags in the high 5.
+    /// Function id in the low 26 bits, flags in the high 6.
     func_flags: u32,
 }
 
@@ -37,10 +37,16 @@ pub mod flag {
     /// Entered by a jump into the middle of the function, not by a call;
     /// its start is exact (the jump), unlike [`INFERRED_START`].
     pub const MID_ENTRY: u32 = 1 << 27;
+    /// A zero-length span whose parent is the *latest* span one level up
+    /// that contains its instant, not the earliest. Times are whole ns and
+    /// perf stamps many branches with the same one, so two spans above can
+    /// both contain it (one ending, the next starting, then); only the
+    /// builder knows which was open. See [`ThreadSpans::parent`].
+    pub const LATE_PARENT: u32 = 1 << 26;
     /// The flags that say a time is not exactly known.
     pub const ESTIMATES: u32 = START_ESTIMATED | END_ESTIMATED | INFERRED_START | OPEN_END;
     /// Every flag bit; the rest of `func_flags` is the function id.
-    pub const ALL: u32 = ESTIMATES | MID_ENTRY;
+    pub const ALL: u32 = ESTIMATES | MID_ENTRY | LATE_PARENT;
 }
 
 /// The largest function id a span can hold.
@@ -231,34 +237,86 @@ impl ThreadSpans {
         lo..hi
     }
 
+    /// Index (in lane `depth - 1`) of the parent of span `index` of lane
+    /// `depth`: the span above that contains it. Only a zero-length span
+    /// can have two such candidates, at an instant where one span above
+    /// ends and the next begins; the earliest is its parent unless it is
+    /// flagged [`flag::LATE_PARENT`]. None for top-level spans and for
+    /// spans nothing contains (inconsistent input).
+    pub fn parent(&self, depth: usize, index: usize) -> Option<usize> {
+        if depth == 0 || index >= self.lane(depth).len() {
+            return None;
+        }
+        let s = self.lanes[depth][index];
+        let (start, end) = (s.start, self.end(depth, index));
+        let up = self.lane(depth - 1);
+        let last = up.partition_point(|p| p.start <= start).checked_sub(1)?;
+        if self.end(depth - 1, last) < end {
+            return None;
+        }
+        if start < end || s.has(flag::LATE_PARENT) {
+            return Some(last);
+        }
+        // Spans above do not overlap, so only the one before the first
+        // starting at `start` can contain it too.
+        let first = up.partition_point(|p| p.start < start);
+        Some(match first.checked_sub(1) {
+            Some(before) if self.end(depth - 1, before) >= start => before,
+            _ => first,
+        })
+    }
+
+    /// Indices (in lane `depth + 1`) of the children of span `index` of
+    /// lane `depth`: those whose [`parent`](Self::parent) it is.
+    pub fn children(&self, depth: usize, index: usize) -> std::ops::Range<usize> {
+        if index >= self.lane(depth).len() {
+            return 0..0;
+        }
+        let (start, end) = (self.lanes[depth][index].start, self.end(depth, index));
+        let below = self.lane(depth + 1);
+        let mut lo = below.partition_point(|c| c.start < start);
+        let mut hi = below.partition_point(|c| c.start <= end);
+        // Only zero-length spans at either boundary can belong elsewhere.
+        while lo < hi && self.parent(depth + 1, lo) != Some(index) {
+            lo += 1;
+        }
+        while hi > lo && self.parent(depth + 1, hi - 1) != Some(index) {
+            hi -= 1;
+        }
+        lo..hi
+    }
+
     /// Every span in tree order (parents before children, siblings by
-    /// time), as (depth, index). A span's parent is the earliest span one
-    /// level up that contains it, which settles zero-length spans at a
-    /// boundary the way they were made.
+    /// time), as (depth, index), by [`parent`](Self::parent).
     pub fn tree_order(&self) -> Vec<(usize, usize)> {
-        let n = self.lanes.len();
-        let mut out = Vec::with_capacity(self.span_count());
-        let mut cur = vec![0usize; n];
-        // End times of the open ancestors; open.len() is the next depth.
-        let mut open: Vec<u64> = Vec::new();
-        while n > 0 && cur[0] < self.lanes[0].len() {
-            out.push((0, cur[0]));
-            open.push(self.end(0, cur[0]));
-            cur[0] += 1;
-            while let Some(&parent_end) = open.last() {
-                let d = open.len();
-                if d < n && cur[d] < self.lanes[d].len() && self.end(d, cur[d]) <= parent_end {
-                    out.push((d, cur[d]));
-                    open.push(self.end(d, cur[d]));
-                    cur[d] += 1;
-                } else {
-                    open.pop();
+        let total = self.span_count();
+        let mut out = Vec::with_capacity(total);
+        let mut todo = vec![(0, 0..self.lane(0).len())];
+        while let Some((d, next)) = todo.last_mut() {
+            let d = *d;
+            match next.next() {
+                Some(i) => {
+                    out.push((d, i));
+                    let kids = self.children(d, i);
+                    if !kids.is_empty() {
+                        todo.push((d + 1, kids));
+                    }
+                }
+                None => {
+                    todo.pop();
                 }
             }
         }
-        // Spans no parent contains (inconsistent input) still appear.
-        for (d, &c) in cur.iter().enumerate() {
-            out.extend((c..self.lanes[d].len()).map(|i| (d, i)));
+        // Spans no parent claims (inconsistent input) still appear.
+        if out.len() < total {
+            let seen: std::collections::HashSet<(usize, usize)> = out.iter().copied().collect();
+            for (d, lane) in self.lanes.iter().enumerate() {
+                out.extend(
+                    (0..lane.len())
+                        .map(|i| (d, i))
+                        .filter(|k| !seen.contains(k)),
+                );
+            }
         }
         out
     }
@@ -369,8 +427,8 @@ mod tests {
 
     #[test]
     fn mid_entry_is_a_flag_bit_but_not_an_estimate() {
-        assert_eq!(flag::ALL, 0xF800_0000);
-        assert_eq!(MAX_FUNC, (1 << 27) - 1);
+        assert_eq!(flag::ALL, 0xFC00_0000);
+        assert_eq!(MAX_FUNC, (1 << 26) - 1);
         let mut t = ThreadSpans::new(1, 1, "x".into());
         t.push(0, 100, 250, MAX_FUNC, flag::MID_ENTRY);
         t.push(0, 300, 400, 9, flag::MID_ENTRY | flag::END_ESTIMATED);
@@ -435,6 +493,54 @@ mod tests {
             .map(|(d, i)| t.lane(d)[i].func())
             .collect();
         assert_eq!(order, [1, 4, 2, 3]);
+    }
+
+    #[test]
+    fn a_late_parent_flag_files_a_zero_length_child_under_the_span_that_begins() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        // A stub a (10-20) tail-calls b (20-30) at 20; b at once makes the
+        // zero-length call d (20-20), then c (22-25). Both a and b contain
+        // the instant 20: the flag says b was open.
+        t.push(0, 10, 20, 1, 0);
+        t.push(0, 20, 30, 2, 0);
+        t.push(1, 20, 20, 4, flag::LATE_PARENT);
+        t.push(1, 22, 25, 3, 0);
+        let order: Vec<u32> = t
+            .tree_order()
+            .into_iter()
+            .map(|(d, i)| t.lane(d)[i].func())
+            .collect();
+        assert_eq!(order, [1, 2, 4, 3]);
+        assert_eq!(t.parent(1, 0), Some(1));
+        assert!(t.children(0, 0).is_empty());
+        assert_eq!(t.children(0, 1), 0..2);
+        assert_eq!(t.lane(1)[0].func(), 4, "the flag is not part of the id");
+    }
+
+    #[test]
+    fn parent_and_children_agree_and_skip_what_nothing_contains() {
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 0, 10, 1, 0);
+        t.push(0, 10, 10, 2, 0);
+        t.push(0, 10, 40, 3, 0);
+        // Under 1 (earliest at 10), under 3, and one that sticks out of
+        // everything above.
+        t.push(1, 10, 10, 4, 0);
+        t.push(1, 12, 20, 5, 0);
+        t.push(1, 35, 50, 6, 0);
+        assert_eq!(t.parent(1, 0), Some(0));
+        assert_eq!(t.parent(1, 1), Some(2));
+        assert_eq!(t.parent(1, 2), None);
+        assert_eq!(t.parent(0, 0), None);
+        assert_eq!(t.children(0, 0), 0..1);
+        assert!(t.children(0, 1).is_empty());
+        assert_eq!(t.children(0, 2), 1..2);
+        let order: Vec<u32> = t
+            .tree_order()
+            .into_iter()
+            .map(|(d, i)| t.lane(d)[i].func())
+            .collect();
+        assert_eq!(order, [1, 4, 2, 3, 5, 6]);
     }
 
     #[test]

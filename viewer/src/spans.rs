@@ -4,8 +4,6 @@
 //! The store keeps no parent links (16 bytes a span is the budget), so
 //! the tree is recovered with binary searches in neighbouring lanes.
 
-use std::ops::Range;
-
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::{Span, ThreadSpans};
 
@@ -45,35 +43,12 @@ impl SpanRef {
     }
 }
 
-/// Index of the parent (in lane `depth - 1`) of span `index` of lane
-/// `depth`: the latest span above that starts at or before it.
-pub fn parent(t: &ThreadSpans, depth: usize, index: usize) -> Option<usize> {
-    if depth == 0 {
-        return None;
-    }
-    let start = t.lane(depth)[index].start;
-    let up = t.lane(depth - 1);
-    let p = up.partition_point(|s| s.start <= start);
-    (p > 0 && t.end(depth - 1, p - 1) >= start).then(|| p - 1)
-}
-
-/// Indices (in lane `depth + 1`) of the children of span `index`.
-pub fn children(t: &ThreadSpans, depth: usize, index: usize) -> Range<usize> {
-    let s = t.lane(depth)[index];
-    let end = t.end(depth, index);
-    let below = t.lane(depth + 1);
-    let lo = below.partition_point(|c| c.start < s.start);
-    // A zero-length child at the very end still belongs to this span
-    // only if the span is zero-length too; keep the rule simple.
-    let hi = lo + below[lo..].partition_point(|c| c.start < end.max(s.start + 1));
-    lo..hi
-}
-
 /// Duration less the time of direct children.
 pub fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {
     let dur = t.duration(depth, index);
     let end = t.end(depth, index);
-    let kids: u64 = children(t, depth, index)
+    let kids: u64 = t
+        .children(depth, index)
         .map(|c| t.end(depth + 1, c).min(end) - t.lane(depth + 1)[c].start)
         .sum();
     dur.saturating_sub(kids)
@@ -86,7 +61,7 @@ pub fn call_path(model: &Model, r: SpanRef) -> Vec<SpanRef> {
         return Vec::new();
     };
     let (mut d, mut i) = (r.depth as usize, r.index as usize);
-    while let Some(p) = parent(t, d, i) {
+    while let Some(p) = t.parent(d, i) {
         d -= 1;
         i = p;
         out.push(SpanRef::new(r.thread as usize, d, i));
@@ -159,11 +134,11 @@ pub(crate) mod tests {
     fn tree_queries() {
         let m = small_model();
         let t = &m.threads[0].spans;
-        assert_eq!(parent(t, 2, 0), Some(0));
-        assert_eq!(parent(t, 1, 1), Some(0));
-        assert_eq!(parent(t, 0, 0), None);
-        assert_eq!(children(t, 0, 0), 0..2);
-        assert_eq!(children(t, 0, 1), 2..2);
+        assert_eq!(t.parent(2, 0), Some(0));
+        assert_eq!(t.parent(1, 1), Some(0));
+        assert_eq!(t.parent(0, 0), None);
+        assert_eq!(t.children(0, 0), 0..2);
+        assert!(t.children(0, 1).is_empty());
         assert_eq!(self_time(t, 0, 0), 60);
         assert_eq!(self_time(t, 1, 0), 20);
         let path = call_path(&m, SpanRef::new(0, 2, 0));
