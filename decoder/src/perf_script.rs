@@ -178,6 +178,13 @@ pub enum ScriptError {
         path.display()
     )]
     NoBranchEvents { path: PathBuf, lines: usize },
+    /// `perf record -g` output: sampled call stacks, which say where the
+    /// program was now and then, not every call it made.
+    #[error(
+        "{}: holds {samples} sampled call stacks (perf record -g) and no branches; ptscope reads Intel PT branch traces: record with `perf record -e intel_pt//u` and export with `perf script --itrace=bep -F pid,tid,time,flags,ip,addr,sym,symoff,dso,event`",
+        path.display()
+    )]
+    SampledStacks { path: PathBuf, samples: usize },
     /// `line` is 1-based.
     #[error("{}:{line}: {error}", path.display())]
     Parse {
@@ -259,11 +266,16 @@ pub fn import(text: &str, source: &Path) -> Result<ScriptTrace, ScriptError> {
     let mut skipped = 0;
     let mut malformed = 0;
     let mut first_malformed = None;
+    let mut samples = 0;
+    let mut in_stack = false;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         lines += 1;
+        let stack_entry = line.starts_with('\t');
+        samples += (stack_entry && !in_stack) as usize;
+        in_stack = stack_entry;
         match parse_line(line) {
             Ok(Some(rec)) => {
                 branches += matches!(rec, ScriptRecord::Branch { .. }) as usize;
@@ -286,7 +298,11 @@ pub fn import(text: &str, source: &Path) -> Result<ScriptTrace, ScriptError> {
         return Err(ScriptError::Empty { path });
     }
     if branches == 0 {
-        return Err(first_malformed.unwrap_or(ScriptError::NoBranchEvents { path, lines }));
+        return Err(first_malformed.unwrap_or(if samples > 0 {
+            ScriptError::SampledStacks { path, samples }
+        } else {
+            ScriptError::NoBranchEvents { path, lines }
+        }));
     }
     Ok(ScriptTrace {
         threads: b.threads,
@@ -1205,18 +1221,41 @@ mod tests {
     }
 
     /// Lines that are not branch events: each parses to nothing and the
-    /// import says there are no branch events.
+    /// import says there are no branch events (or only sampled stacks).
     fn assert_not_branches(text: &str) {
         for line in text.lines() {
             assert_eq!(parse_line(line), Ok(None), "{line:?}");
         }
         let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
-        assert_eq!(
-            import(text, path()).unwrap_err(),
+        let expected = if text.contains("\n\t") {
+            ScriptError::SampledStacks {
+                path: path().to_path_buf(),
+                samples: 1,
+            }
+        } else {
             ScriptError::NoBranchEvents {
                 path: path().to_path_buf(),
-                lines
+                lines,
             }
+        };
+        assert_eq!(import(text, path()).unwrap_err(), expected);
+    }
+
+    #[test]
+    fn sampled_call_stacks_alone_get_an_error_that_says_what_to_record() {
+        let sample = "825432/825432 339457.445933440:       1 cycles:u: \n\t    7f5c0c875c60 _dl_open+0x0 (/usr/lib64/ld-2.28.so)\n\t          4008de main+0x87 (/home/demo)\n\n";
+        let e = import(&sample.repeat(3), path()).unwrap_err();
+        assert_eq!(
+            e,
+            ScriptError::SampledStacks {
+                path: path().to_path_buf(),
+                samples: 3
+            }
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("perf record -g") && msg.contains("intel_pt//u"),
+            "{msg}"
         );
     }
 
@@ -2119,7 +2158,7 @@ mod tests {
                     assert_eq!(error_events, errors, "{}", file.display());
                     imported += 1;
                 }
-                Err(ScriptError::NoBranchEvents { .. }) => {
+                Err(ScriptError::NoBranchEvents { .. } | ScriptError::SampledStacks { .. }) => {
                     assert_eq!(arrows, 0, "{}", file.display())
                 }
                 Err(e) => panic!("{e}"),
