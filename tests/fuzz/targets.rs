@@ -107,6 +107,35 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     }
 }
 
+/// How far the reader targets take what they read. Fuzzing them stops at
+/// one walk of our engine, which covers what the sideband and the archive
+/// steer (threads, CPUs, mappings, missing binaries): the rest of the
+/// pipeline (chunks, libipt, the fine pass) is `pt_decode`'s, and running
+/// it for every input made the readers' targets four times slower to
+/// explore. The regression test replays every input all the ways, as
+/// that is where some of them found their bugs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Depth {
+    OneWalk,
+    AllWays,
+}
+
+fn decode_to(depth: Depth, snap: &Snapshot, trace: Option<&Trace>) {
+    match depth {
+        Depth::AllWays => decode_all_ways(snap, trace),
+        Depth::OneWalk => {
+            let opts = DecodeOptions {
+                parallel: Parallel::sequential(),
+                ..DecodeOptions::default()
+            };
+            let _ = match trace {
+                Some(t) => decode_trace(snap, t, &opts),
+                None => decode_snapshot(snap, &opts),
+            };
+        }
+    }
+}
+
 /// Where two canonical models first differ, with a little context.
 fn first_difference(a: &[String], b: &[String]) -> Option<String> {
     let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
@@ -147,6 +176,10 @@ fn fine_pass(model: &Model) {
 /// the trace model, then a decode with whatever binaries it names (none
 /// are on hand, so all are missing).
 pub fn perf_data(data: &[u8]) {
+    perf_data_to(data, Depth::AllWays)
+}
+
+pub fn perf_data_to(data: &[u8], depth: Depth) {
     let Ok(file) = PerfDataFile::parse(data) else {
         return;
     };
@@ -159,13 +192,17 @@ pub fn perf_data(data: &[u8]) {
         return;
     }
     let snap = Snapshot::from_perf_data(Path::new("fuzz.perf.data"), data.to_vec());
-    decode_all_ways(&snap, None);
+    decode_to(depth, &snap, None);
 }
 
 /// A `.ptscope` archive (or perf.data) from a colleague: written to a file
 /// because that is what the reader opens, then opened, its metadata read
 /// and the whole thing decoded.
 pub fn snapshot(data: &[u8]) {
+    snapshot_to(data, Depth::AllWays)
+}
+
+pub fn snapshot_to(data: &[u8], depth: Depth) {
     let dir = tempdir();
     let path = dir.join("input.ptscope");
     std::fs::write(&path, data).expect("write the input");
@@ -175,7 +212,7 @@ pub fn snapshot(data: &[u8]) {
             for s in &trace.streams {
                 let _ = ptscope_decoder::packet::psb_offsets(&s.data);
             }
-            decode_all_ways(&snap, Some(&trace));
+            decode_to(depth, &snap, Some(&trace));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
