@@ -695,9 +695,9 @@ impl Recorder {
             let start = insns[i].start;
             insns[i].end = match stop {
                 Some(&(_, Some(tsc))) => to_ns(tsc).max(start),
-                Some(&(_, None)) => start + per_insn,
+                Some(&(_, None)) => start.saturating_add(per_insn),
                 None if i + 1 < n && positions[i + 1] == p + 1 => insns[i + 1].start.max(start),
-                None => start + per_insn,
+                None => start.saturating_add(per_insn),
             };
         }
         Segment {
