@@ -96,9 +96,6 @@ struct Frame {
     call_site: u64,
     /// Kernel code: an `iret`/`sysret` to user space leaves it.
     kernel: bool,
-    /// The span before it at its level ended the instant it began, so a
-    /// zero-length child at that instant needs [`flag::LATE_PARENT`].
-    touches: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +105,15 @@ struct PendingSpan {
     func: FuncId,
     flags: u32,
     level: i32,
+    /// For a zero-length span at the instant its parent began, which the
+    /// store cannot always place from times alone: the parent, as the
+    /// how-many-th span closed at the level below in this segment.
+    /// [`NO_TIE`] for every other span.
+    parent: u32,
 }
+
+/// `PendingSpan::parent` of a span whose times place it.
+const NO_TIE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
 struct PendingError {
@@ -128,9 +133,12 @@ pub struct StackBuilder {
     seg_top: i32,
     /// Closed spans of the current segment, with their levels.
     pending: Vec<PendingSpan>,
-    /// When the last span closed at each level of this segment ended, by
-    /// stack index (level - base).
-    level_ends: Vec<u64>,
+    /// Spans closed at each level of this segment so far, by stack index
+    /// (level - base).
+    closed: Vec<u32>,
+    /// Scratch for `close_segment`: per lane, its length before the
+    /// segment and the index of the next span it writes.
+    lane_starts: Vec<(usize, usize)>,
     seg_start: u64,
     opened: bool,
     tracing: bool,
@@ -149,7 +157,8 @@ impl StackBuilder {
             base: 0,
             seg_top: -1,
             pending: Vec::new(),
-            level_ends: Vec::new(),
+            closed: Vec::new(),
+            lane_starts: Vec::new(),
             seg_start: 0,
             opened: false,
             tracing: true,
@@ -183,7 +192,6 @@ impl StackBuilder {
                 flags: 0,
                 call_site: 0,
                 kernel: false,
-                touches: false,
             });
         }
         self.seg_top = self.seg_top.max(self.top_level());
@@ -335,42 +343,44 @@ impl StackBuilder {
             }
             self.seg_top = self.level(self.stack.len());
         }
-        let touches = self.level_ends.get(self.stack.len()) == Some(&t);
         self.stack.push(Frame {
             func,
             start: t,
             flags,
             call_site: 0,
             kernel: is_kernel_addr(addr),
-            touches,
         });
     }
 
     fn pop(&mut self, t: u64, end_flags: u32) {
         if let Some(f) = self.stack.pop() {
             let index = self.stack.len();
+            if self.closed.len() <= index {
+                self.closed.resize(index + 1, 0);
+            }
             let end = t.max(f.start);
-            let mut flags = f.flags | end_flags;
-            // Two spans above contain this instant; the open one is the
-            // later (see `ThreadSpans::parent`).
-            if f.start == end
+            // Only a zero-length call at the instant its caller began can
+            // lie in an earlier span above too (one that ended then). The
+            // caller closes next at its level; with none below, the caller
+            // synthesized there later (from the segment's start) is the first.
+            let tie = f.start == end
                 && self
                     .stack
                     .last()
-                    .is_some_and(|p| p.start == end && p.touches)
-            {
-                flags |= flag::LATE_PARENT;
-            }
-            if self.level_ends.len() <= index {
-                self.level_ends.resize(index + 1, u64::MAX);
-            }
-            self.level_ends[index] = end;
+                    .map_or(end == self.seg_start, |p| p.start == end);
+            let parent = match index.checked_sub(1) {
+                _ if !tie => NO_TIE,
+                Some(below) => self.closed[below],
+                None => 0,
+            };
+            self.closed[index] += 1;
             self.pending.push(PendingSpan {
                 start: f.start,
                 end,
                 func: f.func,
-                flags,
+                flags: f.flags | end_flags,
                 level: self.level(index),
+                parent,
             });
         }
     }
@@ -419,8 +429,8 @@ impl StackBuilder {
         }
         self.stats.inferred_frames += 1;
         self.base -= 1;
-        if !self.level_ends.is_empty() {
-            self.level_ends.insert(0, u64::MAX);
+        if !self.closed.is_empty() {
+            self.closed.insert(0, 0);
         }
         self.stack.insert(
             0,
@@ -430,7 +440,6 @@ impl StackBuilder {
                 flags: flag::INFERRED_START,
                 call_site: 0,
                 kernel: is_kernel_addr(addr),
-                touches: false,
             },
         );
     }
@@ -622,14 +631,35 @@ impl StackBuilder {
             self.pop(t, end_flags);
         }
         let base = self.base;
-        for p in self.pending.drain(..) {
+        let depths = self.pending.iter().map(|p| p.level - base + 1).max();
+        let Self {
+            pending,
+            out,
+            lane_starts: lanes,
+            ..
+        } = self;
+        lanes.clear();
+        lanes.extend((0..depths.unwrap_or(0) as usize).map(|d| {
+            let n = out.lane(d).len();
+            (n, n)
+        }));
+        for p in pending.iter() {
+            out.push((p.level - base) as usize, p.start, p.end, p.func, p.flags);
+        }
+        // Once the parents are in too, file the spans whose times do not
+        // say which span above they were made in.
+        for p in pending.drain(..) {
             let depth = (p.level - base) as usize;
-            self.out.push(depth, p.start, p.end, p.func, p.flags);
+            let index = lanes[depth].1;
+            lanes[depth].1 += 1;
+            if p.parent != NO_TIE && depth > 0 {
+                out.file_under(depth, index, lanes[depth - 1].0 + p.parent as usize);
+            }
         }
         self.closed_bases.push(base);
         self.base = 0;
         self.seg_top = -1;
-        self.level_ends.clear();
+        self.closed.clear();
     }
 }
 
@@ -872,6 +902,58 @@ mod tests {
         let of = |n: &str| p.iter().find(|(c, _)| c == n).unwrap().1.clone();
         assert_eq!(of("last"), "a");
         assert_eq!(of("first"), "b");
+    }
+
+    #[test]
+    fn zero_length_calls_in_a_loop_within_one_nanosecond_keep_their_callers() {
+        // main calls f three times at 10, and each f calls g at once: the
+        // three f and three g are all 10-10, so every f lies in the span
+        // of every f above the g; each g is its own f's.
+        let mut s = Script::new();
+        s.call(5, "main", "pre");
+        s.ret(10, "pre", "main");
+        for f in ["f1", "f2", "f3"] {
+            s.call(10, "main", f);
+            s.call(10, f, "g");
+            s.ret(10, "g", f);
+            s.ret(10, f, "main");
+        }
+        s.call(20, "main", "post");
+        let funcs = s.funcs.clone();
+        let (spans, _) = s.b.finish();
+        let name = |d: usize, i: usize| funcs.name(spans.lane(d)[i].func()).to_string();
+        let order: Vec<String> = spans
+            .tree_order()
+            .into_iter()
+            .map(|(d, i)| name(d, i))
+            .collect();
+        assert_eq!(
+            order,
+            ["main", "pre", "f1", "g", "f2", "g", "f3", "g", "post"]
+        );
+        for (d, i) in spans.tree_order().into_iter().filter(|&(d, _)| d == 2) {
+            let f = spans.parent(d, i).unwrap();
+            assert_eq!(spans.children(1, f), i..i + 1);
+        }
+    }
+
+    #[test]
+    fn a_zero_length_call_just_after_a_decode_error_is_not_the_errors() {
+        // The error's span ends at 67 on the lane where the next segment's
+        // bottom frame begins at 67; the call at 67 is that frame's.
+        let mut s = Script::new();
+        s.call(19, "add_order", "memmove");
+        s.ev(21, EventKind::Error, "", "!err Overflow packet", false);
+        s.ev(67, EventKind::TraceBegin, "", "memmove", false);
+        s.ret(67, "memmove", "add_order");
+        s.call(90, "add_order", "free");
+        s.ret(91, "free", "add_order");
+        let p = parents(s);
+        assert!(
+            p.iter().all(|(_, up)| !up.starts_with("[decode error")),
+            "{p:?}"
+        );
+        assert_eq!(p.iter().filter(|(c, _)| c == "memmove").count(), 2);
     }
 
     #[test]

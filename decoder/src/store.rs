@@ -18,7 +18,7 @@ pub struct Span {
     pub start: u64,
     /// Duration in ns; [`Span::LONG`] means "look it up in the long table".
     dur: u32,
-    /// Function id in the low 26 bits, flags in the high 6.
+    /// Function id in the low 27 bits, flags in the high 5.
     func_flags: u32,
 }
 
@@ -37,16 +37,10 @@ pub mod flag {
     /// Entered by a jump into the middle of the function, not by a call;
     /// its start is exact (the jump), unlike [`INFERRED_START`].
     pub const MID_ENTRY: u32 = 1 << 27;
-    /// A zero-length span whose parent is the *latest* span one level up
-    /// that contains its instant, not the earliest. Times are whole ns and
-    /// perf stamps many branches with the same one, so two spans above can
-    /// both contain it (one ending, the next starting, then); only the
-    /// builder knows which was open. See [`ThreadSpans::parent`].
-    pub const LATE_PARENT: u32 = 1 << 26;
     /// The flags that say a time is not exactly known.
     pub const ESTIMATES: u32 = START_ESTIMATED | END_ESTIMATED | INFERRED_START | OPEN_END;
     /// Every flag bit; the rest of `func_flags` is the function id.
-    pub const ALL: u32 = ESTIMATES | MID_ENTRY | LATE_PARENT;
+    pub const ALL: u32 = ESTIMATES | MID_ENTRY;
 }
 
 /// The largest function id a span can hold.
@@ -110,6 +104,9 @@ pub struct ThreadSpans {
     blocks: Vec<Vec<Block>>,
     /// Durations of spans longer than `u32::MAX - 1` ns, by (depth, index).
     long: HashMap<(u32, u32), u64>,
+    /// Parents that times alone do not tell, by (depth, index): see
+    /// [`ThreadSpans::parent`].
+    tie_parents: HashMap<(u32, u32), u32>,
 }
 
 impl ThreadSpans {
@@ -225,45 +222,62 @@ impl ThreadSpans {
         let lane = self.lane(depth);
         let hi = lane.partition_point(|s| s.start < to);
         // Spans of a lane do not overlap, so their ends are sorted too.
-        let (mut lo, mut h) = (0, hi);
-        while lo < h {
-            let mid = (lo + h) / 2;
-            if self.end(depth, mid) <= from {
-                lo = mid + 1;
-            } else {
-                h = mid;
-            }
-        }
+        let lo = first_index(0, hi, |i| self.end(depth, i) > from);
         lo..hi
     }
 
-    /// Index (in lane `depth - 1`) of the parent of span `index` of lane
-    /// `depth`: the span above that contains it. Only a zero-length span
-    /// can have two such candidates, at an instant where one span above
-    /// ends and the next begins; the earliest is its parent unless it is
-    /// flagged [`flag::LATE_PARENT`]. None for top-level spans and for
-    /// spans nothing contains (inconsistent input).
-    pub fn parent(&self, depth: usize, index: usize) -> Option<usize> {
+    /// The spans of lane `depth - 1` that contain span `index` of lane
+    /// `depth`, as (first, last); None if none does (a top-level span, or
+    /// inconsistent input). Spans of a lane do not overlap, so only a
+    /// zero-length span can have more than one: at an instant where spans
+    /// above end, sit (zero-length too) and begin.
+    fn containing(&self, depth: usize, index: usize) -> Option<(usize, usize)> {
         if depth == 0 || index >= self.lane(depth).len() {
             return None;
         }
-        let s = self.lanes[depth][index];
-        let (start, end) = (s.start, self.end(depth, index));
+        let (start, end) = (self.lanes[depth][index].start, self.end(depth, index));
         let up = self.lane(depth - 1);
         let last = up.partition_point(|p| p.start <= start).checked_sub(1)?;
         if self.end(depth - 1, last) < end {
             return None;
         }
-        if start < end || s.has(flag::LATE_PARENT) {
-            return Some(last);
+        if start < end {
+            return Some((last, last));
         }
-        // Spans above do not overlap, so only the one before the first
-        // starting at `start` can contain it too.
-        let first = up.partition_point(|p| p.start < start);
-        Some(match first.checked_sub(1) {
-            Some(before) if self.end(depth - 1, before) >= start => before,
-            _ => first,
-        })
+        // The first span above that has not ended before `start`.
+        let first = first_index(0, last, |i| self.end(depth - 1, i) >= start);
+        Some((first, last))
+    }
+
+    /// Index (in lane `depth - 1`) of the parent of span `index` of lane
+    /// `depth`: the span above that contains it. Times are whole ns and
+    /// perf stamps runs of branches with one time, so a zero-length call
+    /// can lie in several spans above; the builder, which knew which was
+    /// open, records the parent of such a call with
+    /// [`file_under`](Self::file_under) where it is not the earliest.
+    /// None for top-level spans and for spans nothing contains
+    /// (inconsistent input).
+    pub fn parent(&self, depth: usize, index: usize) -> Option<usize> {
+        let (first, last) = self.containing(depth, index)?;
+        if first == last {
+            return Some(first);
+        }
+        let recorded = self.tie_parents.get(&(depth as u32, index as u32));
+        Some(recorded.map_or(first, |&p| p as usize))
+    }
+
+    /// Records that span `index` of lane `depth` was made inside span
+    /// `parent` of the lane above, once both are in the store. Kept only
+    /// where [`parent`](Self::parent) would not find it from times alone,
+    /// and only if `parent` does contain it.
+    pub fn file_under(&mut self, depth: usize, index: usize, parent: usize) {
+        let Some((first, last)) = self.containing(depth, index) else {
+            return;
+        };
+        if parent != first && (first..=last).contains(&parent) {
+            self.tie_parents
+                .insert((depth as u32, index as u32), parent as u32);
+        }
     }
 
     /// Indices (in lane `depth + 1`) of the children of span `index` of
@@ -274,49 +288,73 @@ impl ThreadSpans {
         }
         let (start, end) = (self.lanes[depth][index].start, self.end(depth, index));
         let below = self.lane(depth + 1);
-        let mut lo = below.partition_point(|c| c.start < start);
+        let lo = below.partition_point(|c| c.start < start);
         let mut hi = below.partition_point(|c| c.start <= end);
-        // Only zero-length spans at either boundary can belong elsewhere.
-        while lo < hi && self.parent(depth + 1, lo) != Some(index) {
-            lo += 1;
-        }
-        while hi > lo && self.parent(depth + 1, hi - 1) != Some(index) {
+        // The last can stick out past `end` (inconsistent input): no
+        // span above contains it.
+        if hi > lo && self.end(depth + 1, hi - 1) > end {
             hi -= 1;
         }
+        // Only zero-length spans at either end can be another span's: at
+        // `start`, of spans above that end or sit there; at `end`, of
+        // spans that sit or begin there. Parents rise with the index, so
+        // each end is a binary search, however many calls share an instant.
+        let of = |c: usize| self.parent(depth + 1, c);
+        let lo = first_index(lo, hi, |c| {
+            !(below[c].start == start && self.duration(depth + 1, c) == 0 && of(c) < Some(index))
+        });
+        let hi = first_index(lo, hi, |c| below[c].start == end && of(c) != Some(index));
         lo..hi
     }
 
     /// Every span in tree order (parents before children, siblings by
-    /// time), as (depth, index), by [`parent`](Self::parent).
+    /// time), as (depth, index), by [`parent`](Self::parent): one pass
+    /// over each lane, as children of consecutive parents are consecutive.
     pub fn tree_order(&self) -> Vec<(usize, usize)> {
-        let total = self.span_count();
-        let mut out = Vec::with_capacity(total);
-        let mut todo = vec![(0, 0..self.lane(0).len())];
-        while let Some((d, next)) = todo.last_mut() {
-            let d = *d;
-            match next.next() {
-                Some(i) => {
-                    out.push((d, i));
-                    let kids = self.children(d, i);
-                    if !kids.is_empty() {
-                        todo.push((d + 1, kids));
+        let n = self.lanes.len();
+        let mut out = Vec::with_capacity(self.span_count());
+        // Per lane, the next span not yet placed; spans a cursor passes
+        // without placing (no parent claims them: inconsistent input)
+        // still appear, at the end.
+        let mut cur = vec![0usize; n];
+        let mut orphans = Vec::new();
+        // The open ancestors, as indices into their lanes.
+        let mut open: Vec<usize> = Vec::new();
+        while n > 0 && cur[0] < self.lanes[0].len() {
+            out.push((0, cur[0]));
+            open.push(cur[0]);
+            cur[0] += 1;
+            while let Some(&p) = open.last() {
+                let d = open.len();
+                let mut next = None;
+                while d < n && cur[d] < self.lanes[d].len() {
+                    match self.parent(d, cur[d]) {
+                        Some(q) if q == p => {
+                            next = Some(cur[d]);
+                            break;
+                        }
+                        Some(q) if q > p => break,
+                        _ => {
+                            orphans.push((d, cur[d]));
+                            cur[d] += 1;
+                        }
                     }
                 }
-                None => {
-                    todo.pop();
+                match next {
+                    Some(i) => {
+                        out.push((d, i));
+                        open.push(i);
+                        cur[d] += 1;
+                    }
+                    None => {
+                        open.pop();
+                    }
                 }
             }
         }
-        // Spans no parent claims (inconsistent input) still appear.
-        if out.len() < total {
-            let seen: std::collections::HashSet<(usize, usize)> = out.iter().copied().collect();
-            for (d, lane) in self.lanes.iter().enumerate() {
-                out.extend(
-                    (0..lane.len())
-                        .map(|i| (d, i))
-                        .filter(|k| !seen.contains(k)),
-                );
-            }
+        out.extend(orphans);
+        for (d, &c) in cur.iter().enumerate() {
+            out.extend((c..self.lanes[d].len()).map(|i| (d, i)));
         }
         out
     }
@@ -344,8 +382,22 @@ impl ThreadSpans {
                 .iter()
                 .map(|b| b.capacity() * std::mem::size_of::<Block>())
                 .sum::<usize>()
-            + self.long.len() * 24
+            + (self.long.len() + self.tie_parents.len()) * 24
     }
+}
+
+/// The first index in `lo..hi` where `pred` holds, given that it holds
+/// from some index on (`hi` if nowhere).
+fn first_index(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// Per-function figures over a set of threads (pseudo-spans included): what `ptscope stats` prints.
@@ -427,8 +479,8 @@ mod tests {
 
     #[test]
     fn mid_entry_is_a_flag_bit_but_not_an_estimate() {
-        assert_eq!(flag::ALL, 0xFC00_0000);
-        assert_eq!(MAX_FUNC, (1 << 26) - 1);
+        assert_eq!(flag::ALL, 0xF800_0000);
+        assert_eq!(MAX_FUNC, (1 << 27) - 1);
         let mut t = ThreadSpans::new(1, 1, "x".into());
         t.push(0, 100, 250, MAX_FUNC, flag::MID_ENTRY);
         t.push(0, 300, 400, 9, flag::MID_ENTRY | flag::END_ESTIMATED);
@@ -487,34 +539,85 @@ mod tests {
         t.push(0, 20, 30, 2, 0);
         t.push(1, 20, 20, 4, 0);
         t.push(1, 20, 25, 3, 0);
-        let order: Vec<u32> = t
-            .tree_order()
+        assert_eq!(funcs_in_tree_order(&t), [1, 4, 2, 3]);
+    }
+
+    fn funcs_in_tree_order(t: &ThreadSpans) -> Vec<u32> {
+        t.tree_order()
             .into_iter()
             .map(|(d, i)| t.lane(d)[i].func())
-            .collect();
-        assert_eq!(order, [1, 4, 2, 3]);
+            .collect()
     }
 
     #[test]
-    fn a_late_parent_flag_files_a_zero_length_child_under_the_span_that_begins() {
+    fn a_recorded_parent_files_a_zero_length_child_under_the_span_that_begins() {
         let mut t = ThreadSpans::new(1, 1, "x".into());
         // A stub a (10-20) tail-calls b (20-30) at 20; b at once makes the
         // zero-length call d (20-20), then c (22-25). Both a and b contain
-        // the instant 20: the flag says b was open.
+        // the instant 20: the builder says b was open.
         t.push(0, 10, 20, 1, 0);
         t.push(0, 20, 30, 2, 0);
-        t.push(1, 20, 20, 4, flag::LATE_PARENT);
+        t.push(1, 20, 20, 4, 0);
         t.push(1, 22, 25, 3, 0);
-        let order: Vec<u32> = t
-            .tree_order()
-            .into_iter()
-            .map(|(d, i)| t.lane(d)[i].func())
-            .collect();
-        assert_eq!(order, [1, 2, 4, 3]);
+        assert_eq!(t.parent(1, 0), Some(0), "from times alone: the earliest");
+        t.file_under(1, 0, 1);
+        t.file_under(1, 1, 1);
+        assert_eq!(funcs_in_tree_order(&t), [1, 2, 4, 3]);
         assert_eq!(t.parent(1, 0), Some(1));
         assert!(t.children(0, 0).is_empty());
         assert_eq!(t.children(0, 1), 0..2);
-        assert_eq!(t.lane(1)[0].func(), 4, "the flag is not part of the id");
+        // Only the ambiguous span needed an entry, and a parent that does
+        // not contain the span is not believed.
+        assert_eq!(t.tie_parents.len(), 1);
+        t.file_under(1, 1, 0);
+        assert_eq!(t.parent(1, 1), Some(1));
+    }
+
+    #[test]
+    fn zero_length_calls_sharing_an_instant_keep_each_its_parent() {
+        // main calls f then g three times within one ns: f1 g1 f2 g2 f3
+        // g3, all at 10, under main (0-100). Five spans contain the
+        // instant on the lane of f, so one bit could not say which.
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 0, 100, 1, 0);
+        for _ in 0..3 {
+            t.push(1, 10, 10, 2, 0);
+        }
+        for i in 0..3 {
+            t.push(2, 10, 10, 3, 0);
+            t.file_under(2, i, i);
+        }
+        assert_eq!(funcs_in_tree_order(&t), [1, 2, 3, 2, 3, 2, 3]);
+        for i in 0..3 {
+            assert_eq!(t.parent(2, i), Some(i));
+            assert_eq!(t.children(1, i), i..i + 1);
+        }
+        assert_eq!(t.children(0, 0), 0..3);
+    }
+
+    #[test]
+    fn many_calls_at_one_instant_are_placed_without_quadratic_work() {
+        // perf stamps a whole run of branches with one time: n zero-length
+        // callers with a zero-length callee each, at one instant. Scanning
+        // every candidate for each caller would take n^2 parent lookups
+        // (minutes); binary searches take moments.
+        let n = 20_000;
+        let mut t = ThreadSpans::new(1, 1, "x".into());
+        t.push(0, 0, 100, 1, 0);
+        for _ in 0..n {
+            t.push(1, 50, 50, 2, 0);
+        }
+        for i in 0..n {
+            t.push(2, 50, 50, 3, 0);
+            t.file_under(2, i, i);
+        }
+        let order = t.tree_order();
+        assert_eq!(order.len(), 1 + 2 * n);
+        for (k, i) in (0..n).enumerate() {
+            assert_eq!(order[1 + 2 * k], (1, i));
+            assert_eq!(order[2 + 2 * k], (2, i));
+            assert_eq!(t.children(1, i), i..i + 1);
+        }
     }
 
     #[test]
@@ -535,12 +638,7 @@ mod tests {
         assert_eq!(t.children(0, 0), 0..1);
         assert!(t.children(0, 1).is_empty());
         assert_eq!(t.children(0, 2), 1..2);
-        let order: Vec<u32> = t
-            .tree_order()
-            .into_iter()
-            .map(|(d, i)| t.lane(d)[i].func())
-            .collect();
-        assert_eq!(order, [1, 4, 2, 3, 5, 6]);
+        assert_eq!(funcs_in_tree_order(&t), [1, 4, 2, 3, 5, 6]);
     }
 
     #[test]

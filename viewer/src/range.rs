@@ -81,21 +81,17 @@ impl RangeStats {
                 let lane = t.lane(d);
                 let vis = t.visible(d, from, to);
                 cur_nodes.clear();
-                let mut p = prev.start;
                 let up = if d > 0 { t.lane(d - 1) } else { &[][..] };
                 for i in vis.clone() {
                     let s = lane[i];
                     let end = t.end(d, i);
                     let clipped = end.min(to).saturating_sub(s.start.max(from));
-                    // Parent: the latest overlapping span above starting at
-                    // or before this one (both lanes are sorted: sweep).
-                    let (parent_node, parent_func) = if d == 0 || prev.is_empty() {
-                        (0, None)
-                    } else {
-                        while p + 1 < prev.end && up[p + 1].start <= s.start {
-                            p += 1;
+                    // The store's parent, if it overlaps the range too.
+                    let (parent_node, parent_func) = match t.parent(d, i) {
+                        Some(p) if prev.contains(&p) => {
+                            (prev_nodes[p - prev.start], Some(up[p].func()))
                         }
-                        (prev_nodes[p - prev.start], Some(up[p].func()))
+                        _ => (0, None),
                     };
                     let f = s.func();
                     let node = *child_index.entry((parent_node, f)).or_insert_with(|| {
@@ -407,5 +403,40 @@ mod tests {
         );
         assert_eq!(r.node_self_ns(a), 30);
         assert_eq!(r.node_self_ns(main), 160);
+    }
+
+    #[test]
+    fn flame_files_calls_at_a_tie_under_the_stores_parent() {
+        use ptscope_decoder::event::{FuncTable, SpanKind};
+        use ptscope_decoder::store::ThreadSpans;
+        // a (10-20) makes the zero-length call `last` at 20 and tail-calls
+        // b (20-30), which at once makes the zero-length call `first`:
+        // both calls lie in a and in b; the builder filed `first` under b.
+        let mut funcs = FuncTable::default();
+        let f: Vec<FuncId> = ["a", "b", "last", "first"]
+            .iter()
+            .map(|n| funcs.intern(n, "/bin/prog", 0, SpanKind::Call))
+            .collect();
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        t.push(0, 10, 20, f[0], 0);
+        t.push(0, 20, 30, f[1], 0);
+        t.push(1, 20, 20, f[2], 0);
+        t.push(1, 20, 20, f[3], 0);
+        t.file_under(1, 1, 1);
+        let mut m = small_model();
+        m.funcs = funcs;
+        m.threads = vec![crate::spans::tests::thread_model(t)];
+        let r = RangeStats::compute(&m, 0, 100);
+        let path = |leaf: FuncId| {
+            let mut n = r.flame.iter().position(|n| n.func == leaf).unwrap();
+            let mut names = Vec::new();
+            while n != 0 {
+                names.push(m.funcs.name(r.flame[n].func).to_string());
+                n = r.flame[n].parent as usize;
+            }
+            names
+        };
+        assert_eq!(path(f[2]), ["last", "a"]);
+        assert_eq!(path(f[3]), ["first", "b"]);
     }
 }

@@ -1,8 +1,10 @@
-//! Span references and tree queries over the decoder's span store:
-//! parents, children, self time, call paths.
+//! Span references and the tree queries the panels need (self time, call
+//! paths), over the store's [`ThreadSpans::parent`] and
+//! [`ThreadSpans::children`].
 //!
-//! The store keeps no parent links (16 bytes a span is the budget), so
-//! the tree is recovered with binary searches in neighbouring lanes.
+//! The store keeps no parent links (16 bytes a span is the budget) but
+//! for the few calls whose times do not place them, so the tree is
+//! recovered with binary searches in neighbouring lanes.
 
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::{Span, ThreadSpans};
