@@ -319,6 +319,43 @@ fn a_per_cpu_trace_zooms_to_each_threads_lines_like_perf() {
 }
 
 #[test]
+fn zooming_reaches_a_thread_that_ran_only_between_two_psbs() {
+    // The second thread runs a few hundred instructions on the one CPU:
+    // its PSB checkpoint, if it had to be one at a PSB in its own run,
+    // would rarely exist. Every thread's instructions must be there to
+    // zoom into, as perf decodes them.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "brief_thread.c");
+    let (snap, _) = record(
+        dir.path(),
+        "brief",
+        &["--per-cpu"],
+        &[exe.to_str().unwrap()],
+    );
+    let perf = perf_insns(&extract(&snap, dir.path()));
+    assert_eq!(perf.len(), 2, "two threads");
+    let all = decode_out(&snap, &["--level", "insns", "--format", "json"]);
+    for (tid, theirs) in &perf {
+        let ours = all
+            .lines()
+            .filter(|l| field(l, "tid") == Some(tid.to_string()))
+            .count();
+        // A boundary may drop an instruction here and there, not a run.
+        assert!(
+            ours <= theirs.len() && ours + theirs.len() / 100 >= theirs.len(),
+            "tid {tid}: {ours} instructions, perf {}",
+            theirs.len()
+        );
+    }
+    let brief = decode_json(&snap, &[])
+        .into_iter()
+        .find(|s| s.name == "brief")
+        .expect("brief was called");
+    let ours = our_insns(&snap, brief.tid, brief.start, brief.end);
+    assert!(ours.len() >= 8 * 3, "brief: {} instructions", ours.len());
+}
+
+#[test]
 fn an_inlined_call_is_its_own_nested_line_span() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "inline.c");

@@ -378,6 +378,11 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     stopped: bool,
     /// A PSB found tracing off: checkpoint at the next block.
     psb_pending: bool,
+    /// A per-CPU queue put another thread on the CPU: it may need a
+    /// checkpoint of its own at the next block (see `switch_checkpoint`).
+    switched: bool,
+    /// Per thread slot, `next_psb` when it last got a checkpoint (0: never).
+    checkpointed: Vec<usize>,
     procs: &'r mut [R],
     images: &'r [&'i D::Image],
     thread_proc: Vec<usize>,
@@ -703,6 +708,8 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         stop_at_psb,
         stopped: false,
         psb_pending: false,
+        switched: false,
+        checkpointed: vec![0; thread_procs.len().max(1)],
         procs,
         images,
         thread_proc: thread_procs.to_vec(),
@@ -818,6 +825,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             return;
         }
         self.slot = slot;
+        self.switched = true;
         let proc = self.thread_proc[slot];
         if proc != self.proc {
             if let Some(image) = self.images.get(proc) {
@@ -998,6 +1006,9 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             self.psb_pending = false;
             self.checkpoints(dec.offset(), b.ip);
         }
+        if self.switched {
+            self.switch_checkpoint(b.ip);
+        }
         self.obs.block(self.slot, self.pos, &b);
         self.pos += b.ninsn as u64;
         if b.end != BlockEnd::Other {
@@ -1064,20 +1075,53 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 slot: self.slot,
                 begins: self.need_begin,
             };
-            match &mut self.record {
-                Some(r) => {
-                    let seam = if r.any_checkpoint {
-                        0
-                    } else {
-                        seam::FIRST_CHECKPOINT
-                    };
-                    r.any_checkpoint = true;
-                    r.push(self.pos, Item::Held(held), seam);
-                }
-                None => self.clock.push(self.pos, held),
+            if let Some(c) = self.checkpointed.get_mut(self.slot) {
+                *c = self.next_psb;
             }
+            self.hold_checkpoint(held);
         }
         self.next_psb_at = self.psbs.get(self.next_psb).copied().unwrap_or(u64::MAX);
+    }
+
+    /// A thread put on a per-CPU queue's CPU since its last PSB: a fine
+    /// pass of its time there walks from that PSB, keeping its own blocks,
+    /// so it gets a checkpoint there, with its state at its first block
+    /// `ip` (the PSB's own went to the thread running then). Without it a
+    /// thread that runs only between two PSBs could not be zoomed into.
+    #[cold]
+    fn switch_checkpoint(&mut self, ip: u64) {
+        self.switched = false;
+        let done = self.checkpointed.get(self.slot) == Some(&self.next_psb);
+        let Some(&offset) = self.next_psb.checked_sub(1).and_then(|i| self.psbs.get(i)) else {
+            return;
+        };
+        if done || self.slot >= self.checkpointed.len() {
+            return;
+        }
+        self.checkpointed[self.slot] = self.next_psb;
+        self.hold_checkpoint(Held::Checkpoint {
+            offset,
+            ip,
+            insn: self.pos,
+            slot: self.slot,
+            begins: self.need_begin,
+        });
+    }
+
+    /// Hands a checkpoint to the clock, or to a chunk's recording.
+    fn hold_checkpoint(&mut self, held: Held) {
+        match &mut self.record {
+            Some(r) => {
+                let seam = if r.any_checkpoint {
+                    0
+                } else {
+                    seam::FIRST_CHECKPOINT
+                };
+                r.any_checkpoint = true;
+                r.push(self.pos, Item::Held(held), seam);
+            }
+            None => self.clock.push(self.pos, held),
+        }
     }
 
     fn item(&mut self, dec: &mut D, item: BlockItem) {
