@@ -303,9 +303,16 @@ pub fn psb_offsets(buf: &[u8]) -> Vec<usize> {
     out
 }
 
-/// The offset of the first PSB in `buf`.
+/// The offset of the first PSB in `buf`. The packets before a PSB can end
+/// in bytes of its pattern (a CYC's `02` and a TNT's `82`, say), so the
+/// PSB is the last 16 bytes of a run of `02 82` pairs, not the first: the
+/// packet after it starts `02` too, but never `02 82`.
 pub fn find_psb(buf: &[u8]) -> Option<usize> {
-    buf.windows(16).position(|w| w == PSB_BYTES)
+    let mut at = buf.windows(16).position(|w| w == PSB_BYTES)?;
+    while buf.get(at + 16..at + 18) == Some(&PSB_BYTES[..2]) {
+        at += 2;
+    }
+    Some(at)
 }
 
 impl fmt::Display for Packet {
@@ -498,5 +505,21 @@ mod tests {
         assert_eq!(got[3], (22, Ok(Packet::Psb)));
         assert_eq!(got[4], (38, Ok(Packet::Pad)));
         assert_eq!(psb_offsets(&buf), vec![2, 22]);
+    }
+
+    #[test]
+    fn a_psb_after_packets_that_end_in_its_pattern_is_found_where_it_is() {
+        // A CYC whose second byte is 02 and a TNT.8 that is 82, then the
+        // PSB: the first 16 bytes of 02 82 pairs start two bytes early.
+        let mut buf = vec![0x0f, 0x02, 0x82];
+        buf.extend_from_slice(&PSB_BYTES);
+        buf.extend_from_slice(&[0x02, 0x23]);
+        assert_eq!(find_psb(&buf), Some(3));
+        assert_eq!(psb_offsets(&buf), vec![3]);
+        assert_eq!(parse(&buf).unwrap().1, 2, "a two-byte CYC");
+        let got: Vec<_> = Packets::new(&buf).collect();
+        assert_eq!(got[..2], [(3, Ok(Packet::Psb)), (19, Ok(Packet::PsbEnd))]);
+        // Reading from the run's start syncs at the PSB, not inside it.
+        assert_eq!(Packets::new(&buf[1..]).next(), Some((2, Ok(Packet::Psb))));
     }
 }
