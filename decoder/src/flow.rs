@@ -307,6 +307,11 @@ const MAX_IDLE_RUNS: u32 = 1 << 16;
 /// stretch of straight-line code may precede an interrupt).
 const MAX_STEP_INSNS: u32 = 1 << 20;
 
+/// Instructions stepped towards a PSB's address. A sound trace gets there
+/// within a stretch of code without branches that need trace, which is
+/// short; a damaged one may never, and may hold a PSB every 16 bytes.
+const MAX_PSB_STEP_INSNS: u32 = 1 << 13;
+
 /// Packet-reading state that a look-ahead may have to undo.
 #[derive(Clone, Copy)]
 struct Reader {
@@ -823,6 +828,9 @@ impl<'a> FlowDecoder<'a> {
                 Ev::AsyncDisabled { at } => self.proceed_to(at, f)?,
                 Ev::Pgd(Some(ip)) => self.proceed_to(ip, f)?,
                 Ev::Psb(ip) => {
+                    if let Some(ip) = ip {
+                        self.proceed_to_psb(ip, f)?;
+                    }
                     self.end_block(f)?;
                     self.forget_calls();
                     if let Some(ip) = ip {
@@ -1132,6 +1140,47 @@ impl<'a> FlowDecoder<'a> {
 
     /// Single-steps to `target`, where the current event binds (its
     /// instruction does not run), then reports the event.
+    /// Tracing is on at a PSB whose FUP says the flow is at `target`: the
+    /// instructions from where the flow is to there need no packets and
+    /// ran before the PSB, so they are this side of it (a walk that stops
+    /// at the PSB, as a fine pass's segment or a chunk does, keeps them,
+    /// and one that syncs there starts after them). Where the code does
+    /// not get there without trace (a damaged trace), the flow moves to
+    /// the PSB's address, as perf does and as a walk syncing there would.
+    fn proceed_to_psb<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        target: u64,
+        f: &mut F,
+    ) -> Result<(), Halt> {
+        let mut steps = 0;
+        while self.ip != target && steps < MAX_PSB_STEP_INSNS {
+            steps += 1;
+            let Some(cur) = self.cur else { break };
+            let Ok(insn) = decode_one(self.images[cur], self.ip, self.rd.bitness) else {
+                break;
+            };
+            let class = Class::of(&insn);
+            if class.needs_trace() {
+                break;
+            }
+            self.add(insn.ip(), 1, insn.ip(), class);
+            match class {
+                Class::Call => {
+                    self.push_ret(insn.next_ip());
+                    self.ip = insn.near_branch_target();
+                    self.end_block(f)?;
+                }
+                Class::Jump => {
+                    self.ip = insn.near_branch_target();
+                    self.end_block(f)?;
+                }
+                _ => self.ip = insn.next_ip(),
+            }
+        }
+        self.ip = target;
+        Ok(())
+    }
+
     fn proceed_to<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
         target: u64,
@@ -1287,6 +1336,30 @@ mod tests {
                 "block 0x1020..0x1020 1 FarCall",
                 "Disabled { ip: None, tsc: None, status_update: false }",
             ]
+        );
+    }
+
+    #[test]
+    fn instructions_before_a_psbs_address_are_reported_before_its_status() {
+        let mem = program();
+        // Tracing on at 0x1010; the next PSB+ says the flow is at 0x1012:
+        // the `test` between ran before it (a fine pass's segment that
+        // ends at that PSB keeps it; the next starts at 0x1012). Then the
+        // jz is taken.
+        let mut t = psb_at(0x1010);
+        t.extend(psb_at(0x1012));
+        t.push(0b0000_0110);
+        let got = items(&t, &mem);
+        assert_eq!(
+            got[..5],
+            [
+                "Sync { offset: 0 }",
+                "Enabled { ip: 4112, status_update: true, tsc: None }",
+                "block 0x1010..0x1010 1 Other",
+                "Enabled { ip: 4114, status_update: true, tsc: None }",
+                "block 0x1012..0x1012 1 CondJump",
+            ],
+            "{got:#?}"
         );
     }
 
