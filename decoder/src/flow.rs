@@ -791,10 +791,15 @@ impl<'a> FlowDecoder<'a> {
         Some(self.ret[self.ret_top])
     }
 
+    /// The run at `ip`. Only 64-bit code's runs are cached: the same bytes
+    /// are other instructions in 32- or 16-bit mode (a MODE.Exec away, in
+    /// compatibility code or a damaged trace), and such code is rare.
     #[inline]
     fn run_at(&mut self, ip: u64) -> Result<Run, Halt> {
-        if let Some(r) = self.cache.get(ip) {
-            return Ok(r);
+        if self.rd.bitness == 64 {
+            if let Some(r) = self.cache.get(ip) {
+                return Ok(r);
+            }
         }
         self.decode_run_at(ip)
     }
@@ -806,7 +811,9 @@ impl<'a> FlowDecoder<'a> {
         };
         match decode_run(self.images[cur], ip, self.rd.bitness) {
             Ok(r) => {
-                self.cache.insert(ip, r);
+                if self.rd.bitness == 64 {
+                    self.cache.insert(ip, r);
+                }
                 Ok(r)
             }
             Err(e) => Err(self.fail(e, Some(ip))),
@@ -1360,6 +1367,34 @@ mod tests {
                 "block 0x1012..0x1012 1 CondJump",
             ],
             "{got:#?}"
+        );
+    }
+
+    #[test]
+    fn code_is_decoded_in_the_mode_it_runs_in_whatever_ran_there_before() {
+        // 0x2000: 48 ff c0 c3 is `inc rax; ret` in 64-bit mode but
+        // `dec eax; inc eax; ret` in 32-bit mode.
+        let mut m = Memory::default();
+        m.map(0x2000, 4, Arc::new(vec![0x48, 0xff, 0xc0, 0xc3]), 0);
+        let psb_in = |mode: u8| {
+            let mut t = psb();
+            t.extend([0x99, mode, 0xdd, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0x02, 0x23]);
+            // TIP.PGD, IP suppressed: binds to the ret.
+            t.push(0x01);
+            t
+        };
+        let mut t = psb_in(0x02);
+        t.extend(psb_in(0x01));
+        let blocks: Vec<String> = items(&t, &m)
+            .into_iter()
+            .filter(|i| i.starts_with("block"))
+            .collect();
+        assert_eq!(
+            blocks,
+            [
+                "block 0x2000..0x2003 3 Return",
+                "block 0x2000..0x2003 2 Return"
+            ]
         );
     }
 
