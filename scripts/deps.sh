@@ -19,5 +19,6 @@ BUILD_PACKAGES=(build-essential cmake libclang-dev pkg-config)
 # Runtime libraries of the GUI (winit on X11/Wayland, OpenGL/Vulkan via Mesa).
 GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 libegl1 libgl1-mesa-dri mesa-vulkan-drivers)
 # perf decodes our files in the tests, as a second judge; Xvfb runs the
-# real window for the screenshot test.
-TEST_PACKAGES=(linux-perf binutils xvfb xauth)
+# real window for the screenshot test; xz unpacks the fuzzing corpus the
+# tests replay.
+TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils)

@@ -292,7 +292,17 @@ fn tempdir() -> PathBuf {
 /// What a target does with one input.
 pub type Target = fn(&[u8]);
 
-/// Every target by name, for the regression test.
+/// Every target as its fuzzer runs it (the readers stop at one walk), for
+/// replaying the corpus those runs built.
+pub const AS_FUZZED: &[(&str, Target)] = &[
+    ("perf_data", |d| perf_data_to(d, Depth::OneWalk)),
+    ("snapshot", |d| snapshot_to(d, Depth::OneWalk)),
+    ("pt_decode", pt_decode),
+    ("symbols", symbols),
+    ("perf_script", perf_script),
+];
+
+/// Every target by name, going all the ways, for the regression test.
 pub const TARGETS: &[(&str, Target)] = &[
     ("perf_data", perf_data),
     ("snapshot", snapshot),

@@ -1,0 +1,24 @@
+# Sourced by run and minimize: the committed corpus of a target is
+# corpus/<target>.tar.xz; unpack puts it in unpacked/<target> (not
+# committed), pack writes a directory of inputs back.
+unpack() {
+    rm -rf "unpacked/$1"
+    mkdir -p unpacked
+    if [ -f "corpus/$1.tar.xz" ]; then
+        tar -xJf "corpus/$1.tar.xz" -C unpacked
+    else
+        mkdir -p "unpacked/$1"
+    fi
+}
+
+# pack TARGET DIR: DIR's files become corpus/TARGET.tar.xz, byte for byte
+# the same archive for the same inputs.
+pack() {
+    local tmp
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/$1" corpus
+    cp "$2"/* "$tmp/$1/" 2>/dev/null || true
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+        -C "$tmp" -cf - "$1" | xz -9e -T1 >"corpus/$1.tar.xz"
+    rm -rf "$tmp"
+}
