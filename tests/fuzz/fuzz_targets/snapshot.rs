@@ -3,4 +3,4 @@
 #[path = "../targets.rs"]
 mod targets;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::snapshot_to(data, targets::Depth::OneWalk));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::snapshot_to(data, targets::Depth::Sampled));
