@@ -135,6 +135,9 @@ struct RunCache {
     keys: Vec<u64>,
     runs: Vec<Run>,
     len: usize,
+    /// The mode its runs were decoded in: the same bytes are other
+    /// instructions in 32- or 16-bit mode.
+    bitness: u32,
 }
 
 const EMPTY: u64 = u64::MAX;
@@ -148,7 +151,17 @@ impl RunCache {
             keys: vec![EMPTY; 1024],
             runs: vec![NO_RUN; 1024],
             len: 0,
+            bitness: 64,
         }
+    }
+
+    /// Starts over for code run in `bitness`-bit mode (a MODE.Exec away:
+    /// compatibility code, or a damaged trace).
+    #[cold]
+    fn switch_mode(&mut self, bitness: u32) {
+        self.keys.fill(EMPTY);
+        self.len = 0;
+        self.bitness = bitness;
     }
 
     #[inline]
@@ -791,15 +804,13 @@ impl<'a> FlowDecoder<'a> {
         Some(self.ret[self.ret_top])
     }
 
-    /// The run at `ip`. Only 64-bit code's runs are cached: the same bytes
-    /// are other instructions in 32- or 16-bit mode (a MODE.Exec away, in
-    /// compatibility code or a damaged trace), and such code is rare.
     #[inline]
     fn run_at(&mut self, ip: u64) -> Result<Run, Halt> {
-        if self.rd.bitness == 64 {
-            if let Some(r) = self.cache.get(ip) {
-                return Ok(r);
-            }
+        if self.cache.bitness != self.rd.bitness {
+            self.cache.switch_mode(self.rd.bitness);
+        }
+        if let Some(r) = self.cache.get(ip) {
+            return Ok(r);
         }
         self.decode_run_at(ip)
     }
@@ -811,9 +822,7 @@ impl<'a> FlowDecoder<'a> {
         };
         match decode_run(self.images[cur], ip, self.rd.bitness) {
             Ok(r) => {
-                if self.rd.bitness == 64 {
-                    self.cache.insert(ip, r);
-                }
+                self.cache.insert(ip, r);
                 Ok(r)
             }
             Err(e) => Err(self.fail(e, Some(ip))),
@@ -1145,8 +1154,6 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
-    /// Single-steps to `target`, where the current event binds (its
-    /// instruction does not run), then reports the event.
     /// Tracing is on at a PSB whose FUP says the flow is at `target`: the
     /// instructions from where the flow is to there need no packets and
     /// ran before the PSB, so they are this side of it (a walk that stops
@@ -1188,6 +1195,8 @@ impl<'a> FlowDecoder<'a> {
         Ok(())
     }
 
+    /// Single-steps to `target`, where the current event binds (its
+    /// instruction does not run), then reports the event.
     fn proceed_to<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
         target: u64,

@@ -104,9 +104,10 @@ pub struct ThreadSpans {
     blocks: Vec<Vec<Block>>,
     /// Durations of spans longer than `u32::MAX - 1` ns, by (depth, index).
     long: HashMap<(u32, u32), u64>,
-    /// Parents that times alone do not tell, by (depth, index): see
-    /// [`ThreadSpans::parent`].
-    tie_parents: HashMap<(u32, u32), u32>,
+    /// Per lane, parents that times alone do not tell, as (index, parent)
+    /// sorted by index: see [`ThreadSpans::parent`]. Eight bytes each,
+    /// where timing is coarse and many calls share an instant.
+    tie_parents: Vec<Vec<(u32, u32)>>,
 }
 
 impl ThreadSpans {
@@ -262,8 +263,14 @@ impl ThreadSpans {
         if first == last {
             return Some(first);
         }
-        let recorded = self.tie_parents.get(&(depth as u32, index as u32));
-        Some(recorded.map_or(first, |&p| p as usize))
+        let ties = self
+            .tie_parents
+            .get(depth)
+            .map_or(&[][..], |t| t.as_slice());
+        let recorded = ties
+            .binary_search_by_key(&(index as u32), |&(i, _)| i)
+            .map(|k| ties[k].1 as usize);
+        Some(recorded.unwrap_or(first))
     }
 
     /// Records that span `index` of lane `depth` was made inside span
@@ -275,8 +282,16 @@ impl ThreadSpans {
             return;
         };
         if parent != first && (first..=last).contains(&parent) {
-            self.tie_parents
-                .insert((depth as u32, index as u32), parent as u32);
+            if self.tie_parents.len() <= depth {
+                self.tie_parents.resize_with(depth + 1, Vec::new);
+            }
+            // The builder files spans in index order: this is an append.
+            let ties = &mut self.tie_parents[depth];
+            let entry = (index as u32, parent as u32);
+            match ties.binary_search_by_key(&entry.0, |&(i, _)| i) {
+                Ok(k) => ties[k] = entry,
+                Err(k) => ties.insert(k, entry),
+            }
         }
     }
 
@@ -368,6 +383,9 @@ impl ThreadSpans {
         for b in &mut self.blocks {
             b.shrink_to_fit();
         }
+        for t in &mut self.tie_parents {
+            t.shrink_to_fit();
+        }
         self.lanes.shrink_to_fit();
     }
 
@@ -382,7 +400,12 @@ impl ThreadSpans {
                 .iter()
                 .map(|b| b.capacity() * std::mem::size_of::<Block>())
                 .sum::<usize>()
-            + (self.long.len() + self.tie_parents.len()) * 24
+            + self.long.len() * 24
+            + self
+                .tie_parents
+                .iter()
+                .map(|t| t.capacity() * 8)
+                .sum::<usize>()
     }
 }
 
@@ -568,7 +591,7 @@ mod tests {
         assert_eq!(t.children(0, 1), 0..2);
         // Only the ambiguous span needed an entry, and a parent that does
         // not contain the span is not believed.
-        assert_eq!(t.tie_parents.len(), 1);
+        assert_eq!(t.tie_parents.iter().map(Vec::len).sum::<usize>(), 1);
         t.file_under(1, 1, 0);
         assert_eq!(t.parent(1, 1), Some(1));
     }

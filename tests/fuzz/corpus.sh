@@ -12,13 +12,15 @@ unpack() {
 }
 
 # pack TARGET DIR: DIR's files become corpus/TARGET.tar.xz, byte for byte
-# the same archive for the same inputs.
+# the same archive for the same inputs; the old one is replaced only once
+# the new one is whole.
 pack() {
     local tmp
     tmp=$(mktemp -d)
     mkdir -p "$tmp/$1" corpus
-    cp "$2"/* "$tmp/$1/" 2>/dev/null || true
+    cp -r "$2"/. "$tmp/$1/"
     tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
-        -C "$tmp" -cf - "$1" | xz -9e -T1 >"corpus/$1.tar.xz"
+        -C "$tmp" -cf - "$1" | xz -9e -T1 >"corpus/$1.tar.xz.tmp"
+    mv "corpus/$1.tar.xz.tmp" "corpus/$1.tar.xz"
     rm -rf "$tmp"
 }

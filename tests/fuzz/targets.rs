@@ -127,11 +127,12 @@ pub enum Depth {
 
 impl Depth {
     fn for_input(self, data: &[u8]) -> Depth {
+        // Mixed, so that a change to any bit of any byte can move it.
         let hash = data.iter().fold(data.len() as u64, |h, &b| {
-            h.wrapping_mul(31).wrapping_add(b as u64)
+            (h ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
         });
         match self {
-            Depth::Sampled if hash % 8 == 0 => Depth::AllWays,
+            Depth::Sampled if hash >> 61 == 0 => Depth::AllWays,
             Depth::Sampled => Depth::OneWalk,
             d => d,
         }
