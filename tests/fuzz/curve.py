@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Coverage over time from `run`'s logs: edges at the end of each window
-and how many the window added, to tell a plateau from a slow climb.
+"""Coverage over a fuzzing run from `run`'s logs: edges at the end of each
+window and how many the window added, to tell a plateau from a slow climb.
+Windows are of wall time (--window SECONDS) or of executions (--runs N),
+which a loaded machine does not stretch.
 
-    tests/fuzz/curve.py [--window SECONDS] LOG...
+    tests/fuzz/curve.py [--window SECONDS | --runs N] LOG...
 """
 import argparse
 import re
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--window", type=int, default=600)
+ap.add_argument("--runs", type=int, default=0)
 ap.add_argument("logs", nargs="+")
 args = ap.parse_args()
 for log in args.logs:
@@ -31,10 +34,11 @@ for log in args.logs:
         print(f"{log}: the corpus never finished loading")
         continue
     print(f"{log}: the corpus covers {points[0][1]} edges ({inited} s to load)")
-    end = points[-1][0]
+    key, step = (2, args.runs) if args.runs else (0, args.window)
+    end = points[-1][key]
     prev = points[0][1]
-    for t in range(args.window, end + args.window, args.window):
-        upto = [p for p in points if p[0] <= t]
-        edges, runs = upto[-1][1], upto[-1][2]
-        print(f"  {min(t, end):>6} s  {runs:>10} runs  {edges:>6} edges  +{edges - prev}")
+    for w in range(step, end + step, step):
+        upto = [p for p in points if p[key] <= w]
+        secs, edges, runs = upto[-1]
+        print(f"  {secs:>6} s  {runs:>10} runs  {edges:>6} edges  +{edges - prev}")
         prev = edges
