@@ -1154,6 +1154,31 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
+    /// Moves the flow past a single-stepped instruction that needs no
+    /// trace: a direct call or jump ends its block.
+    fn step_past<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        insn: &Instruction,
+        class: Class,
+        f: &mut F,
+    ) -> Result<(), Halt> {
+        match class {
+            Class::Call => {
+                self.push_ret(insn.next_ip());
+                self.ip = insn.near_branch_target();
+                self.end_block(f)
+            }
+            Class::Jump => {
+                self.ip = insn.near_branch_target();
+                self.end_block(f)
+            }
+            _ => {
+                self.ip = insn.next_ip();
+                Ok(())
+            }
+        }
+    }
+
     /// Tracing is on at a PSB whose FUP says the flow is at `target`: the
     /// instructions from where the flow is to there need no packets and
     /// ran before the PSB, so they are this side of it (a walk that stops
@@ -1178,18 +1203,7 @@ impl<'a> FlowDecoder<'a> {
                 break;
             }
             self.add(insn.ip(), 1, insn.ip(), class);
-            match class {
-                Class::Call => {
-                    self.push_ret(insn.next_ip());
-                    self.ip = insn.near_branch_target();
-                    self.end_block(f)?;
-                }
-                Class::Jump => {
-                    self.ip = insn.near_branch_target();
-                    self.end_block(f)?;
-                }
-                _ => self.ip = insn.next_ip(),
-            }
+            self.step_past(&insn, class, f)?;
         }
         self.ip = target;
         Ok(())
@@ -1237,18 +1251,7 @@ impl<'a> FlowDecoder<'a> {
                 }
                 return Err(self.fail(PtError::BAD_QUERY, None));
             }
-            match class {
-                Class::Call => {
-                    self.push_ret(insn.next_ip());
-                    self.ip = insn.near_branch_target();
-                    self.end_block(f)?;
-                }
-                Class::Jump => {
-                    self.ip = insn.near_branch_target();
-                    self.end_block(f)?;
-                }
-                _ => self.ip = insn.next_ip(),
-            }
+            self.step_past(&insn, class, f)?;
         }
         self.end_block(f)?;
         let tsc = self.ev_time();
