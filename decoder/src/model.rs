@@ -221,6 +221,14 @@ impl Mapping {
     fn file_offset(&self, addr: u64) -> u64 {
         self.pgoff.saturating_add(addr - self.start)
     }
+
+    /// The module's extent `(lo, hi)` around `svma` (which is `addr`) as
+    /// addresses in this mapping, holding `addr`.
+    fn extent(&self, addr: u64, svma: u64, (lo, hi): (u64, u64)) -> (u64, u64) {
+        let lo = addr.saturating_sub(svma.saturating_sub(lo)).max(self.start);
+        let hi = addr.saturating_add(hi.saturating_sub(svma)).min(self.end);
+        (lo.min(addr), hi.max(addr + 1))
+    }
 }
 
 /// A process's mappings with their symbols: the coarse pass's resolver.
@@ -307,13 +315,18 @@ impl Resolve for ProcessSymbols {
             return r;
         }
         let m = &self.maps[mi];
+        // The unnamed code around `addr`, between the known functions.
+        let (gap_lo, gap_hi) = match (&m.module, self.svma(mi, addr)) {
+            (Some(md), Some(svma)) => m.extent(addr, svma, md.extent(svma)),
+            _ => (m.start, m.end),
+        };
         // A function learned from a call into unnamed code.
-        if let Some((&start, &func)) = self.learned.range(m.start..=addr).next_back() {
+        if let Some((&start, &func)) = self.learned.range(gap_lo..=addr).next_back() {
             let hi = self
                 .learned
-                .range(addr + 1..m.end)
+                .range(addr + 1..gap_hi)
                 .next()
-                .map_or(m.end, |(&s, _)| s);
+                .map_or(gap_hi, |(&s, _)| s);
             return Resolved {
                 func,
                 lo: start,
@@ -383,6 +396,12 @@ impl ProcessSymbols {
         Some((md, svma))
     }
 
+    /// `addr` of mapping `mi` as its module sees it.
+    fn svma(&self, mi: usize, addr: u64) -> Option<u64> {
+        let m = &self.maps[mi];
+        m.module.as_ref()?.file_offset_to_svma(m.file_offset(addr))
+    }
+
     /// The symbol (or unwind-table function) at `addr` of mapping `mi`.
     fn symbol(&mut self, mi: usize, addr: u64, funcs: &mut FuncTable) -> Option<Resolved> {
         let m = &self.maps[mi];
@@ -392,9 +411,7 @@ impl ProcessSymbols {
         if let (Some(md), Some(svma)) = (module, svma) {
             if let Some(f) = md.function(svma) {
                 let entry = addr.saturating_sub(svma.saturating_sub(f.entry));
-                let lo = entry.max(m.start);
-                let len = f.end.saturating_sub(f.entry);
-                let hi = entry.saturating_add(len).min(m.end).max(addr + 1);
+                let (lo, hi) = m.extent(addr, svma, md.extent(svma));
                 let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
                     // Unwind-table functions are named after the module
                     // as mapped, not the cached file's name.
@@ -1118,6 +1135,48 @@ mod tests {
         std::fs::rename(dir.path().join("other"), &file).unwrap();
         let d = SymbolCache::default().get(&file).unwrap();
         assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
+    }
+
+    /// A function learned from a call into the padding before a symbol
+    /// ends where the symbol starts. Its range ran to the end of the
+    /// mapping, so a walk that cached it put the next function's code in
+    /// it, and what an address resolved to depended on what came before.
+    #[test]
+    fn a_learned_function_ends_where_the_next_symbol_starts() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        let mut cache = SymbolCache::default();
+        let md = cache.get(&demo).unwrap();
+        let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
+        funcs.sort();
+        let (gap, next) = funcs
+            .windows(2)
+            .find_map(|w| (w[0].1 < w[1].0).then_some((w[0].1, w[1].0)))
+            .expect("the demo has padding between two functions");
+        let base = 0x5555_0000_0000;
+        let secs = [Section {
+            file: demo.clone(),
+            offset: 0,
+            size: std::fs::metadata(&demo).unwrap().len(),
+            vaddr: base,
+            mapped_path: "/demo".into(),
+        }];
+        let addr = |svma| base + md.svma_to_file_offset(svma).unwrap();
+        let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);
+        let mut table = FuncTable::default();
+        assert!(resolver.learn_entry(addr(gap), &mut table));
+        let learned = resolver.resolve(addr(gap), &mut table);
+        assert!(learned.provisional);
+        assert_eq!((learned.lo, learned.hi), (addr(gap), addr(next)));
+        let symbol = resolver.resolve(addr(next), &mut table);
+        assert!(!symbol.provisional);
+        assert_ne!(symbol.func, learned.func);
+        assert_eq!(symbol.lo, addr(next));
+        // Code after the symbol is not the learned function's either.
+        let after = funcs.iter().find(|f| f.0 == next).unwrap().1;
+        if funcs.iter().all(|f| f.0 != after) {
+            let r = resolver.resolve(addr(after), &mut table);
+            assert_ne!(r.func, learned.func);
+        }
     }
 
     #[test]

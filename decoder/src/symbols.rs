@@ -350,6 +350,29 @@ impl ModuleSymbols {
         self.func_sym(piece.func)
     }
 
+    /// The stretch around `svma` that resolves as one: the piece of the
+    /// function that holds it, or the gap between the known functions
+    /// around it. A caller that caches what an address resolved to by
+    /// range must stay inside it, or an address nearby would resolve by
+    /// what was asked before (a function's entry-to-end can hold another's
+    /// piece; code after a gap is another function).
+    pub fn extent(&self, svma: u64) -> (u64, u64) {
+        let i = self.starts.partition_point(|&s| s <= svma);
+        let next = self.starts.get(i).copied().unwrap_or(u64::MAX);
+        match i.checked_sub(1) {
+            Some(j) => {
+                let start = self.starts[j];
+                let end = self.pieces.get(j).map_or(start, |p| p.end);
+                if svma < end {
+                    (start, end)
+                } else {
+                    (end, next)
+                }
+            }
+            None => (0, next),
+        }
+    }
+
     /// Every known function, in address order; a DWARF-only function split
     /// into several ranges (hot and cold parts) comes once per range.
     pub fn functions(&self) -> impl Iterator<Item = FunctionSym<'_>> + '_ {

@@ -57,6 +57,7 @@ fn psbs_aligned(pt: &[u8]) -> bool {
 /// inputs still cross seams. With `PTSCOPE_FUZZ_DIFF=1` the flow engine's
 /// two ways must also agree: they do on every sound trace, but not yet on
 /// every damaged one (ROBUSTNESS.md), so crash hunting runs without it.
+/// `PTSCOPE_FUZZ_DIFF_DIR` names where to write both whole when they differ.
 fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     let compare = std::env::var_os("PTSCOPE_FUZZ_DIFF").is_some_and(|v| v == "1");
     let comparable = compare
@@ -90,7 +91,14 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     match (&one, &chunked) {
         _ if !comparable => {}
         (Ok(a), Ok(b)) => {
-            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
+            let (a, b) = (a.canonical(), b.canonical());
+            if let Some(diff) = first_difference(&a, &b) {
+                // Both whole, to compare with `diff`.
+                if let Some(dir) = std::env::var_os("PTSCOPE_FUZZ_DIFF_DIR") {
+                    let dir = std::path::Path::new(&dir);
+                    let _ = std::fs::write(dir.join("walk.txt"), a.join("\n"));
+                    let _ = std::fs::write(dir.join("chunks.txt"), b.join("\n"));
+                }
                 panic!("one walk and chunks disagree:\n{diff}");
             }
         }
