@@ -706,16 +706,26 @@ impl<'a> FlowDecoder<'a> {
 
     /// PSB+: status packets up to PSBEND.
     fn psb(&mut self) -> Result<Ev, Halt> {
-        self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
-        self.rd.last_ip = 0;
-        self.rd.fup_bound = false;
         let mut ip = None;
+        let mut restart = true;
         loop {
+            if std::mem::take(&mut restart) {
+                self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
+                self.rd.last_ip = 0;
+                self.rd.fup_bound = false;
+                // What PSB+ restates starts over, as where a decoder syncs.
+                self.rd.time.on_psb();
+                self.rd.bitness = 64;
+                ip = None;
+            }
             let Some(p) = self.packet()? else {
                 return Ok(Ev::Eos);
             };
             match p {
                 Packet::PsbEnd => return Ok(Ev::Psb(ip)),
+                // A PSB+ cut short by another PSB (damaged): the new one
+                // starts afresh, as a decoder that syncs there does.
+                Packet::Psb => restart = true,
                 Packet::Tip {
                     kind: IpKind::Fup,
                     ipb,
@@ -1380,6 +1390,27 @@ mod tests {
             ],
             "{got:#?}"
         );
+    }
+
+    /// A PSB+ cut short by another PSB (no hardware writes one): the walk
+    /// goes on from the second as a decoder that syncs there does, keeping
+    /// nothing the first restated (its TSC, its 32-bit mode), so that the
+    /// parallel pass, whose chunk starts there, gives the same.
+    #[test]
+    fn a_psb_inside_psb_plus_starts_afresh() {
+        let mem = program();
+        let mut tail = psb_at(0x1000);
+        // TNT "01", then TIP.PGD with the IP suppressed.
+        tail.extend([0b0000_1010, 0x01]);
+        let mut t = psb();
+        // TSC, MODE.Exec 32-bit; no FUP, no PSBEND.
+        t.extend([0x19, 1, 2, 3, 4, 5, 0, 0, 0x99, 0x02]);
+        t.extend(&tail);
+        let got = items(&t, &mem);
+        let want = items(&tail, &mem);
+        assert_eq!(got[1..], want[1..]);
+        assert!(want[1].contains("tsc: None"), "{want:#?}");
+        assert!(want.iter().any(|i| i.contains("4 Return")), "{want:#?}");
     }
 
     #[test]

@@ -55,6 +55,20 @@ impl Time {
         };
     }
 
+    /// A PSB: its PSB+ restates the time (TSC, TMA, CBR), so what came
+    /// before is dropped, and a damaged PSB+ without them leaves the time
+    /// unknown, as for a decoder that syncs there (the parallel pass's
+    /// chunks start so). The rate learned between TSCs stays: no PSB+
+    /// restates it.
+    pub fn on_psb(&mut self) {
+        *self = Time {
+            per_cycle: self.per_cycle,
+            cycles_since_tsc: self.cycles_since_tsc,
+            last_tsc: self.last_tsc,
+            ..Time::default()
+        };
+    }
+
     pub fn on_cbr(&mut self, cbr: u8) {
         if cbr != 0 {
             self.cbr = cbr;
