@@ -72,6 +72,12 @@ pub trait Blocks<'i> {
     fn status_offset(&self) -> u64 {
         self.offset()
     }
+    /// PSBs at or before this offset are behind the blocks reported from
+    /// now on. libipt reads a PSB+ with the packet before it, so its
+    /// offset is all it can tell.
+    fn psbs_behind(&self) -> u64 {
+        self.offset()
+    }
     /// Walks the whole buffer; `on_item` returns false to stop.
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
 }
@@ -99,6 +105,11 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
     }
     fn status_offset(&self) -> u64 {
         FlowDecoder::status_offset(self)
+    }
+    fn psbs_behind(&self) -> u64 {
+        // Not a PSB that starts right where the trace is consumed to (a
+        // TIP just before it ended the block): it is still ahead.
+        FlowDecoder::offset(self).saturating_sub(1)
     }
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
         FlowDecoder::walk(self, on_item)
@@ -1004,7 +1015,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         // is the state there.
         if self.psb_pending {
             self.psb_pending = false;
-            self.checkpoints(dec.offset(), b.ip);
+            self.checkpoints(dec.psbs_behind(), b.ip);
         }
         if self.switched {
             self.switch_checkpoint(b.ip);
@@ -1059,7 +1070,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         }
     }
 
-    /// A checkpoint for each PSB before `off`, at the instruction `ip`.
+    /// A checkpoint for each PSB at or before `off`, at the instruction
+    /// `ip`.
     #[cold]
     fn checkpoints(&mut self, off: u64, ip: u64) {
         while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {

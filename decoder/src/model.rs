@@ -1179,6 +1179,56 @@ mod tests {
         }
     }
 
+    /// Tracing off at a PSB, then on: the first block's checkpoint is that
+    /// PSB's alone, even when the block ends in a TIP right before the next
+    /// PSB (the decoder has consumed the trace up to that PSB, not past
+    /// it). It also took the next PSB's, at the wrong instruction, and the
+    /// next PSB's own status was then skipped. (libipt's engine still
+    /// does: its decoder reads the next PSB+ with the TIP, so it cannot
+    /// tell.)
+    #[test]
+    fn a_block_ending_right_before_a_psb_does_not_take_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        // 0x1000: jmp rax. 0x1010: nop; nop; jmp rax.
+        let mut code = vec![0x90u8; 0x20];
+        code[0..2].copy_from_slice(&[0xff, 0xe0]);
+        code[0x12..0x14].copy_from_slice(&[0xff, 0xe0]);
+        std::fs::write(&image, code).unwrap();
+        let ip = |opcode: u8, ip: u64| {
+            let mut p = vec![opcode | (6 << 5)];
+            p.extend(ip.to_le_bytes());
+            p
+        };
+        let psb = crate::packet::PSB_BYTES.to_vec();
+        let psbend = [0x02, 0x23];
+        // PSB+ with tracing off; TIP.PGE 0x1000; TIP 0x1010.
+        let mut pt = psb.clone();
+        pt.extend(psbend);
+        pt.extend(ip(0x11, 0x1000));
+        pt.extend(ip(0x0d, 0x1010));
+        let second = pt.len() as u64;
+        // PSB+ at 0x1010; TIP.PGD, IP suppressed, binds to the jmp.
+        pt.extend(&psb);
+        pt.extend(ip(0x1d, 0x1010));
+        pt.extend(psbend);
+        pt.push(0x01);
+        let m = decode_raw(
+            Path::new("raw.pt"),
+            &pt,
+            &[(image.clone(), 0x1000)],
+            &DecoderConfig::default(),
+            Engine::Flow,
+        )
+        .unwrap();
+        let cps: Vec<_> = m.threads[0]
+            .checkpoints
+            .iter()
+            .map(|c| (c.offset, c.ip, c.insn))
+            .collect();
+        assert_eq!(cps, [(0, 0x1000, 0), (second, 0x1010, 1)]);
+    }
+
     #[test]
     fn a_queue_without_a_psb_is_a_warning() {
         let snap = demo();
