@@ -21,8 +21,14 @@
 //!
 //! Where the trace is broken right at a seam (an overflow or a bad packet
 //! inside the PSB+ itself), chunk `k` stops there and `k+1` reports it,
-//! whereas one walk resynchronises past it: the two may then differ in
-//! that segment.
+//! once, as one walk does; a PSB+ cut short by an overflow is checkpointed
+//! where tracing resumes, both ways. A walk also starts afresh at every
+//! PSB (the time, the mode and the return stack its PSB+ restates), so a
+//! damaged PSB+ that leaves some out leaves them out both ways.
+//!
+//! What remains different is a PSB pattern inside another packet's
+//! payload, which no hardware writes: the chunker cuts there without
+//! parsing, and one walk reads past it as payload.
 //!
 //! Function ids differ per worker (each interns into its own copy of the
 //! table) and are mapped into the caller's table as each chunk is replayed.

@@ -78,6 +78,10 @@ pub trait Blocks<'i> {
     fn psbs_behind(&self) -> u64 {
         self.offset()
     }
+    /// The PSB whose PSB+ was read last, if the decoder tells.
+    fn psb_entered(&self) -> Option<u64> {
+        None
+    }
     /// Walks the whole buffer; `on_item` returns false to stop.
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
 }
@@ -110,6 +114,9 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
         // Not a PSB that starts right where the trace is consumed to (a
         // TIP just before it ended the block): it is still ahead.
         FlowDecoder::offset(self).saturating_sub(1)
+    }
+    fn psb_entered(&self) -> Option<u64> {
+        FlowDecoder::psb_entered(self)
     }
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
         FlowDecoder::walk(self, on_item)
@@ -1142,6 +1149,11 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             // what follows is the next chunk's to report.
             let (off, ip) = match &item {
                 BlockItem::Error { offset, ip, .. } => (*offset, *ip),
+                // Inside the next chunk's PSB+, which reports it too.
+                BlockItem::Overflow { .. } => {
+                    let psb = dec.psb_entered().map_or(0, |p| p.saturating_add(1));
+                    (dec.offset().max(psb), None)
+                }
                 _ => (dec.offset(), None),
             };
             if off > self.end_at {
@@ -1241,6 +1253,12 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 self.figures().overflows += 1;
                 self.branch = None;
                 self.from_sync = false;
+                // Inside a PSB+, which now reports no status: the state at
+                // the first block after is that PSB's, as where a walk
+                // that syncs there checkpoints it.
+                if dec.psb_entered().is_some_and(|p| p >= self.next_psb_at) {
+                    self.psb_pending = true;
+                }
                 let f = self.funcs.decode_error("overflow");
                 self.push_error(f);
                 match ip {

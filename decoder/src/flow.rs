@@ -435,6 +435,11 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
+    /// The PSB whose PSB+ was read last (where the walk synced, at first).
+    pub fn psb_entered(&self) -> Option<u64> {
+        Some(self.psb_at as u64)
+    }
+
     /// Walks the whole buffer, like [`crate::ffi::BlockDecoder::walk`].
     pub fn walk(&mut self, mut on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
         let mut from = 0;
@@ -477,6 +482,7 @@ impl<'a> FlowDecoder<'a> {
             bitness: 64,
         };
         self.consumed = at;
+        self.psb_at = at;
         self.ev = Ev::Eos;
         self.ev_tsc = None;
         self.told_tsc = None;

@@ -1327,6 +1327,45 @@ mod tests {
         assert_same(&one.canonical(), &many.canonical());
     }
 
+    /// An overflow inside a PSB+ where a chunk starts: the chunk before
+    /// stops there, and the overflow is reported once, by the next, as
+    /// one walk reports it (it was reported by both).
+    #[test]
+    fn an_overflow_inside_psb_plus_at_a_seam_is_reported_once() {
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let s = &mut trace.streams[0];
+        let psbs = psb_offsets(&s.data);
+        assert!(psbs.len() > 4);
+        let at = psbs[psbs.len() / 2] + crate::packet::PSB_BYTES.len();
+        let (ovf_psb, next_psb) = (psbs[psbs.len() / 2], psbs[psbs.len() / 2 + 1] + 2);
+        let mut data = s.data[..at].to_vec();
+        data.extend_from_slice(&[0x02, 0xf3]); // OVF
+        data.extend_from_slice(&s.data[at..]);
+        s.data = data.into();
+        let decode = |parallel| {
+            let opts = DecodeOptions {
+                parallel,
+                ..DecodeOptions::default()
+            };
+            decode_trace(&snap, &trace, &opts).unwrap()
+        };
+        let one = decode(Parallel::sequential());
+        let overflows: u64 = one.threads.iter().map(|t| t.walk.overflows).sum();
+        assert_eq!(overflows, 1);
+        // That PSB's segment starts where tracing resumed, not at the next.
+        let cps = &one.threads[0].checkpoints;
+        let insn = |off| cps.iter().find(|c| c.offset == off).unwrap().insn;
+        assert!(insn(ovf_psb as u64) < insn(next_psb as u64));
+        let many = decode(Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+        });
+        assert_same(&one.canonical(), &many.canonical());
+    }
+
     #[test]
     fn progress_counts_every_segment_and_publishes_the_model_so_far() {
         let progress = DecodeProgress::new();
