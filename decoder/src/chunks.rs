@@ -26,9 +26,13 @@
 //! PSB (the time, the mode and the return stack its PSB+ restates), so a
 //! damaged PSB+ that leaves some out leaves them out both ways.
 //!
-//! What remains different is a PSB pattern inside another packet's
-//! payload, which no hardware writes: the chunker cuts there without
-//! parsing, and one walk reads past it as payload.
+//! Two differences remain. A PSB pattern inside another packet's payload,
+//! which no hardware writes: the chunker cuts there without parsing, and
+//! one walk reads past it as payload. And CYC timing in a trace that does
+//! not give the core's nominal ratio: it then converts cycles at a rate
+//! learned between the TSCs of successive PSBs, which a chunk learns
+//! afresh, so the first segment of each chunk is timed by its TSC and MTC
+//! alone.
 //!
 //! Function ids differ per worker (each interns into its own copy of the
 //! table) and are mapped into the caller's table as each chunk is replayed.

@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use ptscope_capture::perf_data::PerfDataFile;
@@ -53,19 +54,36 @@ fn psbs_aligned(pt: &[u8]) -> bool {
     psb_offsets(pt).iter().all(|p| starts.contains(p))
 }
 
+static COMPARE: AtomicBool = AtomicBool::new(false);
+
+/// Whether one walk and chunks must agree (as `PTSCOPE_FUZZ_DIFF=1` asks):
+/// the replay of the committed inputs checks it, which they all pass.
+#[allow(dead_code)] // the fuzz targets take it from the environment
+pub fn compare_ways(on: bool) {
+    COMPARE.store(on, Ordering::Relaxed);
+}
+
 /// Both engines, and the flow engine cut into tiny chunks so that small
-/// inputs still cross seams. With `PTSCOPE_FUZZ_DIFF=1` the flow engine's
-/// two ways must also agree: they do on every sound trace, but not yet on
-/// every damaged one (ROBUSTNESS.md), so crash hunting runs without it.
-/// `PTSCOPE_FUZZ_DIFF_DIR` names where to write both whole when they differ.
+/// inputs still cross seams. The flow engine's two ways must also agree
+/// where the replay asks ([`compare_ways`]) or `PTSCOPE_FUZZ_DIFF=1`: they
+/// do on every sound trace and every committed input, but fuzzing still
+/// finds damaged traces where they do not (ROBUSTNESS.md), so crash
+/// hunting runs without it. `PTSCOPE_FUZZ_DIFF_DIR` names where to write
+/// both models whole when they differ.
 fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
-    let compare = std::env::var_os("PTSCOPE_FUZZ_DIFF").is_some_and(|v| v == "1");
+    let compare = COMPARE.load(Ordering::Relaxed)
+        || std::env::var_os("PTSCOPE_FUZZ_DIFF").is_some_and(|v| v == "1");
+    // Two known differences (ROBUSTNESS.md): a PSB pattern inside another
+    // packet, and CYC timing by a rate learned across PSBs, which only a
+    // trace without the core's nominal ratio needs.
+    let comparable_trace = |t: &Trace| {
+        t.streams.iter().all(|s| psbs_aligned(&s.data))
+            && ptscope_decoder::insn::decoder_config(t).nom_freq != 0
+    };
     let comparable = compare
         && match trace {
-            Some(t) => t.streams.iter().all(|s| psbs_aligned(&s.data)),
-            None => snap
-                .trace()
-                .is_ok_and(|t| t.streams.iter().all(|s| psbs_aligned(&s.data))),
+            Some(t) => comparable_trace(t),
+            None => snap.trace().is_ok_and(|t| comparable_trace(&t)),
         };
     let decode = |engine, parallel| {
         let opts = DecodeOptions {
