@@ -711,6 +711,17 @@ impl Tracer {
                         }
                         // The clone syscall is still being stepped.
                         ptrace::step(tid, None)?;
+                        // The new thread's first stop is on its way: take it
+                        // now, so that when the thread may first run does
+                        // not depend on how busy the machine is (under load
+                        // the parent stepped whole time slices before it).
+                        if self.threads.get(&new).map(|t| t.state) == Some(State::Starting) {
+                            if let Some(st) = ptrace::wait(Some(new), false)? {
+                                if self.handle(st)? {
+                                    return Ok(true);
+                                }
+                            }
+                        }
                     }
                     libc::PTRACE_EVENT_EXEC => {
                         // The exec syscall retired; a new image is mapped.
