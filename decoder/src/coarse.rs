@@ -721,6 +721,7 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     if let Some(image) = images.get(proc) {
         dec.set_image(image)?;
     }
+    let chunk = record.is_some();
     let mut w = Walker {
         obs,
         stop_at_psb,
@@ -754,7 +755,8 @@ fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         record,
         end_at,
         sync_begin: false,
-        from_sync: end_at != u64::MAX,
+        // Every chunk's, the last one's too (it has no end).
+        from_sync: chunk,
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
