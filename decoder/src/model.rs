@@ -268,6 +268,15 @@ impl ProcessSymbols {
             }))
             .collect();
         maps.sort_by_key(|m| m.start);
+        // Where a later mapping overlaps one (a damaged or reused range),
+        // addresses from its start on are the later one's: the earlier
+        // ends there, so that no range handed out (and cached by the walk)
+        // crosses into it.
+        for i in 1..maps.len() {
+            let next = maps[i].start;
+            let m = &mut maps[i - 1];
+            m.end = m.end.min(next).max(m.start);
+        }
         ProcessSymbols {
             maps,
             ids: HashMap::new(),
@@ -1227,6 +1236,32 @@ mod tests {
             .map(|c| (c.offset, c.ip, c.insn))
             .collect();
         assert_eq!(cps, [(0, 0x1000, 0), (second, 0x1010, 1)]);
+    }
+
+    /// A mapping that a later one overlaps ends where that one starts:
+    /// what resolved in the earlier one was cached by a range that ran
+    /// over the later one, so an address there named the earlier's
+    /// function or `[no binary]` depending on what came before.
+    #[test]
+    fn an_overlapped_mapping_ends_where_the_next_starts() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        let len = std::fs::metadata(&demo).unwrap().len();
+        let base = 0x5555_0000_0000;
+        let secs = [Section {
+            file: demo.clone(),
+            offset: 0,
+            size: len,
+            vaddr: base,
+            mapped_path: "/demo".into(),
+        }];
+        // A binary not on hand, mapped over all of it from before.
+        let missing = [(base - 0x1000, len + 0x2000, "/gone".to_string())];
+        let mut resolver = ProcessSymbols::new(&secs, &missing, &mut SymbolCache::default());
+        let mut table = FuncTable::default();
+        let before = resolver.resolve(base - 0x800, &mut table);
+        assert_eq!((before.lo, before.hi), (base - 0x1000, base));
+        let inside = resolver.resolve(base + 0x10, &mut table);
+        assert_ne!(inside.func, before.func);
     }
 
     #[test]

@@ -63,6 +63,30 @@ pub fn compare_ways(on: bool) {
     COMPARE.store(on, Ordering::Relaxed);
 }
 
+/// Every PSB+ states the core's ratio (a CBR that is not 0), which CYC
+/// timing needs along with the nominal one; where either is missing, one
+/// walk converts cycles at a rate learned across PSBs, which a chunk
+/// cannot know (a known difference).
+fn psbs_state_cbr(pt: &[u8]) -> bool {
+    use ptscope_decoder::packet::{Packet, Packets};
+    // Inside a PSB+: whether it has stated one yet.
+    let mut open = None;
+    for (_, p) in Packets::new(pt) {
+        match p {
+            Ok(Packet::Psb | Packet::PsbEnd) if open == Some(false) => return false,
+            Ok(Packet::Psb) => open = Some(false),
+            Ok(Packet::PsbEnd) => open = None,
+            Ok(Packet::Cbr(r)) if r != 0 => {
+                if let Some(s) = open.as_mut() {
+                    *s = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    open != Some(false)
+}
+
 /// Both engines, and the flow engine cut into tiny chunks so that small
 /// inputs still cross seams. The flow engine's two ways must also agree
 /// where the replay asks ([`compare_ways`]) or `PTSCOPE_FUZZ_DIFF=1`: they
@@ -75,10 +99,13 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         || std::env::var_os("PTSCOPE_FUZZ_DIFF").is_some_and(|v| v == "1");
     // Two known differences (ROBUSTNESS.md): a PSB pattern inside another
     // packet, and CYC timing by a rate learned across PSBs, which only a
-    // trace without the core's nominal ratio needs.
+    // trace without the core's nominal ratio, or a PSB+ without its
+    // current one, needs.
     let comparable_trace = |t: &Trace| {
-        t.streams.iter().all(|s| psbs_aligned(&s.data))
-            && ptscope_decoder::insn::decoder_config(t).nom_freq != 0
+        ptscope_decoder::insn::decoder_config(t).nom_freq != 0
+            && t.streams
+                .iter()
+                .all(|s| psbs_aligned(&s.data) && psbs_state_cbr(&s.data))
     };
     let comparable = compare
         && match trace {
