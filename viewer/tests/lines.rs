@@ -84,10 +84,15 @@ fn line_spans_appear_under_slow_path_and_a_click_opens_the_loop() {
     h.state_mut().zoom_to(s, e);
     h.run_steps(1);
     // While the segment decodes, the calls stay and a note says why the
-    // lines are not there yet.
+    // lines are not there yet. The decode runs beside this thread and can
+    // win the race on a loaded machine: then the lines are there already.
     assert!(h.state().span_rect(r).is_some());
-    assert!(h.state().visible_lines().is_empty());
-    h.get_by_label("decoding lines…");
+    if h.query_by_label("decoding lines…").is_none() {
+        assert!(
+            !h.state().visible_lines().is_empty(),
+            "neither the lines nor a note saying they are on their way"
+        );
+    }
     h.state().wait_for_lines();
     h.run_steps(2);
     assert!(h.query_by_label("decoding lines…").is_none());
