@@ -1321,6 +1321,24 @@ mod tests {
         }
     }
 
+    /// `trace` decoded in one walk, and in chunks cut at every PSB.
+    fn one_walk_and_chunks(snap: &Snapshot, trace: &Trace) -> (Model, Model) {
+        let decode = |parallel| {
+            let opts = DecodeOptions {
+                parallel,
+                ..DecodeOptions::default()
+            };
+            decode_trace(snap, trace, &opts).unwrap()
+        };
+        let chunks = Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+        };
+        (decode(Parallel::sequential()), decode(chunks))
+    }
+
     /// Timing or padding packets between the last branch and a PSB leave
     /// the decoder short of the PSB when it reports the PSB+ status: the
     /// PSB must still count as reached there, or checkpoints come a
@@ -1343,22 +1361,9 @@ mod tests {
             padded.extend_from_slice(&s.data[from..]);
             s.data = padded.into();
         }
-        let decode = |parallel| {
-            let opts = DecodeOptions {
-                parallel,
-                ..DecodeOptions::default()
-            };
-            decode_trace(&snap, &trace, &opts).unwrap()
-        };
-        let one = decode(Parallel::sequential());
+        let (one, many) = one_walk_and_chunks(&snap, &trace);
         let checkpoints: usize = one.threads.iter().map(|t| t.checkpoints.len()).sum();
         assert_eq!(checkpoints, psbs_total, "a checkpoint at every PSB");
-        let many = decode(Parallel {
-            workers: 2,
-            chunk_bytes: 1,
-            first_chunk_bytes: 1,
-            retime: false,
-        });
         assert_same(&one.canonical(), &many.canonical());
     }
 
@@ -1378,26 +1383,13 @@ mod tests {
         data.extend_from_slice(&[0x02, 0xf3]); // OVF
         data.extend_from_slice(&s.data[at..]);
         s.data = data.into();
-        let decode = |parallel| {
-            let opts = DecodeOptions {
-                parallel,
-                ..DecodeOptions::default()
-            };
-            decode_trace(&snap, &trace, &opts).unwrap()
-        };
-        let one = decode(Parallel::sequential());
+        let (one, many) = one_walk_and_chunks(&snap, &trace);
         let overflows: u64 = one.threads.iter().map(|t| t.walk.overflows).sum();
         assert_eq!(overflows, 1);
         // That PSB's segment starts where tracing resumed, not at the next.
         let cps = &one.threads[0].checkpoints;
         let insn = |off| cps.iter().find(|c| c.offset == off).unwrap().insn;
         assert!(insn(ovf_psb as u64) < insn(next_psb as u64));
-        let many = decode(Parallel {
-            workers: 2,
-            chunk_bytes: 1,
-            first_chunk_bytes: 1,
-            retime: false,
-        });
         assert_same(&one.canonical(), &many.canonical());
     }
 
