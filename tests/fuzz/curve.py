@@ -8,7 +8,8 @@ With --origin BINARY (the fuzz target that wrote the log), each window's
 new edges are also told by the crate whose source they are in (the
 innermost inlined frame): ours (`ptscope/decoder`, ...) or a dependency's
 (gimli, iced-x86, std, ...), std's locks, channels and thread parking
-apart, as thread timing rather than the input picks their branches. A
+apart, as thread timing rather than the input picks their branches, and
+the rest of std by the crate it was inlined into ("std via gimli"). A
 target that still finds edges may have run out of new paths in our code
 long before and be exploring a dependency's, such as a demangler's
 grammar. --ours lists where each of our new edges is.
@@ -50,6 +51,12 @@ def origin(path):
     return "other"
 
 
+def is_ours(crate):
+    """Our code, with the std code inlined into it (a slice's bounds check,
+    an Option's map): paths through our functions all the same."""
+    return crate.startswith("ptscope") or crate.startswith("std via ptscope")
+
+
 def symbolize(binary, pcs):
     """pc -> (crate, function, file:line) of its innermost frame."""
     text = "".join(f"{hex(pc - args.base)}\n" for pc in pcs)
@@ -63,8 +70,25 @@ def symbolize(binary, pcs):
         frames = entry.get("Symbol") or [{}]
         f = frames[0]
         path = f.get("FileName", "?")
+        crate = origin(path)
+        if crate == "std" and any(
+            origin(g.get("FileName", "")) == "std (threads)"
+            or re.search(r"std::(sync|thread)::", g.get("FunctionName", ""))
+            for g in frames
+        ):
+            crate = "std (threads)"
+        if crate == "std":
+            # std's generic code counts for the crate that inlined it.
+            caller = next((origin(g.get("FileName", "?")) for g in frames
+                           if origin(g.get("FileName", "?")) not in ("std", "std (threads)")), None)
+            if caller:
+                crate = f"std via {caller}"
+        func = f.get("FunctionName", "?")
+        if len(frames) > 1:
+            # Inlined: the function it was inlined into tells the path.
+            func += f" in {frames[-1].get('FunctionName', '?')}"
         where[int(entry["Address"], 16) + args.base] = (
-            origin(path), f.get("FunctionName", "?"), f"{path}:{f.get('Line', 0)}")
+            crate, func, f"{path}:{f.get('Line', 0)}")
     return where
 
 
@@ -110,14 +134,14 @@ for log in args.logs:
             for pc in points[i][3]:
                 crate, func, loc = where.get(pc, ("?", "?", "?"))
                 new[crate] += 1
-                if crate.startswith("ptscope"):
+                if is_ours(crate):
                     ours.append(f"      {func}  {loc}")
             i += 1
         secs, edges, runs, _ = points[i - 1]
         line = f"  {secs:>6} s  {runs:>10} runs  {edges:>6} edges  +{edges - prev}"
         if where:
-            mine = sum(n for c, n in new.items() if c.startswith("ptscope"))
-            deps = ", ".join(f"{c} {n}" for c, n in new.most_common() if not c.startswith("ptscope"))
+            mine = sum(n for c, n in new.items() if is_ours(c))
+            deps = ", ".join(f"{c} {n}" for c, n in new.most_common() if not is_ours(c))
             line += f"  (ours {mine}; {deps or 'no dependency'})"
         print(line)
         if args.ours and ours:
