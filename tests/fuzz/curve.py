@@ -8,7 +8,8 @@ With --origin BINARY (the fuzz target that wrote the log), each window's
 new edges are also told by the crate whose source they are in (the
 innermost inlined frame): ours (`ptscope/decoder`, ...) or a dependency's
 (gimli, iced-x86, std, ...), std's locks, channels and thread parking
-apart, as thread timing rather than the input picks their branches, and
+apart, as thread timing rather than the input picks their branches (as
+random hash keys pick a hash table's probes: "std (hashing)"), and
 the rest of std by the crate it was inlined into ("std via gimli"). A
 target that still finds edges may have run out of new paths in our code
 long before and be exploring a dependency's, such as a demangler's
@@ -47,6 +48,9 @@ def origin(path):
         # input, so they trickle in by chance.
         if re.search(r"/library/std/src/(sync|sys/sync|thread)/", path):
             return "std (threads)"
+        # Likewise a hash table's probing, under per-map random keys.
+        if "/hashbrown-" in path:
+            return "std (hashing)"
         return "std"
     return "other"
 
@@ -71,17 +75,16 @@ def symbolize(binary, pcs):
         f = frames[0]
         path = f.get("FileName", "?")
         crate = origin(path)
-        if crate == "std" and any(
-            origin(g.get("FileName", "")) == "std (threads)"
-            or re.search(r"std::(sync|thread)::", g.get("FunctionName", ""))
-            for g in frames
-        ):
-            crate = "std (threads)"
         if crate == "std":
-            # std's generic code counts for the crate that inlined it.
-            caller = next((origin(g.get("FileName", "?")) for g in frames
-                           if origin(g.get("FileName", "?")) not in ("std", "std (threads)")), None)
-            if caller:
+            outer = [origin(g.get("FileName", "")) for g in frames]
+            if "std (threads)" in outer or any(
+                re.search(r"std::(sync|thread)::", g.get("FunctionName", "")) for g in frames
+            ):
+                crate = "std (threads)"
+            elif "std (hashing)" in outer:
+                crate = "std (hashing)"
+            elif caller := next((c for c in outer if c != "std"), None):
+                # std's generic code counts for the crate that inlined it.
                 crate = f"std via {caller}"
         func = f.get("FunctionName", "?")
         if len(frames) > 1:
