@@ -674,6 +674,11 @@ impl<'a> FlowDecoder<'a> {
                     return Ok(Ev::AsyncDisabled { at: from });
                 }
                 Packet::Ovf => return self.overflow(),
+                // The FUP's TIP never came (a damaged trace, or a FUP while
+                // tracing was off): a PSB starts afresh, as a chunk cut
+                // there does, so the FUP is dropped rather than failing the
+                // PSB+ after it.
+                Packet::Psb => return self.psb(),
                 _ => return Err(self.fail(PtError::BAD_CONTEXT, None)),
             }
         }
@@ -1417,6 +1422,26 @@ mod tests {
         assert_eq!(got[1..], want[1..]);
         assert!(want[1].contains("tsc: None"), "{want:#?}");
         assert!(want.iter().any(|i| i.contains("4 Return")), "{want:#?}");
+    }
+
+    #[test]
+    fn a_fup_left_unbound_by_a_psb_is_dropped() {
+        let mem = program();
+        let mut tail = psb_at(0x1000);
+        // TNT "01", then TIP.PGD with the IP suppressed.
+        tail.extend([0b0000_1010, 0x01]);
+        // Tracing stops, then a FUP (IP 0x1000) whose TIP never comes.
+        let mut t = tail.clone();
+        t.extend([0x3d, 0x00, 0x10]);
+        t.extend(&tail);
+        let got = items(&t, &mem);
+        let want = items(&tail, &mem);
+        let from = got
+            .iter()
+            .rposition(|i| i.starts_with("Enabled"))
+            .expect("the second PSB+");
+        assert!(got.iter().all(|i| !i.contains("rror")), "{got:#?}");
+        assert_eq!(got[from..], want[1..]);
     }
 
     #[test]
