@@ -58,6 +58,23 @@ fn replay_kind(kind: &str) -> usize {
 }
 
 #[test]
+fn pt_decode_inputs_with_the_demo_prefix_decode_as_the_demo_was_captured() {
+    use ptscope_capture::snapshot::Snapshot;
+    use ptscope_decoder::insn::decoder_config;
+    let snap = Snapshot::open(&targets::root().join("assets/demo/demo.ptscope")).unwrap();
+    let mut configured = snap.trace().unwrap();
+    targets::configure_pt(&mut configured, targets::DEMO_PT_CONFIG);
+    let demo = snap.trace().unwrap();
+    assert_eq!(decoder_config(&configured), decoder_config(&demo));
+    assert_eq!(configured.features.cpuid, demo.features.cpuid);
+    // And the prefix does change it.
+    targets::configure_pt(&mut configured, [0x11, 0, 3, 2]);
+    let other = decoder_config(&configured);
+    assert_eq!((other.family, other.mtc_freq, other.nom_freq), (0, 1, 0));
+    assert_eq!((other.cpuid_0x15_ebx, other.cpuid_0x15_eax), (3, 2));
+}
+
+#[test]
 fn seeds_pass_every_target() {
     // At least one seed per target, or the fuzzer would start blind.
     for &(target, _) in targets::TARGETS {

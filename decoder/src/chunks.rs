@@ -69,6 +69,11 @@ pub struct Parallel {
     /// a seam): for tests of that path.
     #[doc(hidden)]
     pub retime: bool,
+    /// Walk the chunks one after another on the calling thread: the same
+    /// result with no scheduling in it, for fuzzing (whose coverage would
+    /// otherwise count thread timing as paths).
+    #[doc(hidden)]
+    pub in_order: bool,
 }
 
 impl Default for Parallel {
@@ -79,6 +84,7 @@ impl Default for Parallel {
             chunk_bytes: 128 << 10,
             first_chunk_bytes: 128 << 10,
             retime: false,
+            in_order: false,
         }
     }
 }
@@ -168,6 +174,35 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         Ok((figures, rec, funcs))
     };
 
+    let new_replay = || Replay {
+        clock: Clock::default(),
+        pos: 0,
+        tracing: false,
+        orphans: Vec::new(),
+        figures: Vec::new(),
+        retime: par.retime,
+    };
+    if par.in_order {
+        let mut replay = new_replay();
+        for (i, &(start, _)) in bounds.iter().enumerate() {
+            let walked = walk_one(i)?;
+            let body = replay.chunk(
+                i,
+                (start as u64, base.len()),
+                walked,
+                &q,
+                (procs, funcs),
+                sink,
+            );
+            pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
+            on_chunk(sink, funcs);
+            if q.progress.is_some_and(|p| p.is_cancelled()) {
+                break;
+            }
+        }
+        return Ok(replay.finish(sink, &q, funcs));
+    }
+
     // Workers run at most `window` chunks ahead of the replay, which bounds
     // the memory of recorded chunks.
     let window = par.workers + 1;
@@ -212,14 +247,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         drop(tx);
         // Likewise if the replay panics: no worker stays parked.
         let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
-        let mut replay = Replay {
-            clock: Clock::default(),
-            pos: 0,
-            tracing: false,
-            orphans: Vec::new(),
-            figures: Vec::new(),
-            retime: par.retime,
-        };
+        let mut replay = new_replay();
         let mut ready: Vec<Option<Result<Walked, PtError>>> =
             (0..bounds.len()).map(|_| None).collect();
         let result = (|| {
@@ -252,11 +280,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         })();
         set_gate(&|g| g.2 = true);
         result?;
-        let Replay {
-            mut clock, figures, ..
-        } = replay;
-        clock.finish(|st, h| release(sink, q.queue, funcs, q.to_ns, st, h));
-        Ok(figures)
+        Ok(replay.finish(sink, &q, funcs))
     })
 }
 
@@ -285,6 +309,20 @@ struct Replay {
 }
 
 impl Replay {
+    /// Releases what the clock still holds; the walk counters of all.
+    fn finish(
+        self,
+        sink: &mut dyn Sink,
+        q: &QueueWalk<'_, '_, Memory>,
+        funcs: &mut FuncTable,
+    ) -> Vec<WalkFigures> {
+        let Replay {
+            mut clock, figures, ..
+        } = self;
+        clock.finish(|st, h| release(sink, q.queue, funcs, q.to_ns, st, h));
+        figures
+    }
+
     /// Replays one chunk into `sink`; gives back its body's buffer.
     fn chunk<R: Resolve>(
         &mut self,
@@ -520,6 +558,7 @@ mod tests {
             chunk_bytes: 100,
             first_chunk_bytes: 30,
             retime: false,
+            in_order: false,
         };
         let psbs = [0, 20, 40, 90, 150, 260, 300];
         assert_eq!(

@@ -56,7 +56,7 @@ impl std::fmt::Display for PtError {
 }
 
 /// CPU and timing parameters for the decoder.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DecoderConfig {
     pub family: u16,
     pub model: u8,

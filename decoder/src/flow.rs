@@ -502,6 +502,18 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
+    /// A failure of the flow, not of the packets: it is where the trace
+    /// was consumed, not where the reader has read ahead to. The event
+    /// read ahead may be a PSB+, which the walk resyncs at, as a chunk
+    /// that ends there and one that starts there do.
+    fn fail_flow(&self, error: PtError, ip: Option<u64>) -> Halt {
+        Halt::Fail {
+            offset: self.consumed as u64,
+            error,
+            ip,
+        }
+    }
+
     // ---- packets to events ----
 
     fn fetch_first(&mut self) -> Result<(), Halt> {
@@ -839,14 +851,14 @@ impl<'a> FlowDecoder<'a> {
     #[cold]
     fn decode_run_at(&mut self, ip: u64) -> Result<Run, Halt> {
         let Some(cur) = self.cur else {
-            return Err(self.fail(PtError::NOMAP, Some(ip)));
+            return Err(self.fail_flow(PtError::NOMAP, Some(ip)));
         };
         match decode_run(self.images[cur], ip, self.rd.bitness) {
             Ok(r) => {
                 self.cache.insert(ip, r);
                 Ok(r)
             }
-            Err(e) => Err(self.fail(e, Some(ip))),
+            Err(e) => Err(self.fail_flow(e, Some(ip))),
         }
     }
 
@@ -994,7 +1006,7 @@ impl<'a> FlowDecoder<'a> {
             }
             Ev::Eos => Err(Halt::End),
             Ev::Tnt { .. } | Ev::Tip(_) | Ev::AsyncBranch { .. } => {
-                Err(self.fail(PtError::BAD_CONTEXT, None))
+                Err(self.fail_flow(PtError::BAD_CONTEXT, None))
             }
         }
     }
@@ -1044,7 +1056,7 @@ impl<'a> FlowDecoder<'a> {
                 self.consume()?;
                 Ok(Some(to))
             }
-            Ev::Tip(None) => Err(self.fail(PtError::BAD_PACKET, None)),
+            Ev::Tip(None) => Err(self.fail_flow(PtError::BAD_PACKET, None)),
             Ev::Tnt { .. } => {
                 let saved = self.rd;
                 match self.fetch() {
@@ -1091,7 +1103,7 @@ impl<'a> FlowDecoder<'a> {
             self.add(start, r.ninsn, r.last, r.class);
             self.idle += 1;
             if self.idle > MAX_IDLE_RUNS {
-                return Err(self.fail(PtError::BAD_QUERY, None));
+                return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
             match r.class {
                 Class::Other => self.ip = r.next,
@@ -1125,16 +1137,16 @@ impl<'a> FlowDecoder<'a> {
                         self.unadd();
                         return Err(Halt::End);
                     }
-                    _ => return Err(self.fail(PtError::BAD_QUERY, None)),
+                    _ => return Err(self.fail_flow(PtError::BAD_QUERY, None)),
                 },
                 Class::Return => match self.ev {
                     Ev::Tnt { .. } => {
                         if !self.take_bit()? {
-                            return Err(self.fail(PtError::BAD_RETCOMP, None));
+                            return Err(self.fail_flow(PtError::BAD_RETCOMP, None));
                         }
                         match self.pop_ret() {
                             Some(to) => self.ip = to,
-                            None => return Err(self.fail(PtError::BAD_RETCOMP, None)),
+                            None => return Err(self.fail_flow(PtError::BAD_RETCOMP, None)),
                         }
                         return self.end_block(f);
                     }
@@ -1148,7 +1160,7 @@ impl<'a> FlowDecoder<'a> {
                         self.unadd();
                         return Err(Halt::End);
                     }
-                    _ => return Err(self.fail(PtError::BAD_QUERY, None)),
+                    _ => return Err(self.fail_flow(PtError::BAD_QUERY, None)),
                 },
                 Class::IndirectCall
                 | Class::IndirectJump
@@ -1168,7 +1180,7 @@ impl<'a> FlowDecoder<'a> {
                             self.unadd();
                             return Err(Halt::End);
                         }
-                        _ => return Err(self.fail(PtError::BAD_QUERY, None)),
+                        _ => return Err(self.fail_flow(PtError::BAD_QUERY, None)),
                     }
                 }
             }
@@ -1241,14 +1253,14 @@ impl<'a> FlowDecoder<'a> {
         while self.ip != target {
             steps += 1;
             if steps > MAX_STEP_INSNS {
-                return Err(self.fail(PtError::BAD_QUERY, None));
+                return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
             let Some(cur) = self.cur else {
-                return Err(self.fail(PtError::NOMAP, Some(self.ip)));
+                return Err(self.fail_flow(PtError::NOMAP, Some(self.ip)));
             };
             let insn = match decode_one(self.images[cur], self.ip, self.rd.bitness) {
                 Ok(i) => i,
-                Err(e) => return Err(self.fail(e, Some(self.ip))),
+                Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
             };
             let class = Class::of(&insn);
             self.add(insn.ip(), 1, insn.ip(), class);
@@ -1270,7 +1282,7 @@ impl<'a> FlowDecoder<'a> {
                     self.ip = 0;
                     return self.consume();
                 }
-                return Err(self.fail(PtError::BAD_QUERY, None));
+                return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
             self.step_past(&insn, class, f)?;
         }
@@ -1442,6 +1454,31 @@ mod tests {
             .expect("the second PSB+");
         assert!(got.iter().all(|i| !i.starts_with("Error")), "{got:#?}");
         assert_eq!(got[from..], want[1..]);
+    }
+
+    #[test]
+    fn a_flow_error_found_on_a_psb_read_ahead_resyncs_at_that_psb() {
+        let mem = program();
+        // Tracing on in the callee, whose call came before: its ret cannot
+        // be compressed, yet TNT "01" says so (a damaged trace). Reading
+        // that last bit reads the PSB+ after it.
+        let mut t = psb_at(0x1010);
+        t.push(0b0000_1010);
+        let psb = t.len();
+        let mut tail = psb_at(0x1000);
+        tail.extend([0b0000_1010, 0x01]);
+        t.extend(&tail);
+        let got = items(&t, &mem);
+        // The error is the ret's, this side of the PSB, and the walk syncs
+        // there, as a chunk ending there and one starting there do.
+        let err = got
+            .iter()
+            .position(|i| i.starts_with("Error"))
+            .expect("the bad ret");
+        assert!(got[err].contains(&format!("offset: {psb},")), "{got:#?}");
+        let want = items(&tail, &mem);
+        assert_eq!(got[err + 1], format!("Sync {{ offset: {psb} }}"));
+        assert_eq!(got[err + 2..], want[1..], "{got:#?}");
     }
 
     #[test]

@@ -1302,8 +1302,8 @@ mod tests {
         .unwrap();
         assert!(one.threads.iter().all(|t| t.checkpoints.len() > 3));
         // A chunk per PSB: every seam there is; timed by the chunks, and
-        // by the replay alone.
-        for retime in [false, true] {
+        // by the replay alone; on threads, and in order on this one.
+        for (retime, in_order) in [(false, false), (true, false), (false, true)] {
             let many = decode_snapshot(
                 &snap,
                 &DecodeOptions {
@@ -1312,6 +1312,7 @@ mod tests {
                         chunk_bytes: 1,
                         first_chunk_bytes: 1,
                         retime,
+                        in_order,
                     },
                     ..DecodeOptions::default()
                 },
@@ -1335,6 +1336,7 @@ mod tests {
             chunk_bytes: 1,
             first_chunk_bytes: 1,
             retime: false,
+            in_order: false,
         };
         (decode(Parallel::sequential()), decode(chunks))
     }

@@ -20,6 +20,10 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SEEDS = os.path.join(ROOT, "tests", "fuzz", "seeds")
 PSB = bytes([0x02, 0x82] * 8)
 AUXTRACE = 71
+AUXTRACE_INFO = 70
+# A pt_decode input's first bytes configure the decoder (targets.rs,
+# configure_pt); these decode as the demo was captured.
+DEMO_PT_CONFIG = bytes([0x03, 10, 40, 1])
 
 
 def members():
@@ -104,9 +108,9 @@ def main():
     perf = m["perf.data"]
     aux = aux_of(perf)
     p = psbs(aux)
-    write("pt_decode", "demo-whole", aux)
-    write("pt_decode", "demo-first-segments", aux[: p[2]])
-    write("pt_decode", "demo-middle-segment", aux[p[3] : p[4]])
+    write("pt_decode", "demo-whole", DEMO_PT_CONFIG + aux)
+    write("pt_decode", "demo-first-segments", DEMO_PT_CONFIG + aux[: p[2]])
+    write("pt_decode", "demo-middle-segment", DEMO_PT_CONFIG + aux[p[3] : p[4]])
     small = with_aux(perf, aux[: p[2]])
     write("perf_data", "demo", perf)
     write("perf_data", "demo-cut", small)

@@ -131,6 +131,8 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
             chunk_bytes: 64,
             first_chunk_bytes: 64,
             retime: false,
+            // No thread timing in the fuzzer's coverage.
+            in_order: true,
         },
     );
     match (&one, &chunked) {
@@ -290,15 +292,53 @@ pub fn snapshot_to(data: &[u8], depth: Depth) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Random and mutated PT over the demo's real image: the bytes replace the
-/// first queue's trace (the others are emptied) and go through our packet
+/// How many bytes of a `pt_decode` input configure the decoder.
+pub const PT_CONFIG_BYTES: usize = 4;
+
+/// The configuration prefix that decodes as the demo was captured: MTC
+/// period 3, its CPU, a max non-turbo ratio of 10 and TSC:CTC 40/1.
+pub const DEMO_PT_CONFIG: [u8; PT_CONFIG_BYTES] = [0x03, 10, 40, 1];
+
+/// Sets what a trace tells the decoder about timing and the CPU from a
+/// `pt_decode` input's first bytes, so that fuzzing reaches every timing
+/// path (MTC periods, CYC without a nominal ratio, TSC:CTC ratios) and
+/// libipt's errata for other CPUs, not only the demo's:
+/// - byte 0, bits 0-3: the MTC period; bits 4-5: the CPU (the demo's
+///   Skylake-SP, none stated, a Broadwell, a Goldmont);
+/// - byte 1: the max non-turbo ratio (0: not stated);
+/// - bytes 2 and 3: TSC:CTC numerator and denominator (0: not stated).
+pub fn configure_pt(trace: &mut Trace, cfg: [u8; PT_CONFIG_BYTES]) {
+    let [flags, nom, ctc_n, ctc_d] = cfg;
+    let p = &mut trace.params;
+    // Where perf's intel_pt PMU keeps the MTC period in the config.
+    p.mtc_freq_bits = 0xf << 14;
+    trace.pt_attr.config =
+        (trace.pt_attr.config & !p.mtc_freq_bits) | (u64::from(flags & 0xf) << 14);
+    p.max_nonturbo_ratio = nom.into();
+    p.tsc_ctc_ratio_n = ctc_n.into();
+    p.tsc_ctc_ratio_d = ctc_d.into();
+    trace.features.cpuid = match (flags >> 4) & 3 {
+        0 => Some("GenuineIntel,6,85,4".into()),
+        1 => None,
+        2 => Some("GenuineIntel,6,61,4".into()),
+        _ => Some("GenuineIntel,6,92,9".into()),
+    };
+}
+
+/// Random and mutated PT over the demo's real image: the first bytes
+/// configure the decoder ([`configure_pt`]), the rest replace the first
+/// queue's trace (the others are emptied) and go through our packet
 /// parser, both engines, the chunked pass and the fine pass.
-pub fn pt_decode(data: &[u8]) {
+pub fn pt_decode(input: &[u8]) {
+    let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
+        return;
+    };
     for (_, p) in ptscope_decoder::packet::Packets::new(data) {
         let _ = p.map(|p| format!("{p:?}"));
     }
     let snap = demo();
     let mut trace = snap.trace().expect("the demo's trace");
+    configure_pt(&mut trace, *cfg);
     for (i, s) in trace.streams.iter_mut().enumerate() {
         s.data = Cow::Borrowed(if i == 0 { data } else { &[] });
     }
