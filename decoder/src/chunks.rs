@@ -69,9 +69,10 @@ pub struct Parallel {
     /// a seam): for tests of that path.
     #[doc(hidden)]
     pub retime: bool,
-    /// Walk the chunks one after another on the calling thread: the same
-    /// result with no scheduling in it, for fuzzing (whose coverage would
-    /// otherwise count thread timing as paths).
+    /// With `workers` above 1, walk the chunks one after another on the
+    /// calling thread: the same result with no scheduling in it, for
+    /// fuzzing (whose coverage would otherwise count thread timing as
+    /// paths).
     #[doc(hidden)]
     pub in_order: bool,
 }

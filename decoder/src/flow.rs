@@ -25,7 +25,10 @@
 //!   packet, so times bind to exact instructions.
 //!
 //! Anything the trace and the code disagree on is a decode error; the walk
-//! resumes at the next PSB, like libipt.
+//! resumes at the next PSB, like libipt. Next after the trace consumed,
+//! not after what the reader read ahead: a PSB+ read ahead for the
+//! failing instruction is where the walk resumes, as a chunk cut there
+//! starts (libipt, syncing from its reader's position, skips it).
 
 use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
