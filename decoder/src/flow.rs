@@ -28,7 +28,7 @@
 //! resumes at the next PSB, like libipt. Next after the trace consumed,
 //! not after what the reader read ahead: a PSB+ read ahead for the
 //! failing instruction is where the walk resumes, as a chunk cut there
-//! starts (libipt, syncing from its reader's position, skips it).
+//! starts (libipt syncs from where its reader is, which may be past it).
 
 use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
