@@ -175,35 +175,6 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         Ok((figures, rec, funcs))
     };
 
-    let new_replay = || Replay {
-        clock: Clock::default(),
-        pos: 0,
-        tracing: false,
-        orphans: Vec::new(),
-        figures: Vec::new(),
-        retime: par.retime,
-    };
-    if par.in_order {
-        let mut replay = new_replay();
-        for (i, &(start, _)) in bounds.iter().enumerate() {
-            let walked = walk_one(i)?;
-            let body = replay.chunk(
-                i,
-                (start as u64, base.len()),
-                walked,
-                &q,
-                (procs, funcs),
-                sink,
-            );
-            pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
-            on_chunk(sink, funcs);
-            if q.progress.is_some_and(|p| p.is_cancelled()) {
-                break;
-            }
-        }
-        return Ok(replay.finish(sink, &q, funcs));
-    }
-
     // Workers run at most `window` chunks ahead of the replay, which bounds
     // the memory of recorded chunks.
     let window = par.workers + 1;
@@ -231,7 +202,9 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
 
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Result<Walked, PtError>)>();
-        for _ in 0..par.workers.min(bounds.len()) {
+        // In order, no workers: the replay walks each chunk itself.
+        let workers = if par.in_order { 0 } else { par.workers };
+        for _ in 0..workers.min(bounds.len()) {
             let tx = tx.clone();
             let (gate, walk_one, claim, set_gate) = (&gate, &walk_one, &claim, &set_gate);
             s.spawn(move || {
@@ -248,11 +221,21 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         drop(tx);
         // Likewise if the replay panics: no worker stays parked.
         let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
-        let mut replay = new_replay();
+        let mut replay = Replay {
+            clock: Clock::default(),
+            pos: 0,
+            tracing: false,
+            orphans: Vec::new(),
+            figures: Vec::new(),
+            retime: par.retime,
+        };
         let mut ready: Vec<Option<Result<Walked, PtError>>> =
             (0..bounds.len()).map(|_| None).collect();
         let result = (|| {
             for (i, &(start, _)) in bounds.iter().enumerate() {
+                if par.in_order {
+                    ready[i] = Some(walk_one(i));
+                }
                 while ready[i].is_none() {
                     match rx.recv() {
                         Ok((j, r)) => ready[j] = Some(r),
