@@ -350,11 +350,23 @@ impl TimedItems {
         }
     }
 
-    /// Merges queues into `sink` in time order (queue order breaks ties).
+    /// Merges queues into `sink` in time order (queue order breaks ties),
+    /// each queue's items in its own trace order. Times within a queue can
+    /// go back (a damaged TSC, or a conversion that wraps, as perf's
+    /// does): such an item sorts at the latest time before it, so a CPU's
+    /// calls, returns and checkpoints never swap.
     pub fn merge_into(queues: Vec<TimedItems>, sink: &mut dyn Sink, funcs: &FuncTable) {
-        let mut all: Vec<(usize, Timed)> = queues.into_iter().flat_map(|q| q.items).collect();
-        all.sort_by_key(|(_, t)| Self::time(t));
-        for (slot, t) in all {
+        let mut all = Vec::with_capacity(queues.iter().map(|q| q.items.len()).sum());
+        for q in queues {
+            let mut latest = 0;
+            all.extend(q.items.into_iter().map(|(slot, t)| {
+                latest = latest.max(Self::time(&t));
+                (latest, slot, t)
+            }));
+        }
+        // Stable, and each queue's keys never fall: its order is kept.
+        all.sort_by_key(|&(key, ..)| key);
+        for (_, slot, t) in all {
             match t {
                 Timed::Event(e) => sink.event(slot, &e, funcs),
                 Timed::Checkpoint(c) => sink.checkpoint(slot, c),
@@ -1347,5 +1359,42 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec![(20, 30)]);
+    }
+
+    #[test]
+    fn a_queue_whose_time_goes_back_keeps_its_own_order() {
+        // A thread's checkpoints on one CPU are in trace order whatever
+        // their times say; the fine pass relies on it.
+        let threads = [QueueThread {
+            pid: 1,
+            tid: 1,
+            comm: "t".into(),
+            proc: 0,
+        }];
+        let at = |offset, time| {
+            Timed::Checkpoint(Checkpoint {
+                offset,
+                time,
+                tsc: time,
+                ip: 0x1000,
+                insn: offset,
+                stack_start: 0,
+                stack_len: 0,
+                queue: 0,
+                begins: false,
+                depth: 0,
+            })
+        };
+        let cpu0 = TimedItems {
+            items: vec![(0, at(100, 50)), (0, at(200, 10)), (0, at(300, 60))],
+        };
+        let cpu1 = TimedItems {
+            items: vec![(0, at(1000, 20)), (0, at(2000, 55))],
+        };
+        let mut b = ThreadBuilders::new(&threads);
+        TimedItems::merge_into(vec![cpu0, cpu1], &mut b, &FuncTable::default());
+        let d = b.finish().pop().unwrap();
+        let offsets: Vec<u64> = d.checkpoints.iter().map(|c| c.offset).collect();
+        assert_eq!(offsets, vec![1000, 100, 200, 2000, 300]);
     }
 }

@@ -384,11 +384,18 @@ impl LineSource {
         }
         // Where the coarse pass's clock put this checkpoint and the next:
         // the segment's times line up with its neighbours' (unless it was
-        // cut short of the next).
+        // cut short of the next). Checked, as a model from a damaged file
+        // may hold a thread's checkpoints out of trace order.
         let next = thread.checkpoints.get(index + 1).filter(|n| {
-            !cut && n.queue == cp.queue && stop.first() == Some(&(n.offset - cp.offset))
+            !cut && n.queue == cp.queue
+                && n.offset
+                    .checked_sub(cp.offset)
+                    .is_some_and(|d| stop.first() == Some(&d))
         });
-        let ends = ((0, cp.tsc), next.map(|n| (n.insn - cp.insn, n.tsc)));
+        let ends = (
+            (0, cp.tsc),
+            next.and_then(|n| Some((n.insn.checked_sub(cp.insn)?, n.tsc))),
+        );
         let mut seg = rec.finish(
             &cp,
             ends,
@@ -1035,6 +1042,21 @@ mod tests {
             assert_eq!(t.checkpoints[0].insn, 0);
             let before = t.checkpoints.first().map_or(0, |c| c.insn);
             assert_eq!(total, t.walk.instructions - before, "tid {}", t.spans.tid);
+        }
+    }
+
+    #[test]
+    fn checkpoints_out_of_trace_order_still_decode() {
+        // A damaged file's model can hold them so (round 11's perf_data
+        // crash): each segment still decodes, just not lined up with the
+        // next one.
+        let model = demo();
+        let src = model.lines.clone().unwrap();
+        let mut t = model.threads[0].clone();
+        t.checkpoints.reverse();
+        for i in 0..t.checkpoints.len() {
+            let seg = src.decode_segment(&t, i, None).unwrap();
+            assert_eq!(seg.insns.first().map(|x| x.ip), Some(t.checkpoints[i].ip));
         }
     }
 
