@@ -327,7 +327,11 @@ impl Resolve for ProcessSymbols {
         // The unnamed code around `addr`, between the known functions.
         let (gap_lo, gap_hi) = match (&m.module, self.svma(mi, addr)) {
             (Some(md), Some(svma)) => m.extent(addr, svma, md.extent(svma)),
-            _ => (m.start, m.end),
+            // The module knows its functions, but not this address (no
+            // section holds it): how far its unnamed code runs is unknown,
+            // and the whole mapping would take in the known functions too.
+            (Some(_), None) => (addr, addr + 1),
+            (None, _) => (m.start, m.end),
         };
         // A function learned from a call into unnamed code.
         if let Some((&start, &func)) = self.learned.range(gap_lo..=addr).next_back() {
@@ -1185,6 +1189,54 @@ mod tests {
         if funcs.iter().all(|f| f.0 != after) {
             let r = resolver.resolve(addr(after), &mut table);
             assert_ne!(r.func, learned.func);
+        }
+    }
+
+    /// An address in the mapping that no section of the file holds (round
+    /// 11's open input: code past `.fini` on its page) resolved to the
+    /// function learned before it, over the whole mapping: a walk that
+    /// cached that range then named the known functions in it after the
+    /// learned one, while a chunk, which had learned nothing, named them.
+    #[test]
+    fn unnamed_code_outside_every_section_does_not_take_in_known_functions() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        let mut cache = SymbolCache::default();
+        let md = cache.get(&demo).unwrap();
+        let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
+        funcs.sort();
+        let gap = funcs
+            .windows(2)
+            .find_map(|w| (w[0].1 < w[1].0).then_some(w[0].1))
+            .expect("the demo has padding between two functions");
+        let base = 0x5555_0000_0000;
+        let size = std::fs::metadata(&demo).unwrap().len();
+        let secs = [Section {
+            file: demo.clone(),
+            offset: 0,
+            size,
+            vaddr: base,
+            mapped_path: "/demo".into(),
+        }];
+        let gap_off = md.svma_to_file_offset(gap).unwrap();
+        let outside = (gap_off..size)
+            .find(|&off| md.file_offset_to_svma(off).is_none())
+            .expect("the demo's file has bytes after the gap that no section holds");
+        let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);
+        let mut table = FuncTable::default();
+        assert!(resolver.learn_entry(base + gap_off, &mut table));
+        let r = resolver.resolve(base + outside, &mut table);
+        assert!(r.lo <= base + outside && base + outside < r.hi);
+        for &(entry, _) in &funcs {
+            let Some(off) = md.svma_to_file_offset(entry) else {
+                continue;
+            };
+            let a = base + off;
+            assert!(
+                !(r.lo <= a && a < r.hi),
+                "{:#x}..{:#x} takes in the function at {a:#x}",
+                r.lo,
+                r.hi
+            );
         }
     }
 
