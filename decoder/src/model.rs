@@ -1150,44 +1150,78 @@ mod tests {
         assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
     }
 
+    /// The demo's binary mapped whole at a fixed base, with its known
+    /// functions `(entry, end)` in address order and the first padding
+    /// between two of them: `(its start, the next entry)`, as svmas.
+    struct DemoMapping {
+        md: Arc<ModuleSymbols>,
+        funcs: Vec<(u64, u64)>,
+        gap: (u64, u64),
+        base: u64,
+        size: u64,
+        resolver: ProcessSymbols,
+    }
+
+    impl DemoMapping {
+        fn new() -> DemoMapping {
+            let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+            let mut cache = SymbolCache::default();
+            let md = cache.get(&demo).unwrap();
+            let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
+            funcs.sort();
+            let gap = funcs
+                .windows(2)
+                .find_map(|w| (w[0].1 < w[1].0).then_some((w[0].1, w[1].0)))
+                .expect("the demo has padding between two functions");
+            let base = 0x5555_0000_0000;
+            let size = std::fs::metadata(&demo).unwrap().len();
+            let secs = [Section {
+                file: demo.clone(),
+                offset: 0,
+                size,
+                vaddr: base,
+                mapped_path: "/demo".into(),
+            }];
+            let resolver = ProcessSymbols::new(&secs, &[], &mut cache);
+            DemoMapping {
+                md,
+                funcs,
+                gap,
+                base,
+                size,
+                resolver,
+            }
+        }
+
+        /// Where `svma` is mapped.
+        fn addr(&self, svma: u64) -> u64 {
+            self.base + self.md.svma_to_file_offset(svma).unwrap()
+        }
+    }
+
     /// A function learned from a call into the padding before a symbol
     /// ends where the symbol starts. Its range ran to the end of the
     /// mapping, so a walk that cached it put the next function's code in
     /// it, and what an address resolved to depended on what came before.
     #[test]
     fn a_learned_function_ends_where_the_next_symbol_starts() {
-        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
-        let mut cache = SymbolCache::default();
-        let md = cache.get(&demo).unwrap();
-        let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
-        funcs.sort();
-        let (gap, next) = funcs
-            .windows(2)
-            .find_map(|w| (w[0].1 < w[1].0).then_some((w[0].1, w[1].0)))
-            .expect("the demo has padding between two functions");
-        let base = 0x5555_0000_0000;
-        let secs = [Section {
-            file: demo.clone(),
-            offset: 0,
-            size: std::fs::metadata(&demo).unwrap().len(),
-            vaddr: base,
-            mapped_path: "/demo".into(),
-        }];
-        let addr = |svma| base + md.svma_to_file_offset(svma).unwrap();
-        let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);
+        let mut m = DemoMapping::new();
+        let (gap, next) = m.gap;
+        let (gap_at, next_at) = (m.addr(gap), m.addr(next));
         let mut table = FuncTable::default();
-        assert!(resolver.learn_entry(addr(gap), &mut table));
-        let learned = resolver.resolve(addr(gap), &mut table);
+        assert!(m.resolver.learn_entry(gap_at, &mut table));
+        let learned = m.resolver.resolve(gap_at, &mut table);
         assert!(learned.provisional);
-        assert_eq!((learned.lo, learned.hi), (addr(gap), addr(next)));
-        let symbol = resolver.resolve(addr(next), &mut table);
+        assert_eq!((learned.lo, learned.hi), (gap_at, next_at));
+        let symbol = m.resolver.resolve(next_at, &mut table);
         assert!(!symbol.provisional);
         assert_ne!(symbol.func, learned.func);
-        assert_eq!(symbol.lo, addr(next));
+        assert_eq!(symbol.lo, next_at);
         // Code after the symbol is not the learned function's either.
-        let after = funcs.iter().find(|f| f.0 == next).unwrap().1;
-        if funcs.iter().all(|f| f.0 != after) {
-            let r = resolver.resolve(addr(after), &mut table);
+        let after = m.funcs.iter().find(|f| f.0 == next).unwrap().1;
+        if m.funcs.iter().all(|f| f.0 != after) {
+            let after_at = m.addr(after);
+            let r = m.resolver.resolve(after_at, &mut table);
             assert_ne!(r.func, learned.func);
         }
     }
@@ -1199,38 +1233,20 @@ mod tests {
     /// learned one, while a chunk, which had learned nothing, named them.
     #[test]
     fn unnamed_code_outside_every_section_does_not_take_in_known_functions() {
-        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
-        let mut cache = SymbolCache::default();
-        let md = cache.get(&demo).unwrap();
-        let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
-        funcs.sort();
-        let gap = funcs
-            .windows(2)
-            .find_map(|w| (w[0].1 < w[1].0).then_some(w[0].1))
-            .expect("the demo has padding between two functions");
-        let base = 0x5555_0000_0000;
-        let size = std::fs::metadata(&demo).unwrap().len();
-        let secs = [Section {
-            file: demo.clone(),
-            offset: 0,
-            size,
-            vaddr: base,
-            mapped_path: "/demo".into(),
-        }];
-        let gap_off = md.svma_to_file_offset(gap).unwrap();
-        let outside = (gap_off..size)
-            .find(|&off| md.file_offset_to_svma(off).is_none())
+        let mut m = DemoMapping::new();
+        let gap_off = m.md.svma_to_file_offset(m.gap.0).unwrap();
+        let outside = (gap_off..m.size)
+            .find(|&off| m.md.file_offset_to_svma(off).is_none())
             .expect("the demo's file has bytes after the gap that no section holds");
-        let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);
         let mut table = FuncTable::default();
-        assert!(resolver.learn_entry(base + gap_off, &mut table));
-        let r = resolver.resolve(base + outside, &mut table);
-        assert!(r.lo <= base + outside && base + outside < r.hi);
-        for &(entry, _) in &funcs {
-            let Some(off) = md.svma_to_file_offset(entry) else {
+        assert!(m.resolver.learn_entry(m.base + gap_off, &mut table));
+        let r = m.resolver.resolve(m.base + outside, &mut table);
+        assert!(r.lo <= m.base + outside && m.base + outside < r.hi);
+        for &(entry, _) in &m.funcs {
+            let Some(off) = m.md.svma_to_file_offset(entry) else {
                 continue;
             };
-            let a = base + off;
+            let a = m.base + off;
             assert!(
                 !(r.lo <= a && a < r.hi),
                 "{:#x}..{:#x} takes in the function at {a:#x}",
