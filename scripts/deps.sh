@@ -20,5 +20,7 @@ BUILD_PACKAGES=(build-essential cmake libclang-dev pkg-config)
 GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 libegl1 libgl1-mesa-dri mesa-vulkan-drivers)
 # perf decodes our files in the tests, as a second judge; Xvfb runs the
 # real window for the screenshot test; xz unpacks the fuzzing corpus the
-# tests replay.
-TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils)
+# tests replay; desktop-file-utils and shared-mime-info judge what
+# scripts/install writes, and unshare (util-linux) hides the checkout from
+# the installed binary.
+TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux)

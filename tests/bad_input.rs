@@ -2,11 +2,9 @@
 //! file, a non-zero exit, and no panic; and the malformed-input corpus
 //! (`support::malformed`) through `info`, `decode` and `stats`.
 
-mod support;
-
 use std::path::Path;
 
-use support::*;
+use crate::support::*;
 
 fn expect_error(file: &Path, needle: &str) {
     for cmd in ["info", "packets"] {
@@ -157,7 +155,7 @@ fn says_twice(err: &str) -> bool {
 
 #[test]
 fn malformed_corpus_gets_clear_answers() {
-    use support::malformed::{corpus, Expect};
+    use crate::support::malformed::{corpus, Expect};
     let dir = tempfile::tempdir().unwrap();
     let cases = corpus(dir.path());
     assert!(cases.len() >= 20, "{} cases", cases.len());
@@ -209,7 +207,7 @@ fn malformed_corpus_gets_clear_answers() {
 #[test]
 fn a_trace_without_a_psb_is_reported_not_silently_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let dst = support::malformed::without_psbs(dir.path());
+    let dst = crate::support::malformed::without_psbs(dir.path());
     let (code, out, err) = run_bounded(&["decode".as_ref(), dst.as_os_str()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(

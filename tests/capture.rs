@@ -2,11 +2,9 @@
 //! decoder and libipt's reproduce exactly the instructions each thread
 //! executed, as an independent ptrace log of instruction pointers saw them.
 
-mod support;
-
 use std::path::Path;
 
-use support::*;
+use crate::support::*;
 
 /// The log's instructions must equal each decoder's, thread by thread.
 /// Returns the log.
@@ -171,7 +169,7 @@ fn trigger_snapshot_ends_at_symbol_entry() {
     // trace ends with the call into `work` (a direct call whose target is
     // the symbol, found in the ELF independently) and that instruction.
     let work = symbol_address(&exe, "work");
-    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let info = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
     let trace = info.trace().unwrap();
     let main_map = trace
         .mmaps
@@ -210,7 +208,7 @@ fn small_ring_keeps_the_last_bytes_and_decodes_from_first_psb() {
     );
     let truth = read_ip_log(&log);
     let ips = truth.values().next().unwrap();
-    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let info = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
     let trace = info.trace().unwrap();
     assert_eq!(
         trace.streams[0].data.len(),
@@ -331,7 +329,7 @@ fn ctrl_c_takes_the_snapshot_now() {
     }
     let status = rec.wait().unwrap();
     assert!(status.success(), "{status}");
-    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let info = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
     assert_eq!(info.metadata.as_ref().unwrap().stop, "manual snapshot");
     let (ipt, errors) = libipt_instructions(&snap);
     assert!(errors.is_empty(), "{errors:?}");

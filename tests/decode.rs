@@ -2,13 +2,11 @@
 //! the test programs, judged by perf's own decoder of the same file, by
 //! what each program's source implies, and by the emulated clock.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use support::*;
+use crate::support::*;
 
 /// Function names as both tools print them: C++ without parameters.
 fn norm(name: &str) -> String {
@@ -475,8 +473,8 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     // The demo's trace as a raw PT dump, and each mapped piece of its
     // binaries as a raw image at its address (what ptxed's --raw takes).
     let dir = tempfile::tempdir().unwrap();
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
-    let snap = ptscope_capture::snapshot::Snapshot::open(&demo).unwrap();
+    let demo = demo_snapshot();
+    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
     let trace = snap.trace().unwrap();
     let pt = dir.path().join("demo.pt");
     std::fs::write(&pt, &trace.streams[0].data).unwrap();
@@ -568,7 +566,7 @@ fn grown_snapshots_decode_like_their_source() {
     assert!(errors.is_empty(), "libipt: {errors:?}");
     check_against_perf("grown", &big, dir.path());
     same_in_chunks("grown", &big);
-    let snap = ptscope_capture::snapshot::Snapshot::open(&big).unwrap();
+    let snap = ptscope_formats::snapshot::Snapshot::open(&big).unwrap();
     let model = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
     let (a, b) = model.time_range().unwrap();
     let got = ptscope::scale::calls(&model, a, b + 1);

@@ -3,13 +3,11 @@
 //! target is never left stopped, traced or killed by us, and no half-written
 //! file ever looks like a snapshot.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Kills the child when dropped, so a failing test leaves nothing behind.
 struct Reaped(Child);
@@ -246,7 +244,7 @@ fn a_target_that_exits_mid_capture_ends_it_with_a_snapshot() {
     let mut rec = attach(pid, &snap, 60_000);
     assert_finished(&mut rec, 60);
     assert_eq!(target.0.wait().unwrap().code(), Some(3), "its own exit");
-    let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+    let info = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
     let stop = &info.metadata.as_ref().unwrap().stop;
     assert!(stop.contains("exit"), "stop reason: {stop}");
     let spans = decode_json(&snap, &[]);

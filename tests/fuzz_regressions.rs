@@ -4,8 +4,7 @@
 //! through the same code the fuzzer runs (`tests/fuzz/targets.rs`), on
 //! stable Rust.
 
-#[path = "fuzz/targets.rs"]
-mod targets;
+use crate::fuzz_targets as targets;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,8 +58,8 @@ fn replay_kind(kind: &str) -> usize {
 
 #[test]
 fn pt_decode_inputs_with_the_demo_prefix_decode_as_the_demo_was_captured() {
-    use ptscope_capture::snapshot::Snapshot;
     use ptscope_decoder::insn::decoder_config;
+    use ptscope_formats::snapshot::Snapshot;
     let snap = Snapshot::open(&targets::root().join("assets/demo/demo.ptscope")).unwrap();
     let mut configured = snap.trace().unwrap();
     targets::configure_pt(&mut configured, targets::DEMO_PT_CONFIG);

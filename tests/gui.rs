@@ -3,14 +3,13 @@
 //! and the real binary runs under Xvfb to take the README's screenshots.
 //! No native dialog ever opens: files are handed to the app directly.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::demo_snapshot as demo_path;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use ptscope::gui::{demo_path, App};
+use ptscope::gui::App;
 
 /// Held by tests that start processes or capture: a capture
 /// single-stepping under a heavy test misses its deadlines.
@@ -236,8 +235,8 @@ fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
 fn inlined_code_shows_as_marked_line_spans() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let exe = support::build(dir.path(), "inline.c");
-    let (snap, _) = support::record(dir.path(), "inline", &[], &[exe.to_str().unwrap()]);
+    let exe = crate::support::build(dir.path(), "inline.c");
+    let (snap, _) = crate::support::record(dir.path(), "inline", &[], &[exe.to_str().unwrap()]);
     let mut h = harness_with(&[&snap]);
     let r = view(&h).find_span("churn").expect("churn");
     let (s, e) = r.times(view(&h).model()).unwrap();
@@ -445,7 +444,7 @@ fn a_bad_file_shows_its_error_and_the_app_stays_usable() {
 #[test]
 fn every_malformed_input_is_explained_and_the_app_stays_usable() {
     let _serial = serial();
-    use support::malformed::{corpus, Expect};
+    use crate::support::malformed::{corpus, Expect};
     let dir = tempfile::tempdir().unwrap();
     let cases = corpus(dir.path());
     let mut h = harness_with(&[]);
@@ -494,7 +493,7 @@ fn long_random_exploring_keeps_memory_bounded() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("grown.ptscope");
-    ptscope::scale::grow(&support::bench_snapshot(), &snap, 4 << 20).unwrap();
+    ptscope::scale::grow(&crate::support::bench_snapshot(), &snap, 4 << 20).unwrap();
     let mut h = harness_with(&[&snap]);
     let (lo, hi) = view(&h).bounds().expect("spans");
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -591,37 +590,11 @@ fn renders_with_wgpu_on_lavapipe() {
 #[test]
 fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let _serial = serial();
-    let Some(xvfb) = which("Xvfb") else {
-        panic!("Xvfb is not installed; the tests need it (scripts/test installs xvfb)");
-    };
+    let xvfb = crate::support::Xvfb::start();
     let dir = tempfile::tempdir().unwrap();
     let keep = std::env::var_os("PTSCOPE_SCREENSHOTS").map(PathBuf::from);
     let out_dir = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
     std::fs::create_dir_all(&out_dir).unwrap();
-    // Xvfb picks a free display itself and prints its number once it is
-    // ready (stale sockets in /tmp/.X11-unix do not fool it).
-    let mut xvfb_child = Command::new(&xvfb)
-        .args([
-            "-displayfd",
-            "1",
-            "-screen",
-            "0",
-            "1280x800x24",
-            "-nolisten",
-            "tcp",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let display: u32 = {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(xvfb_child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        line.trim().parse().expect("Xvfb told its display")
-    };
     // The demo as it opens, and zoomed to its slow request.
     let shots: [(&str, &[&str]); 4] = [
         ("demo.png", &[]),
@@ -634,48 +607,21 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let mut results = Vec::new();
     for (name, args) in shots {
         let shot = out_dir.join(name);
-        let mut cmd = support::ptscope();
-        cmd.env("DISPLAY", format!(":{display}"))
-            .env_remove("WAYLAND_DISPLAY")
-            .env("XDG_RUNTIME_DIR", dir.path())
-            .arg("--screenshot")
-            .arg(&shot);
+        let mut cmd = crate::support::ptscope();
+        xvfb.display_for(&mut cmd, dir.path());
+        cmd.arg("--screenshot").arg(&shot);
         cmd.args(args);
         results.push((shot, cmd.output().unwrap()));
     }
-    let _ = xvfb_child.kill();
-    let _ = xvfb_child.wait();
+    drop(xvfb);
     for (shot, result) in results {
         assert!(
             result.status.success(),
             "ptscope under Xvfb failed: {}",
             String::from_utf8_lossy(&result.stderr)
         );
-        check_png(&shot);
+        crate::support::check_png(&shot);
     }
-}
-
-fn check_png(shot: &Path) {
-    let bytes = std::fs::read(shot).expect("a screenshot");
-    assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
-    let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
-    let reader = decoder.read_info().unwrap();
-    let info = reader.info();
-    assert!(
-        info.width >= 1000 && info.height >= 600,
-        "{}x{}",
-        info.width,
-        info.height
-    );
-    assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
 }
 
 /// The Capture panel end to end with the emulated backend: a test process
@@ -686,7 +632,7 @@ fn which(prog: &str) -> Option<PathBuf> {
 fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let built = support::build(dir.path(), "forever.c");
+    let built = crate::support::build(dir.path(), "forever.c");
     let exe = dir.path().join("kittest_target");
     std::fs::rename(&built, &exe).unwrap();
     let child = Killed(
@@ -760,7 +706,7 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
         std::fs::metadata(&tab.path).unwrap().len()
     );
     // The target runs on.
-    let st = support::process_state(pid as u32);
+    let st = crate::support::process_state(pid as u32);
     drop(child);
     assert!(st == "S" || st == "R", "target state after capture: {st}");
 }
@@ -830,7 +776,7 @@ fn command_capture(
 fn capture_panel_cancel_leaves_the_target_alone() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let exe = support::build(dir.path(), "forever.c");
+    let exe = crate::support::build(dir.path(), "forever.c");
     let child = Killed(
         Command::new(&exe)
             .stdout(std::process::Stdio::null())
@@ -864,7 +810,7 @@ fn capture_panel_cancel_leaves_the_target_alone() {
         log.contains("cancelled; the target was left running"),
         "{log}"
     );
-    let st = support::process_state(pid as u32);
+    let st = crate::support::process_state(pid as u32);
     drop(child);
     assert!(st == "S" || st == "R", "target state after cancel: {st}");
 }
@@ -876,7 +822,7 @@ fn capture_panel_cancel_leaves_the_target_alone() {
 fn capture_panel_runs_a_command_and_reports_its_end() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let exe = support::build(dir.path(), "exits_soon.c");
+    let exe = crate::support::build(dir.path(), "exits_soon.c");
     let mut h = command_capture(
         dir.path(),
         &exe,
@@ -898,7 +844,7 @@ fn capture_panel_runs_a_command_and_reports_its_end() {
 #[test]
 fn a_trace_without_a_psb_shows_a_warning() {
     let dir = tempfile::tempdir().unwrap();
-    let file = support::malformed::without_psbs(dir.path());
+    let file = crate::support::malformed::without_psbs(dir.path());
     let h = harness_with(&[&file]);
     let tab = h.state().active_tab().unwrap();
     assert!(tab.error().is_none(), "{:?}", tab.error());
@@ -913,7 +859,7 @@ fn a_trace_without_a_psb_shows_a_warning() {
 fn capture_panel_is_not_confused_by_a_chatty_command() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let exe = support::build(dir.path(), "chatty.c");
+    let exe = crate::support::build(dir.path(), "chatty.c");
     let mut h = command_capture(
         dir.path(),
         &exe,

@@ -3,13 +3,11 @@
 //! process, the intel-pt backend's refusal on a machine without PT, and the
 //! permission checks as a real unprivileged user.
 
-mod support;
-
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn breakpoint_trigger_rearms_for_each_snapshot() {
@@ -51,7 +49,7 @@ fn breakpoint_trigger_rearms_for_each_snapshot() {
     let mut args = Vec::new();
     for n in 1..=3 {
         let snap = dir.path().join(format!("tick-{n}.ptscope"));
-        let info = ptscope_capture::snapshot::Snapshot::open(&snap).unwrap();
+        let info = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
         let meta = info.metadata.clone().unwrap();
         assert!(meta.stop.contains("entered tick"), "{}", meta.stop);
         let rdi = meta

@@ -3,13 +3,11 @@
 //! (`perf script --itrace=i1i`), libipt's instruction decoder and binutils'
 //! addr2line, none of which share code with ours.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-use support::{
+use crate::support::{
     build, decode_json, extract, json_field, json_string, libipt_instructions, ptscope, record,
 };
 

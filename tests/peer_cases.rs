@@ -1,8 +1,8 @@
 //! magic-trace's own replay cases, fed through our perf-script import and
 //! stack reconstruction, compared by span tree.
 //!
-//! The cases live in `../shared/peer-cases/magic-trace/` beside the project
-//! (see its README). We compare what must match, the span tree: for every
+//! The cases live in `tests/fixtures/magic-trace/` (see its README for
+//! where they come from and their licence). We compare what must match, the span tree: for every
 //! real (non-pseudo) span in tree order, its name and the names of its real
 //! ancestors. magic-trace's times are its own heuristic and pseudo-frames
 //! (`[untraced]`, `[syscall]`, `[decode error: …]`) sit where its writer
@@ -24,7 +24,7 @@ use ptscope_decoder::model::{from_script, Model};
 use ptscope_decoder::perf_script;
 
 fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peer-cases/magic-trace")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/magic-trace")
 }
 
 struct Case {
@@ -237,7 +237,7 @@ fn magic_trace_replay_cases_give_the_same_span_tree() {
     let dir = cases_dir().join("master");
     assert!(
         dir.is_dir(),
-        "{} is missing: the peer cases live in ../shared beside the project",
+        "{} is missing: the peer cases live in tests/fixtures/magic-trace",
         dir.display()
     );
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

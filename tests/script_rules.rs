@@ -15,11 +15,9 @@
 //! checks that it still differs (in the listed way only), so a fix has to
 //! update the list.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
-use support::decode_json;
+use crate::support::decode_json;
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/script-rules")

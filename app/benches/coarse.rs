@@ -40,7 +40,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ptscope_capture::snapshot::{Snapshot, Trace};
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
 use ptscope_decoder::event::FuncTable;
@@ -51,6 +50,7 @@ use ptscope_decoder::insn::decoder_config;
 use ptscope_decoder::memory::{FileCache, Memory};
 use ptscope_decoder::model::{decode_snapshot, DecodeOptions, ProcessSymbols, SymbolCache};
 use ptscope_decoder::packet::psb_offsets;
+use ptscope_formats::snapshot::{Snapshot, Trace};
 
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";
 

@@ -25,10 +25,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptscope_capture::snapshot::Snapshot;
 use ptscope_decoder::detail::Detail;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
 use ptscope_decoder::model::{decode_snapshot, Model, ThreadModel};
+use ptscope_formats::snapshot::Snapshot;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -47,11 +47,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptscope_capture::snapshot::Snapshot;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::{decode_snapshot, DecodeOptions, Model};
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::progress::DecodeProgress;
+use ptscope_formats::snapshot::Snapshot;
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()

@@ -10,12 +10,12 @@ use clap::{Parser, Subcommand};
 use ptscope::recorder::{self, Progress, Request};
 use ptscope_capture::emulated::tracer::{self, Target};
 use ptscope_capture::intel_pt::Timing;
-use ptscope_capture::snapshot::Snapshot;
 use ptscope_capture::supervise;
 use ptscope_capture::trigger::Trigger;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::Engine;
 use ptscope_decoder::packet::{self, Packets};
+use ptscope_formats::snapshot::Snapshot;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -395,7 +395,7 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
     let result = capture_here(target, opts, &reports);
     if let Err(e) = &result {
         reports.send(recorder::Report::Failed {
-            error: ptscope::explain(e),
+            error: format!("{e:#}"),
         });
     }
     result
@@ -719,7 +719,7 @@ fn info(path: &Path) -> Result<ExitCode> {
         let id = m
             .build_id
             .as_deref()
-            .map(ptscope_capture::buildid::to_hex)
+            .map(ptscope_formats::buildid::to_hex)
             .unwrap_or_else(|| "no build id".into());
         writeln!(
             out,

@@ -32,13 +32,17 @@ pub fn run(
     capture: bool,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
-        vec![demo_path()]
+        vec![crate::demo::path()?]
     } else {
         files
     };
+    let title = files
+        .first()
+        .map(|f| window_title(f))
+        .unwrap_or_else(|| "ptscope".into());
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
-            .with_title("ptscope")
+            .with_title(title)
             .with_app_id("ptscope")
             .with_inner_size([1280.0, 800.0])
             .with_drag_and_drop(true),
@@ -74,17 +78,13 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The bundled demo: `assets/demo` of the source tree this binary was
-/// built from, or next to an installed binary.
-pub fn demo_path() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
-    if built.exists() {
-        return built;
+/// The window's title for a file: its name (not the path it was opened
+/// by, which may be long or relative) and the app's.
+pub fn window_title(path: &Path) -> String {
+    match path.file_name() {
+        Some(name) => format!("{} — ptscope", name.to_string_lossy()),
+        None => "ptscope".into(),
     }
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join("assets/demo/demo.ptscope")))
-        .unwrap_or(built)
 }
 
 enum TabState {
@@ -127,7 +127,7 @@ fn new_view(
 
 /// The snapshot's own account of its capture: trigger, stop, registers.
 pub fn capture_info(path: &Path) -> Option<String> {
-    let m = ptscope_capture::snapshot::Snapshot::read_metadata(path).ok()??;
+    let m = ptscope_formats::snapshot::Snapshot::read_metadata(path).ok()??;
     let mut s = format!("{} capture, trigger {}: {}", m.backend, m.trigger, m.stop);
     for (reg, v) in &m.trigger_registers {
         s.push_str(&format!(", {reg}={v:#x}"));
@@ -246,6 +246,8 @@ pub struct App {
     pub source_maps: Vec<(String, String)>,
     /// The Capture panel (opened from the menu bar).
     pub capture: crate::capture_panel::CapturePanel,
+    /// The window title last asked for, so it is sent only on a change.
+    title: String,
 }
 
 impl App {
@@ -265,6 +267,7 @@ impl App {
             recent,
             screenshot: None,
             select_on_load: None,
+            title: String::new(),
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
         }
@@ -338,6 +341,15 @@ impl App {
         });
         for p in dropped {
             self.open(&p, &ctx);
+        }
+        let title = self
+            .tabs
+            .get(self.active)
+            .map(|t| window_title(&t.path))
+            .unwrap_or_else(|| "ptscope".into());
+        if title != self.title {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.title = title;
         }
 
         egui::Panel::top("menu").show(ui, |ui| {
@@ -417,7 +429,10 @@ impl App {
             }
             if ui.button("Open the demo").clicked() {
                 ui.close();
-                self.open(&demo_path(), &ctx);
+                match crate::demo::path() {
+                    Ok(demo) => self.open(&demo, &ctx),
+                    Err(e) => self.capture.log.push(format!("{e:#}")),
+                }
             }
             if ui
                 .add_enabled(!self.tabs.is_empty(), egui::Button::new("Close tab"))
@@ -599,5 +614,19 @@ impl eframe::App for App {
             .map(|p| p.display().to_string())
             .collect();
         storage.set_string(RECENT_KEY, list.join("\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_title_names_the_file_not_its_path() {
+        assert_eq!(
+            window_title(Path::new("app/../assets/demo/demo.ptscope")),
+            "demo.ptscope — ptscope"
+        );
+        assert_eq!(window_title(Path::new("/")), "ptscope");
     }
 }

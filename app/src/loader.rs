@@ -45,7 +45,7 @@ impl Load {
                     (Engine::Flow, Parallel::default()),
                     Some(p),
                 )
-                .map_err(|e| crate::explain(&e));
+                .map_err(|e| format!("{e:#}"));
                 let _ = tx.send(r);
                 wake();
             })

@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ptscope: error: {}", ptscope::explain(&e));
+            eprintln!("ptscope: error: {e:#}");
             std::process::ExitCode::from(1)
         }
     }

@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 use anyhow::{bail, Context, Result};
 
 use ptscope_capture::emulated::hardware::PtSettings;
+use ptscope_capture::emulated::settings::cpu as emulated_cpu;
 use ptscope_capture::emulated::tracer::{self, TracerOptions};
 use ptscope_capture::intel_pt::backend::{self, Status};
-use ptscope_capture::intel_pt::{emulated_cpu, Pmu, PtError};
+use ptscope_capture::intel_pt::{Pmu, PtError};
 use ptscope_capture::recording::{Capture, StopReason, Target};
-use ptscope_capture::snapshot::{self, Metadata};
 use ptscope_capture::trigger::Trigger;
+use ptscope_formats::snapshot::{self, Metadata};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq, Default)]
 pub enum Backend {
@@ -278,7 +279,7 @@ impl Saver<'_> {
         }
         let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
         let meta = metadata(&cap, self.req, self.backend);
-        let written = snapshot::write_snapshot(&path, &cap, &meta)
+        let written = ptscope_capture::emulated::snapshot::write_snapshot(&path, &cap, &meta)
             .with_context(|| format!("cannot write the snapshot {}", path.display()))
             .and_then(|()| ip_log(&cap));
         if let Err(e) = written {

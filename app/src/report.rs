@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use ptscope_capture::intel_pt::emulated_cpu;
-use ptscope_capture::snapshot::Snapshot;
+use ptscope_capture::emulated::settings::cpu as emulated_cpu;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::ffi::DecoderConfig;
@@ -18,6 +17,7 @@ use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::{self, DecodeOptions, Engine, Model};
 use ptscope_decoder::perf_script;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
+use ptscope_formats::snapshot::Snapshot;
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use ptscope_capture::snapshot::{rewrite, Snapshot};
 use ptscope_decoder::model::{decode_snapshot, DecodeOptions, Model};
 use ptscope_decoder::packet::{Packet, Packets};
+use ptscope_formats::snapshot::{rewrite, Snapshot};
 
 /// One period of a thread's trace.
 #[derive(Clone, Debug, PartialEq, Eq)]

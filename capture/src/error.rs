@@ -1,36 +1,26 @@
-//! Typed errors of the capture crate. Every error that concerns a file names it.
+//! Typed errors of the capture crate. Every error that concerns a file
+//! names it, and every error says its cause once, in its message.
 
 use std::path::{Path, PathBuf};
 
-use crate::perf_data::FormatError;
+use ptscope_formats::FileError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{}: not a valid {kind}: {problem}", path.display())]
-    BadFile {
-        path: PathBuf,
-        kind: &'static str,
-        problem: String,
-    },
-    #[error("{}: {source}", path.display())]
-    Format {
-        path: PathBuf,
-        #[source]
-        source: FormatError,
-    },
+    /// Writing or reading one of our files failed.
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{0}")]
     Unsupported(String),
-    #[error("cannot start `{program}`: {source}")]
+    #[error("cannot start `{program}`: {error}")]
     Spawn {
         program: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("ptrace {op} on thread {tid} failed: {errno}")]
     Ptrace {
@@ -49,17 +39,10 @@ pub enum CaptureError {
 }
 
 impl CaptureError {
-    pub fn io(path: &Path, source: std::io::Error) -> CaptureError {
+    pub fn io(path: &Path, error: std::io::Error) -> CaptureError {
         CaptureError::Io {
             path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    pub fn format(path: &Path, source: FormatError) -> CaptureError {
-        CaptureError::Format {
-            path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 }

@@ -10,13 +10,10 @@
 pub mod emulated;
 pub mod error;
 pub mod intel_pt;
-pub mod perf_data;
 pub mod perf_event;
 pub mod procfs;
 pub mod recording;
 pub mod supervise;
 
 pub use error::CaptureError;
-pub mod buildid;
-pub mod snapshot;
 pub mod trigger;

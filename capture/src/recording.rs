@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::intel_pt::PtParams;
 use crate::procfs::Mapping;
+use ptscope_formats::pt_params::PtParams;
 
 /// What to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,14 +151,14 @@ pub struct PtSetup {
 }
 
 impl PtSetup {
-    /// The setup the emulated backend claims: see [`crate::intel_pt::emulated_cpu`].
+    /// The setup the emulated backend claims: see [`crate::emulated::settings::cpu as emulated_cpu`].
     pub fn emulated() -> PtSetup {
-        use crate::intel_pt::emulated_cpu;
+        use crate::emulated::settings::cpu as emulated_cpu;
         PtSetup {
             pmu_type: emulated_cpu::PMU_TYPE,
-            config: crate::snapshot::emulated_config(),
-            event: crate::snapshot::EMULATED_CONFIG_STR.into(),
-            params: crate::snapshot::emulated_params(),
+            config: crate::emulated::settings::emulated_config(),
+            event: crate::emulated::settings::EMULATED_CONFIG_STR.into(),
+            params: crate::emulated::settings::emulated_params(),
             cpuid: emulated_cpu::cpuid_string(),
             cpu_desc: emulated_cpu::DESCRIPTION.into(),
             kernel: false,

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
+use ptscope_formats::demangle::demangle;
 
 use crate::procfs::Mapping;
 
@@ -32,22 +33,14 @@ impl std::fmt::Display for Trigger {
     }
 }
 
-/// Whether symbol `raw` (as stored in the ELF) is what the user asked for.
+/// Whether symbol `raw` (as stored in the ELF) is what the user asked for:
+/// its raw name, its demangled name, or a C++ name without its parameters.
 pub fn symbol_matches(raw: &str, wanted: &str) -> bool {
     if raw == wanted {
         return true;
     }
-    if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return format!("{d:#}") == wanted;
-    }
-    if raw.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
-            if let Ok(d) = sym.demangle() {
-                return d == wanted || d.split('(').next() == Some(wanted);
-            }
-        }
-    }
-    false
+    let d = demangle(raw);
+    d == wanted || (d.ends_with(')') && d.split('(').next() == Some(wanted))
 }
 
 /// A symbol trigger resolved against the process's mappings.
@@ -138,7 +131,7 @@ pub fn functions_in(path: &Path) -> Vec<FunctionSymbol> {
         .symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0 && s.is_definition())
-        .filter_map(|s| s.name().ok().map(demangle))
+        .filter_map(|s| s.name().ok().map(|n| demangle(n).into_owned()))
         .collect();
     names.sort_unstable();
     names.dedup();
@@ -166,21 +159,6 @@ pub fn functions_of_process(pid: i32) -> Vec<FunctionSymbol> {
         .into_iter()
         .flat_map(|p| functions_in(Path::new(p)))
         .collect()
-}
-
-/// A symbol as a user would type it.
-pub fn demangle(raw: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return format!("{d:#}");
-    }
-    if raw.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
-            if let Ok(d) = sym.demangle() {
-                return d;
-            }
-        }
-    }
-    raw.to_string()
 }
 
 #[cfg(test)]
@@ -216,5 +194,10 @@ mod tests {
         assert!(symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget::draw"));
         assert!(symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget::draw()"));
         assert!(!symbol_matches("_ZN2ns6Widget4drawEv", "ns::Widget"));
+        // The names the viewer shows, OCaml's too, are names a trigger takes.
+        assert!(symbol_matches(
+            "camlRaise_test__raise_after_265",
+            "Raise_test.raise_after_265"
+        ));
     }
 }

@@ -299,7 +299,7 @@ mod tests {
     fn demo() -> Arc<Model> {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
-        let snap = ptscope_capture::snapshot::Snapshot::open(&path).unwrap();
+        let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();
         Arc::new(crate::model::decode_snapshot(&snap, &Default::default()).unwrap())
     }
 

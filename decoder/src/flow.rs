@@ -1683,7 +1683,7 @@ mod tests {
         use crate::image::sections;
         use crate::insn::decoder_config;
         use crate::memory::FileCache;
-        let snap = ptscope_capture::snapshot::Snapshot::open(snap_path).unwrap();
+        let snap = ptscope_formats::snapshot::Snapshot::open(snap_path).unwrap();
         let trace = snap.trace().unwrap();
         let cfg = decoder_config(&trace);
         let mut agreed = 0;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use ptscope_capture::snapshot::{Snapshot, Trace};
+use ptscope_formats::snapshot::{Snapshot, Trace};
 
 /// One mapped file section.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Instruction-level decoding of one thread's trace with libipt.
 
-use ptscope_capture::snapshot::{AuxStream, Trace};
+use ptscope_formats::snapshot::{AuxStream, Trace};
 
 use crate::ffi::{DecodedInsn, DecoderConfig, InsnDecoder, PtError, WalkStats};
 use crate::image::Section;
@@ -45,7 +45,7 @@ mod tests {
     fn a_ratio_too_wide_for_its_field_is_unknown_not_its_low_bits() {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
-        let snap = ptscope_capture::snapshot::Snapshot::open(&path).unwrap();
+        let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();
         let mut trace = snap.trace().unwrap();
         assert_ne!(decoder_config(&trace).nom_freq, 0);
         // Its low byte is a plausible ratio.

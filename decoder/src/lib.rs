@@ -38,11 +38,13 @@ pub mod clock;
 pub mod coarse;
 pub mod detail;
 pub mod event;
+#[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod ffi;
 pub mod fine;
 pub mod flow;
 pub mod image;
 pub mod insn;
+#[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod memory;
 pub mod model;
 pub mod packet;

@@ -31,14 +31,20 @@ impl FileCache {
             // An empty file cannot be mapped.
             Arc::new(Vec::<u8>::new())
         } else {
-            // SAFETY: a private read-only map of a binary extracted from a
-            // snapshot (or named by the user for --raw), which nothing
-            // rewrites while we decode; every read is bounds-checked.
-            Arc::new(unsafe { memmap2::Mmap::map(&file)? })
+            Arc::new(map_binary(&file)?)
         };
         self.files.insert(path.to_path_buf(), bytes.clone());
         Ok(bytes)
     }
+}
+
+/// Maps `file`, a binary, read-only. It is the one place the decoder maps
+/// a file: symbol tables read through it too.
+pub fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: a private read-only map of a binary extracted from a snapshot
+    // (or named by the user), which nothing rewrites while we decode; every
+    // read of it is bounds-checked.
+    unsafe { memmap2::Mmap::map(file) }
 }
 
 #[derive(Clone)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ptscope_capture::snapshot::{Snapshot, Trace};
+use ptscope_formats::snapshot::{Snapshot, Trace};
 
 use crate::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
@@ -30,11 +30,9 @@ use crate::symbols::ModuleSymbols;
 /// spans.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
-    #[error("{path}: {source}")]
-    Snapshot {
-        path: PathBuf,
-        source: ptscope_capture::CaptureError,
-    },
+    /// The file could not be read; the error names it.
+    #[error(transparent)]
+    File(ptscope_formats::FileError),
     #[error("{path}: libipt could not set up a decoder: {error}")]
     Libipt { path: PathBuf, error: PtError },
     #[error("{path}: {problem}")]
@@ -458,11 +456,7 @@ impl ProcessSymbols {
 
 /// Decodes every thread of `snap` (or those `opts` selects).
 pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, DecodeError> {
-    let path = snap.path.clone();
-    let trace = snap.trace().map_err(|source| DecodeError::Snapshot {
-        path: path.clone(),
-        source,
-    })?;
+    let trace = snap.trace().map_err(DecodeError::File)?;
     decode_trace(snap, &trace, opts)
 }
 

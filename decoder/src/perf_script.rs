@@ -190,7 +190,6 @@ pub enum ScriptError {
     Parse {
         path: PathBuf,
         line: usize,
-        #[source]
         error: ParseError,
     },
 }
@@ -2110,20 +2109,19 @@ mod tests {
         }
     }
 
-    /// magic-trace's replay inputs, when present on this machine: every
-    /// arrow line and error line becomes an event, nothing is malformed,
-    /// and no truncation panics.
+    /// magic-trace's replay inputs (kept in `tests/fixtures/magic-trace`):
+    /// every arrow line and error line becomes an event, nothing is
+    /// malformed, and no truncation panics.
     #[test]
     fn peer_case_inputs() {
-        let root = std::env::var_os("PTSCOPE_PEER_CASES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/work/shared/peer-cases"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/magic-trace");
         let mut files = Vec::new();
         txt_files(&root, &mut files);
-        if files.is_empty() {
-            eprintln!("peer cases not found under {}; skipped", root.display());
-            return;
-        }
+        assert!(
+            files.len() >= 40,
+            "the magic-trace cases under {} are missing",
+            root.display()
+        );
         let mut seen = std::collections::HashSet::new();
         let mut imported = 0;
         for file in files {

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use ptscope_capture::perf_data::PerfDataFile;
-use ptscope_capture::snapshot::{Snapshot, Trace};
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::model::{decode_snapshot, decode_trace, DecodeOptions, Engine, Model};
+use ptscope_formats::perf_data::PerfDataFile;
+use ptscope_formats::snapshot::{Snapshot, Trace};
 
 /// The repository root, found upward from the crate that includes us.
 pub fn root() -> PathBuf {
@@ -348,8 +348,9 @@ pub fn pt_decode(input: &[u8]) {
 /// An ELF file as a binary in a snapshot: symbols, segments, lines and
 /// inlined frames at every function and at addresses the input picks.
 pub fn symbols(data: &[u8]) {
-    use ptscope_decoder::symbols::{demangle, ModuleSymbols};
-    let _ = ptscope_capture::buildid::elf_build_id(data);
+    use ptscope_decoder::symbols::ModuleSymbols;
+    use ptscope_formats::demangle::demangle;
+    let _ = ptscope_formats::buildid::elf_build_id(data);
     let Ok(m) = ModuleSymbols::from_bytes(Path::new("fuzz.elf"), data) else {
         return;
     };

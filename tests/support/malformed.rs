@@ -33,7 +33,7 @@ fn case(path: PathBuf, expect: Expect) -> Case {
 }
 
 pub fn demo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
+    super::demo_snapshot()
 }
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
@@ -378,8 +378,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// The demo with every PSB of its trace overwritten by padding: it opens,
 /// but none of its trace can be decoded.
 pub fn without_psbs(dir: &Path) -> PathBuf {
-    use ptscope_capture::snapshot::{rewrite, Snapshot};
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+    use ptscope_formats::snapshot::{rewrite, Snapshot};
+    let demo = super::demo_snapshot();
     let snap = Snapshot::open(&demo).unwrap();
     let dst = dir.join("no-psb.ptscope");
     let psb = [0x02u8, 0x82].repeat(8);

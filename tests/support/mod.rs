@@ -14,6 +14,12 @@ pub fn ptscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptscope"))
 }
 
+/// The bundled demo snapshot, as the checkout has it (the installed app
+/// carries its own copy: `ptscope::demo`).
+pub fn demo_snapshot() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
+}
+
 pub fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs")
 }
@@ -152,7 +158,7 @@ pub fn perf_instructions(extracted: &Path) -> (PerThread, String) {
 /// libipt's decoding of every thread of the snapshot: per thread the
 /// instruction pointers and the decode errors.
 pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
-    use ptscope_capture::snapshot::Snapshot;
+    use ptscope_formats::snapshot::Snapshot;
     let snapshot = Snapshot::open(snap).unwrap();
     let trace = snapshot.trace().unwrap();
     let (sections, missing) = ptscope_decoder::image::sections(&snapshot, &trace, None);
@@ -344,4 +350,84 @@ pub fn symbol_address(exe: &Path, name: &str) -> u64 {
             (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
         })
         .expect("symbol in nm output")
+}
+
+/// An X server of its own for a test that runs the real window: Xvfb on a
+/// display it picks itself, killed when this is dropped.
+pub struct Xvfb {
+    child: std::process::Child,
+    display: u32,
+}
+
+impl Xvfb {
+    pub fn start() -> Xvfb {
+        let Some(xvfb) = which("Xvfb") else {
+            panic!("Xvfb is not installed; the tests need it (scripts/test installs xvfb)");
+        };
+        // Xvfb picks a free display itself and prints its number once it
+        // is ready (stale sockets in /tmp/.X11-unix do not fool it).
+        let mut child = Command::new(&xvfb)
+            .args([
+                "-displayfd",
+                "1",
+                "-screen",
+                "0",
+                "1280x800x24",
+                "-nolisten",
+                "tcp",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let display: u32 = {
+            use std::io::BufRead;
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            line.trim().parse().expect("Xvfb told its display")
+        };
+        Xvfb { child, display }
+    }
+
+    /// Points `cmd` at this server (and away from any Wayland one), with
+    /// `runtime` as its XDG runtime directory.
+    pub fn display_for(&self, cmd: &mut Command, runtime: &Path) {
+        cmd.env("DISPLAY", format!(":{}", self.display))
+            .env_remove("WAYLAND_DISPLAY")
+            .env("XDG_RUNTIME_DIR", runtime);
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A screenshot of a drawn window: a PNG of the window's size, with enough
+/// in it not to be blank.
+pub fn check_png(shot: &Path) {
+    let bytes = std::fs::read(shot).expect("a screenshot");
+    assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
+    let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+    let reader = decoder.read_info().unwrap();
+    let info = reader.info();
+    assert!(
+        info.width >= 1000 && info.height >= 600,
+        "{}x{}",
+        info.width,
+        info.height
+    );
+    assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
+}
+
+pub fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
 }

@@ -20,9 +20,9 @@ fn err(op: &'static str, tid: i32) -> impl FnOnce(nix::errno::Errno) -> CaptureE
 /// and see the exec: the child stops itself with SIGSTOP, then execs.
 pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i32, CaptureError> {
     use std::ffi::CString;
-    let spawn_err = |source| CaptureError::Spawn {
+    let spawn_err = |error| CaptureError::Spawn {
         program: argv[0].clone(),
-        source,
+        error,
     };
     let cargs: Vec<CString> = argv
         .iter()

@@ -19,7 +19,7 @@ use nix::sys::signal::Signal;
 use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
 use super::timing::{PtConfig, Timing};
-use super::{PtError, PtParams};
+use super::PtError;
 use crate::emulated::ptrace;
 use crate::error::CaptureError;
 use crate::perf_event::aux::AuxCursor;
@@ -32,6 +32,7 @@ use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
 use crate::trigger::{SymbolTrigger, Trigger};
+use ptscope_formats::pt_params::PtParams;
 
 /// Data-ring pages per event: sideband only, drained every millisecond.
 const DATA_PAGES: usize = 16;

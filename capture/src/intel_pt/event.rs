@@ -3,7 +3,7 @@
 
 use super::pmu::Pmu;
 use super::timing::PtConfig;
-use crate::perf_data::{flag, sample, PerfEventAttr};
+use ptscope_formats::perf_data::{flag, sample, PerfEventAttr};
 
 /// How the PT event is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

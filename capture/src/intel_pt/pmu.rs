@@ -148,9 +148,9 @@ pub struct Pmu {
 fn read_trimmed(path: &Path) -> Result<String, PtError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| PtError::Read {
+        .map_err(|error| PtError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })
 }
 
@@ -176,9 +176,9 @@ impl Pmu {
         })?;
         let mut formats = BTreeMap::new();
         let format_dir = dir.join("format");
-        let entries = std::fs::read_dir(&format_dir).map_err(|source| PtError::Read {
+        let entries = std::fs::read_dir(&format_dir).map_err(|error| PtError::Read {
             path: format_dir.clone(),
-            source,
+            error,
         })?;
         for entry in entries.flatten() {
             let path = entry.path();

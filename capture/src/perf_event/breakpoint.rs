@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::mmap::DataRing;
 use super::sys::Event;
 use super::PerfError;
-use crate::perf_data::{self, flag, kind, sample, PerfEventAttr};
+use ptscope_formats::perf_data::{self, flag, kind, sample, PerfEventAttr};
 
 /// HW_BREAKPOINT_X: break on instruction fetch.
 pub const HW_BREAKPOINT_X: u32 = 4;

@@ -12,7 +12,7 @@ use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use perf_event_open_sys::bindings::perf_event_mmap_page;
 
 use super::sys::Event;
-use crate::perf_data::TimeConv;
+use ptscope_formats::perf_data::TimeConv;
 
 pub fn page_size() -> usize {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)

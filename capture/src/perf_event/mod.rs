@@ -5,9 +5,11 @@
 
 pub mod aux;
 pub mod breakpoint;
+#[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod mmap;
 pub mod permissions;
 pub mod sideband;
+#[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod sys;
 
 use nix::errno::Errno;

@@ -12,9 +12,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::mmap::DataRing;
-use crate::perf_data::{self, flag, kind, sample, PerfEventAttr, Record};
 use crate::procfs::Mapping;
 use crate::recording::{Sideband, SidebandEvent};
+use ptscope_formats::perf_data::{self, flag, kind, sample, PerfEventAttr, Record};
 
 /// The sample-id layout of every record we ask for.
 pub const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;

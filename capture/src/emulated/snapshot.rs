@@ -1,61 +1,21 @@
-//! Writing a capture as a `.ptscope` snapshot: a tar holding `perf.data`,
-//! the mapped binaries as perf's build-id cache, the vdso and metadata.
-//! The archive is written to a temporary file and renamed into place, so a
-//! failed write never leaves something that looks like a snapshot.
+//! Writing an emulated capture as a `.ptscope` snapshot: the perf.data
+//! records perf would have written for the same run (attrs, sideband, AUX
+//! and AUXTRACE records, features), and every binary the trace maps, read
+//! now and keyed by build id.
 
 use std::collections::BTreeMap;
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 use std::path::Path;
 
-use crate::buildid;
-use crate::emulated::tracer::{Capture, SidebandEvent};
-use crate::error::CaptureError;
-use crate::intel_pt::{emulated_cpu, term, PtParams};
-use crate::perf_data::{
+use ptscope_formats::buildid;
+use ptscope_formats::perf_data::{
     self, flag, sample, BuildIdEntry, EventAttr, Features, IdIndexEntry, PerfDataWriter,
     PerfEventAttr, Record, SampleId, TimeConv,
 };
-use crate::snapshot::metadata::{self, Metadata};
+use ptscope_formats::snapshot::{write_archive, Metadata, SAMPLE_TYPE};
 
-/// Every record's sample-id layout.
-pub const SAMPLE_TYPE: u64 = sample::IP | sample::TID | sample::TIME | sample::IDENTIFIER;
-
-/// The config of the emulated PT event: pt, branch, tsc, cyc, psb_period=1
-/// (4 KiB), mtc off, return compression on.
-pub fn emulated_config() -> u64 {
-    term::PT
-        | term::BRANCH
-        | term::TSC
-        | term::CYC
-        | (3 << term::MTC_PERIOD_SHIFT)
-        | (1 << term::PSB_PERIOD_SHIFT)
-}
-
-pub const EMULATED_CONFIG_STR: &str = "intel_pt/cyc=1,tsc=1,mtc=0,psb_period=1/u";
-
-/// The virtual clock's time conversion: TSC ticks are nanoseconds.
-pub fn emulated_params() -> PtParams {
-    PtParams {
-        pmu_type: emulated_cpu::PMU_TYPE as u64,
-        time_shift: 31,
-        time_mult: 1 << 31,
-        time_zero: 0,
-        cap_user_time_zero: true,
-        tsc_bit: term::TSC,
-        noretcomp_bit: term::NORETCOMP,
-        have_sched_switch: 0,
-        snapshot_mode: true,
-        per_cpu_mmaps: false,
-        mtc_bit: term::MTC,
-        mtc_freq_bits: term::MTC_PERIOD_MASK,
-        tsc_ctc_ratio_n: emulated_cpu::CPUID15_EBX as u64,
-        tsc_ctc_ratio_d: emulated_cpu::CPUID15_EAX as u64,
-        cyc_bit: term::CYC,
-        max_nonturbo_ratio: emulated_cpu::MAX_NONTURBO_RATIO as u64,
-        filter: String::new(),
-        cap_event_trace: false,
-    }
-}
+use super::tracer::{Capture, SidebandEvent};
+use crate::error::CaptureError;
 
 struct Binary {
     id: Vec<u8>,
@@ -420,15 +380,6 @@ fn build_perf_data(
     Ok((bytes, binaries.into_values().collect()))
 }
 
-fn append(tar: &mut tar::Builder<impl Write>, name: &str, data: &[u8]) -> std::io::Result<()> {
-    let mut header = tar::Header::new_gnu();
-    header.set_size(data.len() as u64);
-    header.set_mode(0o644);
-    header.set_mtime(0);
-    header.set_entry_type(tar::EntryType::Regular);
-    tar.append_data(&mut header, name, data)
-}
-
 /// Writes `cap` as a `.ptscope` file at `path`.
 pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(), CaptureError> {
     let io = |e| CaptureError::io(path, e);
@@ -437,49 +388,5 @@ pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(),
         .iter()
         .map(|b| (buildid::cache_path(&b.id, b.vdso), b.data.as_slice()))
         .collect();
-    write_archive(path, &perf_data, &members, meta)
-}
-
-/// Writes a `.ptscope` archive: `perf.data`, the binaries at their build-id
-/// cache paths, and the metadata. It goes to a temporary file renamed into
-/// place, so a failed write never leaves something that looks like a
-/// snapshot.
-pub fn write_archive(
-    path: &Path,
-    perf_data: &[u8],
-    members: &[(String, &[u8])],
-    meta: &Metadata,
-) -> Result<(), CaptureError> {
-    let io = |e| CaptureError::io(path, e);
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".ptscope-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io)?;
-    {
-        let mut tar = tar::Builder::new(std::io::BufWriter::new(tmp.as_file()));
-        append(&mut tar, "perf.data", perf_data).map_err(io)?;
-        let mut seen = std::collections::HashSet::new();
-        for (name, data) in members {
-            if seen.insert(name.clone()) {
-                append(&mut tar, name, data).map_err(io)?;
-            }
-        }
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| io(std::io::Error::other(e)))?;
-        append(&mut tar, metadata::FILE_NAME, &json).map_err(io)?;
-        tar.into_inner().map_err(io)?.flush().map_err(io)?;
-    }
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    Ok(write_archive(path, &perf_data, &members, meta)?)
 }

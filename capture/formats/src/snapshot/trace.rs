@@ -4,8 +4,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::intel_pt::PtParams;
 use crate::perf_data::{EventAttr, Features, FormatError, PerfDataFile, PerfEventAttr, Record};
+use crate::pt_params::PtParams;
+
+/// Linux's `PROT_EXEC`, as MMAP2 records carry it: fixed by the kernel's
+/// ABI, so the format needs no libc to read it.
+const PROT_EXEC: u32 = 0x4;
 
 /// The PT bytes of one AUX queue: per thread (cpu = None) or per CPU.
 #[derive(Debug)]
@@ -153,7 +157,7 @@ impl<'a> Trace<'a> {
                     ..
                 // A mapping past the end of the address space is a damaged
                 // record: no code can be there.
-                } if prot & libc::PROT_EXEC as u32 != 0 && addr.checked_add(len).is_some() => {
+                } if prot & PROT_EXEC != 0 && addr.checked_add(len).is_some() => {
                     let build_id = build_id.or_else(|| build_ids_by_path.get(filename).cloned());
                     mmaps.push(MmapEvent {
                         pid: pid as i32,

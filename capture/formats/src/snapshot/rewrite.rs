@@ -6,7 +6,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 use super::{write::write_archive, Snapshot};
-use crate::error::CaptureError;
+use crate::error::FileError;
 use crate::perf_data::{PerfDataWriter, Record};
 
 /// Writes `snap` to `dst` with each AUX queue's bytes replaced by
@@ -17,9 +17,9 @@ pub fn with_aux(
     dst: &Path,
     shift_ns: u64,
     new_aux: &dyn Fn(u32, &[u8]) -> Vec<u8>,
-) -> Result<(), CaptureError> {
+) -> Result<(), FileError> {
     let file = snap.perf()?;
-    let io = |e| CaptureError::io(dst, e);
+    let io = |e| FileError::io(dst, e);
     let trace = snap.trace()?;
     let new: std::collections::HashMap<u32, Vec<u8>> = trace
         .streams
@@ -29,7 +29,7 @@ pub fn with_aux(
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), file.sample_type()).map_err(io)?;
     let mut done = std::collections::HashSet::new();
     for rec in file.records() {
-        let (_, rec) = rec.map_err(|e| CaptureError::format(&snap.path, e))?;
+        let (_, rec) = rec.map_err(|e| FileError::format(&snap.path, e))?;
         match rec {
             Record::Auxtrace {
                 offset,
@@ -87,7 +87,7 @@ pub fn with_aux(
         .into_inner();
     let mut members: Vec<(String, Vec<u8>)> = Vec::new();
     if let Some(root) = snap.buildid_dir() {
-        collect(root, root, &mut members).map_err(|e| CaptureError::io(root, e))?;
+        collect(root, root, &mut members).map_err(|e| FileError::io(root, e))?;
     }
     let refs: Vec<(String, &[u8])> = members
         .iter()

@@ -17,13 +17,10 @@ use std::path::{Component, Path, PathBuf};
 
 pub use metadata::Metadata;
 pub use trace::{AuxStream, CpuSwitch, MmapEvent, ThreadInfo, Trace};
-pub use write::{
-    emulated_config, emulated_params, write_archive, write_snapshot, EMULATED_CONFIG_STR,
-    SAMPLE_TYPE,
-};
+pub use write::{write_archive, SAMPLE_TYPE};
 
 use crate::buildid;
-use crate::error::CaptureError;
+use crate::error::FileError;
 use crate::perf_data::{FormatError, PerfDataFile, MAGIC};
 
 /// Largest member we extract from an archive; a larger one is an error,
@@ -40,8 +37,8 @@ pub struct Snapshot {
     cache: Option<tempfile::TempDir>,
 }
 
-fn bad(path: &Path, kind: &'static str, problem: impl Into<String>) -> CaptureError {
-    CaptureError::BadFile {
+fn bad(path: &Path, kind: &'static str, problem: impl Into<String>) -> FileError {
+    FileError::BadFile {
         path: path.to_path_buf(),
         kind,
         problem: problem.into(),
@@ -57,21 +54,19 @@ fn safe_member(name: &Path) -> bool {
 
 impl Snapshot {
     /// Opens a `.ptscope` snapshot or a perf.data file, by content.
-    pub fn open(path: &Path) -> Result<Snapshot, CaptureError> {
-        let meta = std::fs::metadata(path).map_err(|e| CaptureError::io(path, e))?;
+    pub fn open(path: &Path) -> Result<Snapshot, FileError> {
+        let meta = std::fs::metadata(path).map_err(|e| FileError::io(path, e))?;
         if meta.is_dir() {
             return Err(bad(path, "snapshot", "is a directory, not a file"));
         }
         if meta.len() == 0 {
             return Err(bad(path, "snapshot", "the file is empty"));
         }
-        let mut file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let mut file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
         let mut head = [0u8; 8];
-        let n = file
-            .read(&mut head)
-            .map_err(|e| CaptureError::io(path, e))?;
+        let n = file.read(&mut head).map_err(|e| FileError::io(path, e))?;
         if n == 8 && u64::from_le_bytes(head) == MAGIC {
-            let perf_data = std::fs::read(path).map_err(|e| CaptureError::io(path, e))?;
+            let perf_data = std::fs::read(path).map_err(|e| FileError::io(path, e))?;
             return Ok(Snapshot {
                 path: path.to_path_buf(),
                 perf_data,
@@ -95,9 +90,9 @@ impl Snapshot {
     /// Only the metadata of a `.ptscope` snapshot (None for a plain
     /// perf.data or an archive without it), without extracting anything:
     /// the archive's other members are skipped by seeking.
-    pub fn read_metadata(path: &Path) -> Result<Option<Metadata>, CaptureError> {
+    pub fn read_metadata(path: &Path) -> Result<Option<Metadata>, FileError> {
         let kind = ".ptscope snapshot";
-        let file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
         let mut archive = tar::Archive::new(file);
         let Ok(entries) = archive.entries_with_seek() else {
             return Ok(None);
@@ -123,7 +118,7 @@ impl Snapshot {
             let mut data = Vec::new();
             entry
                 .read_to_end(&mut data)
-                .map_err(|e| CaptureError::io(path, e))?;
+                .map_err(|e| FileError::io(path, e))?;
             return serde_json::from_slice(&data).map(Some).map_err(|e| {
                 bad(
                     path,
@@ -135,9 +130,9 @@ impl Snapshot {
         Ok(None)
     }
 
-    fn open_archive(path: &Path) -> Result<Snapshot, CaptureError> {
+    fn open_archive(path: &Path) -> Result<Snapshot, FileError> {
         let kind = ".ptscope snapshot";
-        let file = std::fs::File::open(path).map_err(|e| CaptureError::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
         let mut archive = tar::Archive::new(file);
         let entries = archive.entries().map_err(|e| {
             bad(
@@ -149,7 +144,7 @@ impl Snapshot {
         let cache = tempfile::Builder::new()
             .prefix("ptscope-snapshot-")
             .tempdir()
-            .map_err(|e| CaptureError::io(&std::env::temp_dir(), e))?;
+            .map_err(|e| FileError::io(&std::env::temp_dir(), e))?;
         let mut perf_data = None;
         let mut metadata = None;
         let mut members = 0usize;
@@ -217,9 +212,9 @@ impl Snapshot {
             } else if name_str.starts_with(".build-id/") {
                 let dest = cache.path().join(&name);
                 if let Some(parent) = dest.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| CaptureError::io(parent, e))?;
+                    std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
                 }
-                std::fs::write(&dest, &data).map_err(|e| CaptureError::io(&dest, e))?;
+                std::fs::write(&dest, &data).map_err(|e| FileError::io(&dest, e))?;
             }
         }
         if members == 0 {
@@ -240,23 +235,23 @@ impl Snapshot {
     }
 
     /// Parses the perf.data inside.
-    pub fn perf(&self) -> Result<PerfDataFile<'_>, CaptureError> {
+    pub fn perf(&self) -> Result<PerfDataFile<'_>, FileError> {
         PerfDataFile::parse(&self.perf_data).map_err(|e| self.format_error(e))
     }
 
     /// The trace model: PT parameters, per-thread AUX data and sideband.
-    pub fn trace(&self) -> Result<Trace<'_>, CaptureError> {
+    pub fn trace(&self) -> Result<Trace<'_>, FileError> {
         let file = self.perf()?;
         Trace::from_perf(&file).map_err(|e| self.format_error(e))
     }
 
-    fn format_error(&self, e: FormatError) -> CaptureError {
+    fn format_error(&self, e: FormatError) -> FileError {
         let name = if self.cache.is_some() {
             self.path.join("perf.data")
         } else {
             self.path.clone()
         };
-        CaptureError::format(&name, e)
+        FileError::format(&name, e)
     }
 
     /// The build-id cache root of a `.ptscope` snapshot.

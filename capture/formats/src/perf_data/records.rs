@@ -437,7 +437,7 @@ impl Record<'_> {
     /// follows the 8-byte header, `tail` what follows the record (for the
     /// AUXTRACE payload). Returns the record and how many bytes of `tail`
     /// it consumed.
-    pub(crate) fn decode<'a>(
+    pub fn decode<'a>(
         kind_: u32,
         misc_: u16,
         body: &'a [u8],

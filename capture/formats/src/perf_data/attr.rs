@@ -39,7 +39,8 @@ impl PerfEventAttr {
         self.flags & flag != 0
     }
 
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the attr as perf_event_open and perf.data lay it out.
+    pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.put_u32(self.kind);
         out.put_u32(ATTR_SIZE);

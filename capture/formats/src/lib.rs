@@ -1,0 +1,29 @@
+//! The file formats ptscope reads and writes, apart from any capture
+//! machinery, so that the decoder and the viewer read a file without
+//! compiling ptrace or perf_event_open.
+//!
+//! - [`perf_data`]: perf's `perf.data` format, a bounds-checked zero-copy
+//!   reader and a writer: header, attrs, records, feature sections.
+//! - [`snapshot`]: the `.ptscope` snapshot, a tar of a standard perf.data,
+//!   the binaries it maps as perf's build-id cache, and [`Metadata`]; also
+//!   opens a plain perf.data by content. [`Trace`] is its PT view: AUX
+//!   streams per thread or CPU, sideband and parameters.
+//! - [`pt_params`]: the Intel PT parameters perf stores for decoders
+//!   (AUXTRACE_INFO) and the PMU term bits they refer to.
+//! - [`buildid`]: ELF build ids and perf's build-id cache layout.
+//! - [`demangle`]: mangled symbol names (Rust, C++, OCaml) made readable;
+//!   the one demangler of ptscope, so a name shown is a name a trigger takes.
+//! - [`FileError`]: what can go wrong, naming the file.
+//!
+//! [`Metadata`]: snapshot::Metadata
+//! [`Trace`]: snapshot::Trace
+
+pub mod buildid;
+pub mod demangle;
+mod error;
+pub mod perf_data;
+pub mod pt_params;
+pub mod snapshot;
+
+pub use error::FileError;
+pub use snapshot::Snapshot;

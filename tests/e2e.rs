@@ -1,0 +1,33 @@
+//! ptscope's end-to-end tests, in one binary that compiles the shared
+//! [`support`] module once. They drive the real `ptscope` binary and the
+//! real window, and judge what it writes with perf and libipt.
+//!
+//! - [`capture`]: recording and attaching, with every trigger and backend;
+//! - [`faults`]: the traced process exiting, killed or exec'ing mid-capture;
+//! - [`hardware`]: the Intel PT backend, as far as it runs without the PMU;
+//! - [`decode`]: snapshots decoded against libipt and `perf script`;
+//! - [`lines`]: the fine pass, down to source lines;
+//! - [`bad_input`]: damaged files of every kind give clear errors;
+//! - [`script_rules`]: `perf script` text imported by our rules;
+//! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
+//! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
+//! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
+//! - [`install`]: `scripts/install`, and the installed binary away from the
+//!   checkout.
+
+mod support;
+
+#[path = "fuzz/targets.rs"]
+mod fuzz_targets;
+
+mod bad_input;
+mod capture;
+mod decode;
+mod faults;
+mod fuzz_regressions;
+mod gui;
+mod hardware;
+mod install;
+mod lines;
+mod peer_cases;
+mod script_rules;
