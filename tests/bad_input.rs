@@ -40,16 +40,11 @@ fn empty_file() {
 fn random_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("random.data");
-    let mut x: u64 = 0x1234_5678;
-    let bytes: Vec<u8> = (0..10_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(&f, bytes).unwrap();
+    std::fs::write(
+        &f,
+        crate::support::malformed::random_bytes(10_000, 0x1234_5678),
+    )
+    .unwrap();
     expect_error(&f, "not a perf.data");
 }
 

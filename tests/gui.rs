@@ -496,13 +496,8 @@ fn long_random_exploring_keeps_memory_bounded() {
     ptscope::scale::grow(&crate::support::bench_snapshot(), &snap, 4 << 20).unwrap();
     let mut h = harness_with(&[&snap]);
     let (lo, hi) = view(&h).bounds().expect("spans");
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n.max(1)
-    };
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+    let mut rnd = move |n: u64| rng.u64(..n.max(1));
     // PTSCOPE_SOAK_STEPS for a longer soak.
     let steps: usize = std::env::var("PTSCOPE_SOAK_STEPS")
         .ok()

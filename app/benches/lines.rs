@@ -163,15 +163,12 @@ fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
     let budget = 64 << 20;
     let d = Detail::new(model.clone(), budget, || {}).unwrap();
     let rss0 = rss_bytes();
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
     let t = Instant::now();
     let windows = 3000;
     for _ in 0..windows {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let n = 1_000 + seed % 100_000;
-        let r = (seed >> 20) as usize % 1000;
+        let n = 1_000 + rng.u64(..100_000);
+        let r = rng.usize(..1000);
         let (from, to) = window(thread, n, r, 1000);
         let keys: Vec<_> = d.keys(ti, from, to).collect();
         request(&d, &keys, from, to);

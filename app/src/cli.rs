@@ -43,16 +43,8 @@ pub struct Args {
     /// Where to find source files whose DWARF path starts with FROM: read
     /// them under TO instead (for binaries built elsewhere). Repeatable;
     /// also settable in the Source pane.
-    #[arg(long = "source-map", value_name = "FROM=TO", value_parser = parse_source_map)]
+    #[arg(long = "source-map", value_name = "FROM=TO", value_parser = ptscope_viewer::source::parse_map)]
     pub source_maps: Vec<(String, String)>,
-}
-
-/// A `--source-map FROM=TO` pair.
-pub fn parse_source_map(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((from, to)) if !from.is_empty() => Ok((from.to_string(), to.to_string())),
-        _ => Err(format!("`{s}` is not FROM=TO")),
-    }
 }
 
 #[derive(clap::Args, Debug)]

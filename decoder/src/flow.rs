@@ -1775,14 +1775,11 @@ mod tests {
     #[test]
     fn garbage_never_panics() {
         let mem = program();
-        let mut seed = 0x1234_5678u64;
+        let mut rng = fastrand::Rng::with_seed(0x1234_5678);
         for _ in 0..200 {
             let mut t = psb();
             for _ in 0..64 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                t.push(seed as u8);
+                t.push(rng.u8(..));
             }
             let _ = items(&t, &mem);
         }

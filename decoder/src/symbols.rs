@@ -1841,13 +1841,8 @@ mod tests {
         let elf = std::fs::read(&bin).unwrap();
         let nm = nm(&bin);
         let (text, _) = nm["main"];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+        let mut next = move || rng.u64(..);
         // Flips go, in turn, to the headers, the DWARF, and anywhere.
         let debug: Vec<(u64, u64)> = sections(&bin)
             .into_iter()
@@ -1913,15 +1908,8 @@ mod tests {
             *entries.iter().min().unwrap(),
             *entries.iter().max().unwrap(),
         );
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let probes: Vec<u64> = (0..1 << 16)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                lo + x % (hi - lo)
-            })
-            .collect();
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+        let probes: Vec<u64> = (0..1 << 16).map(|_| rng.u64(lo..hi)).collect();
         // Random probes over the whole module, then a hot set of 64 (as a
         // trace hopping among a few functions would make).
         let time = |probes: &[u64], rounds: usize| {

@@ -71,15 +71,11 @@ fn aux_records(b: &[u8]) -> Vec<(usize, u64)> {
     out
 }
 
-fn xorshift(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// `n` bytes of noise, the same for the same seed.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0; n];
+    fastrand::Rng::with_seed(seed).fill(&mut bytes);
+    bytes
 }
 
 fn write(path: &Path, bytes: &[u8]) -> PathBuf {
@@ -153,7 +149,7 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     v.push(case(d, Error("directory")));
     v.push(case(p("missing.ptscope"), Error("no such file")));
     v.push(case(
-        write(&p("random.data"), &xorshift(10_000, 0x1234_5678)),
+        write(&p("random.data"), &random_bytes(10_000, 0x1234_5678)),
         Error("not a perf.data"),
     ));
     v.push(case(
@@ -221,7 +217,7 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
         .expect("a PSB in the demo's trace");
     let body = aux_at + first + 256;
     let n = aux_at + len as usize - body;
-    b[body..body + n].copy_from_slice(&xorshift(n, 0xfeed));
+    b[body..body + n].copy_from_slice(&random_bytes(n, 0xfeed));
     // Garbage PT in a sound file: it opens, and says where decoding failed.
     write(&stage.join("perf.data"), &b);
     let mut members: Vec<&str> = vec!["perf.data", "ptscope.json"];

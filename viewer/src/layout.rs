@@ -524,13 +524,8 @@ mod tests {
     fn stepping_over_blocks_draws_what_span_by_span_does() {
         // Lanes of dense narrow spans with now and then a long gap or a
         // long span, over many blocks, seen at many zooms and offsets.
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut rnd = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+        let mut rnd = move |n: u64| rng.u64(..n);
         let mut t = ThreadSpans::new(1, 1, "t".into());
         for depth in 0..3 {
             let mut at = 1_000_000u64;

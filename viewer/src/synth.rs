@@ -6,19 +6,20 @@ use ptscope_decoder::event::{FuncId, FuncTable, SpanKind, SYSCALL, UNTRACED};
 use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_decoder::store::{flag, ThreadSpans};
 
-/// xorshift64*: small, deterministic, good enough for shapes.
-struct Rng(u64);
+/// fastrand's generator, seeded: deterministic, good enough for shapes.
+struct Rng(fastrand::Rng);
 
 impl Rng {
+    fn seeded(seed: u64) -> Rng {
+        Rng(fastrand::Rng::with_seed(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.u64(..)
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.u64(..n.max(1))
     }
 }
 
@@ -130,14 +131,14 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
         })
         .collect();
     let err = funcs.decode_error("overflow");
-    let mut rng = Rng(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(spec.seed);
     let mut threads = Vec::new();
     for ti in 0..spec.threads {
         let tid = 1000 + ti as i32;
         let mut t = ThreadSpans::new(1000, tid, format!("worker-{ti}"));
         let mut now = spec.base_ns + rng.below(1000);
         let mut g = Gen {
-            rng: Rng(rng.next() | 1),
+            rng: Rng::seeded(rng.next()),
             t: &mut t,
             budget: spec.spans_per_thread,
             funcs: &ids,
