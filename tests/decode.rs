@@ -544,7 +544,7 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let n = text.lines().filter(|l| l.contains("\"asm\":")).count();
-    let m = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
+    let m = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
     let first = m.threads[0].checkpoints[0].insn;
     assert_eq!(n as u64, m.threads[0].walk.instructions - first);
 }
@@ -567,7 +567,7 @@ fn grown_snapshots_decode_like_their_source() {
     check_against_perf("grown", &big, dir.path());
     same_in_chunks("grown", &big);
     let snap = ptscope_formats::snapshot::Snapshot::open(&big).unwrap();
-    let model = ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap();
+    let model = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
     let (a, b) = model.time_range().unwrap();
     let got = ptscope::scale::calls(&model, a, b + 1);
     assert_eq!(got, grown.expected_calls());

@@ -19,8 +19,9 @@
 
 use std::path::{Path, PathBuf};
 
+use ptscope_decoder::decode::from_script;
 use ptscope_decoder::event::SpanKind;
-use ptscope_decoder::model::{from_script, Model};
+use ptscope_decoder::model::Model;
 use ptscope_decoder::perf_script;
 
 fn cases_dir() -> PathBuf {

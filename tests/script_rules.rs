@@ -294,7 +294,7 @@ fn double_enable_and_disable_are_counted() {
     let file = fixtures_dir().join("06-double-trace-start.perf");
     let text = std::fs::read_to_string(&file).unwrap();
     let t = ptscope_decoder::perf_script::import(&text, &file).unwrap();
-    let m = ptscope_decoder::model::from_script(t);
+    let m = ptscope_decoder::decode::from_script(t);
     let s = &m.threads[0].stack;
     assert_eq!((s.double_enable, s.double_disable), (2, 1), "{s:?}");
 }

@@ -13,7 +13,7 @@
 //! run every variant in turn, all in this one process pinned to CPU 0 (it
 //! re-runs itself under `taskset -c 0`; perf inherits the pinning). The
 //! decoder is single threaded, so pinning is all "one core" takes.
-//! - **ptscope, end to end**: `model::decode_snapshot` on the opened
+//! - **ptscope, end to end**: `decode::decode_snapshot` on the opened
 //!   snapshot: perf.data parsing, symbol loading, mapping the code, the
 //!   flow walk, timing, symbol resolution and stack reconstruction. Two of
 //!   its fixed costs are also timed alone: parsing and loading every
@@ -42,14 +42,15 @@ use std::time::{Duration, Instant};
 
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
+use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_decoder::event::FuncTable;
 use ptscope_decoder::ffi::{BlockDecoder, BlockItem, Image, SectionCache};
 use ptscope_decoder::flow::FlowDecoder;
 use ptscope_decoder::image::{sections, Section};
 use ptscope_decoder::insn::decoder_config;
 use ptscope_decoder::memory::{FileCache, Memory};
-use ptscope_decoder::model::{decode_snapshot, DecodeOptions, ProcessSymbols, SymbolCache};
 use ptscope_decoder::packet::psb_offsets;
+use ptscope_decoder::resolve::{ProcessSymbols, SymbolCache};
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";

@@ -25,9 +25,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ptscope_decoder::decode::decode_snapshot;
 use ptscope_decoder::detail::Detail;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
-use ptscope_decoder::model::{decode_snapshot, Model, ThreadModel};
+use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_formats::snapshot::Snapshot;
 
 fn main() {

@@ -48,7 +48,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::chunks::Parallel;
-use ptscope_decoder::model::{decode_snapshot, DecodeOptions, Model};
+use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
+use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::progress::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;

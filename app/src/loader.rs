@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ptscope_decoder::chunks::Parallel;
-use ptscope_decoder::model::{Engine, Model};
+use ptscope_decoder::decode::Engine;
+use ptscope_decoder::model::Model;
 use ptscope_decoder::progress::DecodeProgress;
 
 /// What a poll of a load found.

@@ -11,10 +11,11 @@ use clap::ValueEnum;
 
 use ptscope_capture::emulated::settings::cpu as emulated_cpu;
 use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::decode::{self, DecodeOptions, Engine};
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::ffi::DecoderConfig;
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
-use ptscope_decoder::model::{self, DecodeOptions, Engine, Model};
+use ptscope_decoder::model::Model;
 use ptscope_decoder::perf_script;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
 use ptscope_formats::snapshot::Snapshot;
@@ -113,20 +114,20 @@ pub fn load_with(
             stepping: emulated_cpu::STEPPING as u8,
             ..DecoderConfig::default()
         };
-        return Ok(model::decode_raw(file, &pt, raw, &cfg, engine)?);
+        return Ok(decode::decode_raw(file, &pt, raw, &cfg, engine)?);
     }
     if is_text(file)? {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("{}: not UTF-8 text", file.display()))?;
         let script = perf_script::import(&text, file)?;
-        let mut m = model::from_script(script);
+        let mut m = decode::from_script(script);
         if let Some(t) = threads {
             m.threads.retain(|th| t.contains(&th.spans.tid));
         }
         return Ok(m);
     }
     let snap = Snapshot::open(file)?;
-    Ok(model::decode_snapshot(
+    Ok(decode::decode_snapshot(
         &snap,
         &DecodeOptions {
             threads,

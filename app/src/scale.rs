@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use ptscope_decoder::model::{decode_snapshot, DecodeOptions, Model};
+use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
+use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::{Packet, Packets};
 use ptscope_formats::snapshot::{rewrite, Snapshot};
 

@@ -14,50 +14,9 @@ use crate::ffi::{Block, BlockDecoder, BlockEnd, BlockItem, Image, PtError};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::progress::DecodeProgress;
+use crate::resolve::{Resolve, Resolved};
 use crate::stack::{StackBuilder, StackStats};
 use crate::store::ThreadSpans;
-
-/// The function an address is in, and the address range that shares it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resolved {
-    pub func: FuncId,
-    pub lo: u64,
-    pub hi: u64,
-    /// Entry address, 0 if unknown.
-    pub entry: u64,
-    /// Code no symbol covers: a call learned later may split the range
-    /// ([`Resolve::learn_entry`]), so what it resolves to depends on what
-    /// the walk has seen.
-    pub provisional: bool,
-}
-
-/// Maps addresses to functions; implemented per process over its mappings.
-pub trait Resolve {
-    fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved;
-    /// `addr` is a call target: a function starts there even if no symbol
-    /// says so. Returns true if that is news (cached ranges are stale).
-    fn learn_entry(&mut self, addr: u64, funcs: &mut FuncTable) -> bool {
-        let _ = (addr, funcs);
-        false
-    }
-    /// The label of a decode error at `ip` (e.g. a missing binary there).
-    fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
-        let _ = ip;
-        funcs.decode_error(&error.message())
-    }
-}
-
-impl<R: Resolve + ?Sized> Resolve for &mut R {
-    fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
-        (**self).resolve(addr, funcs)
-    }
-    fn learn_entry(&mut self, addr: u64, funcs: &mut FuncTable) -> bool {
-        (**self).learn_entry(addr, funcs)
-    }
-    fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
-        (**self).error_func(ip, error, funcs)
-    }
-}
 
 /// A block walk over one AUX queue: libipt's block decoder, or our own
 /// flow decoder that agrees with it ([`crate::flow`]).

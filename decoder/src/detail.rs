@@ -300,7 +300,7 @@ mod tests {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
         let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();
-        Arc::new(crate::model::decode_snapshot(&snap, &Default::default()).unwrap())
+        Arc::new(crate::decode::decode_snapshot(&snap, &Default::default()).unwrap())
     }
 
     #[test]

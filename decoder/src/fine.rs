@@ -26,8 +26,9 @@ use crate::event::{Event, EventKind, FuncId, FuncTable};
 use crate::ffi::{Block, DecoderConfig};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
-use crate::model::{ProcessSymbols, ThreadModel};
+use crate::model::ThreadModel;
 use crate::progress::DecodeProgress;
+use crate::resolve::ProcessSymbols;
 use crate::stack::StackBuilder;
 
 /// Why a segment could not be re-decoded.
@@ -982,7 +983,7 @@ mod tests {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
         let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();
-        crate::model::decode_snapshot(&snap, &Default::default()).unwrap()
+        crate::decode::decode_snapshot(&snap, &Default::default()).unwrap()
     }
 
     #[test]

@@ -36,6 +36,7 @@
 pub mod chunks;
 pub mod clock;
 pub mod coarse;
+pub mod decode;
 pub mod detail;
 pub mod event;
 #[allow(unsafe_code)] // SAFETY comments on each block.
@@ -50,6 +51,7 @@ pub mod model;
 pub mod packet;
 pub mod perf_script;
 pub mod progress;
+pub mod resolve;
 pub mod stack;
 pub mod store;
 pub mod symbols;

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use ptscope_decoder::chunks::Parallel;
-use ptscope_decoder::model::{decode_snapshot, decode_trace, DecodeOptions, Engine, Model};
+use ptscope_decoder::decode::{decode_snapshot, decode_trace, DecodeOptions, Engine};
+use ptscope_decoder::model::Model;
 use ptscope_formats::perf_data::PerfDataFile;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
@@ -384,7 +385,7 @@ pub fn perf_script(data: &[u8]) {
         let _ = parse_line(line);
     }
     if let Ok(script) = import(text, Path::new("fuzz.perf-script")) {
-        let model = ptscope_decoder::model::from_script(script);
+        let model = ptscope_decoder::decode::from_script(script);
         let _ = (model.time_range(), model.span_count());
     }
 }

@@ -44,7 +44,7 @@ fn median(mut v: Vec<Duration>) -> f64 {
 fn demo() -> Arc<ptscope_decoder::model::Model> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
     let snap = ptscope_formats::snapshot::Snapshot::open(&path).expect("the demo snapshot");
-    Arc::new(ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).expect("decodes"))
+    Arc::new(ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).expect("decodes"))
 }
 
 /// Zooms to `[s, e)` and runs frames until its line detail is drawn.

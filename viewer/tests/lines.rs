@@ -20,7 +20,7 @@ fn demo_dir() -> PathBuf {
 
 fn demo() -> Arc<Model> {
     let snap = ptscope_formats::snapshot::Snapshot::open(&demo_dir().join("demo.ptscope")).unwrap();
-    Arc::new(ptscope_decoder::model::decode_snapshot(&snap, &Default::default()).unwrap())
+    Arc::new(ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap())
 }
 
 fn harness() -> Harness<'static, TraceView> {

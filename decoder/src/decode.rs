@@ -1,0 +1,951 @@
+//! The decode driver: from a snapshot (or a raw PT dump, or perf-script
+//! text) to a [`Model`]. It builds each process's image and resolver from
+//! the sideband, runs the coarse pass over every AUX queue (in chunks on
+//! every core, or one walk), and collects spans, checkpoints and warnings.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ptscope_formats::snapshot::{Snapshot, Trace};
+
+use crate::chunks::{decode_queue_chunked, Parallel};
+use crate::coarse::{
+    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems, WalkFigures,
+};
+use crate::event::FuncTable;
+use crate::ffi::{BlockDecoder, DecoderConfig, Image, PtError, SectionCache};
+use crate::fine::{CpuSlots, LineSource, QueueParts};
+use crate::flow::FlowDecoder;
+use crate::image::{sections, Section};
+use crate::insn::decoder_config;
+use crate::memory::{FileCache, Memory};
+use crate::model::{Model, ThreadModel};
+use crate::packet::{find_psb, psb_offsets};
+use crate::progress::DecodeProgress;
+use crate::resolve::{ProcessSymbols, SymbolCache};
+
+/// Why a snapshot could not be decoded at all. Problems inside a trace
+/// (decode errors, missing binaries) are not errors: they become labelled
+/// spans.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The file could not be read; the error names it.
+    #[error(transparent)]
+    File(ptscope_formats::FileError),
+    #[error("{path}: libipt could not set up a decoder: {error}")]
+    Libipt { path: PathBuf, error: PtError },
+    #[error("{path}: {problem}")]
+    Input { path: PathBuf, problem: String },
+    #[error("{path}: decoding was cancelled")]
+    Cancelled { path: PathBuf },
+}
+
+/// Which threads to decode, and how.
+#[derive(Clone, Debug, Default)]
+pub struct DecodeOptions {
+    pub threads: Option<Vec<i32>>,
+    /// Counters to report to, a cancel flag, and partial models.
+    pub progress: Option<Arc<DecodeProgress>>,
+    pub engine: Engine,
+    /// How the flow engine's coarse pass spreads over cores.
+    pub parallel: Parallel,
+}
+
+/// What walks the trace in the coarse pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// Our own flow decoder ([`crate::flow`]): the fast one.
+    #[default]
+    Flow,
+    /// libipt's block decoder: the reference.
+    Libipt,
+}
+
+/// Decodes every thread of `snap` (or those `opts` selects).
+pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, DecodeError> {
+    let trace = snap.trace().map_err(DecodeError::File)?;
+    decode_trace(snap, &trace, opts)
+}
+
+/// A process's code, as the engine reads it.
+enum ProcImage {
+    /// Section ids in libipt's section cache.
+    Libipt(Vec<i32>),
+    Flow(Memory),
+}
+
+/// A process's image and resolver.
+type Proc = (ProcImage, ProcessSymbols);
+
+/// Where a process's code comes from: libipt's section cache or our files.
+struct Loaders {
+    engine: Engine,
+    cache: SectionCache,
+    files: FileCache,
+}
+
+/// Builds the image and resolver of process `pid`, once.
+fn add_proc<'p>(
+    procs: &'p mut HashMap<i32, Proc>,
+    pid: i32,
+    (snap, trace): (&Snapshot, &Trace),
+    loaders: &mut Loaders,
+    symbols: &mut SymbolCache,
+    missing_binaries: &mut Vec<String>,
+) -> Result<&'p mut Proc, DecodeError> {
+    if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
+        let (secs, missing) = sections(snap, trace, Some(pid));
+        let image = match loaders.engine {
+            Engine::Libipt => {
+                let mut isids = Vec::new();
+                for sec in &secs {
+                    isids.push(
+                        loaders
+                            .cache
+                            .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
+                            .map_err(|error| DecodeError::Libipt {
+                                path: sec.file.clone(),
+                                error,
+                            })?,
+                    );
+                }
+                ProcImage::Libipt(isids)
+            }
+            Engine::Flow => {
+                ProcImage::Flow(Memory::new(&secs, &mut loaders.files).map_err(|e| {
+                    DecodeError::Input {
+                        path: snap.path.clone(),
+                        problem: format!("cannot read a bundled binary: {e}"),
+                    }
+                })?)
+            }
+        };
+        let missing_maps: Vec<(u64, u64, String)> = trace
+            .mmaps
+            .iter()
+            .filter(|m| m.pid == pid && missing.contains(&m.path))
+            .map(|m| (m.start, m.len, m.path.clone()))
+            .collect();
+        for m in missing {
+            if !missing_binaries.contains(&m) {
+                missing_binaries.push(m);
+            }
+        }
+        let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
+        e.insert((image, resolver));
+    }
+    Ok(procs.get_mut(&pid).expect("inserted above"))
+}
+
+fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, PtError> {
+    let mut image = Image::new(cache)?;
+    for &isid in isids {
+        image.add(isid)?;
+    }
+    Ok(image)
+}
+
+/// What no span of the model will show: a queue with trace but no PSB
+/// (nothing to synchronize on, so none of it decodes), and data the
+/// kernel reported lost.
+fn input_warnings(trace: &Trace, wanted: &dyn Fn(i32) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &trace.streams {
+        if s.data.is_empty() || s.tid.is_some_and(|t| !wanted(t)) || find_psb(&s.data).is_some() {
+            continue;
+        }
+        let whose = match (s.tid, s.cpu) {
+            (Some(tid), _) => format!("thread {tid}"),
+            (None, Some(cpu)) => format!("CPU {cpu}"),
+            (None, None) => format!("queue {}", s.idx),
+        };
+        out.push(format!(
+            "the {} bytes of trace of {whose} hold no PSB packet to synchronize on: none of it can be decoded",
+            s.data.len()
+        ));
+    }
+    if trace.truncated_aux > 0 {
+        out.push(format!(
+            "{} trace buffer(s) were truncated by the kernel: trace was lost there",
+            trace.truncated_aux
+        ));
+    }
+    if trace.lost_records > 0 {
+        out.push(format!(
+            "the kernel lost {} sideband record(s): mappings or thread names may be missing",
+            trace.lost_records
+        ));
+    }
+    out
+}
+
+/// Threads whose call stack outgrew what the store keeps: their timeline
+/// starts over at the top there, which no span says.
+fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
+    threads
+        .iter()
+        .filter(|t| t.stack.depth_resets > 0)
+        .map(|t| {
+            format!(
+                "thread {}: its calls nested more than {} levels deep {} time(s), counting callers the trace began inside (runaway recursion, or a damaged trace); its timeline starts over at the top there",
+                t.spans.tid,
+                crate::stack::MAX_DEPTH,
+                t.stack.depth_resets
+            )
+        })
+        .collect()
+}
+
+pub fn decode_trace(
+    snap: &Snapshot,
+    trace: &Trace,
+    opts: &DecodeOptions,
+) -> Result<Model, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: snap.path.clone(),
+        error,
+    };
+    let cfg = decoder_config(trace);
+    let mut loaders = Loaders {
+        engine: opts.engine,
+        cache: SectionCache::new().map_err(libipt)?,
+        files: FileCache::default(),
+    };
+    let mut symbols = SymbolCache::default();
+    let mut funcs = FuncTable::default();
+    let mut missing_binaries = Vec::new();
+    let mut procs: HashMap<i32, Proc> = HashMap::new();
+    let pid_of = |tid: i32| trace.thread(tid).map_or(tid, |t| t.pid);
+    let wanted = |tid: i32| opts.threads.as_ref().is_none_or(|t| t.contains(&tid));
+    let comm_of = |tid: i32| {
+        trace
+            .thread(tid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_default()
+    };
+    let params = trace.params.clone();
+    let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+    let mut threads = Vec::new();
+    let progress = opts.progress.as_deref();
+    let psbs_of =
+        |data: &[u8]| -> Vec<u64> { psb_offsets(data).into_iter().map(|o| o as u64).collect() };
+    let queue_psbs: Vec<Vec<u64>> = trace.streams.iter().map(|s| psbs_of(&s.data)).collect();
+    if let Some(p) = progress {
+        let total: usize = trace
+            .streams
+            .iter()
+            .zip(&queue_psbs)
+            .filter(|(s, _)| s.tid.is_none_or(wanted))
+            .map(|(_, p)| p.len())
+            .sum();
+        p.segments_total
+            .store(total as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    let cancelled = || {
+        progress
+            .is_some_and(|p| p.is_cancelled())
+            .then(|| DecodeError::Cancelled {
+                path: snap.path.clone(),
+            })
+    };
+
+    // Per-thread queues.
+    for (s, psbs) in trace.streams.iter().zip(&queue_psbs) {
+        let Some(tid) = s.tid else { continue };
+        if !wanted(tid) {
+            continue;
+        }
+        let pid = pid_of(tid);
+        let (image, resolver) = add_proc(
+            &mut procs,
+            pid,
+            (snap, trace),
+            &mut loaders,
+            &mut symbols,
+            &mut missing_binaries,
+        )?;
+        let thread = (pid, tid, comm_of(tid));
+        let d = match image {
+            ProcImage::Libipt(isids) => {
+                let image = new_image(&loaders.cache, isids).map_err(libipt)?;
+                let dec = BlockDecoder::new(&s.data, &cfg).map_err(libipt)?;
+                decode_thread(
+                    dec, s.idx, &image, resolver, &mut funcs, &to_ns, psbs, thread, progress,
+                )
+            }
+            ProcImage::Flow(mem) => {
+                let queue_threads = [QueueThread {
+                    pid: thread.0,
+                    tid: thread.1,
+                    comm: thread.2,
+                    proc: 0,
+                }];
+                let mut sink = ThreadBuilders::new(&queue_threads);
+                let walk = QueueWalk {
+                    queue: s.idx,
+                    images: &[&*mem],
+                    thread_procs: &[0],
+                    schedule: &[],
+                    to_ns: &to_ns,
+                    psbs,
+                    stop_at_psb: false,
+                    progress,
+                };
+                // First spans as soon as the first chunk is in; then a new
+                // partial model each time the spans double (a copy each).
+                let mut offered = 0;
+                let on_chunk = |b: &ThreadBuilders, funcs: &FuncTable| {
+                    let Some(p) = progress else { return };
+                    let n = b.span_count();
+                    if n == 0 || n < offered * 2 {
+                        return;
+                    }
+                    let published = p.offer(|| {
+                        let mut partial = threads.clone();
+                        partial.extend(
+                            b.snapshot()
+                                .into_iter()
+                                .map(|d| ThreadModel::new(d, Some(s.idx))),
+                        );
+                        Model {
+                            funcs: funcs.clone(),
+                            threads: partial,
+                            missing_binaries: missing_binaries.clone(),
+                            warnings: Vec::new(),
+                            lines: None,
+                        }
+                    });
+                    if published {
+                        offered = n;
+                    }
+                };
+                decode_queue_chunked(
+                    &s.data,
+                    &cfg,
+                    walk,
+                    std::slice::from_mut(resolver),
+                    &mut funcs,
+                    &mut sink,
+                    &opts.parallel,
+                    on_chunk,
+                )
+                .map(|figures| {
+                    sink.add_figures(figures);
+                    sink.finish().pop().expect("one thread in, one out")
+                })
+            }
+        }
+        .map_err(libipt)?;
+        if let Some(e) = cancelled() {
+            return Err(e);
+        }
+        threads.push(ThreadModel::new(d, Some(s.idx)));
+        if let Some(p) = progress {
+            p.offer(|| Model {
+                funcs: funcs.clone(),
+                threads: threads.clone(),
+                missing_binaries: missing_binaries.clone(),
+                warnings: Vec::new(),
+                lines: None,
+            });
+        }
+    }
+
+    // Per-CPU queues: divided among threads by the switch sideband, decoded
+    // per CPU, then merged in time order into one stack per thread.
+    let mut schedules: HashMap<u32, Vec<(u64, usize)>> = HashMap::new();
+    let mut cpu_slots = CpuSlots::default();
+    let mut cpu_pids: Vec<i32> = Vec::new();
+    if trace.streams.iter().any(|s| s.tid.is_none()) {
+        let mut slot_of: HashMap<i32, usize> = HashMap::new();
+        let mut queue_threads: Vec<QueueThread> = Vec::new();
+        let mut pids: Vec<i32> = Vec::new();
+        for sw in &trace.switches {
+            // tid 0 is the idle task: no user code of its own.
+            if sw.tid <= 0 || slot_of.contains_key(&sw.tid) {
+                continue;
+            }
+            let pid = if sw.pid > 0 { sw.pid } else { pid_of(sw.tid) };
+            let proc = match pids.iter().position(|&p| p == pid) {
+                Some(i) => i,
+                None => {
+                    pids.push(pid);
+                    pids.len() - 1
+                }
+            };
+            slot_of.insert(sw.tid, queue_threads.len());
+            queue_threads.push(QueueThread {
+                pid,
+                tid: sw.tid,
+                comm: comm_of(sw.tid),
+                proc,
+            });
+        }
+        if queue_threads.is_empty() {
+            return Err(DecodeError::Input {
+                path: snap.path.clone(),
+                problem: "its trace is per CPU but it has no context-switch records to tell \
+                          the threads apart (record with `perf record --switch-events`)"
+                    .into(),
+            });
+        }
+        for &pid in &pids {
+            add_proc(
+                &mut procs,
+                pid,
+                (snap, trace),
+                &mut loaders,
+                &mut symbols,
+                &mut missing_binaries,
+            )?;
+        }
+        let mut taken: Vec<(i32, Proc)> = pids
+            .iter()
+            .map(|p| (*p, procs.remove(p).expect("added above")))
+            .collect();
+        let (proc_images, mut resolvers): (Vec<&ProcImage>, Vec<&mut ProcessSymbols>) =
+            taken.iter_mut().map(|(_, p)| (&p.0, &mut p.1)).unzip();
+        let mut libipt_images = Vec::new();
+        let mut memories: Vec<&Memory> = Vec::new();
+        for image in &proc_images {
+            match image {
+                ProcImage::Libipt(isids) => {
+                    libipt_images.push(new_image(&loaders.cache, isids).map_err(libipt)?)
+                }
+                ProcImage::Flow(mem) => memories.push(mem),
+            }
+        }
+        let libipt_refs: Vec<&Image> = libipt_images.iter().collect();
+        let thread_procs: Vec<usize> = queue_threads.iter().map(|t| t.proc).collect();
+        let mut builders = ThreadBuilders::new(&queue_threads);
+        let mut queues = Vec::new();
+        for (s, psbs) in trace.streams.iter().zip(&queue_psbs) {
+            if s.tid.is_some() {
+                continue;
+            }
+            let cpu = s.cpu.unwrap_or(0);
+            let schedule: Vec<(u64, usize)> = trace
+                .switches
+                .iter()
+                .filter(|sw| sw.cpu == cpu)
+                .filter_map(|sw| slot_of.get(&sw.tid).map(|&slot| (sw.time, slot)))
+                .collect();
+            let mut items = TimedItems::default();
+            let figures = match opts.engine {
+                Engine::Libipt => decode_queue(
+                    BlockDecoder::new(&s.data, &cfg).map_err(libipt)?,
+                    s.idx,
+                    &libipt_refs,
+                    &mut resolvers,
+                    &thread_procs,
+                    &schedule,
+                    &mut funcs,
+                    &to_ns,
+                    psbs,
+                    &mut items,
+                    progress,
+                ),
+                Engine::Flow => {
+                    let mut owned: Vec<ProcessSymbols> =
+                        resolvers.iter().map(|r| (**r).clone()).collect();
+                    let walk = QueueWalk {
+                        queue: s.idx,
+                        images: &memories,
+                        thread_procs: &thread_procs,
+                        schedule: &schedule,
+                        to_ns: &to_ns,
+                        psbs,
+                        stop_at_psb: false,
+                        progress,
+                    };
+                    decode_queue_chunked(
+                        &s.data,
+                        &cfg,
+                        walk,
+                        &mut owned,
+                        &mut funcs,
+                        &mut items,
+                        &opts.parallel,
+                        |_, _| {},
+                    )
+                    .inspect(|_| {
+                        // What the walk learned, for the fine pass.
+                        for (r, o) in resolvers.iter_mut().zip(owned) {
+                            **r = o;
+                        }
+                    })
+                }
+            }
+            .map_err(libipt)?;
+            if let Some(e) = cancelled() {
+                return Err(e);
+            }
+            builders.add_figures(figures);
+            queues.push(items);
+            schedules.insert(s.idx, schedule);
+        }
+        TimedItems::merge_into(queues, &mut builders, &funcs);
+        drop(resolvers);
+        drop(libipt_refs);
+        drop(libipt_images);
+        drop(memories);
+        drop(proc_images);
+        procs.extend(taken);
+        cpu_slots = CpuSlots {
+            slot_of: slot_of.clone(),
+            thread_procs: thread_procs.clone(),
+        };
+        cpu_pids = pids.clone();
+        for (t, d) in queue_threads.iter().zip(builders.finish()) {
+            if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
+                continue;
+            }
+            threads.push(ThreadModel::new(d, None));
+        }
+    }
+    threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
+
+    // What the fine pass needs later: per-CPU processes first, in the
+    // order their slots name them.
+    let mut order: Vec<i32> = cpu_pids;
+    let mut rest: Vec<i32> = procs
+        .keys()
+        .copied()
+        .filter(|p| !order.contains(p))
+        .collect();
+    rest.sort_unstable();
+    order.extend(rest);
+    let mut fine_procs = Vec::new();
+    for pid in order {
+        let Some((image, resolver)) = procs.remove(&pid) else {
+            continue;
+        };
+        let memory = match image {
+            ProcImage::Flow(mem) => mem,
+            ProcImage::Libipt(_) => {
+                let (secs, _) = sections(snap, trace, Some(pid));
+                Memory::new(&secs, &mut loaders.files).unwrap_or_default()
+            }
+        };
+        fine_procs.push((pid, memory, resolver));
+    }
+    let fine_queues = trace
+        .streams
+        .iter()
+        .zip(queue_psbs)
+        .filter(|(s, _)| s.tid.is_none_or(wanted))
+        .map(|(s, psbs)| QueueParts {
+            idx: s.idx,
+            tid: s.tid,
+            data: s.data.to_vec(),
+            psbs,
+            schedule: schedules.remove(&s.idx).unwrap_or_default(),
+        })
+        .collect();
+    let params = trace.params.clone();
+    let lines = LineSource::new(
+        cfg,
+        Box::new(move |tsc| params.tsc_to_ns(tsc)),
+        fine_queues,
+        fine_procs,
+        cpu_slots,
+        funcs.clone(),
+    );
+    // Keep the section cache alive until every image is gone.
+    drop(procs);
+    drop(loaders);
+    Ok(Model {
+        funcs,
+        missing_binaries,
+        warnings: [input_warnings(trace, &wanted), stack_warnings(&threads)].concat(),
+        threads,
+        lines: Some(Arc::new(lines)),
+    })
+}
+
+/// Decodes a raw PT dump against raw binary images loaded at fixed
+/// addresses, like ptxed's `--raw FILE:ADDR`. Times are TSC ticks.
+pub fn decode_raw(
+    pt_path: &Path,
+    pt: &[u8],
+    images: &[(PathBuf, u64)],
+    cfg: &DecoderConfig,
+    engine: Engine,
+) -> Result<Model, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: pt_path.to_path_buf(),
+        error,
+    };
+    let mut secs = Vec::new();
+    for (file, addr) in images {
+        let len = std::fs::metadata(file)
+            .map_err(|e| DecodeError::Input {
+                path: file.clone(),
+                problem: format!("cannot read the raw image: {e}"),
+            })?
+            .len();
+        if len == 0 {
+            return Err(DecodeError::Input {
+                path: file.clone(),
+                problem: "the raw image is empty".into(),
+            });
+        }
+        secs.push(Section {
+            file: file.clone(),
+            offset: 0,
+            size: len,
+            vaddr: *addr,
+            mapped_path: file.display().to_string(),
+        });
+    }
+    let psbs: Vec<u64> = psb_offsets(pt).into_iter().map(|o| o as u64).collect();
+    if psbs.is_empty() {
+        return Err(DecodeError::Input {
+            path: pt_path.to_path_buf(),
+            problem: "no PSB packet: this is not Intel PT data".into(),
+        });
+    }
+    let mut symbols = SymbolCache::default();
+    let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
+    let mut funcs = FuncTable::default();
+    let thread = (0, 0, "raw".to_string());
+    let mem = Memory::new(&secs, &mut FileCache::default()).map_err(|e| DecodeError::Input {
+        path: pt_path.to_path_buf(),
+        problem: format!("cannot read a raw image: {e}"),
+    })?;
+    let d =
+        match engine {
+            Engine::Libipt => {
+                let mut cache = SectionCache::new().map_err(libipt)?;
+                let mut isids = Vec::new();
+                for s in &secs {
+                    isids.push(cache.add_file(&s.file, s.offset, s.size, s.vaddr).map_err(
+                        |e| DecodeError::Input {
+                            path: s.file.clone(),
+                            problem: format!("libipt cannot map it: {e}"),
+                        },
+                    )?);
+                }
+                let image = new_image(&cache, &isids).map_err(libipt)?;
+                let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
+                decode_thread(
+                    dec,
+                    0,
+                    &image,
+                    &mut resolver,
+                    &mut funcs,
+                    &|tsc| tsc,
+                    &psbs,
+                    thread,
+                    None,
+                )
+            }
+            Engine::Flow => {
+                let dec = FlowDecoder::new(pt, cfg);
+                decode_thread(
+                    dec,
+                    0,
+                    &mem,
+                    &mut resolver,
+                    &mut funcs,
+                    &|tsc| tsc,
+                    &psbs,
+                    thread,
+                    None,
+                )
+            }
+        }
+        .map_err(libipt)?;
+    let lines = LineSource::new(
+        *cfg,
+        Box::new(|tsc| tsc),
+        vec![QueueParts {
+            idx: 0,
+            tid: Some(0),
+            data: pt.to_vec(),
+            psbs,
+            schedule: Vec::new(),
+        }],
+        vec![(0, mem, resolver)],
+        CpuSlots::default(),
+        funcs.clone(),
+    );
+    let threads = vec![ThreadModel::new(d, None)];
+    Ok(Model {
+        funcs,
+        missing_binaries: Vec::new(),
+        warnings: stack_warnings(&threads),
+        threads,
+        lines: Some(Arc::new(lines)),
+    })
+}
+
+/// Rebuilds the spans of imported `perf script` text.
+pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
+    let crate::perf_script::ScriptTrace { threads, funcs, .. } = script;
+    let threads = threads
+        .into_iter()
+        .map(|t| {
+            let mut b = crate::stack::StackBuilder::new(t.pid, t.tid, String::new());
+            for ev in &t.events {
+                b.event(ev, &funcs);
+            }
+            let (spans, stack) = b.finish();
+            ThreadModel {
+                spans,
+                stack,
+                walk: WalkFigures::default(),
+                checkpoints: Vec::new(),
+                checkpoint_frames: Vec::new(),
+                stream: None,
+            }
+        })
+        .collect::<Vec<_>>();
+    Model {
+        funcs,
+        missing_binaries: Vec::new(),
+        warnings: stack_warnings(&threads),
+        threads,
+        lines: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> Snapshot {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
+        Snapshot::open(&path).expect("the bundled demo opens")
+    }
+
+    /// The first line where two canonical models differ, with context.
+    pub(crate) fn assert_same(a: &[String], b: &[String]) {
+        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+            let ctx = |v: &[String]| v[i.saturating_sub(3)..(i + 3).min(v.len())].join("\n");
+            panic!(
+                "differ at line {i} of {}/{}:\n-- one walk:\n{}\n-- chunks:\n{}",
+                a.len(),
+                b.len(),
+                ctx(a),
+                ctx(b)
+            );
+        }
+    }
+
+    /// Tracing off at a PSB, then on: the first block's checkpoint is that
+    /// PSB's alone, even when the block ends in a TIP right before the next
+    /// PSB (the decoder has consumed the trace up to that PSB, not past
+    /// it). It also took the next PSB's, at the wrong instruction, and the
+    /// next PSB's own status was then skipped. (libipt's engine still
+    /// does: its decoder reads the next PSB+ with the TIP, so it cannot
+    /// tell.)
+    #[test]
+    fn a_block_ending_right_before_a_psb_does_not_take_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        // 0x1000: jmp rax. 0x1010: nop; nop; jmp rax.
+        let mut code = vec![0x90u8; 0x20];
+        code[0..2].copy_from_slice(&[0xff, 0xe0]);
+        code[0x12..0x14].copy_from_slice(&[0xff, 0xe0]);
+        std::fs::write(&image, code).unwrap();
+        let ip = |opcode: u8, ip: u64| {
+            let mut p = vec![opcode | (6 << 5)];
+            p.extend(ip.to_le_bytes());
+            p
+        };
+        let psb = crate::packet::PSB_BYTES.to_vec();
+        let psbend = [0x02, 0x23];
+        // PSB+ with tracing off; TIP.PGE 0x1000; TIP 0x1010.
+        let mut pt = psb.clone();
+        pt.extend(psbend);
+        pt.extend(ip(0x11, 0x1000));
+        pt.extend(ip(0x0d, 0x1010));
+        let second = pt.len() as u64;
+        // PSB+ at 0x1010; TIP.PGD, IP suppressed, binds to the jmp.
+        pt.extend(&psb);
+        pt.extend(ip(0x1d, 0x1010));
+        pt.extend(psbend);
+        pt.push(0x01);
+        let m = decode_raw(
+            Path::new("raw.pt"),
+            &pt,
+            &[(image.clone(), 0x1000)],
+            &DecoderConfig::default(),
+            Engine::Flow,
+        )
+        .unwrap();
+        let cps: Vec<_> = m.threads[0]
+            .checkpoints
+            .iter()
+            .map(|c| (c.offset, c.ip, c.insn))
+            .collect();
+        assert_eq!(cps, [(0, 0x1000, 0), (second, 0x1010, 1)]);
+    }
+
+    #[test]
+    fn a_queue_without_a_psb_is_a_warning() {
+        let snap = demo();
+        assert!(decode_snapshot(&snap, &DecodeOptions::default())
+            .unwrap()
+            .warnings
+            .is_empty());
+        let mut trace = snap.trace().unwrap();
+        let bytes = trace.streams[0].data.len();
+        trace.streams[0].data = vec![0u8; bytes].into();
+        let m = decode_trace(&snap, &trace, &DecodeOptions::default()).unwrap();
+        assert_eq!(m.span_count(), 0);
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+        assert!(m.warnings[0].contains("hold no PSB"), "{:?}", m.warnings);
+        // Not a thread we were asked about: not our business.
+        let opts = DecodeOptions {
+            threads: Some(vec![-5]),
+            ..DecodeOptions::default()
+        };
+        assert!(decode_trace(&snap, &trace, &opts)
+            .unwrap()
+            .warnings
+            .is_empty());
+    }
+
+    #[test]
+    fn chunks_on_two_cores_give_what_one_walk_gives() {
+        let snap = demo();
+        let one = decode_snapshot(
+            &snap,
+            &DecodeOptions {
+                parallel: Parallel::sequential(),
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(one.threads.iter().all(|t| t.checkpoints.len() > 3));
+        // A chunk per PSB: every seam there is; timed by the chunks, and
+        // by the replay alone; on threads, and in order on this one.
+        for (retime, in_order) in [(false, false), (true, false), (false, true)] {
+            let many = decode_snapshot(
+                &snap,
+                &DecodeOptions {
+                    parallel: Parallel {
+                        workers: 2,
+                        chunk_bytes: 1,
+                        first_chunk_bytes: 1,
+                        retime,
+                        in_order,
+                    },
+                    ..DecodeOptions::default()
+                },
+            )
+            .unwrap();
+            assert_same(&one.canonical(), &many.canonical());
+        }
+    }
+
+    /// `trace` decoded in one walk, and in chunks cut at every PSB.
+    fn one_walk_and_chunks(snap: &Snapshot, trace: &Trace) -> (Model, Model) {
+        let decode = |parallel| {
+            let opts = DecodeOptions {
+                parallel,
+                ..DecodeOptions::default()
+            };
+            decode_trace(snap, trace, &opts).unwrap()
+        };
+        let chunks = Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+            in_order: false,
+        };
+        (decode(Parallel::sequential()), decode(chunks))
+    }
+
+    /// Timing or padding packets between the last branch and a PSB leave
+    /// the decoder short of the PSB when it reports the PSB+ status: the
+    /// PSB must still count as reached there, or checkpoints come a
+    /// segment late and a chunk walks on into the next chunk.
+    #[test]
+    fn packets_before_a_psb_neither_delay_its_checkpoint_nor_blur_a_seam() {
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let mut psbs_total = 0;
+        for s in &mut trace.streams {
+            let psbs = psb_offsets(&s.data);
+            psbs_total += psbs.len();
+            let mut padded = Vec::with_capacity(s.data.len() + psbs.len() * 4);
+            let mut from = 0;
+            for &p in &psbs {
+                padded.extend_from_slice(&s.data[from..p]);
+                padded.extend_from_slice(&[0; 4]); // PAD packets
+                from = p;
+            }
+            padded.extend_from_slice(&s.data[from..]);
+            s.data = padded.into();
+        }
+        let (one, many) = one_walk_and_chunks(&snap, &trace);
+        let checkpoints: usize = one.threads.iter().map(|t| t.checkpoints.len()).sum();
+        assert_eq!(checkpoints, psbs_total, "a checkpoint at every PSB");
+        assert_same(&one.canonical(), &many.canonical());
+    }
+
+    /// An overflow inside a PSB+ where a chunk starts: the chunk before
+    /// stops there, and the overflow is reported once, by the next, as
+    /// one walk reports it (it was reported by both).
+    #[test]
+    fn an_overflow_inside_psb_plus_at_a_seam_is_reported_once() {
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let s = &mut trace.streams[0];
+        let psbs = psb_offsets(&s.data);
+        assert!(psbs.len() > 4);
+        let at = psbs[psbs.len() / 2] + crate::packet::PSB_BYTES.len();
+        let (ovf_psb, next_psb) = (psbs[psbs.len() / 2], psbs[psbs.len() / 2 + 1] + 2);
+        let mut data = s.data[..at].to_vec();
+        data.extend_from_slice(&[0x02, 0xf3]); // OVF
+        data.extend_from_slice(&s.data[at..]);
+        s.data = data.into();
+        let (one, many) = one_walk_and_chunks(&snap, &trace);
+        let overflows: u64 = one.threads.iter().map(|t| t.walk.overflows).sum();
+        assert_eq!(overflows, 1);
+        // That PSB's segment starts where tracing resumed, not at the next.
+        let cps = &one.threads[0].checkpoints;
+        let insn = |off| cps.iter().find(|c| c.offset == off).unwrap().insn;
+        assert!(insn(ovf_psb as u64) < insn(next_psb as u64));
+        assert_same(&one.canonical(), &many.canonical());
+    }
+
+    #[test]
+    fn progress_counts_every_segment_and_publishes_the_model_so_far() {
+        let progress = DecodeProgress::new();
+        let opts = DecodeOptions {
+            threads: None,
+            progress: Some(progress.clone()),
+            ..DecodeOptions::default()
+        };
+        let model = decode_snapshot(&demo(), &opts).unwrap();
+        let (done, total) = progress.segments();
+        assert!(total > 0);
+        assert_eq!(done, total);
+        let partial = progress.take_partial().expect("a partial model");
+        assert!(partial.span_count() > 0);
+        assert!(partial.span_count() <= model.span_count());
+    }
+
+    #[test]
+    fn a_cancelled_decode_stops_with_an_error() {
+        let progress = DecodeProgress::new();
+        progress.cancel();
+        let opts = DecodeOptions {
+            threads: None,
+            progress: Some(progress.clone()),
+            ..DecodeOptions::default()
+        };
+        let err = decode_snapshot(&demo(), &opts).err().expect("cancelled");
+        assert!(matches!(err, DecodeError::Cancelled { .. }), "{err}");
+        assert!(err.to_string().contains("demo.ptscope"));
+        // It stopped at the first block, not at the end.
+        let (done, total) = progress.segments();
+        assert!(done < total, "{done} of {total}");
+    }
+}
