@@ -40,11 +40,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ptscope_decoder::block::BlockItem;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_decoder::event::FuncTable;
-use ptscope_decoder::ffi::{BlockDecoder, BlockItem, Image, SectionCache};
+use ptscope_decoder::ffi::{BlockDecoder, Image, SectionCache};
 use ptscope_decoder::flow::FlowDecoder;
 use ptscope_decoder::image::{sections, Section};
 use ptscope_decoder::insn::decoder_config;

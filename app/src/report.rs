@@ -10,10 +10,10 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use ptscope_capture::emulated::settings::cpu as emulated_cpu;
+use ptscope_decoder::block::DecoderConfig;
 use ptscope_decoder::chunks::Parallel;
 use ptscope_decoder::decode::{self, DecodeOptions, Engine};
 use ptscope_decoder::event::{FuncTable, SpanKind};
-use ptscope_decoder::ffi::DecoderConfig;
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::Model;
 use ptscope_decoder::perf_script;

@@ -44,11 +44,11 @@
 
 use std::sync::{mpsc, Condvar, Mutex};
 
+use crate::block::{DecoderConfig, PtError};
 use crate::clock::{Clock, Stamp};
 use crate::coarse::{release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Sink};
 use crate::coarse::{walk_queue, WalkFigures};
 use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
-use crate::ffi::{DecoderConfig, PtError};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::resolve::Resolve;

@@ -8,9 +8,10 @@
 //! and the call stack there, so later passes can re-decode any window
 //! without starting over.
 
+use crate::block::{Block, BlockEnd, BlockItem, PtError};
 use crate::clock::{Clock, Stamp};
 use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
-use crate::ffi::{Block, BlockDecoder, BlockEnd, BlockItem, Image, PtError};
+use crate::ffi::{BlockDecoder, Image};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::progress::DecodeProgress;

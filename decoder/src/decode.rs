@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
+use crate::block::{DecoderConfig, PtError};
 use crate::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
     decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems, WalkFigures,
 };
 use crate::event::FuncTable;
-use crate::ffi::{BlockDecoder, DecoderConfig, Image, PtError, SectionCache};
+use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};

@@ -11,60 +11,14 @@ use std::path::Path;
 
 use libipt_sys as sys;
 
-/// A libipt error code with its message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PtError(pub i32);
+use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
 
-impl PtError {
-    // libipt's codes, which our own flow decoder reports too, so both
-    // decoders' errors read the same.
-    pub const BAD_OPC: PtError = PtError(-(sys::pt_error_code_pte_bad_opc as i32));
-    pub const BAD_PACKET: PtError = PtError(-(sys::pt_error_code_pte_bad_packet as i32));
-    pub const BAD_CONTEXT: PtError = PtError(-(sys::pt_error_code_pte_bad_context as i32));
-    pub const EOS: PtError = PtError(-(sys::pt_error_code_pte_eos as i32));
-    pub const BAD_QUERY: PtError = PtError(-(sys::pt_error_code_pte_bad_query as i32));
-    pub const NOIP: PtError = PtError(-(sys::pt_error_code_pte_noip as i32));
-    pub const NOMAP: PtError = PtError(-(sys::pt_error_code_pte_nomap as i32));
-    pub const BAD_INSN: PtError = PtError(-(sys::pt_error_code_pte_bad_insn as i32));
-    pub const BAD_RETCOMP: PtError = PtError(-(sys::pt_error_code_pte_bad_retcomp as i32));
-
-    pub fn is_eos(self) -> bool {
-        self.0 == -(sys::pt_error_code_pte_eos as i32)
-    }
-
-    /// No memory is mapped at the address the decoder needed.
-    pub fn is_nomap(self) -> bool {
-        self.0 == -(sys::pt_error_code_pte_nomap as i32)
-    }
-
-    /// libipt's message, without the code.
-    pub fn message(self) -> String {
-        // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
-        let msg =
-            unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-self.0) as sys::pt_error_code)) };
-        msg.to_string_lossy().into_owned()
-    }
-}
-
-impl std::fmt::Display for PtError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
-        let msg =
-            unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-self.0) as sys::pt_error_code)) };
-        write!(f, "{} ({})", msg.to_string_lossy(), self.0)
-    }
-}
-
-/// CPU and timing parameters for the decoder.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DecoderConfig {
-    pub family: u16,
-    pub model: u8,
-    pub stepping: u8,
-    pub cpuid_0x15_eax: u32,
-    pub cpuid_0x15_ebx: u32,
-    pub mtc_freq: u8,
-    pub nom_freq: u8,
+/// libipt's message for error `code` (negative, as libipt returns it),
+/// without the code.
+pub(crate) fn error_message(code: i32) -> String {
+    // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
+    let msg = unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-code) as sys::pt_error_code)) };
+    msg.to_string_lossy().into_owned()
 }
 
 /// A zeroed pt_config over `trace` with the CPU and timing parameters set.
@@ -396,86 +350,6 @@ impl Drop for Image<'_> {
         // SAFETY: allocated by pt_image_alloc; decoders using it borrow it.
         unsafe { sys::pt_image_free(self.raw) }
     }
-}
-
-/// The class of a block's last instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockEnd {
-    Call,
-    Return,
-    Jump,
-    CondJump,
-    /// syscall, sysenter, far call, int.
-    FarCall,
-    /// sysret, iret, far ret.
-    FarReturn,
-    FarJump,
-    /// An indirect jump or a far transfer: libipt's block cache does not
-    /// tell which (`ptic_indirect`).
-    Indirect,
-    /// Not a branch: the block ended for another reason.
-    Other,
-}
-
-/// A run of instructions as the block decoder reports it.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
-    pub ip: u64,
-    pub end_ip: u64,
-    pub ninsn: u32,
-    pub end: BlockEnd,
-}
-
-/// What the block walk reports, in trace order. `tsc` is the event's
-/// timestamp when libipt attached one.
-#[derive(Clone, Copy, Debug)]
-pub enum BlockItem {
-    /// Decoding (re)started at a PSB at this trace offset.
-    Sync {
-        offset: u64,
-    },
-    Block(Block),
-    /// Tracing enabled at `ip`; a status update repeats the known state.
-    Enabled {
-        ip: u64,
-        status_update: bool,
-        tsc: Option<u64>,
-    },
-    /// Tracing disabled after the last block (synchronously).
-    Disabled {
-        ip: Option<u64>,
-        tsc: Option<u64>,
-        /// PSB+ says tracing is off: state, not a transition.
-        status_update: bool,
-    },
-    /// Tracing disabled asynchronously at `at` (an interrupt or fault).
-    AsyncDisabled {
-        at: u64,
-        tsc: Option<u64>,
-    },
-    /// An asynchronous branch with both ends traced.
-    AsyncBranch {
-        from: u64,
-        to: u64,
-        tsc: Option<u64>,
-    },
-    /// The hardware lost trace; decoding resumes at `ip`.
-    Overflow {
-        ip: Option<u64>,
-        tsc: Option<u64>,
-    },
-    /// Time is known exactly at the end of the last block.
-    Tick {
-        ip: Option<u64>,
-        tsc: u64,
-    },
-    /// A decode error at `offset`; the walk resyncs at the next PSB. `ip`
-    /// is where the decoder was.
-    Error {
-        offset: u64,
-        error: PtError,
-        ip: Option<u64>,
-    },
 }
 
 /// A block decoder over one PT buffer.

@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 
 use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
 
+use crate::block::{Block, DecoderConfig};
 use crate::coarse::{walk_queue, Checkpoint, NoSink, Observe, QueueWalk};
 use crate::event::{Event, EventKind, FuncId, FuncTable};
-use crate::ffi::{Block, DecoderConfig};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::model::ThreadModel;

@@ -32,7 +32,7 @@
 
 use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
-use crate::ffi::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
+use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
 use crate::memory::Memory;
 use crate::packet::{self, IpKind, Packet, PacketError};
 use crate::tsc::Time;

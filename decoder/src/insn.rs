@@ -2,7 +2,8 @@
 
 use ptscope_formats::snapshot::{AuxStream, Trace};
 
-use crate::ffi::{DecodedInsn, DecoderConfig, InsnDecoder, PtError, WalkStats};
+use crate::block::{DecoderConfig, PtError};
+use crate::ffi::{DecodedInsn, InsnDecoder, WalkStats};
 use crate::image::Section;
 
 /// The libipt configuration a trace calls for: its CPU (for errata) and the

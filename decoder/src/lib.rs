@@ -33,6 +33,7 @@
 //! fall-through names the function that ran; a tail call that begins the
 //! trace keeps its source).
 
+pub mod block;
 pub mod chunks;
 pub mod clock;
 pub mod coarse;

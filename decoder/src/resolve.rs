@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::block::PtError;
 use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
-use crate::ffi::PtError;
 use crate::image::Section;
 use crate::symbols::ModuleSymbols;
 

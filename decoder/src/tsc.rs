@@ -4,7 +4,7 @@
 //! The rules follow the SDM (and libipt's `pt_time`), so both decoders give
 //! the same times.
 
-use crate::ffi::DecoderConfig;
+use crate::block::DecoderConfig;
 
 /// MTC carries 8 bits of the CTC; TMA 16.
 const MTC_BITS: u32 = 8;
