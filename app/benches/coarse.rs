@@ -41,7 +41,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::block::BlockItem;
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_decoder::event::FuncTable;

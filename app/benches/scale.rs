@@ -47,7 +47,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::psb_offsets;

@@ -12,7 +12,7 @@ use ptscope_capture::emulated::tracer::{self, Target};
 use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::supervise;
 use ptscope_capture::trigger::Trigger;
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::Engine;
 use ptscope_decoder::packet::{self, Packets};
 use ptscope_formats::snapshot::Snapshot;

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::Engine;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::progress::DecodeProgress;

@@ -11,7 +11,7 @@ use clap::ValueEnum;
 
 use ptscope_capture::emulated::settings::cpu as emulated_cpu;
 use ptscope_decoder::block::DecoderConfig;
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{self, DecodeOptions, Engine};
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};

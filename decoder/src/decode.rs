@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
 use crate::block::{DecoderConfig, PtError};
-use crate::chunks::{decode_queue_chunked, Parallel};
+use crate::coarse::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
     decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems, WalkFigures,
 };

@@ -34,7 +34,6 @@
 //! trace keeps its source).
 
 pub mod block;
-pub mod chunks;
 pub mod clock;
 pub mod coarse;
 pub mod decode;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use ptscope_decoder::chunks::Parallel;
+use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{decode_snapshot, decode_trace, DecodeOptions, Engine};
 use ptscope_decoder::model::Model;
 use ptscope_formats::perf_data::PerfDataFile;

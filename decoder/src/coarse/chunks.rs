@@ -1,46 +1,9 @@
-//! The coarse pass on every core: a queue cut at PSBs into chunks that are
-//! walked at once, then replayed in order into one clock and one sink.
-//!
-//! A PSB is where a decoder can start afresh: the hardware clears return
-//! compression there and PSB+ restates the IP and time. So chunk `k`'s
-//! walk, started at its PSB, reports what a whole walk reports from there
-//! on. The only state that crosses a PSB is what the walker holds: the
-//! clock's events not yet timed and the open call stack. Workers therefore
-//! record the clock's input (events and timing anchors, by instruction
-//! position) instead of timing it, and one consumer replays the chunks in
-//! order through a single clock into the stack builders, which see exactly
-//! the sequence one walk would have given them. The seams are mended in
-//! the replay:
-//! - chunk `k` ends at chunk `k+1`'s PSB after flushing the branch that
-//!   lands there; the PSB's checkpoint is `k+1`'s first, and so is any of
-//!   `k`'s own PSBs still waiting for a block (tracing was off);
-//! - `k+1` starts with a sync, so its first block makes a trace-begin that
-//!   a whole walk (tracing on at the PSB) never made: it is dropped;
-//! - each chunk times what lies between its own first and last timing
-//!   anchors; the replay times the rest across the seams.
-//!
-//! Where the trace is broken right at a seam (an overflow or a bad packet
-//! inside the PSB+ itself), chunk `k` stops there and `k+1` reports it,
-//! once, as one walk does; a PSB+ cut short by an overflow is checkpointed
-//! where tracing resumes, both ways. A walk also starts afresh at every
-//! PSB (the time, the mode and the return stack its PSB+ restates), so a
-//! damaged PSB+ that leaves some out leaves them out both ways.
-//!
-//! Two differences remain. A PSB pattern inside another packet's payload,
-//! which no hardware writes: the chunker cuts there without parsing, and
-//! one walk reads past it as payload. And CYC timing in a trace that does
-//! not give the core's nominal ratio: it then converts cycles at a rate
-//! learned between the TSCs of successive PSBs, which a chunk learns
-//! afresh, so the first segment of each chunk is timed by its TSC and MTC
-//! alone.
-//!
-//! Function ids differ per worker (each interns into its own copy of the
-//! table) and are mapped into the caller's table as each chunk is replayed.
-//! What an address resolves to is fixed, except in code no symbol covers,
-//! where the functions are learned from the calls into them in trace order.
-//! Chunks do not learn: events that touch such code are recorded unresolved
-//! and resolved (and learned from) by the replay, in order, against the
-//! caller's resolvers. So the result is the same on any number of cores.
+//! The coarse pass on every core: a queue is cut at PSBs into chunks that
+//! are walked at once, each recording its clock's input instead of timing
+//! it (`coarse::recording`), then replayed in order through one clock into
+//! one sink, mending the seams. The result is the same on any number of
+//! cores; `docs/parallel-coarse-pass.md` explains why, and the two
+//! differences that remain on damaged traces.
 
 use std::sync::{mpsc, Condvar, Mutex};
 
