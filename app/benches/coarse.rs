@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ptscope_decoder::block::decoder_config;
 use ptscope_decoder::block::BlockItem;
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::coarse::decode_thread;
@@ -48,7 +49,6 @@ use ptscope_decoder::event::FuncTable;
 use ptscope_decoder::ffi::{BlockDecoder, Image, SectionCache};
 use ptscope_decoder::flow::FlowDecoder;
 use ptscope_decoder::image::{sections, Section};
-use ptscope_decoder::insn::decoder_config;
 use ptscope_decoder::memory::{FileCache, Memory};
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::resolve::{ProcessSymbols, SymbolCache};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
+use crate::block::decoder_config;
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
@@ -19,7 +20,6 @@ use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};
-use crate::insn::decoder_config;
 use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel};
 use crate::packet::{find_psb, psb_offsets};

@@ -1,4 +1,8 @@
-//! The libipt instruction decoder, called through `libipt-sys` directly.
+//! libipt, Intel's reference decoder, called through `libipt-sys` directly:
+//! its block decoder (the coarse pass's reference engine, beside our own
+//! [`crate::flow`]), its instruction decoder (the judge the tests hold our
+//! decoder to: [`walk_stream`]), and the section cache and images they read
+//! the process's code from.
 //!
 //! We do not use the `libipt` crate's wrapper: it panics on event types
 //! added in libipt 2.1 (CFE/EVD event trace, iflags), drops the partial
@@ -11,7 +15,10 @@ use std::path::Path;
 
 use libipt_sys as sys;
 
-use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
+use ptscope_formats::snapshot::{AuxStream, Trace};
+
+use crate::block::{decoder_config, Block, BlockEnd, BlockItem, DecoderConfig, PtError};
+use crate::image::Section;
 
 /// libipt's message for error `code` (negative, as libipt returns it),
 /// without the code.
@@ -19,6 +26,20 @@ pub(crate) fn error_message(code: i32) -> String {
     // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
     let msg = unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-code) as sys::pt_error_code)) };
     msg.to_string_lossy().into_owned()
+}
+
+/// Walks every instruction of `stream` over `sections`.
+pub fn walk_stream(
+    trace: &Trace,
+    stream: &AuxStream,
+    sections: &[Section],
+    on_insn: impl FnMut(&DecodedInsn),
+) -> Result<WalkStats, PtError> {
+    let mut dec = InsnDecoder::new(&stream.data, &decoder_config(trace))?;
+    for s in sections {
+        dec.add_file(&s.file, s.offset, s.size, s.vaddr)?;
+    }
+    Ok(dec.walk(on_insn))
 }
 
 /// A zeroed pt_config over `trace` with the CPU and timing parameters set.

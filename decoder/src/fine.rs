@@ -624,7 +624,7 @@ impl Recorder {
         let mut insns: Vec<Insn> = Vec::new();
         let mut positions: Vec<u64> = Vec::new();
         let mut exact: Vec<(u64, u64)> = Vec::new();
-        let mut clock: crate::clock::Clock<u32> = crate::clock::Clock::default();
+        let mut clock: crate::timing::Clock<u32> = crate::timing::Clock::default();
         let mut times: Vec<u64> = Vec::new();
         let mut lvl = 0usize;
         let mut decoded = Instruction::default();

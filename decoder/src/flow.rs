@@ -35,7 +35,7 @@ use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, 
 use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
 use crate::memory::Memory;
 use crate::packet::{self, IpKind, Packet, PacketError};
-use crate::tsc::Time;
+use crate::timing::Time;
 
 /// How an instruction moves control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1679,9 +1679,9 @@ mod tests {
     /// Runs both decoders over every stream of a snapshot and returns the
     /// first difference, if any, and how many items agreed.
     pub(crate) fn compare_with_libipt(snap_path: &std::path::Path) -> (usize, Option<String>) {
+        use crate::block::decoder_config;
         use crate::ffi::{BlockDecoder, Image, SectionCache};
         use crate::image::sections;
-        use crate::insn::decoder_config;
         use crate::memory::FileCache;
         let snap = ptscope_formats::snapshot::Snapshot::open(snap_path).unwrap();
         let trace = snap.trace().unwrap();

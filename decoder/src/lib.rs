@@ -34,7 +34,6 @@
 //! trace keeps its source).
 
 pub mod block;
-pub mod clock;
 pub mod coarse;
 pub mod decode;
 pub mod detail;
@@ -44,7 +43,6 @@ pub mod ffi;
 pub mod fine;
 pub mod flow;
 pub mod image;
-pub mod insn;
 #[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod memory;
 pub mod model;
@@ -55,4 +53,4 @@ pub mod resolve;
 pub mod stack;
 pub mod store;
 pub mod symbols;
-pub mod tsc;
+pub mod timing;

@@ -103,7 +103,7 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     // trace without the core's nominal ratio, or a PSB+ without its
     // current one, needs.
     let comparable_trace = |t: &Trace| {
-        ptscope_decoder::insn::decoder_config(t).nom_freq != 0
+        ptscope_decoder::block::decoder_config(t).nom_freq != 0
             && t.streams
                 .iter()
                 .all(|s| psbs_aligned(&s.data) && psbs_state_cbr(&s.data))

@@ -171,7 +171,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
         let tid = stream.tid.expect("per-thread trace");
         let mut ips = Vec::new();
         let stats =
-            ptscope_decoder::insn::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
+            ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
                 .unwrap();
         for (off, e) in stats.errors {
             errors.push(format!("tid {tid} offset {off:#x}: {e}"));

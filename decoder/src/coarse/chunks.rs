@@ -8,13 +8,13 @@
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::block::{DecoderConfig, PtError};
-use crate::clock::{Clock, Stamp};
 use crate::coarse::{release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Sink};
 use crate::coarse::{walk_queue, WalkFigures};
 use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::resolve::Resolve;
+use crate::timing::{Clock, Stamp};
 
 /// How the coarse pass spreads over cores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

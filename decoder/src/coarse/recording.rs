@@ -5,8 +5,8 @@
 
 use super::walker::NO_STAMP;
 use super::Held;
-use crate::clock::{Clock, Stamp};
 use crate::event::Event;
+use crate::timing::{Clock, Stamp};
 
 /// What a chunk walk records in place of an event or checkpoint.
 #[derive(Clone, Debug)]

@@ -4,9 +4,9 @@
 //! What the clock holds until then ([`Held`]) is released into a sink here.
 
 use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
-use crate::clock::Stamp;
 use crate::event::{Event, FuncId, FuncTable};
 use crate::stack::StackBuilder;
+use crate::timing::Stamp;
 
 /// What the clock holds until it knows the time: an event of a thread
 /// slot, or a checkpoint.

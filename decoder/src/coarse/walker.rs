@@ -9,10 +9,10 @@ use super::{
     WalkFigures,
 };
 use crate::block::{Block, BlockEnd, BlockItem, PtError};
-use crate::clock::{Clock, Stamp};
 use crate::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::progress::DecodeProgress;
 use crate::resolve::{Resolve, Resolved};
+use crate::timing::{Clock, Stamp};
 
 /// Slots of the walker's direct-mapped caches.
 const RECENT: usize = 1024;

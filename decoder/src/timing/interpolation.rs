@@ -1,9 +1,9 @@
-//! Timing: from timing anchors to a time for every branch.
+//! From timing anchors to a time for every branch.
 //!
 //! PT timestamps only some branches (those that carry a TNT or TIP packet
-//! right after a CYC, MTC or TSC); libipt turns the timing packets into TSC
-//! values (MTC with TMA and the CTC ratio, CYC with the nominal frequency
-//! and CBR) and reports each as a tick at the branch it binds to. Between
+//! right after a CYC, MTC or TSC); the engine (libipt, or our decoder with
+//! [`super::packets`]) turns the timing packets into TSC values and reports
+//! each as a tick at the branch it binds to. Between
 //! two anchors we spread time by instruction count: instructions, not
 //! events, are what takes time, so a loop of equal iterations gets equal
 //! durations. Items are held until the next anchor is known, then released
