@@ -534,7 +534,7 @@ fn long_random_exploring_keeps_memory_bounded() {
             rss_at.push(rss());
         }
     }
-    let budget = ptscope_decoder::detail::DEFAULT_BUDGET;
+    let budget = ptscope_decoder::fine::worker::DEFAULT_BUDGET;
     let figures = view(&h).line_detail().map(|d| d.figures());
     println!(
         "{steps} steps; line cache peak {} MiB of {} MiB; {:?}; RSS every 500 steps (MiB): {:?}",

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::decode::decode_snapshot;
-use ptscope_decoder::detail::Detail;
+use ptscope_decoder::fine::worker::Detail;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
 use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_formats::snapshot::Snapshot;

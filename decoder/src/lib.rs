@@ -36,7 +36,6 @@
 pub mod block;
 pub mod coarse;
 pub mod decode;
-pub mod detail;
 pub mod event;
 #[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod ffi;

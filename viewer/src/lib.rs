@@ -5,7 +5,7 @@
 //! the toolbar, overview strip, time axis, thread tracks and the details,
 //! range and flame-graph panels. Widgets here only read models built by
 //! the decoder; they never decode: line detail comes from the decoder's
-//! background fine pass ([`ptscope_decoder::detail::Detail`]), which the
+//! background fine pass ([`ptscope_decoder::fine::worker::Detail`]), which the
 //! view drives ([`lines`]) and the Source pane reads ([`source`]).
 //!
 //! Frame building is designed for tens of millions of spans: each lane is

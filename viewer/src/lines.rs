@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use egui::epaint::Mesh;
 use egui::{Color32, Context, Ui};
-use ptscope_decoder::detail::{Detail, Key, DEFAULT_BUDGET};
+use ptscope_decoder::fine::worker::{Detail, Key, DEFAULT_BUDGET};
 use ptscope_decoder::fine::{Insn, LineSource, LineSpan, Segment};
 use ptscope_decoder::model::Model;
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use egui::{pos2, vec2, Align2, Color32, FontId, Rect, Sense, Ui, WidgetInfo};
-use ptscope_decoder::detail::{Detail, Key};
+use ptscope_decoder::fine::worker::{Detail, Key};
 use ptscope_decoder::fine::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, LineSource, Segment};
 
 use crate::axis::{format_duration, format_duration_f};

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use egui::{Key, KeyboardShortcut, Modifiers, Rect, Ui, WidgetInfo};
-use ptscope_decoder::detail::Detail;
 use ptscope_decoder::event::FuncId;
+use ptscope_decoder::fine::worker::Detail;
 use ptscope_decoder::fine::Segment;
 use ptscope_decoder::model::Model;
 
@@ -233,7 +233,11 @@ impl TraceView {
     }
 
     /// The segment `key` of thread `thread`, if decoded.
-    fn segment(&self, thread: u32, key: ptscope_decoder::detail::Key) -> Option<Arc<Segment>> {
+    fn segment(
+        &self,
+        thread: u32,
+        key: ptscope_decoder::fine::worker::Key,
+    ) -> Option<Arc<Segment>> {
         self.lines
             .frame()
             .seg(thread, key)

@@ -26,7 +26,9 @@
 //! - `lines`: source frames for each instruction and their merging into
 //!   line spans per inline level;
 //! - `window`: the views' queries over segments ([`window_lines`],
-//!   [`insn_heat`], [`line_heat`]).
+//!   [`insn_heat`], [`line_heat`]);
+//! - [`worker`]: the fine pass on a background thread behind a bounded
+//!   cache, which the viewer asks for the segments it wants to draw.
 //!
 //! [`Checkpoint`]: crate::coarse::Checkpoint
 
@@ -36,6 +38,7 @@ mod lines;
 mod source;
 mod walk;
 mod window;
+pub mod worker;
 
 pub use self::source::LineSource;
 pub(crate) use self::source::{CpuSlots, QueueParts};
