@@ -340,7 +340,8 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     }
     parallel.chunk_bytes = input.chunk;
     parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
-    let model = ptscope::report::load(&input.file, &input.raw, threads, engine, parallel)?;
+    let opts = ptscope::report::open_options(&input.raw, threads, engine, parallel);
+    let model = ptscope_decoder::open::open(&input.file, &opts)?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
     }

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::Engine;
 use ptscope_decoder::model::Model;
+use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
 
 /// What a poll of a load found.
@@ -39,14 +40,11 @@ impl Load {
         let thread = std::thread::Builder::new()
             .name("ptscope-load".into())
             .spawn(move || {
-                let r = crate::report::load_with(
-                    &file,
-                    &[],
-                    None,
-                    (Engine::Flow, Parallel::default()),
-                    Some(p),
-                )
-                .map_err(|e| format!("{e:#}"));
+                let opts = OpenOptions {
+                    progress: Some(p),
+                    ..crate::report::open_options(&[], None, Engine::Flow, Parallel::default())
+                };
+                let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);
                 wake();
             })

@@ -12,13 +12,12 @@ use clap::ValueEnum;
 use ptscope_capture::emulated::settings::cpu as emulated_cpu;
 use ptscope_decoder::block::DecoderConfig;
 use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::{self, DecodeOptions, Engine};
+use ptscope_decoder::decode::Engine;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::Model;
-use ptscope_decoder::perf_script;
+use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
-use ptscope_formats::snapshot::Snapshot;
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {
@@ -66,91 +65,83 @@ pub fn parse_raw(s: &str) -> Result<(PathBuf, u64), String> {
     Ok((PathBuf::from(file), addr))
 }
 
-/// What kind of input a file is, by its first bytes.
-fn is_text(path: &Path) -> Result<bool> {
-    let mut head = [0u8; 512];
-    let n = {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-        f.read(&mut head)
-            .with_context(|| format!("{}: cannot read", path.display()))?
-    };
-    let head = &head[..n];
-    if head.starts_with(b"PERFILE2") || n >= 262 && &head[257..262] == b"ustar" {
-        return Ok(false);
-    }
-    Ok(!head.is_empty() && std::str::from_utf8(head).is_ok_and(|s| !s.contains('\0')))
-}
-
-/// Decodes any input `decode` and `stats` accept.
-pub fn load(
-    file: &Path,
+/// How the command line opens a file: raw dumps, which carry no CPU, are
+/// decoded as the emulated model's CPU (whose errata set is empty) with
+/// TSC-only timing.
+pub fn open_options(
     raw: &[(PathBuf, u64)],
     threads: Option<Vec<i32>>,
     engine: Engine,
     parallel: Parallel,
-) -> Result<Model> {
-    load_with(file, raw, threads, (engine, parallel), None)
-}
-
-/// [`load`], reporting to `progress` (the GUI's background loads).
-pub fn load_with(
-    file: &Path,
-    raw: &[(PathBuf, u64)],
-    threads: Option<Vec<i32>>,
-    (engine, parallel): (Engine, Parallel),
-    progress: Option<std::sync::Arc<ptscope_decoder::progress::DecodeProgress>>,
-) -> Result<Model> {
-    if file.is_dir() {
-        bail!("{}: is a directory, not a snapshot", file.display());
-    }
-    if !raw.is_empty() {
-        let pt = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
-        // Raw dumps carry no CPU; assume the emulated model's, whose
-        // errata set is empty, and TSC-only timing.
-        let cfg = DecoderConfig {
+) -> OpenOptions {
+    OpenOptions {
+        raw_images: raw.to_vec(),
+        raw_config: DecoderConfig {
             family: emulated_cpu::FAMILY as u16,
             model: emulated_cpu::MODEL as u8,
             stepping: emulated_cpu::STEPPING as u8,
             ..DecoderConfig::default()
-        };
-        return Ok(decode::decode_raw(file, &pt, raw, &cfg, engine)?);
-    }
-    if is_text(file)? {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("{}: not UTF-8 text", file.display()))?;
-        let script = perf_script::import(&text, file)?;
-        let mut m = decode::from_script(script);
-        if let Some(t) = threads {
-            m.threads.retain(|th| t.contains(&th.spans.tid));
-        }
-        return Ok(m);
-    }
-    let snap = Snapshot::open(file)?;
-    Ok(decode::decode_snapshot(
-        &snap,
-        &DecodeOptions {
-            threads,
-            progress,
-            engine,
-            parallel,
         },
-    )?)
+        threads,
+        engine,
+        parallel,
+        progress: None,
+    }
 }
 
-fn json_str(out: &mut impl Write, s: &str) -> std::io::Result<()> {
-    out.write_all(b"\"")?;
-    for c in s.chars() {
-        match c {
-            '"' => out.write_all(b"\\\"")?,
-            '\\' => out.write_all(b"\\\\")?,
-            '\n' => out.write_all(b"\\n")?,
-            '\t' => out.write_all(b"\\t")?,
-            c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32)?,
-            c => write!(out, "{c}")?,
-        }
-    }
-    out.write_all(b"\"")
+/// A span as `decode --format json` prints it, one object a line.
+#[derive(serde::Serialize)]
+struct JsonSpan<'a> {
+    tid: i32,
+    depth: usize,
+    start_ns: u64,
+    end_ns: u64,
+    name: &'a str,
+    kind: &'a str,
+    estimated: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    inferred_start: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    mid_entry: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entry: Option<u64>,
+}
+
+/// A source line span (`decode --level lines --format json`).
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    tid: i32,
+    depth: u32,
+    start_ns: u64,
+    end_ns: u64,
+    file: &'a str,
+    line: u32,
+    function: &'a str,
+    inlined: bool,
+    insns: u32,
+}
+
+/// An instruction (`decode --level insns --format json`).
+#[derive(serde::Serialize)]
+struct JsonInsn<'a> {
+    tid: i32,
+    depth: u32,
+    start_ns: u64,
+    end_ns: u64,
+    ip: u64,
+    asm: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+    exact: bool,
+}
+
+/// `value` as one line of JSON.
+fn json_line(out: &mut impl Write, value: &impl serde::Serialize) -> Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
 }
 
 /// A closed pipe (`ptscope decode … | head`) is not an error.
@@ -205,31 +196,19 @@ pub fn decode(
             let f = m.funcs.get(s.func());
             match format {
                 Format::Json => {
-                    write!(
-                        out,
-                        "{{\"tid\":{},\"depth\":{},\"start_ns\":{},\"end_ns\":{},\"name\":",
-                        t.spans.tid,
-                        d,
-                        start - base,
-                        end - base
-                    )?;
-                    json_str(out, &f.name)?;
-                    write!(
-                        out,
-                        ",\"kind\":\"{}\",\"estimated\":{}",
-                        f.kind.as_str(),
-                        s.is_estimated()
-                    )?;
-                    if s.has(flag::INFERRED_START) {
-                        write!(out, ",\"inferred_start\":true")?;
-                    }
-                    if s.has(flag::MID_ENTRY) {
-                        write!(out, ",\"mid_entry\":true")?;
-                    }
-                    if f.entry != 0 {
-                        write!(out, ",\"entry\":{}", f.entry)?;
-                    }
-                    writeln!(out, "}}")?;
+                    let span = JsonSpan {
+                        tid: t.spans.tid,
+                        depth: d,
+                        start_ns: start - base,
+                        end_ns: end - base,
+                        name: &f.name,
+                        kind: f.kind.as_str(),
+                        estimated: s.is_estimated(),
+                        inferred_start: s.has(flag::INFERRED_START),
+                        mid_entry: s.has(flag::MID_ENTRY),
+                        entry: (f.entry != 0).then_some(f.entry),
+                    };
+                    json_line(out, &span)?;
                 }
                 Format::Text => {
                     let mut marks = String::new();
@@ -314,17 +293,20 @@ pub fn decode_fine(
             for l in window_lines(&refs, lo, hi) {
                 let (start, end) = (l.start - base.min(l.start), l.end - base.min(l.end));
                 match format {
-                    Format::Json => {
-                        write!(
-                            out,
-                            "{{\"tid\":{tid},\"depth\":{},\"start_ns\":{start},\"end_ns\":{end},\"file\":",
-                            l.depth
-                        )?;
-                        json_str(out, &l.frame.file)?;
-                        write!(out, ",\"line\":{},\"function\":", l.frame.line)?;
-                        json_str(out, &l.frame.function)?;
-                        writeln!(out, ",\"inlined\":{},\"insns\":{}}}", l.inlined, l.insns)?;
-                    }
+                    Format::Json => json_line(
+                        out,
+                        &JsonLine {
+                            tid,
+                            depth: l.depth,
+                            start_ns: start,
+                            end_ns: end,
+                            file: &l.frame.file,
+                            line: l.frame.line,
+                            function: &l.frame.function,
+                            inlined: l.inlined,
+                            insns: l.insns,
+                        },
+                    )?,
                     Format::Text => writeln!(
                         out,
                         "{start:>12} {:>10}  {:indent$}{}:{} {}{}",
@@ -348,22 +330,20 @@ pub fn decode_fine(
                 let frame = seg.chains.get(i.chain as usize).and_then(|c| c.last());
                 let start = i.start - base.min(i.start);
                 match format {
-                    Format::Json => {
-                        write!(
-                            out,
-                            "{{\"tid\":{tid},\"depth\":{},\"start_ns\":{start},\"end_ns\":{},\"ip\":{},\"asm\":",
-                            i.depth,
-                            i.end - base.min(i.end),
-                            i.ip
-                        )?;
-                        json_str(out, &asm)?;
-                        if let Some(f) = frame {
-                            write!(out, ",\"file\":")?;
-                            json_str(out, &f.file)?;
-                            write!(out, ",\"line\":{}", f.line)?;
-                        }
-                        writeln!(out, ",\"exact\":{}}}", i.exact)?;
-                    }
+                    Format::Json => json_line(
+                        out,
+                        &JsonInsn {
+                            tid,
+                            depth: i.depth,
+                            start_ns: start,
+                            end_ns: i.end - base.min(i.end),
+                            ip: i.ip,
+                            asm: &asm,
+                            file: frame.map(|f| &*f.file),
+                            line: frame.map(|f| f.line),
+                            exact: i.exact,
+                        },
+                    )?,
                     Format::Text => {
                         let at = frame.map(|f| format!("  {}:{}", f.file, f.line));
                         writeln!(

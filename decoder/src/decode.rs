@@ -40,6 +40,9 @@ pub enum DecodeError {
     Input { path: PathBuf, problem: String },
     #[error("{path}: decoding was cancelled")]
     Cancelled { path: PathBuf },
+    /// `perf script` text that could not be imported; the error names it.
+    #[error(transparent)]
+    Script(#[from] crate::perf_script::ScriptError),
 }
 
 /// Which threads to decode, and how.

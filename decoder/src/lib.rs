@@ -45,6 +45,7 @@ pub mod image;
 #[allow(unsafe_code)] // SAFETY comments on each block.
 pub mod memory;
 pub mod model;
+pub mod open;
 pub mod packet;
 pub mod perf_script;
 pub mod progress;

@@ -1,0 +1,175 @@
+//! One way in: any input a user can open, told apart by its content and
+//! decoded into a [`Model`]. The command line and the window both open
+//! files through [`open`], so a file that opens in one opens in the other,
+//! with the same errors.
+//!
+//! The kinds ([`InputKind`]): a `.ptscope` snapshot (a tar archive), a
+//! perf.data from `perf record -e intel_pt//`, `perf script` branch text
+//! (magic-trace's input), and a raw PT dump, which carries no sideband and
+//! so needs the binaries it ran and their load addresses from the user.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ptscope_formats::snapshot::Snapshot;
+use ptscope_formats::FileError;
+
+use crate::block::DecoderConfig;
+use crate::coarse::chunks::Parallel;
+use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Engine};
+use crate::model::Model;
+use crate::perf_script;
+use crate::progress::DecodeProgress;
+
+/// What a file holds, by its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// A `.ptscope` archive: perf.data plus the binaries it maps.
+    Snapshot,
+    /// A perf.data file; its binaries are looked up on this machine.
+    PerfData,
+    /// `perf script` text with branch events.
+    PerfScript,
+    /// Raw PT bytes, as the hardware wrote them.
+    RawPt,
+}
+
+/// How to open an input.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// For a raw PT dump: every binary it ran, at its load address. A file
+    /// is taken as a raw dump exactly when this is not empty.
+    pub raw_images: Vec<(PathBuf, u64)>,
+    /// For a raw PT dump, which records no CPU and no timing parameters:
+    /// the ones to decode it with.
+    pub raw_config: DecoderConfig,
+    /// Only these threads (all when `None`).
+    pub threads: Option<Vec<i32>>,
+    pub engine: Engine,
+    /// How the coarse pass spreads over cores.
+    pub parallel: Parallel,
+    /// Counters to report to, a cancel flag, and partial models.
+    pub progress: Option<Arc<DecodeProgress>>,
+}
+
+/// The first bytes of `path` that tell its kind.
+const HEAD: usize = 512;
+
+/// What `path` holds. A raw dump cannot be told from its bytes, so it is
+/// what the caller says (`raw`); everything else is recognised: perf.data
+/// by its magic, a snapshot by its tar header, `perf script` output as
+/// text.
+pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
+    let io = |e| DecodeError::File(FileError::io(path, e));
+    if path.is_dir() {
+        return Err(input(path, "is a directory, not a snapshot"));
+    }
+    if raw {
+        return Ok(InputKind::RawPt);
+    }
+    let mut head = [0u8; HEAD];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(io)?;
+    let head = &head[..n];
+    Ok(
+        if head.starts_with(&ptscope_formats::perf_data::MAGIC.to_le_bytes()) {
+            InputKind::PerfData
+        } else if head.len() >= 262 && &head[257..262] == b"ustar" {
+            InputKind::Snapshot
+        } else if !head.is_empty() && std::str::from_utf8(head).is_ok_and(|s| !s.contains('\0')) {
+            InputKind::PerfScript
+        } else {
+            // Not text, not a format we know: the snapshot reader says why in
+            // the words it uses for every damaged file.
+            InputKind::Snapshot
+        },
+    )
+}
+
+fn input(path: &Path, problem: &str) -> DecodeError {
+    DecodeError::Input {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    }
+}
+
+/// Opens and decodes `path`, whatever kind of input it is.
+pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
+    match input_kind(path, !opts.raw_images.is_empty())? {
+        InputKind::RawPt => {
+            let pt = std::fs::read(path).map_err(|e| DecodeError::File(FileError::io(path, e)))?;
+            decode_raw(path, &pt, &opts.raw_images, &opts.raw_config, opts.engine)
+        }
+        InputKind::PerfScript => {
+            let text = std::fs::read_to_string(path).map_err(|_| input(path, "not UTF-8 text"))?;
+            let script = perf_script::import(&text, path)?;
+            let mut m = from_script(script);
+            if let Some(t) = &opts.threads {
+                m.threads.retain(|th| t.contains(&th.spans.tid));
+            }
+            Ok(m)
+        }
+        InputKind::Snapshot | InputKind::PerfData => {
+            let snap = Snapshot::open(path).map_err(DecodeError::File)?;
+            decode_snapshot(
+                &snap,
+                &DecodeOptions {
+                    threads: opts.threads.clone(),
+                    progress: opts.progress.clone(),
+                    engine: opts.engine,
+                    parallel: opts.parallel,
+                },
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
+    }
+
+    #[test]
+    fn kinds_are_told_apart_by_content() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(input_kind(&demo(), false).unwrap(), InputKind::Snapshot);
+        // The same bytes under any name.
+        let renamed = dir.path().join("trace.txt");
+        std::fs::copy(demo(), &renamed).unwrap();
+        assert_eq!(input_kind(&renamed, false).unwrap(), InputKind::Snapshot);
+        let perf = dir.path().join("x.data");
+        std::fs::write(&perf, b"PERFILE2\0\0\0\0").unwrap();
+        assert_eq!(input_kind(&perf, false).unwrap(), InputKind::PerfData);
+        let text = dir.path().join("x.snapshot");
+        std::fs::write(&text, "1/1 1.0: 1 branches:u: 1 a => 2 b\n").unwrap();
+        assert_eq!(input_kind(&text, false).unwrap(), InputKind::PerfScript);
+        assert_eq!(input_kind(&text, true).unwrap(), InputKind::RawPt);
+        let e = input_kind(dir.path(), false).unwrap_err().to_string();
+        assert!(e.ends_with("is a directory, not a snapshot"), "{e}");
+        let gone = dir.path().join("gone");
+        let e = input_kind(&gone, false).unwrap_err().to_string();
+        assert!(e.starts_with(&gone.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn the_demo_opens_the_same_as_decoding_it() {
+        let m = open(&demo(), &OpenOptions::default()).unwrap();
+        let snap = Snapshot::open(&demo()).unwrap();
+        let direct = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+        assert_eq!(m.canonical(), direct.canonical());
+        let one = open(
+            &demo(),
+            &OpenOptions {
+                threads: Some(vec![m.threads[0].spans.tid]),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(one.threads.len(), 1);
+    }
+}
