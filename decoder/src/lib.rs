@@ -1,31 +1,36 @@
-//! From snapshot to model.
+//! The decoder: from trace to model. It turns the PT bytes of a snapshot
+//! (or a perf.data, `perf script` text, or a raw PT dump) into what the
+//! viewer draws: per thread, every function call as a span with its start
+//! and end times, and on demand, the instructions and source lines that
+//! ran under any span.
 //!
-//! The decoder turns the PT bytes of a snapshot into what the viewer draws:
-//! per thread, every function call as a span with its start and end times.
-//!
-//! The pipeline, one module each:
-//! - [`packet`]: our own bounds-checked PT packet parser, for listings and
-//!   PSB indexing;
-//! - [`ffi`]: libipt through `libipt-sys` directly (the `libipt` crate
-//!   panics on newer events and drops the instruction returned with an
-//!   error), with its image section cache;
-//! - [`image`] and [`symbols`]: the process image from MMAP2 sideband and
-//!   bundled binaries, and ELF/DWARF symbols;
-//! - [`flow`], [`memory`] and [`tsc`]: our own PT flow decoder, which
-//!   agrees with libipt's block decoder and is several times faster, over
-//!   the process's code and the trace's timing packets;
-//! - [`coarse`] and [`clock`]: the block-walk pass (ours or libipt's) that
-//!   turns PT into timed branch [`event`]s, and [`chunks`], which runs it
-//!   on every core by PSB chunks with the same result;
+//! The way in is [`open::open`], which tells the kinds of input apart.
+//! Then, in pipeline order:
+//! - [`packet`]: our bounds-checked PT packet parser;
+//! - [`flow`] over [`memory`]: our own PT flow decoder, which agrees with
+//!   libipt's block decoder block for block and is several times faster;
+//! - [`ffi`]: libipt through `libipt-sys` directly, the reference decoder
+//!   (its block decoder is the other engine; its instruction decoder judges
+//!   ours in the tests);
+//! - [`block`]: what both engines report ([`block::BlockItem`]), their
+//!   configuration and libipt's error codes;
+//! - [`timing`]: timing packets to times, and times spread over the
+//!   branches between them;
+//! - [`image`], [`symbols`] and [`resolve`]: the process image from MMAP2
+//!   sideband and the bundled binaries, ELF/DWARF symbols, and which
+//!   function an address is in;
+//! - [`coarse`]: the coarse pass, PT into timed branch [`event`]s, one walk
+//!   or in chunks on every core with the same result;
 //! - [`perf_script`]: the same events from `perf script` text;
-//! - [`stack`]: call-stack reconstruction, the heart of it;
-//! - [`store`]: the span store the viewer draws from;
-//! - [`model`]: all of it put together for a snapshot;
+//! - [`stack`]: call-stack reconstruction, the heart of it: events in,
+//!   nested spans out;
+//! - [`store`]: the span store the viewer draws from, flat per-depth lanes;
+//! - [`decode`]: the driver that runs all of it over a snapshot, and
+//!   [`model`]: what it returns, which the viewer reads;
 //! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
 //!   instructions and source lines (with inlined frames) when the viewer
-//!   zooms in, and [`detail`], which runs it in the background behind a
-//!   bounded cache;
-//! - [`progress`]: what a background decode shares with the GUI.
+//!   zooms in, with a background worker behind a bounded cache;
+//! - [`progress`]: what a background decode shares with the window.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
@@ -37,12 +42,14 @@ pub mod block;
 pub mod coarse;
 pub mod decode;
 pub mod event;
-#[allow(unsafe_code)] // SAFETY comments on each block.
+// The FFI to libipt: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
 pub mod ffi;
 pub mod fine;
 pub mod flow;
 pub mod image;
-#[allow(unsafe_code)] // SAFETY comments on each block.
+// Maps binaries: its one unsafe block says why it is sound.
+#[allow(unsafe_code)]
 pub mod memory;
 pub mod model;
 pub mod open;

@@ -1,6 +1,10 @@
-//! A bounds-checked Intel PT packet parser, independent of libipt: it serves
-//! the `packets` listing, PSB indexing and trace statistics. It never reads
-//! past the buffer and reports a truncated or unknown packet as such.
+//! Our Intel PT packet parser, independent of libipt. The flow decoder
+//! ([`crate::flow`]) reads every packet of the trace through it (its hot
+//! loop inlines the most common ones, short TNT and CYC, and leaves the
+//! rest to [`Packet`]); PSB indexing, which cuts a trace into chunks and
+//! segments, the `ptscope packets` listing and trace statistics use it too.
+//! It is bounds-checked: it never reads past the buffer, and reports a
+//! truncated or unknown packet as such.
 
 use std::fmt;
 

@@ -3,7 +3,8 @@
 pub mod hardware;
 pub mod insn;
 pub mod packets;
-#[allow(unsafe_code)] // SAFETY comments on each block.
+// The ptrace FFI: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
 pub mod ptrace;
 pub mod ring;
 pub mod settings;

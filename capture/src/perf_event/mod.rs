@@ -5,11 +5,13 @@
 
 pub mod aux;
 pub mod breakpoint;
-#[allow(unsafe_code)] // SAFETY comments on each block.
+// The ring buffers' mmap: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
 pub mod mmap;
 pub mod permissions;
 pub mod sideband;
-#[allow(unsafe_code)] // SAFETY comments on each block.
+// The perf_event_open FFI: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
 pub mod sys;
 
 use nix::errno::Errno;
