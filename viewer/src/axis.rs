@@ -4,7 +4,7 @@
 //! Tick values are integers of ns computed with integer arithmetic, so a
 //! label reads exactly even 10^15 ns into a trace.
 
-use crate::window::TimeWindow;
+use crate::time_window::TimeWindow;
 
 /// What tick labels count from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

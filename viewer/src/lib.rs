@@ -9,14 +9,15 @@
 //! view drives ([`lines`]) and the Source pane reads ([`source`]).
 //!
 //! Frame building is designed for tens of millions of spans: each lane is
-//! scanned by binary search, tiny spans merge per pixel ([`layout`]), and
+//! scanned by binary search, tiny spans merge per pixel ([`frame_mesh`]), and
 //! all boxes go into one mesh. `benches/frame.rs` prints the figures.
 
 pub mod axis;
 pub mod color;
-pub mod details;
+pub mod details_panel;
+pub mod flame_graph;
+pub mod frame_mesh;
 pub mod help;
-pub mod layout;
 pub mod lines;
 pub mod overview;
 pub mod range;
@@ -24,10 +25,10 @@ pub mod search;
 pub mod source;
 pub mod spans;
 pub mod synth;
+pub mod time_window;
 pub mod timeline;
 pub mod view;
-pub mod window;
 
 pub use spans::SpanRef;
+pub use time_window::TimeWindow;
 pub use view::{PanelTab, TraceView, VisibleLine};
-pub use window::TimeWindow;

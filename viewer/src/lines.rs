@@ -7,7 +7,7 @@
 //! a [`LineFrame`]. The timeline draws whatever is ready; the coarse view
 //! never waits for it.
 //!
-//! Layout is the same as for function spans ([`crate::layout`]): binary
+//! Layout is the same as for function spans ([`crate::frame_mesh`]): binary
 //! search to the visible part of each segment's lane, runs of sub-pixel
 //! spans merged by galloping search, boxes appended to the frame's mesh.
 
@@ -23,8 +23,8 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration, format_time, TimeMode};
 use crate::color::{call_color, name_hash, MERGED};
-use crate::layout::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
-use crate::window::TimeWindow;
+use crate::frame_mesh::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
+use crate::time_window::TimeWindow;
 
 /// Default width of window below which line detail is decoded.
 pub const DEFAULT_THRESHOLD_NS: f64 = 100_000.0;
@@ -324,7 +324,7 @@ impl Timed for Insn {
 
 /// The runs of `items` visible in `win` over `width` px: items at least
 /// [`MERGE_PX`] wide alone, narrower neighbours merged as in
-/// [`crate::layout::layout_lane`]. Costs about one search per visible
+/// [`crate::frame_mesh::layout_lane`]. Costs about one search per visible
 /// run, however many items a run holds.
 pub fn runs<T: Timed>(items: &[T], win: &TimeWindow, width: f32, mut emit: impl FnMut(Run)) {
     if items.is_empty() || width <= 0.0 {

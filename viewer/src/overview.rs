@@ -6,8 +6,8 @@ use egui::{vec2, Color32, Rect, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo
 use ptscope_decoder::model::Model;
 
 use crate::color::FuncStyle;
-use crate::layout::{layout_lane, FrameBuf, LaneGeom, Paint};
-use crate::window::TimeWindow;
+use crate::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
+use crate::time_window::TimeWindow;
 
 /// Height of the strip.
 pub const OVERVIEW_H: f32 = 36.0;

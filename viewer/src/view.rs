@@ -21,15 +21,16 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration_f, TimeMode};
 use crate::color::{extend_styles, FuncStyle};
-use crate::details::{details_ui, step_call, Details, DetailsAction};
-use crate::layout::FrameBuf;
+use crate::details_panel::{details_ui, step_call, Details, DetailsAction};
+use crate::flame_graph::flame_ui;
+use crate::frame_mesh::FrameBuf;
 use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef, LineRequest};
-use crate::range::{flame_ui, table_ui, RangeRow, RangeStats, SortBy};
+use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
 use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
 use crate::spans::{calls_per_func, SpanRef};
+use crate::time_window::TimeWindow;
 use crate::timeline::{RowKind, Timeline, TimelineEvent, TimelineInput};
-use crate::window::TimeWindow;
 
 /// Which tab the bottom panel shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

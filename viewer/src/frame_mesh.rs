@@ -18,7 +18,7 @@ use egui::{pos2, Color32, Pos2};
 use ptscope_decoder::store::{Block, Span, ThreadSpans, BLOCK};
 
 use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
-use crate::window::TimeWindow;
+use crate::time_window::TimeWindow;
 
 /// Spans narrower than this (px) merge with their neighbours.
 pub const MERGE_PX: f64 = 3.0;
