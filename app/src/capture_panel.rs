@@ -16,8 +16,8 @@ use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::procfs::{self, ProcessInfo};
 use ptscope_capture::recording::Target;
 use ptscope_capture::trigger::{self, FunctionSymbol, Trigger};
+use ptscope_viewer::fuzzy;
 
-use crate::fuzzy;
 use crate::recorder::{self, Backend, Chosen, Progress, Request};
 
 /// Rows a picker shows at most.

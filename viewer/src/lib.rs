@@ -17,6 +17,7 @@ pub mod color;
 pub mod details_panel;
 pub mod flame_graph;
 pub mod frame_mesh;
+pub mod fuzzy;
 pub mod help;
 pub mod lines;
 pub mod overview;
