@@ -1,13 +1,13 @@
-//! The range selection's flame graph: every call path inside the range,
-//! merged, drawn as an icicle (callers on top, callees below).
+//! The Flame graph tab: this module builds the flame graph of a range
+//! selection, with the calls of each call path merged into one node, and
+//! draws it as an icicle (callers on top, callees below).
 //!
 //! The graph is built in the same pass over the range's spans as the range
 //! table ([`RangeStats::compute`] feeds a `FlameBuilder`), so it costs no
-//! second walk. Calls of one function under the same path merge into one
-//! node, and siblings sort by name as flame graphs usually do, so the
-//! picture does not depend on call order. Drawing puts every box into one
-//! mesh, as the timeline does ([`crate::frame_mesh::rect`]), and labels
-//! only the boxes wide enough to read.
+//! second walk. Siblings sort by name, as flame graphs usually do, so the
+//! picture does not depend on the order of the calls. Drawing puts every
+//! box into one mesh, as the timeline does ([`crate::frame_mesh::rect`]),
+//! and labels only the boxes wide enough to read.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,6 @@
-//! The one fuzzy matcher of ptscope: the timeline's Fuzzy search and the
-//! Capture panel's process and function pickers both use it.
+//! Fuzzy matching: the timeline's Fuzzy search and the Capture panel's
+//! process and function pickers share this one matcher, so the two cannot
+//! drift apart.
 //!
 //! A query matches a text when the query's characters appear in the text
 //! in order, in any case: `pkt` finds `parse_packet`. Every match also has
@@ -7,8 +8,7 @@
 //! consecutive characters, matches at word starts (after a non-alphanumeric
 //! character or at a lower-to-upper case change) and an early first match
 //! score higher, and gaps cost. The timeline only needs yes or no
-//! ([`fuzzy_match`]), so it ignores the score. One loop decides both, so
-//! the two cannot drift apart.
+//! ([`fuzzy_match`]), so it ignores the score.
 //!
 //! The two entry points differ only in how they take the query. [`score`]
 //! takes what the user typed, lowercases it and drops its blanks, so a

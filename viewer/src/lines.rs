@@ -1,15 +1,19 @@
-//! Line-level zoom in the timeline: source-line spans under their function
-//! spans, and at the deepest zoom one box per instruction.
+//! Line-level zoom in the timeline: this module shows the source lines each
+//! call ran, in the lanes under its function spans, and at the deepest zoom
+//! one box per instruction.
 //!
-//! The fine pass runs behind [`Detail`]: each frame, while the window is
-//! at most [`LineDetail::threshold_ns`] wide, [`LineDetail::update`] asks
-//! for the PSB segments covering it and gathers those that are ready into
-//! a [`LineFrame`]. The timeline draws whatever is ready; the coarse view
-//! never waits for it.
+//! The decoder's fine pass runs in the background behind [`Detail`]. Each
+//! frame, while the window is at most [`LineDetail::threshold_ns`] wide,
+//! [`LineDetail::update`] asks for the PSB segments covering it and gathers
+//! those that are ready into a [`LineFrame`]. The timeline draws whatever
+//! is ready, and the coarse view never waits for the rest, so zooming stays
+//! smooth while lines arrive.
 //!
-//! Layout is the same as for function spans ([`crate::frame_mesh`]): binary
-//! search to the visible part of each segment's lane, runs of sub-pixel
-//! spans merged by galloping search, boxes appended to the frame's mesh.
+//! Line boxes are laid out as function spans are ([`crate::frame_mesh`]):
+//! a binary search finds the visible part of each segment's lane, runs of
+//! sub-pixel spans merge by galloping search, and the boxes go into the
+//! frame's one mesh. The labels, tooltips and disassembly cache that the
+//! timeline and the Source tab share live here too.
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -1,6 +1,11 @@
-//! The overview strip: the whole snapshot, one thin band per thread (its
-//! outermost calls), with the current view marked. Clicking or dragging
-//! in it moves the view there.
+//! The overview strip above the tracks: it draws the whole snapshot, one
+//! thin band per thread, and marks the part the timeline shows.
+//!
+//! Each band holds only the thread's outermost calls, laid out by the
+//! timeline's own mesh builder ([`crate::frame_mesh`]), so the strip costs
+//! one lane per thread however long the trace is. Clicking or dragging in
+//! it centres the view there at the same zoom, which is the quickest way
+//! across a long trace.
 
 use egui::{vec2, Color32, Rect, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo};
 use ptscope_decoder::model::Model;

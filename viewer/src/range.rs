@@ -1,12 +1,14 @@
-//! The range selection's table: what each function did inside `[from, to)`.
+//! The Range tab: this module computes what each function did inside a
+//! range selection `[from, to)` and draws it as a table sorted by any
+//! column.
 //!
-//! Shift-dragging over the tracks selects a range; [`RangeStats::compute`]
+//! Shift-dragging across the tracks selects a range. [`RangeStats::compute`]
 //! then walks every span overlapping it once, for this table and for the
 //! flame graph ([`crate::flame_graph`]), so switching between the two tabs
 //! costs nothing. Spans overlapping the range count as calls, with their
-//! times clipped to it, so "self" over all functions adds up to the time the
-//! threads spent in the range. A recursive function's total counts every
-//! level.
+//! times clipped to it, so "self" over all functions adds up to the time
+//! the threads spent in the range. A recursive function's total counts
+//! every level.
 
 use std::collections::HashMap;
 

@@ -1,7 +1,11 @@
-//! Function search: substring or fuzzy (subsequence) over names.
+//! Function search: the toolbar's search box finds functions by name, as a
+//! substring or fuzzily ([`crate::fuzzy`]), and the timeline dims the calls
+//! of every other function.
 //!
-//! Matching runs once per function when the query changes, into a
-//! per-`FuncId` mask, so drawing tests a span with one index.
+//! Matching runs once per function when the query changes, into a mask
+//! indexed by `FuncId`, so drawing tests a span with one index instead of
+//! a string comparison: a trace holds millions of spans but far fewer
+//! functions.
 
 use ptscope_decoder::event::FuncTable;
 

@@ -1,10 +1,14 @@
-//! The timeline widget: time axis, one collapsible track per thread with a
-//! lane per call depth, navigation (zoom, pan, fit), hover and selection.
+//! The timeline widget: it draws the time axis and one collapsible track
+//! per thread, with a lane per call depth, and handles navigation (zoom,
+//! pan, fit), hover, selection and range drags.
 //!
-//! Drawing goes through [`crate::frame_mesh`]: all span boxes of a frame are
-//! one mesh; only the labels that fit become text shapes. Line detail
+//! A frame's span boxes are built by [`crate::frame_mesh`] into one mesh,
+//! and only the boxes wide enough for a label get a text shape. Line detail
 //! ([`crate::lines`]) goes into the same mesh: line spans in the lanes
-//! under their function spans, instructions in a row under the track.
+//! under their function spans, instructions in a row under the track. The
+//! widget reports what the user did as [`TimelineEvent`]s and leaves acting
+//! on them to the view ([`crate::view`]), which owns the selection and the
+//! panels.
 
 use std::collections::HashSet;
 use std::ops::Range;
