@@ -1,10 +1,16 @@
-//! The Capture panel: pick a target (a command to run, or a process to
-//! attach to), a trigger (a function, now, a duration, the exit) and the
-//! settings, then capture in a `ptscope record`/`attach` process of its
-//! own (`supervise_capture` says why) with live status. Each snapshot is
-//! written under the panel's output folder and handed to the window, which
-//! opens it in a new tab. Cancel stops tracing and leaves the target
-//! running untouched.
+//! The Capture panel: it lets the user pick a target (a command to run, or
+//! a process to attach to), a trigger (a function, now, a duration, the
+//! exit) and the settings, and then captures with live status.
+//!
+//! The capture runs in a `ptscope record` or `ptscope attach` process of
+//! its own, not in the window, because a tracer that dies takes its
+//! single-stepped tracees with it, and a tracer's wait for any child would
+//! reap the window's other children (`supervise_capture` says more). Each
+//! snapshot is written under the panel's output folder and handed to the
+//! window, which opens it in a new tab. Cancel stops tracing and leaves
+//! the target running untouched. The process and function pickers list
+//! the best matches first, through the viewer's fuzzy matcher
+//! ([`ptscope_viewer::fuzzy`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,8 +22,8 @@ use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::procfs::{self, ProcessInfo};
 use ptscope_capture::recording::Target;
 use ptscope_capture::trigger::{self, FunctionSymbol, Trigger};
+use ptscope_viewer::fuzzy;
 
-use crate::fuzzy;
 use crate::recorder::{self, Backend, Chosen, Progress, Request};
 
 /// Rows a picker shows at most.

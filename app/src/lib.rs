@@ -6,7 +6,6 @@
 
 pub mod capture_panel;
 pub mod demo;
-pub mod fuzzy;
 pub mod gui;
 pub mod loader;
 pub mod recorder;

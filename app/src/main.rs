@@ -1,7 +1,11 @@
-//! `ptscope`: Intel Processor Trace capture and timeline viewer.
+//! `ptscope`, the Intel Processor Trace capture and timeline viewer: this
+//! is the binary's entry point, which parses the command line and runs it.
 //!
-//! With no command it opens the GUI (on the bundled demo snapshot, or on
-//! FILE); the subcommands capture and inspect snapshots from the shell.
+//! With no command it opens the GUI, on the bundled demo snapshot or on
+//! FILE; the subcommands capture and inspect snapshots from the shell. The
+//! commands live in `cli`, and the window and the capture code in the
+//! `ptscope` library, so that the GUI tests drive the same code. An error
+//! is printed once, with its causes, and the exit status is 1.
 
 mod cli;
 

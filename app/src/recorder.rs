@@ -1,6 +1,12 @@
-//! Running a capture, for the CLI and the window alike: choosing the
-//! backend, driving it to its trigger(s), and writing each snapshot with
-//! its metadata.
+//! Running a capture: this module chooses the backend, drives it to its
+//! trigger or triggers, and writes each snapshot with its metadata.
+//!
+//! The CLI's `record` and `attach` commands call [`run`]. The window's
+//! Capture panel runs those commands as a process of its own and reads
+//! their `--json-progress` lines back as [`Report`]s, so a capture behaves
+//! the same whichever started it. With `--backend auto` a capture takes
+//! the Intel PT hardware when this machine has a usable `intel_pt` PMU,
+//! and otherwise the emulated backend, saying why it fell back.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -1,4 +1,5 @@
-//! Large genuine PT snapshots for benchmarks.
+//! Large genuine PT snapshots: this module grows a short capture to any
+//! size, for `ptscope grow`, the scale benchmark and the tests.
 //!
 //! A short capture of a program in a steady-state loop holds PSB segments
 //! that repeat: two PSBs where the program is at the same instruction with

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use egui::{pos2, vec2, Color32, Context, RawInput, Rect, Shape};
 use ptscope_decoder::model::Model;
 use ptscope_viewer::color::{extend_styles, FuncStyle};
-use ptscope_viewer::layout::{layout_lane, FrameBuf, LaneGeom, Paint};
+use ptscope_viewer::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
 use ptscope_viewer::synth::{synthetic_model, SynthSpec};
 use ptscope_viewer::timeline::LANE_H;
 use ptscope_viewer::{TimeWindow, TraceView};

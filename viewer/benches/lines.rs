@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use egui::epaint::Mesh;
 use egui::{pos2, vec2, Context, RawInput, Rect};
 use ptscope_decoder::fine::LineSpan;
-use ptscope_viewer::layout::LaneGeom;
+use ptscope_viewer::frame_mesh::LaneGeom;
 use ptscope_viewer::lines::{runs, Run};
 use ptscope_viewer::{TimeWindow, TraceView};
 
@@ -140,7 +140,7 @@ fn main() {
                     let t0 = Instant::now();
                     runs(&lines, &win, geom.width, |r: Run| {
                         count += 1;
-                        ptscope_viewer::layout::rect(
+                        ptscope_viewer::frame_mesh::rect(
                             &mut mesh,
                             r.x0 as f32,
                             r.x1 as f32,

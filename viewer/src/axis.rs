@@ -1,10 +1,14 @@
-//! The time axis: tick spacing on a 1-2-5 scale and labels in s/ms/µs/ns,
-//! relative to the trace start or absolute perf time.
+//! The time axis: this module picks the tick marks and formats every time
+//! and duration the viewer prints.
 //!
-//! Tick values are integers of ns computed with integer arithmetic, so a
-//! label reads exactly even 10^15 ns into a trace.
+//! Ticks fall on a 1-2-5 scale, and their labels read in s, ms, µs or ns,
+//! counted from the trace's start or in absolute perf time ([`TimeMode`]).
+//! Tick values are integer nanoseconds computed with integer arithmetic,
+//! so a label reads exactly even 10^15 ns into a trace, where floats would
+//! round neighbouring ticks together. The timeline draws the axis; this
+//! module only says what goes on it.
 
-use crate::window::TimeWindow;
+use crate::time_window::TimeWindow;
 
 /// What tick labels count from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

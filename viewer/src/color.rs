@@ -1,9 +1,13 @@
-//! Span colors: stable per function, distinct for pseudo-spans.
+//! Span colors: this module gives each function a color that never changes
+//! and gives pseudo-spans looks of their own.
 //!
-//! A function's color comes from a hash of its name, so it is the same in
-//! every snapshot and every run. Pseudo-spans (`[untraced]`, `[syscall]`,
-//! decode errors, missing binaries) get fixed grey/red tones and a hatch
-//! so they never read as real calls.
+//! A function's color comes from a hash of its name (FNV-1a, because
+//! `DefaultHasher` may change between Rust versions), so a function has the
+//! same color in every snapshot and every run, and a user learns to spot
+//! it. Pseudo-spans (`[untraced]`, `[syscall]`, decode errors, missing
+//! binaries) get fixed grey or red tones and a hatch, so they never read as
+//! real calls; interrupts get a fixed orange. Every style also carries a
+//! dimmed fill, which the timeline uses for the calls a search leaves out.
 
 use egui::Color32;
 use ptscope_decoder::event::{FuncTable, SpanKind};

@@ -1,4 +1,9 @@
-//! Keyboard and mouse help, one key away (`?` or F1).
+//! The keyboard help window: it lists every key and mouse binding of the
+//! viewer, and what line-level zoom shows, one key away (`?` or F1).
+//!
+//! The bindings are kept in one table here ([`BINDINGS`]) rather than next
+//! to their handlers in the timeline and the view, so that the window can
+//! show them all at once; a new binding belongs in this table too.
 
 use egui::{Context, Grid, Window};
 

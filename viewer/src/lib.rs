@@ -1,22 +1,44 @@
-//! The egui widgets of ptscope: the timeline viewer of a decoded snapshot.
+//! The egui widgets of ptscope: this crate draws the timeline of a decoded
+//! snapshot and the panels around it.
 //!
-//! [`TraceView`] is the entry point: it owns an `Arc` of the decoder's
-//! [`Model`](ptscope_decoder::model::Model) plus all UI state, and draws
-//! the toolbar, overview strip, time axis, thread tracks and the details,
-//! range and flame-graph panels. Widgets here only read models built by
-//! the decoder; they never decode: line detail comes from the decoder's
+//! [`TraceView`] is the entry point. It owns an `Arc` of the decoder's
+//! [`Model`](ptscope_decoder::model::Model) plus all UI state, and the app
+//! calls [`TraceView::ui`] every frame. The widgets only read models the
+//! decoder built; they never decode. Line detail comes from the decoder's
 //! background fine pass ([`ptscope_decoder::fine::worker::Detail`]), which the
-//! view drives ([`lines`]) and the Source pane reads ([`source`]).
+//! view drives ([`lines`]) and the Source tab reads ([`source`]).
 //!
-//! Frame building is designed for tens of millions of spans: each lane is
-//! scanned by binary search, tiny spans merge per pixel ([`layout`]), and
-//! all boxes go into one mesh. `benches/frame.rs` prints the figures.
+//! Drawing is designed for tens of millions of spans: each lane is scanned
+//! by binary search, tiny spans merge per pixel, and all boxes go into one
+//! mesh ([`frame_mesh`]). `benches/frame.rs` prints the figures.
+//!
+//! The modules, starting where a frame is drawn:
+//!
+//! - [`view`] draws a whole frame: toolbar, overview, timeline, bottom tabs.
+//! - [`timeline`] draws the axis and the thread tracks, and handles the mouse.
+//! - [`frame_mesh`] builds the frame's one mesh of span boxes, merged per pixel.
+//! - [`time_window`] holds the visible time window, exact deep into a trace.
+//! - [`axis`] picks the axis's ticks and formats times and durations.
+//! - [`overview`] draws the strip showing the whole snapshot.
+//! - [`color`] gives each function a stable color and pseudo-spans a hatch.
+//! - [`lines`] shows source lines and instructions when zoomed in.
+//! - [`search`] finds functions by name for the toolbar's search box.
+//! - [`fuzzy`] is the one fuzzy matcher, for the search and the app's pickers.
+//! - [`details_panel`] draws the Details tab: the selected span and its calls.
+//! - [`range`] computes a range selection and draws its table (Range tab).
+//! - [`flame_graph`] builds and draws the range's flame graph.
+//! - [`source`] draws the Source tab: a line's file with heat, or disassembly.
+//! - [`help`] draws the keyboard help window.
+//! - [`spans`] names a span ([`SpanRef`]) and walks the call tree.
+//! - [`synth`] builds synthetic models for the benchmarks.
 
 pub mod axis;
 pub mod color;
-pub mod details;
+pub mod details_panel;
+pub mod flame_graph;
+pub mod frame_mesh;
+pub mod fuzzy;
 pub mod help;
-pub mod layout;
 pub mod lines;
 pub mod overview;
 pub mod range;
@@ -24,10 +46,10 @@ pub mod search;
 pub mod source;
 pub mod spans;
 pub mod synth;
+pub mod time_window;
 pub mod timeline;
 pub mod view;
-pub mod window;
 
 pub use spans::SpanRef;
+pub use time_window::TimeWindow;
 pub use view::{PanelTab, TraceView, VisibleLine};
-pub use window::TimeWindow;

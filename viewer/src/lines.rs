@@ -1,15 +1,19 @@
-//! Line-level zoom in the timeline: source-line spans under their function
-//! spans, and at the deepest zoom one box per instruction.
+//! Line-level zoom in the timeline: this module shows the source lines each
+//! call ran, in the lanes under its function spans, and at the deepest zoom
+//! one box per instruction.
 //!
-//! The fine pass runs behind [`Detail`]: each frame, while the window is
-//! at most [`LineDetail::threshold_ns`] wide, [`LineDetail::update`] asks
-//! for the PSB segments covering it and gathers those that are ready into
-//! a [`LineFrame`]. The timeline draws whatever is ready; the coarse view
-//! never waits for it.
+//! The decoder's fine pass runs in the background behind [`Detail`]. Each
+//! frame, while the window is at most [`LineDetail::threshold_ns`] wide,
+//! [`LineDetail::update`] asks for the PSB segments covering it and gathers
+//! those that are ready into a [`LineFrame`]. The timeline draws whatever
+//! is ready, and the coarse view never waits for the rest, so zooming stays
+//! smooth while lines arrive.
 //!
-//! Layout is the same as for function spans ([`crate::layout`]): binary
-//! search to the visible part of each segment's lane, runs of sub-pixel
-//! spans merged by galloping search, boxes appended to the frame's mesh.
+//! Line boxes are laid out as function spans are ([`crate::frame_mesh`]):
+//! a binary search finds the visible part of each segment's lane, runs of
+//! sub-pixel spans merge by galloping search, and the boxes go into the
+//! frame's one mesh. The labels, tooltips and disassembly cache that the
+//! timeline and the Source tab share live here too.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,8 +27,8 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration, format_time, TimeMode};
 use crate::color::{call_color, name_hash, MERGED};
-use crate::layout::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
-use crate::window::TimeWindow;
+use crate::frame_mesh::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX, MIN_BOX_PX};
+use crate::time_window::TimeWindow;
 
 /// Default width of window below which line detail is decoded.
 pub const DEFAULT_THRESHOLD_NS: f64 = 100_000.0;
@@ -324,7 +328,7 @@ impl Timed for Insn {
 
 /// The runs of `items` visible in `win` over `width` px: items at least
 /// [`MERGE_PX`] wide alone, narrower neighbours merged as in
-/// [`crate::layout::layout_lane`]. Costs about one search per visible
+/// [`crate::frame_mesh::layout_lane`]. Costs about one search per visible
 /// run, however many items a run holds.
 pub fn runs<T: Timed>(items: &[T], win: &TimeWindow, width: f32, mut emit: impl FnMut(Run)) {
     if items.is_empty() || width <= 0.0 {

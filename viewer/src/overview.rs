@@ -1,13 +1,18 @@
-//! The overview strip: the whole snapshot, one thin band per thread (its
-//! outermost calls), with the current view marked. Clicking or dragging
-//! in it moves the view there.
+//! The overview strip above the tracks: it draws the whole snapshot, one
+//! thin band per thread, and marks the part the timeline shows.
+//!
+//! Each band holds only the thread's outermost calls, laid out by the
+//! timeline's own mesh builder ([`crate::frame_mesh`]), so the strip costs
+//! one lane per thread however long the trace is. Clicking or dragging in
+//! it centres the view there at the same zoom, which is the quickest way
+//! across a long trace.
 
 use egui::{vec2, Color32, Rect, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo};
 use ptscope_decoder::model::Model;
 
 use crate::color::FuncStyle;
-use crate::layout::{layout_lane, FrameBuf, LaneGeom, Paint};
-use crate::window::TimeWindow;
+use crate::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
+use crate::time_window::TimeWindow;
 
 /// Height of the strip.
 pub const OVERVIEW_H: f32 = 36.0;

@@ -1,9 +1,15 @@
-//! Function search: substring or fuzzy (subsequence) over names.
+//! Function search: the toolbar's search box finds functions by name, as a
+//! substring or fuzzily ([`crate::fuzzy`]), and the timeline dims the calls
+//! of every other function.
 //!
-//! Matching runs once per function when the query changes, into a
-//! per-`FuncId` mask, so drawing tests a span with one index.
+//! Matching runs once per function when the query changes, into a mask
+//! indexed by `FuncId`, so drawing tests a span with one index instead of
+//! a string comparison: a trace holds millions of spans but far fewer
+//! functions.
 
 use ptscope_decoder::event::FuncTable;
+
+use crate::fuzzy::fuzzy_match;
 
 /// How the query matches names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -25,21 +31,6 @@ pub fn substring_match(name: &str, needle: &str) -> bool {
                 .any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_lowercase() == *b));
     }
     name.to_lowercase().contains(needle)
-}
-
-/// Case-insensitive subsequence test; `needle` is already lowercase.
-pub fn fuzzy_match(name: &str, needle: &str) -> bool {
-    let mut want = needle.chars().peekable();
-    for c in name.chars().flat_map(char::to_lowercase) {
-        match want.peek() {
-            None => return true,
-            Some(&w) if w == c => {
-                want.next();
-            }
-            _ => {}
-        }
-    }
-    want.peek().is_none()
 }
 
 /// The search box's state and its per-function result.
@@ -123,14 +114,6 @@ mod tests {
         assert!(substring_match("x", ""));
         assert!(!substring_match("parse", "parsex"));
         assert!(substring_match("Größe::Zähler", "zähler"));
-    }
-
-    #[test]
-    fn fuzzy_is_a_subsequence() {
-        assert!(fuzzy_match("parse_packet", "ppkt"));
-        assert!(fuzzy_match("parse_packet", "PARSE".to_lowercase().as_str()));
-        assert!(!fuzzy_match("parse_packet", "tkp"));
-        assert!(fuzzy_match("anything", ""));
     }
 
     #[test]

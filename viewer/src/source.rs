@@ -1,11 +1,13 @@
-//! The Source pane: the file of a clicked line span, scrolled to it, with
-//! a heat column (how often each line ran and for how long over the view
-//! or the range selection), and a Disassembly view that interleaves the
-//! function's source lines with its executed instructions.
+//! The Source tab: it shows the file of a clicked line span, scrolled to
+//! the line, with a heat column saying how often each line ran and for how
+//! long, over the view or over the range selection. Its Disassembly view
+//! interleaves the function's source lines with the instructions it ran.
 //!
 //! Files are found from their DWARF path through remappings (`FROM=TO`,
 //! from `--source-map` or typed into the pane), and failing that next to
 //! the opened snapshot, so a snapshot and its sources can move together.
+//! While the view moves, the heat tables are rebuilt at most every 100 ms,
+//! because a wide window's tables take a few milliseconds to build.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,11 @@
-//! Span references and the tree queries the panels need (self time, call
-//! paths), over the store's [`ThreadSpans::parent`] and
-//! [`ThreadSpans::children`].
+//! Span references and call-tree queries: this module names one span of a
+//! model ([`SpanRef`]) and answers what the panels ask of the call tree
+//! (self time, call paths, calls per function).
 //!
-//! The store keeps no parent links (16 bytes a span is the budget) but
-//! for the few calls whose times do not place them, so the tree is
-//! recovered with binary searches in neighbouring lanes.
+//! The store keeps no parent links, because 16 bytes a span is the budget,
+//! except for the few calls whose times do not place them. The tree is
+//! therefore recovered with binary searches in neighbouring lanes, through
+//! the store's [`ThreadSpans::parent`] and [`ThreadSpans::children`].
 
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::{Span, ThreadSpans};

@@ -1,6 +1,10 @@
-//! Synthetic models for tests and benchmarks: call trees shaped like real
-//! traces (deep chains, bursts of tiny leaf calls, a few pseudo-spans),
-//! deterministic for a given seed.
+//! Synthetic models: this module builds call trees shaped like real traces
+//! (deep chains, bursts of tiny leaf calls, a few pseudo-spans) of any
+//! size, with no capture needed.
+//!
+//! The frame benchmark (`benches/frame.rs`) draws ten million such spans.
+//! A given seed always builds the same model, so figures from two runs
+//! compare.
 
 use ptscope_decoder::event::{FuncId, FuncTable, SpanKind, SYSCALL, UNTRACED};
 use ptscope_decoder::model::{Model, ThreadModel};

@@ -1,10 +1,14 @@
-//! The timeline widget: time axis, one collapsible track per thread with a
-//! lane per call depth, navigation (zoom, pan, fit), hover and selection.
+//! The timeline widget: it draws the time axis and one collapsible track
+//! per thread, with a lane per call depth, and handles navigation (zoom,
+//! pan, fit), hover, selection and range drags.
 //!
-//! Drawing goes through [`crate::layout`]: all span boxes of a frame are
-//! one mesh; only the labels that fit become text shapes. Line detail
+//! A frame's span boxes are built by [`crate::frame_mesh`] into one mesh,
+//! and only the boxes wide enough for a label get a text shape. Line detail
 //! ([`crate::lines`]) goes into the same mesh: line spans in the lanes
-//! under their function spans, instructions in a row under the track.
+//! under their function spans, instructions in a row under the track. The
+//! widget reports what the user did as [`TimelineEvent`]s and leaves acting
+//! on them to the view ([`crate::view`]), which owns the selection and the
+//! panels.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -19,10 +23,10 @@ use ptscope_decoder::store::flag;
 
 use crate::axis::{self, format_duration, format_duration_f, TimeMode};
 use crate::color::{text_on, FuncStyle, MERGED};
-use crate::layout::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
+use crate::frame_mesh::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
 use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
 use crate::spans::{self_time, SpanRef};
-use crate::window::{max_width_for, TimeWindow};
+use crate::time_window::{max_width_for, TimeWindow};
 
 /// Height of the time axis.
 pub const AXIS_H: f32 = 22.0;
@@ -359,7 +363,7 @@ impl Timeline {
                 row: ri as u32,
             };
             let r = match row.kind {
-                RowKind::Lane => layout::layout_lane(
+                RowKind::Lane => frame_mesh::layout_lane(
                     &mut self.buf,
                     t,
                     row.depth as usize,
@@ -729,7 +733,7 @@ impl Timeline {
             .iter()
             .position(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)?;
         let boxes = &self.buf.boxes[self.row_boxes.get(ri)?.clone()];
-        let bi = layout::hit(boxes, pos.x)?;
+        let bi = frame_mesh::hit(boxes, pos.x)?;
         Some((self.rows[ri], boxes[bi]))
     }
 

@@ -1,14 +1,18 @@
-//! [`TraceView`]: the whole viewer for one decoded snapshot — toolbar with
-//! search, overview strip, time axis and tracks, and a bottom panel with
-//! the selection's details, the range table and the range flame graph.
+//! This module holds [`TraceView`], the whole viewer of one decoded
+//! snapshot, and draws a frame of it: the toolbar with the search box, the
+//! overview strip, the time axis and tracks, and the bottom panel's
+//! Details, Range, Flame graph and Source tabs.
 //!
-//! The app owns one per open snapshot and calls [`TraceView::ui`] every
-//! frame; background decoding hands over newer models with
-//! [`TraceView::set_model`], which keeps the view and the selection.
-//!
-//! Zoomed in far enough, the view also asks for line detail
-//! ([`crate::lines`]) and shows a clicked line in the Source pane
-//! ([`crate::source`]).
+//! The app owns one view per open snapshot and calls [`TraceView::ui`]
+//! every frame. Background decoding hands over newer models with
+//! [`TraceView::set_model`], which keeps the view, the selection, the
+//! search and the range, so a file can be explored while it decodes. The
+//! view owns what the widgets share (the selection, the range, the search
+//! and the colors) and turns the timeline's events into changes of it.
+//! Zoomed in far enough, it asks for line detail ([`crate::lines`]) and
+//! shows a clicked line in the Source tab ([`crate::source`]). Its public
+//! methods do what the mouse and keys do, so the app and the tests can
+//! drive it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,15 +25,16 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration_f, TimeMode};
 use crate::color::{extend_styles, FuncStyle};
-use crate::details::{details_ui, step_call, Details, DetailsAction};
-use crate::layout::FrameBuf;
+use crate::details_panel::{details_ui, step_call, Details, DetailsAction};
+use crate::flame_graph::flame_ui;
+use crate::frame_mesh::FrameBuf;
 use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef, LineRequest};
-use crate::range::{flame_ui, table_ui, RangeRow, RangeStats, SortBy};
+use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
 use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
 use crate::spans::{calls_per_func, SpanRef};
+use crate::time_window::TimeWindow;
 use crate::timeline::{RowKind, Timeline, TimelineEvent, TimelineInput};
-use crate::window::TimeWindow;
 
 /// Which tab the bottom panel shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,13 @@
-//! The visible time window: where the timeline looks and how wide.
+//! The visible time window: [`TimeWindow`] says where the timeline looks
+//! and how wide, and converts between times and screen positions.
 //!
 //! Times are u64 perf nanoseconds and can be around 10^15 deep in a long
 //! trace, beyond what an f32 (or, at sub-ns zoom, an f64) can hold
 //! exactly. So the window keeps its start as an integer plus a fractional
 //! ns offset, and everything on screen is computed relative to that start:
-//! the f64 differences stay small whatever the absolute time.
+//! the f64 differences stay small whatever the absolute time. Zooming,
+//! panning and clamping to the trace are done here too, so that callers
+//! need no float arithmetic on absolute times.
 
 /// The narrowest window: about 1 ns per 100 px on a 1920 px screen.
 pub const MIN_WIDTH_NS: f64 = 16.0;

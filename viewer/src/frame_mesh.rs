@@ -1,15 +1,21 @@
-//! Frame building: the visible spans of a lane into one mesh of boxes.
+//! Frame building: this module turns the visible spans of a lane into the
+//! boxes of one mesh. It is the hot path of every frame.
 //!
-//! This is the hot path, so it is pure CPU work with no egui widgets, no
-//! allocation per span and no shape per span: every box is four vertices
-//! appended to one [`Mesh`], and a list of [`DrawnBox`]es records what went
-//! where for labels and hit testing.
+//! The timeline and the overview strip call [`layout_lane`] once per lane
+//! on screen. A zoomed-out lane can hold millions of spans, so the work is
+//! pure CPU with no egui widgets, no allocation per span and no shape per
+//! span: every box is four vertices appended to one [`Mesh`] that egui
+//! paints in one go, and a list of [`DrawnBox`]es records what went where,
+//! for labels and for hit testing ([`hit`]).
 //!
 //! Runs of spans narrower than [`MERGE_PX`] merge, Tracy-style, into one
 //! box carrying their count. Finding the end of a run does not walk the
-//! spans in it: it binary-searches for the first span that starts more
-//! than a pixel past the run, so a lane with millions of spans costs about
-//! one search per pixel column when zoomed out.
+//! spans in it: it steps over the store's blocks whose spans all merge,
+//! and otherwise searches for the first span that starts more than
+//! [`MERGE_GAP_PX`] past the run, so a lane costs about one search per
+//! pixel column however many spans it holds. Line detail
+//! ([`crate::lines`]) and the flame graph build their boxes with the same
+//! primitives.
 
 use std::ops::Range;
 
@@ -18,7 +24,7 @@ use egui::{pos2, Color32, Pos2};
 use ptscope_decoder::store::{Block, Span, ThreadSpans, BLOCK};
 
 use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
-use crate::window::TimeWindow;
+use crate::time_window::TimeWindow;
 
 /// Spans narrower than this (px) merge with their neighbours.
 pub const MERGE_PX: f64 = 3.0;

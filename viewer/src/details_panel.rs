@@ -1,5 +1,15 @@
-//! The selection: one span, its call path, and every call of the same
-//! function (count, total, min/avg/max, next/previous, slowest).
+//! The Details tab of the bottom panel: it shows the selected span, its
+//! call path, and figures over every call of the same function (count,
+//! total, min/avg/max).
+//!
+//! [`Details::new`] gathers all of it when the selection changes (or a
+//! newer model arrives), because the figures scan every span of the model;
+//! [`details_ui`] then draws from that copy each frame. Its buttons step to
+//! the next or previous call of the function in time order across threads
+//! ([`step_call`]) and zoom to the span or to the slowest call. They return
+//! a [`DetailsAction`] rather than act, since only the view can move the
+//! timeline. The decoder's `detail` module is unrelated: it runs the fine
+//! pass that decodes source lines.
 
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
