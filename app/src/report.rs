@@ -273,7 +273,7 @@ pub fn decode_fine(
         for i in LineSource::segments_in(t, lo, hi) {
             let seg = src
                 .decode_segment(t, i, None)
-                .with_context(|| format!("{}: thread {}", file.display(), t.spans.tid))?;
+                .with_context(|| file.display().to_string())?;
             if seg.cut {
                 eprintln!(
                     "ptscope: warning: {}: thread {}: segment {i} holds more than {} instructions; only the first are shown",

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::{Packet, Packets};
@@ -146,8 +146,8 @@ pub fn replicate(aux: &[u8], from: usize, to: usize, ticks: u64, copies: u64) ->
 /// trace in its periodic thread.
 pub fn grow(source: &Path, dst: &Path, min_bytes: u64) -> Result<Grown> {
     let snap = Snapshot::open(source)?;
-    let model = decode_snapshot(&snap, &DecodeOptions::default())
-        .with_context(|| format!("cannot decode {}", source.display()))?;
+    // The decode error names the file.
+    let model = decode_snapshot(&snap, &DecodeOptions::default())?;
     let Some(period) = find_period(&model) else {
         bail!(
             "{}: no period found: it needs a thread in a steady loop with at least three PSBs",
