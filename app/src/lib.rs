@@ -1,5 +1,15 @@
 //! The ptscope application: the window and the command line, wiring the
-//! capture, decoder and viewer crates together.
+//! capture, decoder and viewer crates together. Every input opens through
+//! the decoder's one way in (`ptscope_decoder::open`), from the CLI and the
+//! window alike.
+//!
+//! - [`gui`]: the window (tabs, open/recent/drop, the title) and [`loader`],
+//!   which decodes a file off the UI thread;
+//! - [`capture_panel`]: the window's Capture panel, and [`recorder`], the
+//!   capture both it and `ptscope record`/`attach` run;
+//! - [`report`]: `ptscope decode` and `stats`;
+//! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
+//! - [`demo`]: the demo snapshot, built into the binary.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.

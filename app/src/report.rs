@@ -1,4 +1,6 @@
-//! `ptscope decode` and `ptscope stats`: the decoded model as text or JSON.
+//! `ptscope decode` and `ptscope stats`: the decoded model as text or JSON
+//! (one serde_json object a line), at the level of calls, source lines or
+//! instructions, and per-function statistics.
 //!
 //! Times printed are nanoseconds since the input's first timestamp, so they
 //! line up with the viewer's relative time axis.

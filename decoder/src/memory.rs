@@ -1,7 +1,8 @@
 //! A process's code as bytes at addresses, for our own flow decoder
 //! ([`crate::flow`]): the same sections libipt's image gets, mapped from
 //! the snapshot's binaries once and shared between processes that map
-//! them. This is one of the modules allowed `unsafe` (for the mmap).
+//! them. This is one of the modules allowed `unsafe`: it maps binaries,
+//! for the flow decoder and for the symbol tables ([`map_binary`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

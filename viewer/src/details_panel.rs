@@ -8,8 +8,8 @@
 //! the next or previous call of the function in time order across threads
 //! ([`step_call`]) and zoom to the span or to the slowest call. They return
 //! a [`DetailsAction`] rather than act, since only the view can move the
-//! timeline. The decoder's `detail` module is unrelated: it runs the fine
-//! pass that decodes source lines.
+//! timeline. (Source lines come from the decoder's fine pass,
+//! `ptscope_decoder::fine`, which [`crate::lines`] drives.)
 
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
