@@ -14,6 +14,8 @@ pub mod perf_event;
 pub mod procfs;
 pub mod recording;
 pub mod supervise;
+#[allow(unsafe_code)] // SAFETY comments on each block.
+pub mod tracee;
 
 pub use error::CaptureError;
 pub mod trigger;

@@ -126,7 +126,7 @@ pub struct Capture {
     /// The exit status of a spawned command, when the capture saw it exit.
     pub exit_code: Option<i32>,
     /// A spawned command still running after the snapshot; the caller waits
-    /// for it once the snapshot is saved (see `emulated::tracer::wait_child`).
+    /// for it once the snapshot is saved (see [`crate::tracee::wait_child`]).
     pub child: Option<i32>,
     /// How the PT unit was set up.
     pub pt: PtSetup,

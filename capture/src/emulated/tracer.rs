@@ -47,8 +47,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::sys::wait::WaitStatus;
-
 use super::hardware::{PtSettings, ThreadPt};
 use super::insn::Insn;
 use crate::error::CaptureError;
@@ -60,6 +58,9 @@ use threads::Thread;
 pub use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
+// Waiting for a spawned command lives with the other child-process
+// helpers in `crate::tracee`; these paths stay for the app.
+pub use crate::tracee::{reap_later, try_wait_child, wait_child};
 
 pub struct TracerOptions {
     pub settings: PtSettings,
@@ -232,36 +233,6 @@ pub fn capture_each(
     };
     on_snapshot(tracer.take_capture(stop, end_time, cmdline, wall, child));
     Ok(())
-}
-
-/// Waits for a spawned command to end; its exit status (128+signal when
-/// killed by one).
-pub fn wait_child(pid: i32) -> Option<i32> {
-    loop {
-        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, code)) => return Some(code),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Reaps a spawned command nobody waits for, when it ends on its own.
-pub fn reap_later(pid: i32) {
-    std::thread::spawn(move || wait_child(pid));
-}
-
-/// A spawned command's exit status if it has ended, without waiting.
-pub fn try_wait_child(pid: i32) -> Option<i32> {
-    use nix::sys::wait::WaitPidFlag;
-    match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::Exited(_, code)) => Some(code),
-        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
-        Err(nix::errno::Errno::ECHILD) => Some(-1),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::threads::State;
 use super::Tracer;
 use crate::emulated::ptrace;
 use crate::procfs;
+use crate::tracee;
 
 impl Tracer {
     /// Stops tracing every live thread and lets it go on untraced.
@@ -28,28 +29,28 @@ impl Tracer {
                     if self.thread_tracing(tid) {
                         self.unit(tid).interrupt(t.rip, now);
                     }
-                    let _ = ptrace::detach(tid, t.pending_signal);
+                    let _ = tracee::detach(tid, t.pending_signal);
                 }
                 State::Starting => {
                     let _ = ptrace::interrupt(tid);
-                    let _ = ptrace::wait(Some(tid), false);
-                    let _ = ptrace::detach(tid, None);
+                    let _ = tracee::wait(Some(tid), false);
+                    let _ = tracee::detach(tid, None);
                 }
                 State::Stepping | State::InSyscall { .. } => {
                     // Wait for the step to end, then let go.
                     let _ = ptrace::interrupt(tid);
                     let mut pending = t.pending_signal;
-                    if let Ok(Some(WaitStatus::Stopped(_, sig))) = ptrace::wait(Some(tid), false) {
+                    if let Ok(Some(WaitStatus::Stopped(_, sig))) = tracee::wait(Some(tid), false) {
                         if sig != Signal::SIGTRAP {
                             pending = Some(sig);
                         }
                     }
                     swallow_step_trap(tid);
-                    let _ = ptrace::detach(tid, pending);
+                    let _ = tracee::detach(tid, pending);
                 }
                 // Reap its exit status (it may still be a traced zombie).
                 State::Vanished => {
-                    let _ = ptrace::wait(Some(tid), true);
+                    let _ = tracee::wait(Some(tid), true);
                 }
             }
             self.finish_thread(t);
@@ -66,25 +67,25 @@ fn swallow_step_trap(tid: i32) {
     if !procfs::signal_pending(tid, Signal::SIGTRAP as i32) {
         return;
     }
-    if ptrace::cont(tid, None).is_err() {
+    if tracee::cont(tid, None).is_err() {
         return;
     }
     loop {
-        match ptrace::wait(Some(tid), false) {
+        match tracee::wait(Some(tid), false) {
             Ok(Some(WaitStatus::Stopped(_, Signal::SIGTRAP))) => {
                 if Trap::of(ptrace::si_code(tid).unwrap_or(0)) != Trap::Step {
-                    let _ = ptrace::detach(tid, Some(Signal::SIGTRAP));
+                    let _ = tracee::detach(tid, Some(Signal::SIGTRAP));
                 }
                 return;
             }
             // Another signal first: hold it for the detach, keep going.
             Ok(Some(WaitStatus::Stopped(_, sig))) => {
-                if ptrace::cont(tid, Some(sig)).is_err() {
+                if tracee::cont(tid, Some(sig)).is_err() {
                     return;
                 }
             }
             Ok(Some(WaitStatus::PtraceEvent(..))) => {
-                if ptrace::cont(tid, None).is_err() {
+                if tracee::cont(tid, None).is_err() {
                     return;
                 }
             }

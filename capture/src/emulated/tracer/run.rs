@@ -12,9 +12,9 @@ use nix::sys::wait::WaitStatus;
 
 use super::threads::State;
 use super::Tracer;
-use crate::emulated::ptrace;
 use crate::error::CaptureError;
 use crate::recording::StopReason;
+use crate::tracee;
 
 impl Tracer {
     /// Runs until a trigger, an interruption, `deadline` or the process's
@@ -37,7 +37,7 @@ impl Tracer {
             }
             // Collect events from threads in syscalls now and then.
             if self.in_syscall > 0 && self.steps_total.is_multiple_of(64) {
-                while let Some(status) = ptrace::wait(None, true)? {
+                while let Some(status) = tracee::wait(None, true)? {
                     let handled = self.handle(status);
                     if !self.vanished(&handled) && handled? {
                         return Ok(StopReason::ProcessExit);
@@ -53,7 +53,7 @@ impl Tracer {
                     return Ok(self.symbol_stop(tid));
                 }
                 if self.threads[&tid].state == State::Stepping {
-                    let status = ptrace::wait(Some(tid), false)?;
+                    let status = tracee::wait(Some(tid), false)?;
                     if let Some(status) = status {
                         let handled = self.handle(status);
                         if !self.vanished(&handled) && handled? {
@@ -73,7 +73,7 @@ impl Tracer {
             let t0 = Instant::now();
             let status = if deadline.is_some() {
                 // Poll so that a deadline passes even while the process sleeps.
-                match ptrace::wait(None, true)? {
+                match tracee::wait(None, true)? {
                     Some(s) => Some(s),
                     None => {
                         std::thread::sleep(Duration::from_micros(200));
@@ -96,7 +96,7 @@ impl Tracer {
     /// A blocking wait that still notices Ctrl-C promptly.
     fn wait_interruptible(&mut self) -> Result<Option<WaitStatus>, CaptureError> {
         loop {
-            if let Some(s) = ptrace::wait(None, true)? {
+            if let Some(s) = tracee::wait(None, true)? {
                 return Ok(Some(s));
             }
             if self.opts.interrupt.load(Ordering::Relaxed) {

@@ -1,10 +1,10 @@
 //! Starting a capture gets the target under the tracer before any of its
 //! code is traced: a spawned command is seized while it is stopped before
-//! its exec and run to the exec, so that the trace starts at the new
-//! image's first instruction; an attached process has every thread seized
-//! and interrupted, each to be stepped from wherever it stopped.
+//! its exec and run to the exec ([`crate::tracee::run_to_exec`]), so that
+//! the trace starts at the new image's first instruction; an attached
+//! process has every thread seized and interrupted, each to be stepped
+//! from wherever it stopped.
 
-use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 
 use super::threads::State;
@@ -13,6 +13,7 @@ use crate::emulated::ptrace;
 use crate::error::CaptureError;
 use crate::procfs;
 use crate::recording::{SidebandEvent, Target};
+use crate::tracee;
 
 impl Tracer {
     /// Gets `target` under a new tracer. Returns the tracer, the pid of a
@@ -23,7 +24,7 @@ impl Tracer {
     ) -> Result<(Tracer, Option<i32>, Vec<String>), CaptureError> {
         let (pid, child, cmdline) = match &target {
             Target::Spawn { argv, cwd } => {
-                let pid = ptrace::spawn_stopped(argv, cwd.as_deref())?;
+                let pid = tracee::spawn_stopped(argv, cwd.as_deref())?;
                 // Wait for the child's SIGSTOP, seize it, and let it exec.
                 match nix::sys::wait::waitpid(
                     nix::unistd::Pid::from_raw(pid),
@@ -37,8 +38,7 @@ impl Tracer {
                         )))
                     }
                 }
-                ptrace::seize(pid)?;
-                ptrace::kill(pid, Signal::SIGCONT);
+                tracee::run_to_exec(pid, &argv[0])?;
                 (pid, Some(pid), argv.clone())
             }
             Target::Attach(pid) => (*pid, None, procfs::cmdline(*pid)),
@@ -47,23 +47,6 @@ impl Tracer {
         tracer.open_mem();
         match target {
             Target::Spawn { .. } => {
-                // Run to the exec: the first stops are the group-stop and SIGCONT.
-                loop {
-                    match ptrace::wait(Some(pid), false)? {
-                        Some(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => break,
-                        Some(WaitStatus::Exited(_, code)) => {
-                            return Err(CaptureError::Invalid(format!(
-                                "`{}` exited with {code} before it started (is it an executable?)",
-                                cmdline[0]
-                            )))
-                        }
-                        Some(WaitStatus::Stopped(_, Signal::SIGCONT))
-                        | Some(WaitStatus::Stopped(_, Signal::SIGSTOP)) => ptrace::cont(pid, None)?,
-                        Some(WaitStatus::Stopped(_, sig)) => ptrace::cont(pid, Some(sig))?,
-                        Some(_) => ptrace::cont(pid, None)?,
-                        None => {}
-                    }
-                }
                 tracer.now = monotonic_ns();
                 tracer.start_time = tracer.now;
                 tracer.add_thread(pid, pid, State::Ready);
@@ -75,7 +58,7 @@ impl Tracer {
                 tracer.now = monotonic_ns();
                 tracer.start_time = tracer.now;
                 for &tid in &tids {
-                    ptrace::seize(tid)?;
+                    tracee::seize(tid)?;
                     ptrace::interrupt(tid)?;
                 }
                 for &tid in &tids {

@@ -16,6 +16,7 @@ use crate::emulated::ptrace;
 use crate::error::CaptureError;
 use crate::procfs;
 use crate::recording::SidebandEvent;
+use crate::tracee;
 
 /// The `si_code` of a signal the kernel raised itself (SI_KERNEL); the
 /// TRAP_* codes of a step's own trap are below it.
@@ -143,7 +144,7 @@ impl Tracer {
                         let new = ptrace::event_msg(tid)? as i32;
                         if procfs::tgid(new).is_some_and(|g| g != self.pid) {
                             // Not a thread of ours (clone without CLONE_THREAD).
-                            let _ = ptrace::detach(new, None);
+                            let _ = tracee::detach(new, None);
                         } else if !self.threads.contains_key(&new) {
                             self.emit(SidebandEvent::Fork {
                                 pid: self.pid,
@@ -167,7 +168,7 @@ impl Tracer {
                         // not depend on how busy the machine is (under load
                         // the parent stepped whole time slices before it).
                         if self.threads.get(&new).map(|t| t.state) == Some(State::Starting) {
-                            if let Some(st) = ptrace::wait(Some(new), false)? {
+                            if let Some(st) = tracee::wait(Some(new), false)? {
                                 if self.handle(st)? {
                                     return Ok(true);
                                 }
@@ -199,7 +200,7 @@ impl Tracer {
                             }
                         }
                         self.remove_thread(tid);
-                        let _ = ptrace::cont(tid, None);
+                        let _ = tracee::cont(tid, None);
                         return Ok(self.threads.is_empty());
                     }
                     _ => {
@@ -212,7 +213,7 @@ impl Tracer {
                                 let _ = ptrace::step(tid, None);
                             }
                         } else {
-                            let _ = ptrace::cont(tid, None);
+                            let _ = tracee::cont(tid, None);
                         }
                     }
                 }
