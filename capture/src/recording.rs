@@ -1,6 +1,9 @@
-//! What a capture recorded, whichever backend took it: per-thread or
-//! per-CPU PT bytes, the sideband (mappings, threads, switches) and how the
-//! PT unit was set up. The snapshot writer turns this into a `.ptscope`.
+//! This module describes what a capture recorded, in one shape for both
+//! backends: the PT bytes per thread or per CPU, the sideband (mappings,
+//! names, threads, context switches), how the PT unit was set up, and why the
+//! capture stopped. The snapshot writer ([`crate::emulated::snapshot`]) turns
+//! a [`Capture`] into a `.ptscope` file, so it does not need to know which
+//! backend took it.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! The ptrace calls only the emulated backend makes: single-stepping a
-//! thread, interrupting it, and reading its registers, signal and event
-//! message at a stop. They are thin wrappers that turn each failure into a
+//! This module wraps the ptrace calls only the emulated backend makes:
+//! single-stepping a thread, interrupting it, and reading its registers,
+//! signal and event message at a stop. Each wrapper turns a failure into a
 //! [`CaptureError::Ptrace`] naming the call and the thread, because a
 //! tracee can vanish at any time and the tracer must tell that (ESRCH)
 //! from a real failure. Seizing, resuming, detaching and waiting, which

@@ -1,12 +1,13 @@
-//! The intel-pt backend: real Intel PT through perf_event_open, with no
-//! perf tool in between.
+//! This module captures with real Intel PT through perf_event_open, with no
+//! perf tool in between: it opens the events, maps their buffers and collects
+//! the sideband itself.
 //!
-//! Per traced thread (or per CPU with `per_cpu`): a PT event whose AUX
-//! area is mapped read-only (overwrite mode: the hardware keeps the newest
-//! trace and never stalls), and a dummy event for sideband whose records
-//! go to the PT event's data ring, drained continuously by a collector
-//! thread. A snapshot disables the PT events, copies the newest bytes of
-//! each AUX area, and enables them again for the next one.
+//! Each traced thread (or each CPU, with `per_cpu`) gets a PT event whose AUX
+//! area is mapped read-only, which puts it in overwrite mode: the hardware
+//! keeps the newest trace and never stalls. A dummy event sends its sideband
+//! records to the PT event's data ring, which a collector thread drains
+//! continuously. A snapshot disables the PT events, copies the newest bytes
+//! of each AUX area, and enables them again for the next one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

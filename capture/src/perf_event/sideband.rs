@@ -1,6 +1,7 @@
-//! Sideband: what the kernel says about the traced process while PT runs
-//! (mappings, names, threads coming and going, context switches), from a
-//! dummy software event whose records go to the PT event's data ring.
+//! This module collects the sideband, what the kernel says about the traced
+//! process while PT runs (mappings, names, threads coming and going, context
+//! switches), from a dummy software event whose records go to the PT event's
+//! data ring.
 //!
 //! The data ring is small and the kernel drops records when it is full,
 //! so a [`Collector`] thread drains every ring continuously; any LOST

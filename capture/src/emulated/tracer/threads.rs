@@ -1,8 +1,9 @@
 //! The threads module keeps what the tracer knows of each traced thread,
 //! and the bookkeeping when a thread appears, vanishes or exits. A thread's
-//! [`State`] says what the next ptrace stop of it means, so it has to be
-//! right at every transition: a thread counted as in a syscall when it is
-//! not would make the run loop wait for a stop that never comes.
+//! [`State`] says what its next ptrace stop means and whether the run loop
+//! may wait for it, so every transition has to keep it right: a thread
+//! marked as stepping that is not would have the loop wait for a stop that
+//! never comes.
 
 use nix::sys::signal::Signal;
 
