@@ -1,5 +1,9 @@
-//! Typed errors of the capture crate. Every error that concerns a file
-//! names it, and every error says its cause once, in its message.
+//! This module defines [`CaptureError`], the error the crate's operations
+//! return; the Intel PT and perf_event layers' own errors
+//! ([`PtError`](crate::intel_pt::PtError),
+//! [`PerfError`](crate::perf_event::PerfError)) convert into it. Every error
+//! says its cause once, in its message, and an error that concerns a file
+//! names it, so that a caller can show the message as it is.
 
 use std::path::{Path, PathBuf};
 

@@ -1,11 +1,19 @@
-//! Getting raw Intel PT traces.
+//! The capture crate gets raw Intel PT traces and everything a decoder needs
+//! to read them. Nothing here decodes: the decoder and the viewer read what
+//! this crate records. The file formats (perf.data, the `.ptscope` snapshot,
+//! build ids, the PT parameters perf stores) live in the `ptscope-formats`
+//! crate, so that the decoder and the viewer read them without compiling
+//! ptrace or perf_event_open.
 //!
-//! This crate holds everything before decoding: the capture backends (the
-//! emulated one, which single-steps a process with ptrace and writes the
-//! packets PT hardware would write), the triggers, process and symbol
-//! discovery, and the snapshot file, which is a standard perf.data plus the
-//! binaries it maps. The decoder reads what this crate writes; nothing here
-//! depends on decoding.
+//! - [`intel_pt`] captures real Intel PT through perf_event_open, with no perf tool.
+//! - [`emulated`] single-steps a process and writes the packets PT hardware would.
+//! - [`perf_event`] opens perf events and reads their rings, sideband and breakpoints.
+//! - [`tracee`] spawns, seizes, resumes, detaches and waits for traced processes.
+//! - [`trigger`] says when a capture takes its snapshot and finds a symbol's address.
+//! - [`procfs`] reads processes, threads, mappings and signal masks from `/proc`.
+//! - [`recording`] holds what a capture recorded, whichever backend took it.
+//! - [`supervise`] runs captures in a child process, so a killed ptscope kills no tracee.
+//! - [`error`] defines [`CaptureError`], the error the crate's operations return.
 
 pub mod emulated;
 pub mod error;
@@ -14,6 +22,9 @@ pub mod perf_event;
 pub mod procfs;
 pub mod recording;
 pub mod supervise;
+// Forks and execs the traced process: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
+pub mod tracee;
+pub mod trigger;
 
 pub use error::CaptureError;
-pub mod trigger;

@@ -1,4 +1,9 @@
-//! Process discovery from `/proc`: mappings, thread lists, names.
+//! This module reads what the capture needs to know about processes from
+//! `/proc`: a process's mappings (which become MMAP sideband and tell where a
+//! trigger symbol is), its threads, their names and thread group, its
+//! scheduler state, its pending and caught signals, its command line, and the
+//! list of processes a user can attach to. Reading `/proc` needs neither
+//! privileges nor ptrace, so all of this works before anything is traced.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,9 @@
-//! What a capture recorded, whichever backend took it: per-thread or
-//! per-CPU PT bytes, the sideband (mappings, threads, switches) and how the
-//! PT unit was set up. The snapshot writer turns this into a `.ptscope`.
+//! This module describes what a capture recorded, in one shape for both
+//! backends: the PT bytes per thread or per CPU, the sideband (mappings,
+//! names, threads, context switches), how the PT unit was set up, and why the
+//! capture stopped. The snapshot writer ([`crate::emulated::snapshot`]) turns
+//! a [`Capture`] into a `.ptscope` file, so it does not need to know which
+//! backend took it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,7 +129,7 @@ pub struct Capture {
     /// The exit status of a spawned command, when the capture saw it exit.
     pub exit_code: Option<i32>,
     /// A spawned command still running after the snapshot; the caller waits
-    /// for it once the snapshot is saved (see `emulated::tracer::wait_child`).
+    /// for it once the snapshot is saved (see [`crate::tracee::wait_child`]).
     pub child: Option<i32>,
     /// How the PT unit was set up.
     pub pt: PtSetup,

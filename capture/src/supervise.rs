@@ -31,7 +31,7 @@ pub const ENV: &str = "PTSCOPE_SUPERVISOR";
 /// The process group a started command joins (0: its parent's).
 static TARGET_GROUP: AtomicI32 = AtomicI32::new(0);
 
-/// The group [`crate::emulated::ptrace::spawn_stopped`] puts commands in.
+/// The group [`crate::tracee::spawn_stopped`] puts commands in.
 pub(crate) fn target_group() -> i32 {
     TARGET_GROUP.load(Ordering::Relaxed)
 }

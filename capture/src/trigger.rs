@@ -1,4 +1,10 @@
-//! Triggers: what ends a capture and takes the snapshot.
+//! This module defines the triggers, which say when a capture takes its
+//! snapshot: at the process's exit, on entry to a function, after a duration,
+//! or only on request. Both backends take the same [`Trigger`]. A symbol
+//! trigger is resolved here against the process's mappings by reading the ELF
+//! symbols of each mapped file, so that a backend gets a runtime address to
+//! break on; the same symbol reading lists a program's functions, for the app
+//! to offer as triggers.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,7 +1,8 @@
-//! The emulated PT hardware of one thread: it sees each retired user-space
-//! instruction and each trip into the kernel, and writes the packets an
-//! Intel PT unit configured as `intel_pt/cyc=1,tsc=1,mtc=0/u` (branch
-//! tracing, return compression on) would write into the thread's ring.
+//! This module emulates one PT unit (a thread's, or in per-CPU mode the one
+//! virtual CPU's): it is told of each retired user-space instruction and each
+//! trip into the kernel, and writes the packets an Intel PT unit configured
+//! as `intel_pt/cyc=1,tsc=1,mtc=0/u` (branch tracing, return compression on)
+//! would write into its ring.
 //!
 //! The rules it follows (Intel SDM Vol. 3C, "Intel Processor Trace"):
 //! - conditional branches and compressed near returns are TNT bits, six to a

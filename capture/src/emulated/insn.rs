@@ -1,5 +1,7 @@
-//! Classifying the instructions the tracee executes by how Intel PT reports
-//! them: which change of flow instructions (CoFI) produce packets.
+//! This module classifies the instructions a tracee executes by how Intel PT
+//! reports them: which changes of flow (CoFI) produce packets, and which
+//! packets. The emulated hardware needs nothing else from an instruction, so
+//! iced-x86 decodes just enough to tell the classes apart.
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 

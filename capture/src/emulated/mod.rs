@@ -1,10 +1,20 @@
-//! The emulated Intel PT backend.
+//! The emulated backend captures a process on a machine without Intel PT: it
+//! single-steps every thread with ptrace and writes the packets a PT unit
+//! would have written for the same run, so that decoders read its trace as
+//! they would a real one.
+//!
+//! - [`tracer`] runs the process one instruction at a time and returns what it recorded.
+//! - [`insn`] classifies each instruction by the packets it produces.
+//! - [`hardware`] emulates the PT unit that turns retired instructions into packets.
+//! - [`packets`] encodes those packets byte by byte.
+//! - [`ring`] keeps the newest bytes, as an AUX area in snapshot mode does.
+//! - [`settings`] says which CPU and PT event the trace claims to come from.
+//! - [`ptrace`] wraps the ptrace calls only this backend makes.
+//! - [`snapshot`] writes a capture from either backend as a `.ptscope` file.
 
 pub mod hardware;
 pub mod insn;
 pub mod packets;
-// The ptrace FFI: each unsafe block says why it is sound.
-#[allow(unsafe_code)]
 pub mod ptrace;
 pub mod ring;
 pub mod settings;

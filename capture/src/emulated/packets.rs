@@ -1,4 +1,5 @@
-//! Byte-level encoders for the Intel PT packets the emulated hardware writes.
+//! This module encodes the Intel PT packets the emulated hardware writes,
+//! byte by byte.
 //!
 //! Layouts follow the Intel SDM, Vol. 3C, chapter "Intel Processor Trace",
 //! section "Packet Definitions". Every function appends one whole packet.

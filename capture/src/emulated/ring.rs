@@ -1,4 +1,5 @@
-//! The per-thread AUX ring in overwrite (snapshot) mode.
+//! A [`Ring`] stands for the AUX area of an emulated PT unit (a thread's, or
+//! the one virtual CPU's) in overwrite (snapshot) mode.
 //!
 //! The hardware writes into an N-byte ring and wraps, so at the trigger the
 //! ring holds the last N bytes written, which may start mid-packet. We keep a

@@ -1,7 +1,7 @@
-//! The hardware an emulated capture claims to be, and the PT event it
-//! claims to have recorded with. The emulated backend writes packets for
-//! these settings, and its snapshots record them, so decoders (ours,
-//! libipt, perf) read the trace as they would a real one.
+//! This module says what hardware an emulated capture claims to be, and
+//! which PT event it claims to have recorded with. The emulated backend
+//! writes packets for these settings, and its snapshots record them, so
+//! decoders (ours, libipt, perf) read the trace as they would a real one.
 
 use ptscope_formats::pt_params::{term, PtParams};
 

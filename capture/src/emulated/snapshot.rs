@@ -1,7 +1,10 @@
-//! Writing an emulated capture as a `.ptscope` snapshot: the perf.data
-//! records perf would have written for the same run (attrs, sideband, AUX
-//! and AUXTRACE records, features), and every binary the trace maps, read
-//! now and keyed by build id.
+//! This module writes a capture as a `.ptscope` snapshot: the perf.data
+//! records perf would have written for the same run (attrs, sideband, AUX and
+//! AUXTRACE records, features), and every binary the trace maps, read now and
+//! keyed by build id, so that the trace still decodes once the binaries have
+//! changed or on another machine. It serves captures from both backends,
+//! whose [`Capture`] says how the PT unit was set up; the file formats
+//! themselves are `ptscope_formats`'.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;

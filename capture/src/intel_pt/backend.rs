@@ -1,12 +1,13 @@
-//! The intel-pt backend: real Intel PT through perf_event_open, with no
-//! perf tool in between.
+//! This module captures with real Intel PT through perf_event_open, with no
+//! perf tool in between: it opens the events, maps their buffers and collects
+//! the sideband itself.
 //!
-//! Per traced thread (or per CPU with `per_cpu`): a PT event whose AUX
-//! area is mapped read-only (overwrite mode: the hardware keeps the newest
-//! trace and never stalls), and a dummy event for sideband whose records
-//! go to the PT event's data ring, drained continuously by a collector
-//! thread. A snapshot disables the PT events, copies the newest bytes of
-//! each AUX area, and enables them again for the next one.
+//! Each traced thread (or each CPU, with `per_cpu`) gets a PT event whose AUX
+//! area is mapped read-only, which puts it in overwrite mode: the hardware
+//! keeps the newest trace and never stalls. A dummy event sends its sideband
+//! records to the PT event's data ring, which a collector thread drains
+//! continuously. A snapshot disables the PT events, copies the newest bytes
+//! of each AUX area, and enables them again for the next one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,7 +21,6 @@ use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
 use super::timing::{PtConfig, Timing};
 use super::PtError;
-use crate::emulated::ptrace;
 use crate::error::CaptureError;
 use crate::perf_event::aux::AuxCursor;
 use crate::perf_event::breakpoint::{Breakpoint, Hit};
@@ -31,6 +31,7 @@ use crate::procfs;
 use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
+use crate::tracee;
 use crate::trigger::{SymbolTrigger, Trigger};
 use ptscope_formats::pt_params::PtParams;
 
@@ -161,31 +162,6 @@ pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig, Vec<String>), CaptureEr
     Ok((pmu, cfg, warnings))
 }
 
-/// Lets a child stopped before its exec run to the exec, under ptrace just
-/// long enough to see it: then its executable is mapped, and the trigger
-/// can be resolved before any of its code runs.
-fn run_to_exec(pid: i32, program: &str) -> Result<(), CaptureError> {
-    use nix::sys::wait::WaitStatus;
-    ptrace::seize(pid)?;
-    ptrace::kill(pid, Signal::SIGCONT);
-    loop {
-        match ptrace::wait(Some(pid), false)? {
-            Some(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => return Ok(()),
-            Some(WaitStatus::Exited(_, code)) => {
-                return Err(CaptureError::Invalid(format!(
-                    "`{program}` exited with {code} before it started (is it an executable?)"
-                )))
-            }
-            Some(WaitStatus::Stopped(_, Signal::SIGCONT | Signal::SIGSTOP)) => {
-                ptrace::cont(pid, None)?
-            }
-            Some(WaitStatus::Stopped(_, sig)) => ptrace::cont(pid, Some(sig))?,
-            Some(_) => ptrace::cont(pid, None)?,
-            None => {}
-        }
-    }
-}
-
 /// Whether process `pid` is gone or a zombie.
 fn exited(pid: i32) -> bool {
     matches!(procfs::state(pid), None | Some('Z' | 'X'))
@@ -204,7 +180,7 @@ pub fn capture(
     let wall = Instant::now();
     let (pid, child, cmdline) = match &target {
         Target::Spawn { argv, cwd } => {
-            let pid = ptrace::spawn_stopped(argv, cwd.as_deref())?;
+            let pid = tracee::spawn_stopped(argv, cwd.as_deref())?;
             // The child stops itself before exec; its events are opened now
             // and enabled by the kernel at the exec.
             let stopped = loop {
@@ -218,8 +194,8 @@ pub fn capture(
             };
             if !matches!(stopped, Ok(nix::sys::wait::WaitStatus::Stopped(..))) {
                 // Whatever happened, it is not left stopped.
-                ptrace::kill(pid, Signal::SIGCONT);
-                crate::emulated::tracer::reap_later(pid);
+                tracee::kill(pid, Signal::SIGCONT);
+                tracee::reap_later(pid);
                 return Err(CaptureError::Invalid(format!(
                     "`{}` did not start: {stopped:?}",
                     argv[0]
@@ -258,15 +234,15 @@ pub fn capture(
     let mut setup = s.open_all(spawned);
     if spawned {
         if setup.is_ok() {
-            setup = run_to_exec(pid, &cmdline[0]).map(|()| s.resolve_symbol());
+            setup = tracee::run_to_exec(pid, &cmdline[0]).map(|()| s.resolve_symbol());
         }
         // Let it run in any case: on error it runs untraced to its end.
-        let _ = ptrace::detach(pid, None);
-        ptrace::kill(pid, Signal::SIGCONT);
+        let _ = tracee::detach(pid, None);
+        tracee::kill(pid, Signal::SIGCONT);
     }
     if let Err(e) = setup {
         if spawned {
-            crate::emulated::tracer::reap_later(pid);
+            tracee::reap_later(pid);
         }
         return Err(e);
     }
@@ -277,7 +253,7 @@ pub fn capture(
     let result = s.run(&mut child, &cmdline, wall, &mut status, &mut on_snapshot);
     // A spawned command not handed to the caller runs on; reap it then.
     if let Some(pid) = child {
-        crate::emulated::tracer::reap_later(pid);
+        tracee::reap_later(pid);
     }
     result
 }
@@ -602,7 +578,7 @@ impl Session<'_> {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if let Some(pid) = *child {
-                if let Some(code) = crate::emulated::tracer::try_wait_child(pid) {
+                if let Some(code) = tracee::try_wait_child(pid) {
                     *child = None;
                     *exit_code = Some(code);
                     return Ok((StopReason::ProcessExit, None));

@@ -1,5 +1,7 @@
-//! The PT event's `perf_event_attr`, as `perf record -e intel_pt/.../`
-//! would open it.
+//! This module builds the PT event's `perf_event_attr` as
+//! `perf record -e intel_pt/.../` would open it, so that the trace and its
+//! records are the ones perf would have recorded, and perf's decoder reads
+//! them with the same assumptions.
 
 use super::pmu::Pmu;
 use super::timing::PtConfig;

@@ -1,7 +1,10 @@
-//! Intel PT: the `intel_pt` PMU (discovered from sysfs), timing presets,
-//! the PT event's attr, and the backend that captures through
-//! perf_event_open. The AUXTRACE_INFO parameters perf stores for decoders
-//! are a file format: [`ptscope_formats::pt_params`].
+//! The Intel PT backend captures real Intel PT through perf_event_open. Its
+//! modules discover the `intel_pt` PMU from sysfs ([`pmu`]), turn a timing
+//! preset into config terms the CPU supports ([`timing`]), build the PT
+//! event's attr ([`event`]) and run captures ([`backend`]); this file defines
+//! [`PtError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
+//! parameters perf stores for decoders are a file format, so they live in
+//! [`ptscope_formats::pt_params`].
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
-//! The `intel_pt` PMU as the kernel describes it in sysfs: its event type,
-//! where each config term lives (`format/*`) and what this CPU can do
-//! (`caps/*`). Nothing here hard-codes a bit position: a config is built
-//! from the format files, so a kernel that moved a term still gets the
+//! This module reads the `intel_pt` PMU as the kernel describes it in sysfs:
+//! its event type, where each config term lives (`format/*`) and what this
+//! CPU can do (`caps/*`). Nothing here hard-codes a bit position: a config is
+//! built from the format files, so a kernel that moved a term still gets the
 //! right bits.
 
 use std::collections::BTreeMap;

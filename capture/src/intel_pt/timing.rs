@@ -1,5 +1,6 @@
-//! Timing presets: how much timing the trace carries, as config terms
-//! checked against what the CPU can do.
+//! This module turns a timing preset into PT config terms, checked against
+//! what the CPU can do. A preset says how much timing the trace carries,
+//! which trades the trace's size for how finely it times calls:
 //!
 //! - `low`: perf's own defaults (TSC, MTC every 2^3 crystal ticks, a PSB
 //!   every 2^(psb_period+11) bytes), the smallest trace.

@@ -1,4 +1,4 @@
-//! Taking a snapshot of an overwrite-mode AUX area.
+//! This module takes a snapshot of an overwrite-mode AUX area.
 //!
 //! In overwrite mode the PT driver writes round the buffer forever and
 //! reports `aux_head` as where it writes next (an offset in the buffer;

@@ -1,4 +1,4 @@
-//! The symbol trigger as a hardware execute breakpoint: a
+//! This module arms the symbol trigger as a hardware execute breakpoint: a
 //! PERF_TYPE_BREAKPOINT event per thread at the function's runtime address.
 //! Each hit writes a sample (ip, thread, time, and the user registers rdi
 //! and rsi: a function's first two arguments) to the event's ring, and the

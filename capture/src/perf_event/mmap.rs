@@ -1,8 +1,10 @@
-//! The mmap'd buffers of a perf event: the data ring (records) and the AUX
-//! area (the PT trace). The kernel writes both while we read, so every
-//! access to the control page goes through atomics with the barriers the
-//! perf ABI asks for: an acquire load of `data_head`/`aux_head` before
-//! reading data, a release store of `data_tail` after.
+//! This module maps the buffers of a perf event: the data ring (records) and
+//! the AUX area (the PT trace). The kernel writes both while we read, so
+//! every access to the control page goes through atomics with the barriers
+//! the perf ABI asks for: an acquire load of `data_head`/`aux_head` before
+//! reading data, a release store of `data_tail` after. Mapping memory and
+//! reading it through raw pointers is why this is one of the modules allowed
+//! to hold `unsafe`.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};

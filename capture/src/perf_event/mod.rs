@@ -1,7 +1,9 @@
-//! perf_event_open without the perf tool: opening events, their mmap'd
-//! rings, the AUX snapshot, sideband records, breakpoint triggers and the
-//! permission rules. The intel-pt backend is built on this; so is the
-//! emulated backend's breakpoint trigger.
+//! This module uses perf_event_open without the perf tool: it opens events,
+//! maps their rings, takes AUX snapshots, reads sideband records and
+//! breakpoint hits, and explains the permission rules when the kernel says
+//! no. The Intel PT backend is built on it, and so is the hardware-breakpoint
+//! symbol trigger both backends use. This file defines [`PerfError`], a
+//! failed open, mmap or ioctl with what to do about it.
 
 pub mod aux;
 pub mod breakpoint;

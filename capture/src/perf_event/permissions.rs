@@ -1,4 +1,5 @@
-//! Who may trace what, and what to tell a user who may not.
+//! This module works out who may trace what, and what to tell a user who may
+//! not.
 //!
 //! The rules (kernel/events/core.c): with `perf_event_paranoid` at 2 or
 //! less, anyone may trace user space of their own processes, per thread;

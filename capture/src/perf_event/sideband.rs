@@ -1,6 +1,7 @@
-//! Sideband: what the kernel says about the traced process while PT runs
-//! (mappings, names, threads coming and going, context switches), from a
-//! dummy software event whose records go to the PT event's data ring.
+//! This module collects the sideband, what the kernel says about the traced
+//! process while PT runs (mappings, names, threads coming and going, context
+//! switches), from a dummy software event whose records go to the PT event's
+//! data ring.
 //!
 //! The data ring is small and the kernel drops records when it is full,
 //! so a [`Collector`] thread drains every ring continuously; any LOST
@@ -376,15 +377,15 @@ fn drain_all(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulated::ptrace;
     use crate::perf_event::Event;
+    use crate::tracee;
 
     /// A real dummy event on a real process: the kernel's records come
     /// through the ring and the collector as sideband events.
     #[test]
     fn real_dummy_event_reports_exec_mappings_and_exit() {
         let argv = vec!["/bin/true".to_string()];
-        let pid = ptrace::spawn_stopped(&argv, None).unwrap();
+        let pid = tracee::spawn_stopped(&argv, None).unwrap();
         let stopped = nix::sys::wait::waitpid(
             nix::unistd::Pid::from_raw(pid),
             Some(nix::sys::wait::WaitPidFlag::WUNTRACED),
@@ -397,8 +398,8 @@ mod tests {
         let ring = Arc::new(DataRing::map(&event, 8).unwrap());
         let collector = Collector::start();
         collector.add(ring, SAMPLE_TYPE);
-        ptrace::kill(pid, nix::sys::signal::Signal::SIGCONT);
-        assert_eq!(crate::emulated::tracer::wait_child(pid), Some(0));
+        tracee::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        assert_eq!(tracee::wait_child(pid), Some(0));
         let got = collector.finish();
         assert_eq!(got.lost, 0);
         assert!(got.bad_records.is_empty(), "{:?}", got.bad_records);

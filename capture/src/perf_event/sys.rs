@@ -1,5 +1,7 @@
-//! The perf_event_open system call and its ioctls: the FFI edge of the
-//! perf_event layer. An [`Event`] owns its file descriptor.
+//! This module makes the perf_event_open system call and its ioctls, and
+//! reads CPUID and the TSC. It is the FFI edge of the perf_event layer, which
+//! is why it is one of the modules allowed to hold `unsafe`. An [`Event`]
+//! owns its file descriptor, so the event closes when it is dropped.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
