@@ -285,7 +285,7 @@ impl Saver<'_> {
         }
         let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
         let meta = metadata(&cap, self.req, self.backend);
-        let written = ptscope_capture::emulated::snapshot::write_snapshot(&path, &cap, &meta)
+        let written = ptscope_capture::snapshot::write_snapshot(&path, &cap, &meta)
             .context("cannot write the snapshot")
             .and_then(|()| ip_log(&cap));
         if let Err(e) = written {

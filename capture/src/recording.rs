@@ -1,7 +1,7 @@
 //! This module describes what a capture recorded, in one shape for both
 //! backends: the PT bytes per thread or per CPU, the sideband (mappings,
 //! names, threads, context switches), how the PT unit was set up, and why the
-//! capture stopped. The snapshot writer ([`crate::emulated::snapshot`]) turns
+//! capture stopped. The snapshot writer ([`crate::snapshot`]) turns
 //! a [`Capture`] into a `.ptscope` file, so it does not need to know which
 //! backend took it.
 

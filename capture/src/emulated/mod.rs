@@ -10,7 +10,6 @@
 //! - [`ring`] keeps the newest bytes, as an AUX area in snapshot mode does.
 //! - [`settings`] says which CPU and PT event the trace claims to come from.
 //! - [`ptrace`] wraps the ptrace calls only this backend makes.
-//! - [`snapshot`] writes a capture from either backend as a `.ptscope` file.
 
 pub mod hardware;
 pub mod insn;
@@ -18,5 +17,4 @@ pub mod packets;
 pub mod ptrace;
 pub mod ring;
 pub mod settings;
-pub mod snapshot;
 pub mod tracer;

@@ -17,7 +17,7 @@ use ptscope_formats::perf_data::{
 };
 use ptscope_formats::snapshot::{write_archive, Metadata, SAMPLE_TYPE};
 
-use super::tracer::{Capture, SidebandEvent};
+use crate::recording::{Capture, SidebandEvent};
 use crate::error::CaptureError;
 
 struct Binary {
