@@ -30,7 +30,8 @@ fn install(prefix: &Path) -> String {
 #[test]
 fn install_puts_the_binary_desktop_entry_icon_and_mime_type_under_the_prefix() {
     let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("prefix");
+    // A prefix with a space, as a user's may have.
+    let prefix = dir.path().join("my prefix");
     let said = install(&prefix);
     let bin = prefix.join("bin/ptscope");
     assert!(said.contains(&bin.display().to_string()), "{said}");
@@ -39,7 +40,7 @@ fn install_puts_the_binary_desktop_entry_icon_and_mime_type_under_the_prefix() {
     let share = prefix.join("share");
     let desktop = std::fs::read_to_string(share.join("applications/ptscope.desktop")).unwrap();
     assert!(
-        desktop.contains(&format!("\nExec={} %F\n", bin.display())),
+        desktop.contains(&format!("\nExec=\"{}\" %F\n", bin.display())),
         "the entry runs the installed binary: {desktop}"
     );
     assert!(desktop.contains("\nMimeType=application/x-ptscope;\n"));
