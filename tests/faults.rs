@@ -156,7 +156,12 @@ fn the_window_killed_mid_capture_leaves_the_target_running() {
     let out = dir.path().join("captures");
     let mut window = Reaped(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "faults::window_stand_in", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "faults::window_stand_in",
+                "--ignored",
+                "--nocapture",
+            ])
             .env(WINDOW_ENV, format!("{pid}:{}", out.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

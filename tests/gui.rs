@@ -476,13 +476,6 @@ fn every_malformed_input_is_explained_and_the_app_stays_usable() {
     h.get_by_label("Timeline tracks");
 }
 
-/// Resident memory of this process, bytes.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
 /// Long use: thousands of random zooms and pans over a 4 MiB snapshot
 /// (the benchmarks' capture grown: more line-level detail than the cache
 /// holds), down to line level and back, frame after frame. The line cache
@@ -531,7 +524,7 @@ fn long_random_exploring_keeps_memory_bounded() {
             h.run_steps(1);
         }
         if i % 500 == 499 {
-            rss_at.push(rss());
+            rss_at.push(ptscope_viewer::bench::rss_bytes());
         }
     }
     let budget = ptscope_decoder::fine::worker::DEFAULT_BUDGET;

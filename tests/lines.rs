@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{
-    build, decode_json, extract, json_field, json_string, libipt_instructions, ptscope, record,
-};
+use crate::support::{build, decode_json, extract, libipt_instructions, ptscope, record};
 
 /// One instruction of ours: address and innermost `file:line` (basename).
 struct OurInsn {
@@ -17,16 +15,14 @@ struct OurInsn {
     line: Option<String>,
 }
 
-/// A JSON field that may be absent.
+/// A JSON field that may be absent: a string unescaped, anything else as
+/// its text.
 fn field(line: &str, key: &str) -> Option<String> {
-    let quoted = line.contains(&format!("\"{key}\":\""));
-    line.contains(&format!("\"{key}\":")).then(|| {
-        if quoted {
-            json_string(line, key)
-        } else {
-            json_field(line, key).to_string()
-        }
-    })
+    let object: serde_json::Value = serde_json::from_str(line).ok()?;
+    match object.get(key)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
 }
 
 fn basename(p: &str) -> &str {

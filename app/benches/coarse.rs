@@ -106,10 +106,7 @@ fn pin_to_one_core() {
     }
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use ptscope_viewer::bench::median;
 
 /// One timed variant: `f` returns a count to cross-check.
 struct Variant<'a> {

@@ -8,7 +8,7 @@
 //!
 //! What is timed (medians over `$PTSCOPE_BENCH_ROUNDS` windows, default 15,
 //! spread over the main thread):
-//! - **cold**: a fresh [`Detail`] worker with an empty cache; from `want()`
+//! - **cold**: a fresh [`SegmentWorker`] worker with an empty cache; from `want()`
 //!   of the PSB segments covering a window of N instructions until all are
 //!   decoded (walk, instructions, timing, depth, DWARF lines, line spans),
 //!   then the window's line spans merged across segments and its per-line
@@ -26,10 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::decode::decode_snapshot;
-use ptscope_decoder::fine::worker::Detail;
+use ptscope_decoder::fine::worker::SegmentWorker;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
 use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_formats::snapshot::Snapshot;
+use ptscope_viewer::bench::{median, rss_bytes};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -107,7 +108,7 @@ pub fn zoom(model: &Arc<Model>, ti: usize, n: u64, rounds: usize) -> Zoom {
     let mut nlines = 0;
     for r in 0..rounds {
         let (from, to) = window(thread, n, r, rounds);
-        let d = Detail::new(model.clone(), 256 << 20, || {}).unwrap();
+        let d = SegmentWorker::new(model.clone(), 256 << 20, || {}).unwrap();
         let keys: Vec<_> = d.keys(ti, from, to).collect();
         nsegs = keys.len();
         let t = Instant::now();
@@ -117,18 +118,19 @@ pub fn zoom(model: &Arc<Model>, ti: usize, n: u64, rounds: usize) -> Zoom {
         request(&d, &keys, from, to);
         warm.push(t.elapsed());
     }
+    let cold_max = cold.iter().copied().max().unwrap_or_default();
     Zoom {
         segments: nsegs,
-        cold: median(&mut cold),
-        cold_max: cold.iter().copied().max().unwrap_or_default(),
-        warm: median(&mut warm),
+        cold: median(cold),
+        cold_max,
+        warm: median(warm),
         lines: nlines,
     }
 }
 
 /// One request as the viewer makes it: want, wait, then the window's lines
 /// and heat. Returns the number of line spans.
-fn request(d: &Detail, keys: &[(u32, u32)], from: u64, to: u64) -> usize {
+fn request(d: &SegmentWorker, keys: &[(u32, u32)], from: u64, to: u64) -> usize {
     d.want(keys);
     d.wait();
     let segs: Vec<Arc<Segment>> = keys.iter().filter_map(|&k| d.get(k)).collect();
@@ -162,7 +164,7 @@ fn window(t: &ThreadModel, n: u64, r: usize, rounds: usize) -> (u64, u64) {
 /// A long random exploration through one worker with a 64 MiB budget.
 fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
     let budget = 64 << 20;
-    let d = Detail::new(model.clone(), budget, || {}).unwrap();
+    let d = SegmentWorker::new(model.clone(), budget, || {}).unwrap();
     let rss0 = rss_bytes();
     let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
     let t = Instant::now();
@@ -192,16 +194,4 @@ fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
         rss0 as f64 / 1048576.0,
         rss1 as f64 / 1048576.0
     );
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }

@@ -58,10 +58,7 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use ptscope_viewer::bench::median;
 
 struct Table(Vec<(String, String, String)>);
 

@@ -98,21 +98,6 @@ impl Default for CapturePanel {
     }
 }
 
-fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
-        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()?
-        .checked_mul(mult)
-        .filter(|&v| v >= 4096)
-}
-
 impl CapturePanel {
     pub fn new() -> CapturePanel {
         CapturePanel {
@@ -261,12 +246,7 @@ impl CapturePanel {
             TriggerKind::Exit => Trigger::ProcessExit,
         };
         let mut req = Request::new(target, trigger);
-        req.opts.size = parse_size(&self.size).ok_or_else(|| {
-            format!(
-                "`{}` is not a size of at least 4K (e.g. 64K, 4M)",
-                self.size
-            )
-        })?;
+        req.opts.size = crate::size::parse_ring_size(&self.size)?;
         req.opts.timing = self.timing.clone();
         req.backend = self.backend;
         req.opts.snapshots = self.snapshots.max(1);

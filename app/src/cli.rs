@@ -8,14 +8,16 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use ptscope::recorder::{self, Progress, Request};
-use ptscope_capture::emulated::tracer::{self, Target};
+use ptscope::size::{parse_ring_size, parse_size};
 use ptscope_capture::intel_pt::Timing;
+use ptscope_capture::recording::Target;
 use ptscope_capture::supervise;
+use ptscope_capture::tracee;
 use ptscope_capture::trigger::Trigger;
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::Engine;
+use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::packet::{self, Packets};
-use ptscope_formats::snapshot::Snapshot;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -54,7 +56,7 @@ pub struct CaptureOpts {
     pub backend: ptscope::recorder::Backend,
     /// Per-thread trace ring size in bytes (suffixes K, M, G allowed); the
     /// snapshot keeps the last SIZE bytes of each thread's trace.
-    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    #[arg(long, default_value = "4M", value_parser = parse_ring_size)]
     pub size: u64,
     /// Take the snapshot the first time the program enters SYMBOL (mangled or
     /// demangled, in the program or any library it loads).
@@ -224,36 +226,16 @@ pub struct InputOpts {
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
-    parse_size(s).and_then(|n| match n {
+    match parse_size(s)? {
         0 => Err("a chunk holds at least one byte".into()),
-        n => Ok(n as usize),
-    })
+        n => usize::try_from(n).map_err(|_| format!("`{s}` is too large")),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecoderChoice {
     Ptscope,
     Libipt,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 65536, 64K, 4M)"))?;
-    let size = n
-        .checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))?;
-    if size < 4096 {
-        return Err(format!("ring size {size} is too small; use at least 4K"));
-    }
-    Ok(size)
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -340,7 +322,13 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     }
     parallel.chunk_bytes = input.chunk;
     parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
-    let opts = ptscope::report::open_options(&input.raw, threads, engine, parallel);
+    let opts = OpenOptions {
+        raw_images: input.raw.clone(),
+        threads,
+        engine,
+        parallel,
+        ..OpenOptions::default()
+    };
     let model = ptscope_decoder::open::open(&input.file, &opts)?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
@@ -495,7 +483,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     // waiting for it (it runs on).
     let code = match last.child {
         Some(pid) => loop {
-            if let Some(code) = tracer::try_wait_child(pid) {
+            if let Some(code) = tracee::try_wait_child(pid) {
                 break Some(code);
             }
             if req.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -592,20 +580,8 @@ fn check() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn fmt_ns(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.3} s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.3} ms", ns as f64 / 1e6)
-    } else if ns >= 1_000 {
-        format!("{:.3} µs", ns as f64 / 1e3)
-    } else {
-        format!("{ns} ns")
-    }
-}
-
 fn info(path: &Path) -> Result<ExitCode> {
-    let snap = Snapshot::open(path)?;
+    let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", path.display())?;
@@ -675,7 +651,7 @@ fn info(path: &Path) -> Result<ExitCode> {
         writeln!(
             out,
             "  time:    {lo} .. {hi} ns (perf time), {}",
-            fmt_ns(hi - lo)
+            ptscope_viewer::axis::format_duration(hi - lo)
         )?;
     }
     if trace.lost_records > 0 || trace.truncated_aux > 0 {
@@ -734,7 +710,7 @@ fn info(path: &Path) -> Result<ExitCode> {
 }
 
 fn packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
-    let snap = Snapshot::open(path)?;
+    let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
     let stream = match thread {
         Some(tid) => trace

@@ -9,7 +9,8 @@
 //!   capture both it and `ptscope record`/`attach` run;
 //! - [`report`]: `ptscope decode` and `stats`;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
-//! - [`demo`]: the demo snapshot, built into the binary.
+//! - [`demo`]: the demo snapshot, built into the binary;
+//! - [`size`]: byte sizes as users type them.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.
@@ -21,6 +22,7 @@ pub mod loader;
 pub mod recorder;
 pub mod report;
 pub mod scale;
+pub mod size;
 
 #[cfg(test)]
 mod tests {

@@ -41,8 +41,10 @@ impl Load {
             .name("ptscope-load".into())
             .spawn(move || {
                 let opts = OpenOptions {
+                    engine: Engine::Flow,
+                    parallel: Parallel::default(),
                     progress: Some(p),
-                    ..crate::report::open_options(&[], None, Engine::Flow, Parallel::default())
+                    ..OpenOptions::default()
                 };
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);

@@ -13,11 +13,10 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 
-use ptscope_capture::emulated::hardware::PtSettings;
-use ptscope_capture::emulated::settings::cpu as emulated_cpu;
+use ptscope_capture::emulated::settings;
 use ptscope_capture::emulated::tracer::{self, TracerOptions};
 use ptscope_capture::intel_pt::backend::{self, Status};
-use ptscope_capture::intel_pt::{Pmu, PtError};
+use ptscope_capture::intel_pt::{Pmu, PtSetupError};
 use ptscope_capture::recording::{Capture, StopReason, Target};
 use ptscope_capture::trigger::Trigger;
 use ptscope_formats::snapshot::{self, Metadata};
@@ -42,7 +41,7 @@ pub enum Chosen {
 
 /// Picks the backend. `auto` takes intel-pt when the PMU is there, and
 /// otherwise says why it fell back.
-pub fn choose(backend: Backend, pmu_dir: &Path) -> Result<Chosen, PtError> {
+pub fn choose(backend: Backend, pmu_dir: &Path) -> Result<Chosen, PtSetupError> {
     match backend {
         Backend::Emulated => Ok(Chosen::Emulated {
             why: "the emulated backend was asked for".into(),
@@ -50,7 +49,7 @@ pub fn choose(backend: Backend, pmu_dir: &Path) -> Result<Chosen, PtError> {
         Backend::IntelPt => Pmu::read(pmu_dir).map(|_| Chosen::IntelPt),
         Backend::Auto => match Pmu::read(pmu_dir) {
             Ok(_) => Ok(Chosen::IntelPt),
-            Err(e @ PtError::NoPmu { .. }) => Ok(Chosen::Emulated {
+            Err(e @ PtSetupError::NoPmu { .. }) => Ok(Chosen::Emulated {
                 why: format!("auto chose emulated: {}", first_sentence(&e.to_string())),
             }),
             Err(e) => Ok(Chosen::Emulated {
@@ -210,7 +209,7 @@ pub struct Saved {
     pub wall: std::time::Duration,
     pub exit_code: Option<i32>,
     /// A spawned command still running; wait for it with
-    /// [`tracer::wait_child`].
+    /// [`ptscope_capture::tracee::wait_child`].
     pub child: Option<i32>,
 }
 
@@ -285,7 +284,7 @@ impl Saver<'_> {
         }
         let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
         let meta = metadata(&cap, self.req, self.backend);
-        let written = ptscope_capture::snapshot::write_snapshot(&path, &cap, &meta)
+        let written = ptscope_capture::save::write_snapshot(&path, &cap, &meta)
             .context("cannot write the snapshot")
             .and_then(|()| ip_log(&cap));
         if let Err(e) = written {
@@ -363,13 +362,7 @@ pub fn run(
             if req.opts.kernel {
                 bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
             }
-            let settings = PtSettings {
-                psb_period: 4096,
-                ret_compression: true,
-                cyc: true,
-                cbr: emulated_cpu::MAX_NONTURBO_RATIO,
-                ring_size: req.opts.size as usize,
-            };
+            let settings = settings::pt_settings(req.opts.size as usize);
             let opts = TracerOptions {
                 settings,
                 trigger: req.opts.trigger.clone(),

@@ -11,14 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use ptscope_capture::emulated::settings::cpu as emulated_cpu;
-use ptscope_decoder::block::DecoderConfig;
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::Engine;
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::Model;
-use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -65,30 +60,6 @@ pub fn parse_raw(s: &str) -> Result<(PathBuf, u64), String> {
     };
     let addr = parsed.map_err(|_| format!("`{addr}` in `{s}` is not an address"))?;
     Ok((PathBuf::from(file), addr))
-}
-
-/// How the command line opens a file: raw dumps, which carry no CPU, are
-/// decoded as the emulated model's CPU (whose errata set is empty) with
-/// TSC-only timing.
-pub fn open_options(
-    raw: &[(PathBuf, u64)],
-    threads: Option<Vec<i32>>,
-    engine: Engine,
-    parallel: Parallel,
-) -> OpenOptions {
-    OpenOptions {
-        raw_images: raw.to_vec(),
-        raw_config: DecoderConfig {
-            family: emulated_cpu::FAMILY as u16,
-            model: emulated_cpu::MODEL as u8,
-            stepping: emulated_cpu::STEPPING as u8,
-            ..DecoderConfig::default()
-        },
-        threads,
-        engine,
-        parallel,
-        progress: None,
-    }
 }
 
 /// A span as `decode --format json` prints it, one object a line.

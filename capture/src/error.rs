@@ -1,6 +1,6 @@
 //! This module defines [`CaptureError`], the error the crate's operations
 //! return; the Intel PT and perf_event layers' own errors
-//! ([`PtError`](crate::intel_pt::PtError),
+//! ([`PtSetupError`](crate::intel_pt::PtSetupError),
 //! [`PerfError`](crate::perf_event::PerfError)) convert into it. Every error
 //! says its cause once, in its message, and an error that concerns a file
 //! names it, so that a caller can show the message as it is.
@@ -37,7 +37,7 @@ pub enum CaptureError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Pt(crate::intel_pt::PtError),
+    Pt(#[from] crate::intel_pt::PtSetupError),
     #[error(transparent)]
     Perf(#[from] crate::perf_event::PerfError),
 }

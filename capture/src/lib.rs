@@ -12,7 +12,7 @@
 //! - [`trigger`] says when a capture takes its snapshot and finds a symbol's address.
 //! - [`procfs`] reads processes, threads, mappings and signal masks from `/proc`.
 //! - [`recording`] holds what a capture recorded, whichever backend took it.
-//! - [`snapshot`] writes a recording, from either backend, as a `.ptscope` file.
+//! - [`save`] writes a recording, from either backend, as a `.ptscope` snapshot.
 //! - [`supervise`] runs captures in a child process, so a killed ptscope kills no tracee.
 //! - [`error`] defines [`CaptureError`], the error the crate's operations return.
 
@@ -22,7 +22,7 @@ pub mod intel_pt;
 pub mod perf_event;
 pub mod procfs;
 pub mod recording;
-pub mod snapshot;
+pub mod save;
 pub mod supervise;
 // Forks and execs the traced process: each unsafe block says why it is sound.
 #[allow(unsafe_code)]

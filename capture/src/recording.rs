@@ -1,7 +1,7 @@
 //! This module describes what a capture recorded, in one shape for both
 //! backends: the PT bytes per thread or per CPU, the sideband (mappings,
 //! names, threads, context switches), how the PT unit was set up, and why the
-//! capture stopped. The snapshot writer ([`crate::snapshot`]) turns
+//! capture stopped. The snapshot writer ([`crate::save`]) turns
 //! a [`Capture`] into a `.ptscope` file, so it does not need to know which
 //! backend took it.
 
@@ -151,20 +151,4 @@ pub struct PtSetup {
     pub cpuid: String,
     pub cpu_desc: String,
     pub kernel: bool,
-}
-
-impl PtSetup {
-    /// The setup the emulated backend claims: see [`crate::emulated::settings::cpu as emulated_cpu`].
-    pub fn emulated() -> PtSetup {
-        use crate::emulated::settings::cpu as emulated_cpu;
-        PtSetup {
-            pmu_type: emulated_cpu::PMU_TYPE,
-            config: crate::emulated::settings::emulated_config(),
-            event: crate::emulated::settings::EMULATED_CONFIG_STR.into(),
-            params: crate::emulated::settings::emulated_params(),
-            cpuid: emulated_cpu::cpuid_string(),
-            cpu_desc: emulated_cpu::DESCRIPTION.into(),
-            kernel: false,
-        }
-    }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::FileError;
 
 use crate::block::decoder_config;
 use crate::block::{DecoderConfig, PtError};
@@ -36,6 +37,12 @@ pub enum DecodeError {
     File(ptscope_formats::FileError),
     #[error("{path}: libipt could not set up a decoder: {error}")]
     Libipt { path: PathBuf, error: PtError },
+    /// A binary of the input (`path`) could not be read; `error` names it.
+    #[error("{path}: cannot read one of its binaries: {error}")]
+    Binary { path: PathBuf, error: FileError },
+    /// libipt could not map the binary at `path` into its image.
+    #[error("{path}: libipt cannot map it: {error}")]
+    LibiptMap { path: PathBuf, error: PtError },
     #[error("{path}: {problem}")]
     Input { path: PathBuf, problem: String },
     #[error("{path}: decoding was cancelled")]
@@ -108,7 +115,7 @@ fn add_proc<'p>(
                         loaders
                             .cache
                             .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
-                            .map_err(|error| DecodeError::Libipt {
+                            .map_err(|error| DecodeError::LibiptMap {
                                 path: sec.file.clone(),
                                 error,
                             })?,
@@ -117,10 +124,10 @@ fn add_proc<'p>(
                 ProcImage::Libipt(isids)
             }
             Engine::Flow => {
-                ProcImage::Flow(Memory::new(&secs, &mut loaders.files).map_err(|e| {
-                    DecodeError::Input {
+                ProcImage::Flow(Memory::new(&secs, &mut loaders.files).map_err(|error| {
+                    DecodeError::Binary {
                         path: snap.path.clone(),
-                        problem: format!("cannot read a bundled binary: {e}"),
+                        error,
                     }
                 })?)
             }
@@ -614,53 +621,53 @@ pub fn decode_raw(
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
     let mut funcs = FuncTable::default();
     let thread = (0, 0, "raw".to_string());
-    let mem = Memory::new(&secs, &mut FileCache::default()).map_err(|e| DecodeError::Input {
-        path: pt_path.to_path_buf(),
-        problem: format!("cannot read a raw image: {e}"),
-    })?;
-    let d =
-        match engine {
-            Engine::Libipt => {
-                let mut cache = SectionCache::new().map_err(libipt)?;
-                let mut isids = Vec::new();
-                for s in &secs {
-                    isids.push(cache.add_file(&s.file, s.offset, s.size, s.vaddr).map_err(
-                        |e| DecodeError::Input {
-                            path: s.file.clone(),
-                            problem: format!("libipt cannot map it: {e}"),
-                        },
-                    )?);
-                }
-                let image = new_image(&cache, &isids).map_err(libipt)?;
-                let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
-                decode_thread(
-                    dec,
-                    0,
-                    &image,
-                    &mut resolver,
-                    &mut funcs,
-                    &|tsc| tsc,
-                    &psbs,
-                    thread,
-                    None,
-                )
+    let mem =
+        Memory::new(&secs, &mut FileCache::default()).map_err(|error| DecodeError::Binary {
+            path: pt_path.to_path_buf(),
+            error,
+        })?;
+    let d = match engine {
+        Engine::Libipt => {
+            let mut cache = SectionCache::new().map_err(libipt)?;
+            let mut isids = Vec::new();
+            for s in &secs {
+                isids.push(cache.add_file(&s.file, s.offset, s.size, s.vaddr).map_err(
+                    |error| DecodeError::LibiptMap {
+                        path: s.file.clone(),
+                        error,
+                    },
+                )?);
             }
-            Engine::Flow => {
-                let dec = FlowDecoder::new(pt, cfg);
-                decode_thread(
-                    dec,
-                    0,
-                    &mem,
-                    &mut resolver,
-                    &mut funcs,
-                    &|tsc| tsc,
-                    &psbs,
-                    thread,
-                    None,
-                )
-            }
+            let image = new_image(&cache, &isids).map_err(libipt)?;
+            let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
+            decode_thread(
+                dec,
+                0,
+                &image,
+                &mut resolver,
+                &mut funcs,
+                &|tsc| tsc,
+                &psbs,
+                thread,
+                None,
+            )
         }
-        .map_err(libipt)?;
+        Engine::Flow => {
+            let dec = FlowDecoder::new(pt, cfg);
+            decode_thread(
+                dec,
+                0,
+                &mem,
+                &mut resolver,
+                &mut funcs,
+                &|tsc| tsc,
+                &psbs,
+                thread,
+                None,
+            )
+        }
+    }
+    .map_err(libipt)?;
     let lines = LineSource::new(
         *cfg,
         Box::new(|tsc| tsc),

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ptscope_formats::FileError;
+
 use crate::image::Section;
 
 /// Shared, immutable file bytes: a read-only map of a file, or bytes in
@@ -67,10 +69,11 @@ pub struct Memory {
 impl Memory {
     /// The image of `sections`, each clipped to its file; where two
     /// overlap, the later one wins (a later mmap replaces the earlier).
-    pub fn new(sections: &[Section], files: &mut FileCache) -> std::io::Result<Memory> {
+    /// A file that cannot be read is an error that names it.
+    pub fn new(sections: &[Section], files: &mut FileCache) -> Result<Memory, FileError> {
         let mut m = Memory::default();
         for s in sections {
-            let file = files.read(&s.file)?;
+            let file = files.read(&s.file).map_err(|e| FileError::io(&s.file, e))?;
             let Ok(offset) = usize::try_from(s.offset) else {
                 continue;
             };

@@ -42,7 +42,8 @@ pub struct OpenOptions {
     /// is taken as a raw dump exactly when this is not empty.
     pub raw_images: Vec<(PathBuf, u64)>,
     /// For a raw PT dump, which records no CPU and no timing parameters:
-    /// the ones to decode it with.
+    /// the ones to decode it with. The default names no CPU, so no errata
+    /// apply, and times come from TSC packets alone.
     pub raw_config: DecoderConfig,
     /// Only these threads (all when `None`).
     pub threads: Option<Vec<i32>>,
@@ -78,7 +79,7 @@ pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
             InputKind::PerfData
         } else if head.len() >= 262 && &head[257..262] == b"ustar" {
             InputKind::Snapshot
-        } else if !head.is_empty() && std::str::from_utf8(head).is_ok_and(|s| !s.contains('\0')) {
+        } else if is_text(head) {
             InputKind::PerfScript
         } else {
             // Not text, not a format we know: the snapshot reader says why in
@@ -88,10 +89,37 @@ pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
     )
 }
 
+/// Whether `head`, the start of a file, is text: UTF-8 without NULs. The
+/// last character may be cut by the end of `head`.
+fn is_text(head: &[u8]) -> bool {
+    let valid = match std::str::from_utf8(head) {
+        Ok(s) => s,
+        // Cut inside a character, not broken: the text up to it.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return false,
+    };
+    !valid.is_empty() && !valid.contains('\0')
+}
+
 fn input(path: &Path, problem: &str) -> DecodeError {
     DecodeError::Input {
         path: path.to_path_buf(),
         problem: problem.into(),
+    }
+}
+
+/// Opens `path` as a snapshot or perf.data, for what reads their PT and
+/// sideband as such (`ptscope info`, `ptscope packets`): other kinds of
+/// input get an error that says what they are.
+pub fn open_snapshot(path: &Path) -> Result<Snapshot, DecodeError> {
+    match input_kind(path, false)? {
+        InputKind::PerfScript => Err(input(
+            path,
+            "is `perf script` text, which holds no PT; `ptscope decode` opens it",
+        )),
+        _ => Snapshot::open(path).map_err(DecodeError::File),
     }
 }
 
@@ -103,7 +131,10 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
             decode_raw(path, &pt, &opts.raw_images, &opts.raw_config, opts.engine)
         }
         InputKind::PerfScript => {
-            let text = std::fs::read_to_string(path).map_err(|_| input(path, "not UTF-8 text"))?;
+            let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => input(path, "not UTF-8 text"),
+                _ => DecodeError::File(FileError::io(path, e)),
+            })?;
             let script = perf_script::import(&text, path)?;
             let mut m = from_script(script);
             if let Some(t) = &opts.threads {
@@ -151,9 +182,24 @@ mod tests {
         assert_eq!(input_kind(&text, true).unwrap(), InputKind::RawPt);
         let e = input_kind(dir.path(), false).unwrap_err().to_string();
         assert!(e.ends_with("is a directory, not a snapshot"), "{e}");
+        let e = open_snapshot(&text).unwrap_err().to_string();
+        assert!(e.contains("`perf script` text"), "{e}");
+        assert!(open_snapshot(&renamed).is_ok());
         let gone = dir.path().join("gone");
         let e = input_kind(&gone, false).unwrap_err().to_string();
         assert!(e.starts_with(&gone.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn text_cut_inside_a_character_is_still_text() {
+        // A symbol name with an ü whose two bytes straddle the head's end.
+        let mut line = "1/1 1.0: 1 branches:u: 1 f".repeat(30).into_bytes();
+        line.truncate(HEAD - 1);
+        line.extend_from_slice("ü => 2 g\n".as_bytes());
+        assert!(is_text(&line[..HEAD]));
+        assert!(!is_text(b"PT\0\x02"));
+        assert!(!is_text(&[0xff, 0xfe, b'a']));
+        assert!(!is_text(b""));
     }
 
     #[test]

@@ -239,42 +239,27 @@ pub fn decode_json(file: &Path, extra: &[&str]) -> Vec<JsonSpan> {
         .collect()
 }
 
-pub fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!("\"{key}\":");
-    let at = line
-        .find(&pat)
+/// `key` of the JSON object on `line`, whatever its type.
+fn json_value(line: &str, key: &str) -> serde_json::Value {
+    let object: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    object
+        .get(key)
         .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    let rest = &line[at..];
-    &rest[..rest.find([',', '}']).unwrap()]
+        .clone()
+}
+
+/// A JSON number or boolean, as its text.
+pub fn json_field(line: &str, key: &str) -> String {
+    json_value(line, key).to_string()
 }
 
 /// A JSON string value, unescaped (names may hold quotes and backslashes).
 pub fn json_string(line: &str, key: &str) -> String {
-    let pat = format!("\"{key}\":\"");
-    let at = line
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    let mut out = String::new();
-    let mut chars = line[at..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return out,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some('u') => {
-                    let hex: String = chars.by_ref().take(4).collect();
-                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
-                }
-                Some(c) => out.push(c),
-                None => break,
-            },
-            c => out.push(c),
-        }
+    match json_value(line, key) {
+        serde_json::Value::String(s) => s,
+        other => panic!("{key} is not a string but {other} in {line}"),
     }
-    panic!("unterminated {key} in {line}")
 }
 
 /// The benchmarks' input: a snapshot of bench_loop.c taken with the

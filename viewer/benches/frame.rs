@@ -28,10 +28,7 @@ fn input() -> RawInput {
     }
 }
 
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1e3
-}
+use ptscope_viewer::bench::median_ms as median;
 
 /// One full viewer frame: egui pass plus tessellation.
 fn full_frame(ctx: &Context, view: &mut TraceView) -> (Duration, usize) {

@@ -36,10 +36,7 @@ fn frame(ctx: &Context, view: &mut TraceView) -> Duration {
     t0.elapsed()
 }
 
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1e3
-}
+use ptscope_viewer::bench::median_ms as median;
 
 fn demo() -> Arc<ptscope_decoder::model::Model> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");

@@ -5,7 +5,7 @@
 //! [`Model`](ptscope_decoder::model::Model) plus all UI state, and the app
 //! calls [`TraceView::ui`] every frame. The widgets only read models the
 //! decoder built; they never decode. Line detail comes from the decoder's
-//! background fine pass ([`ptscope_decoder::fine::worker::Detail`]), which the
+//! background fine pass ([`ptscope_decoder::fine::worker::SegmentWorker`]), which the
 //! view drives ([`lines`]) and the Source tab reads ([`source`]).
 //!
 //! Drawing is designed for tens of millions of spans: each lane is scanned
@@ -33,6 +33,8 @@
 //! - [`synth`] builds synthetic models for the benchmarks.
 
 pub mod axis;
+#[doc(hidden)]
+pub mod bench;
 pub mod color;
 pub mod details_panel;
 pub mod flame_graph;

@@ -2,7 +2,7 @@
 //! call ran, in the lanes under its function spans, and at the deepest zoom
 //! one box per instruction.
 //!
-//! The decoder's fine pass runs in the background behind [`Detail`]. Each
+//! The decoder's fine pass runs in the background behind [`SegmentWorker`]. Each
 //! frame, while the window is at most [`LineDetail::threshold_ns`] wide,
 //! [`LineDetail::update`] asks for the PSB segments covering it and gathers
 //! those that are ready into a [`LineFrame`]. The timeline draws whatever
@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use egui::epaint::Mesh;
 use egui::{Color32, Context, Ui};
-use ptscope_decoder::fine::worker::{Detail, Key, DEFAULT_BUDGET};
+use ptscope_decoder::fine::worker::{Key, SegmentWorker, DEFAULT_BUDGET};
 use ptscope_decoder::fine::{Insn, LineSource, LineSpan, Segment};
 use ptscope_decoder::model::Model;
 
@@ -120,8 +120,8 @@ impl LineFrame {
 /// The line-detail state of one view: the background fine pass, the
 /// threshold and this frame's ready segments.
 pub struct LineDetail {
-    detail: Option<Detail>,
-    /// `Detail::new` was tried for this model (and gave `detail`).
+    detail: Option<SegmentWorker>,
+    /// `SegmentWorker::new` was tried for this model (and gave `detail`).
     tried: bool,
     /// Line detail is decoded when the window is at most this wide.
     pub threshold_ns: f64,
@@ -174,7 +174,7 @@ impl LineDetail {
         }
     }
 
-    pub fn detail(&self) -> Option<&Detail> {
+    pub fn detail(&self) -> Option<&SegmentWorker> {
         self.detail.as_ref()
     }
 
@@ -194,7 +194,8 @@ impl LineDetail {
         }
         self.tried = true;
         let ctx = ctx.clone();
-        self.detail = Detail::new(model.clone(), DEFAULT_BUDGET, move || ctx.request_repaint());
+        self.detail =
+            SegmentWorker::new(model.clone(), DEFAULT_BUDGET, move || ctx.request_repaint());
     }
 
     /// Says what is wanted now and gathers the ready segments.

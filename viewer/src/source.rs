@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use egui::{pos2, vec2, Align2, Color32, FontId, Rect, Sense, Ui, WidgetInfo};
-use ptscope_decoder::fine::worker::{Detail, Key};
+use ptscope_decoder::fine::worker::{Key, SegmentWorker};
 use ptscope_decoder::fine::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, LineSource, Segment};
 
 use crate::axis::{format_duration, format_duration_f};
@@ -303,7 +303,7 @@ impl HeatCache {
     /// selection is not throttled): ask for a frame after [`HEAT_EVERY`].
     fn refresh(
         &mut self,
-        detail: Option<&Detail>,
+        detail: Option<&SegmentWorker>,
         threads: &[usize],
         (scope, is_range): ((u64, u64), bool),
     ) -> bool {
@@ -368,7 +368,7 @@ impl HeatCache {
 
 /// What the pane needs from the view each frame.
 pub struct SourceEnv<'a> {
-    pub detail: Option<&'a Detail>,
+    pub detail: Option<&'a SegmentWorker>,
     pub source: Option<&'a LineSource>,
     pub disasm: &'a mut Disasm,
     /// Threads whose lines count (the visible ones).

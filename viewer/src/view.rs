@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use egui::{Key, KeyboardShortcut, Modifiers, Rect, Ui, WidgetInfo};
 use ptscope_decoder::event::FuncId;
-use ptscope_decoder::fine::worker::Detail;
+use ptscope_decoder::fine::worker::SegmentWorker;
 use ptscope_decoder::fine::Segment;
 use ptscope_decoder::model::Model;
 
@@ -332,7 +332,7 @@ impl TraceView {
 
     /// The background fine pass, once the view has drawn with a model
     /// that has an instruction trace.
-    pub fn line_detail(&self) -> Option<&Detail> {
+    pub fn line_detail(&self) -> Option<&SegmentWorker> {
         self.lines.detail()
     }
 

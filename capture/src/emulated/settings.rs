@@ -5,6 +5,9 @@
 
 use ptscope_formats::pt_params::{term, PtParams};
 
+use super::hardware::PtSettings;
+use crate::recording::PtSetup;
+
 /// The CPU an emulated capture claims to be: a Skylake server part
 /// (family 6, model 85, stepping 4) whose TSC and core clock both run at a
 /// nominal 1 GHz (max non-turbo ratio 10 × 100 MHz), with a 25 MHz crystal.
@@ -60,5 +63,56 @@ pub fn emulated_params() -> PtParams {
         max_nonturbo_ratio: cpu::MAX_NONTURBO_RATIO as u64,
         filter: String::new(),
         cap_event_trace: false,
+    }
+}
+
+/// The emulated PT unit set up as [`emulated_config`] says: a PSB every
+/// 2^(psb_period + 11) bytes, return compression unless `noretcomp`, CYC
+/// packets if `cyc`, and the CPU's own CBR; its ring holds `ring_size`
+/// bytes. The packets the unit writes and the event the snapshot records
+/// come from the one config, so they cannot disagree.
+pub fn pt_settings(ring_size: usize) -> PtSettings {
+    let config = emulated_config();
+    let psb_period = (config & term::PSB_PERIOD_MASK) >> term::PSB_PERIOD_SHIFT;
+    PtSettings {
+        psb_period: 1 << (psb_period + 11),
+        ret_compression: config & term::NORETCOMP == 0,
+        cyc: config & term::CYC != 0,
+        cbr: cpu::MAX_NONTURBO_RATIO,
+        ring_size,
+    }
+}
+
+/// The PT event an emulated capture claims, as its snapshot records it.
+pub fn pt_setup() -> PtSetup {
+    PtSetup {
+        pmu_type: cpu::PMU_TYPE,
+        config: emulated_config(),
+        event: EMULATED_CONFIG_STR.into(),
+        params: emulated_params(),
+        cpuid: cpu::cpuid_string(),
+        cpu_desc: cpu::DESCRIPTION.into(),
+        kernel: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_writes_what_the_event_claims() {
+        let s = pt_settings(1 << 16);
+        // psb_period=1 in the event string: 4 KiB.
+        assert!(EMULATED_CONFIG_STR.contains("psb_period=1"));
+        assert_eq!(s.psb_period, 4096);
+        assert!(EMULATED_CONFIG_STR.contains("cyc=1") && s.cyc);
+        assert!(!EMULATED_CONFIG_STR.contains("noretcomp") && s.ret_compression);
+        assert_eq!(s.cbr, cpu::MAX_NONTURBO_RATIO);
+        assert_eq!(
+            u64::from(cpu::MAX_NONTURBO_RATIO),
+            emulated_params().max_nonturbo_ratio
+        );
+        assert_eq!(pt_setup().config, emulated_config());
     }
 }

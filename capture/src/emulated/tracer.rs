@@ -55,12 +55,8 @@ use crate::procfs::Mapping;
 use crate::trigger::{SymbolTrigger, Trigger};
 use threads::Thread;
 
-pub use crate::recording::{
-    Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
-};
-// Waiting for a spawned command lives with the other child-process
-// helpers in `crate::tracee`; these paths stay for the app.
-pub use crate::tracee::{reap_later, try_wait_child, wait_child};
+use crate::recording::{Capture, Sideband, SidebandEvent, StopReason, Target, ThreadTrace};
+use crate::tracee::reap_later;
 
 pub struct TracerOptions {
     pub settings: PtSettings,
@@ -241,13 +237,7 @@ impl Tracer {
     /// the tests of its bookkeeping: nothing it does reaches a process.
     fn for_tests(per_cpu: bool) -> Tracer {
         let opts = TracerOptions {
-            settings: PtSettings {
-                psb_period: 4096,
-                ret_compression: true,
-                cyc: true,
-                cbr: 10,
-                ring_size: 1 << 16,
-            },
+            settings: crate::emulated::settings::pt_settings(1 << 16),
             trigger: Trigger::ProcessExit,
             ip_log: true,
             progress: false,
@@ -328,7 +318,7 @@ mod tests {
         // The tracer saw the last thread exit; the exit status is the
         // caller's to wait for.
         assert_eq!((cap.exit_code, cap.child), (None, Some(cap.pid)));
-        assert_eq!(wait_child(cap.pid), Some(3));
+        assert_eq!(crate::tracee::wait_child(cap.pid), Some(3));
         assert_eq!(cap.cmdline, argv);
         let [t] = &cap.threads[..] else {
             panic!("{:?}", cap.threads)

@@ -20,7 +20,6 @@ use nix::sys::signal::Signal;
 use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
 use super::timing::{PtConfig, Timing};
-use super::PtError;
 use crate::error::CaptureError;
 use crate::perf_event::aux::AuxCursor;
 use crate::perf_event::breakpoint::{Breakpoint, Hit};
@@ -833,12 +832,6 @@ fn own_vdso() -> Option<Vec<u8>> {
     let mut buf = vec![0u8; m.len() as usize];
     mem.read_exact_at(&mut buf, m.start).ok()?;
     Some(buf)
-}
-
-impl From<PtError> for CaptureError {
-    fn from(e: PtError) -> CaptureError {
-        CaptureError::Pt(e)
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! modules discover the `intel_pt` PMU from sysfs ([`pmu`]), turn a timing
 //! preset into config terms the CPU supports ([`timing`]), build the PT
 //! event's attr ([`event`]) and run captures ([`backend`]); this file defines
-//! [`PtError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
+//! [`PtSetupError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
 //! parameters perf stores for decoders are a file format, so they live in
 //! [`ptscope_formats::pt_params`].
 
@@ -18,7 +18,7 @@ pub use timing::{PtConfig, Timing};
 
 /// What can go wrong setting up Intel PT.
 #[derive(Debug, thiserror::Error)]
-pub enum PtError {
+pub enum PtSetupError {
     #[error(
         "no Intel PT on this machine: {} does not exist ({cpu}). Intel PT needs an Intel CPU \
          from Broadwell on, not virtualised away, and a kernel with CONFIG_PERF_EVENTS_INTEL_PT; \

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::PtError;
+use super::PtSetupError;
 
 /// Where the kernel lists the PMUs.
 pub const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
@@ -145,10 +145,10 @@ pub struct Pmu {
     pub max_nonturbo_ratio: Option<u32>,
 }
 
-fn read_trimmed(path: &Path) -> Result<String, PtError> {
+fn read_trimmed(path: &Path) -> Result<String, PtSetupError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|error| PtError::Read {
+        .map_err(|error| PtSetupError::Read {
             path: path.to_path_buf(),
             error,
         })
@@ -156,34 +156,34 @@ fn read_trimmed(path: &Path) -> Result<String, PtError> {
 
 impl Pmu {
     /// The machine's PMU, under [`SYSFS_PMUS`].
-    pub fn discover() -> Result<Pmu, PtError> {
+    pub fn discover() -> Result<Pmu, PtSetupError> {
         Pmu::read(&Path::new(SYSFS_PMUS).join("intel_pt"))
     }
 
     /// Reads a PMU directory laid out as `/sys/bus/event_source/devices/intel_pt`.
-    pub fn read(dir: &Path) -> Result<Pmu, PtError> {
+    pub fn read(dir: &Path) -> Result<Pmu, PtSetupError> {
         if !dir.is_dir() {
-            return Err(PtError::NoPmu {
+            return Err(PtSetupError::NoPmu {
                 dir: dir.to_path_buf(),
                 cpu: cpu_vendor(),
             });
         }
         let type_path = dir.join("type");
         let kind_text = read_trimmed(&type_path)?;
-        let kind = kind_text.parse().map_err(|_| PtError::BadSysfs {
+        let kind = kind_text.parse().map_err(|_| PtSetupError::BadSysfs {
             path: type_path.clone(),
             problem: format!("`{kind_text}` is not a PMU type number"),
         })?;
         let mut formats = BTreeMap::new();
         let format_dir = dir.join("format");
-        let entries = std::fs::read_dir(&format_dir).map_err(|error| PtError::Read {
+        let entries = std::fs::read_dir(&format_dir).map_err(|error| PtSetupError::Read {
             path: format_dir.clone(),
             error,
         })?;
         for entry in entries.flatten() {
             let path = entry.path();
             let text = read_trimmed(&path)?;
-            let format = Format::parse(&text).ok_or_else(|| PtError::BadSysfs {
+            let format = Format::parse(&text).ok_or_else(|| PtSetupError::BadSysfs {
                 path: path.clone(),
                 problem: format!("`{text}` is not a config field such as `config:14-17`"),
             })?;
@@ -196,7 +196,7 @@ impl Pmu {
                 let path = entry.path();
                 let text = read_trimmed(&path)?;
                 // The kernel prints every cap in hex.
-                let value = u32::from_str_radix(&text, 16).map_err(|_| PtError::BadSysfs {
+                let value = u32::from_str_radix(&text, 16).map_err(|_| PtSetupError::BadSysfs {
                     path: path.clone(),
                     problem: format!("`{text}` is not a hex capability value"),
                 })?;
@@ -219,8 +219,8 @@ impl Pmu {
         Ok(pmu)
     }
 
-    pub fn format(&self, term: &str) -> Result<&Format, PtError> {
-        self.formats.get(term).ok_or_else(|| PtError::NoTerm {
+    pub fn format(&self, term: &str) -> Result<&Format, PtSetupError> {
+        self.formats.get(term).ok_or_else(|| PtSetupError::NoTerm {
             dir: self.dir.clone(),
             term: term.to_string(),
         })

@@ -15,7 +15,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::pmu::{Caps, ConfigWord, Pmu};
-use super::PtError;
+use super::PtSetupError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum Timing {
@@ -167,7 +167,7 @@ impl Timing {
     }
 
     /// This preset's config for `pmu`, checked against its caps.
-    pub fn resolve(&self, pmu: &Pmu) -> Result<PtConfig, PtError> {
+    pub fn resolve(&self, pmu: &Pmu) -> Result<PtConfig, PtSetupError> {
         let mut merged: BTreeMap<String, u64> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
         for (name, value) in perf_defaults(pmu).into_iter().chain(self.extra()) {
@@ -184,18 +184,18 @@ impl Timing {
             .collect();
         let mut words = [0u64; 3];
         for (name, value) in &terms {
-            check_cap(&pmu.caps, name, *value).map_err(|problem| PtError::Timing {
+            check_cap(&pmu.caps, name, *value).map_err(|problem| PtSetupError::Timing {
                 timing: self.to_string(),
                 problem,
             })?;
-            let format = pmu.format(name).map_err(|_| PtError::Timing {
+            let format = pmu.format(name).map_err(|_| PtSetupError::Timing {
                 timing: self.to_string(),
                 problem: format!(
                     "this kernel's intel_pt PMU has no `{name}` term ({}/format has no {name})",
                     pmu.dir.display()
                 ),
             })?;
-            let bits = format.encode(*value).ok_or_else(|| PtError::Timing {
+            let bits = format.encode(*value).ok_or_else(|| PtSetupError::Timing {
                 timing: self.to_string(),
                 problem: format!("{name}={value} does not fit in {} bits", format.width()),
             })?;

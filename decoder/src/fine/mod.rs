@@ -25,7 +25,7 @@
 //!   instructions at their store depths;
 //! - `lines`: source frames for each instruction and their merging into
 //!   line spans per inline level;
-//! - `window`: the views' queries over segments ([`window_lines`],
+//! - `queries`: the views' queries over segments ([`window_lines`],
 //!   [`insn_heat`], [`line_heat`]);
 //! - [`worker`]: the fine pass on a background thread behind a bounded
 //!   cache, which the viewer asks for the segments it wants to draw.
@@ -35,15 +35,15 @@
 use std::sync::Arc;
 
 mod lines;
+mod queries;
 mod source;
 mod walk;
-mod window;
 pub mod worker;
 
+pub use self::queries::{insn_heat, line_heat, window_lines, InsnHeat, LineHeat, WindowLine};
 pub use self::source::LineSource;
 pub(crate) use self::source::{CpuSlots, QueueParts};
 pub use self::walk::MAX_SEGMENT_INSNS;
-pub use self::window::{insn_heat, line_heat, window_lines, InsnHeat, LineHeat, WindowLine};
 
 /// Why a segment could not be re-decoded.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! Line detail on demand: the fine pass on a background thread, behind a
 //! bounded cache.
 //!
-//! The viewer says which segments it would like to draw ([`Detail::want`])
-//! every frame, and draws whatever is ready ([`Detail::get`]). A worker
+//! The viewer says which segments it would like to draw ([`SegmentWorker::want`])
+//! every frame, and draws whatever is ready ([`SegmentWorker::get`]). A worker
 //! decodes the wanted segments in order; a decode the user has zoomed or
 //! panned away from is cancelled. Decoded segments stay in a
 //! least-recently-used cache held under a byte budget, so exploring for
@@ -26,7 +26,7 @@ pub const DEFAULT_BUDGET: usize = 256 << 20;
 
 /// What the cache and worker have done, for the status line and benches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DetailFigures {
+pub struct WorkerFigures {
     pub decoded: u64,
     pub cancelled: u64,
     pub evicted: u64,
@@ -51,7 +51,7 @@ struct State {
     failed: HashMap<Key, FineError>,
     in_flight: Option<(Key, Arc<DecodeProgress>)>,
     shutdown: bool,
-    figures: DetailFigures,
+    figures: WorkerFigures,
 }
 
 struct Shared {
@@ -76,12 +76,12 @@ impl Shared {
 }
 
 /// The background fine pass of one model.
-pub struct Detail {
+pub struct SegmentWorker {
     shared: Arc<Shared>,
     worker: Option<JoinHandle<()>>,
 }
 
-impl Detail {
+impl SegmentWorker {
     /// A worker over `model`'s line source, caching up to `budget` bytes;
     /// `notify` runs whenever a segment is ready (to repaint). `None` if
     /// the model has no instruction trace to re-decode.
@@ -89,7 +89,7 @@ impl Detail {
         model: Arc<Model>,
         budget: usize,
         notify: impl Fn() + Send + Sync + 'static,
-    ) -> Option<Detail> {
+    ) -> Option<SegmentWorker> {
         let source = model.lines.clone()?;
         let shared = Arc::new(Shared {
             model,
@@ -106,7 +106,7 @@ impl Detail {
             .name("ptscope-lines".into())
             .spawn(move || work(&s))
             .ok()?;
-        Some(Detail {
+        Some(SegmentWorker {
             shared,
             worker: Some(worker),
         })
@@ -169,7 +169,7 @@ impl Detail {
             .count()
     }
 
-    pub fn figures(&self) -> DetailFigures {
+    pub fn figures(&self) -> WorkerFigures {
         self.shared.lock().figures
     }
 
@@ -187,7 +187,7 @@ impl Detail {
     }
 }
 
-impl Drop for Detail {
+impl Drop for SegmentWorker {
     fn drop(&mut self) {
         {
             let mut st = self.shared.lock();
@@ -317,7 +317,7 @@ mod tests {
             .decode_segment(t, 0, None)
             .unwrap()
             .memory_bytes();
-        let d = Detail::new(model.clone(), one * 5 / 2, || {}).unwrap();
+        let d = SegmentWorker::new(model.clone(), one * 5 / 2, || {}).unwrap();
         for i in 0..n {
             d.want(&[(0, i)]);
             d.wait();
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn a_decode_no_longer_wanted_is_cancelled_and_bad_keys_fail() {
         let model = demo();
-        let d = Detail::new(model, DEFAULT_BUDGET, || {}).unwrap();
+        let d = SegmentWorker::new(model, DEFAULT_BUDGET, || {}).unwrap();
         d.want(&[(0, 99_999)]);
         d.wait();
         assert!(matches!(

@@ -11,7 +11,7 @@ use super::schedule::CPU_UNIT;
 use super::threads::Thread;
 use super::Tracer;
 use crate::emulated::hardware::ThreadPt;
-use crate::recording::{Capture, CpuTrace, PtSetup, StopReason, ThreadTrace};
+use crate::recording::{Capture, CpuTrace, StopReason, ThreadTrace};
 
 /// The bytes a PT unit's ring holds, how many it wrote and whether it
 /// wrapped.
@@ -124,7 +124,7 @@ impl Tracer {
             wall,
             exit_code: None,
             child: None,
-            pt: PtSetup::emulated(),
+            pt: crate::emulated::settings::pt_setup(),
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: self.warnings.clone(),
         }
@@ -172,7 +172,7 @@ impl Tracer {
             wall: wall.elapsed(),
             exit_code: self.exit_code,
             child,
-            pt: PtSetup::emulated(),
+            pt: crate::emulated::settings::pt_setup(),
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: std::mem::take(&mut self.warnings),
         }

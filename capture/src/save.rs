@@ -17,8 +17,8 @@ use ptscope_formats::perf_data::{
 };
 use ptscope_formats::snapshot::{write_archive, Metadata, SAMPLE_TYPE};
 
-use crate::recording::{Capture, SidebandEvent};
 use crate::error::CaptureError;
+use crate::recording::{Capture, SidebandEvent};
 
 struct Binary {
     id: Vec<u8>,
