@@ -481,8 +481,21 @@ fn every_malformed_input_is_explained_and_the_app_stays_usable() {
 /// holds), down to line level and back, frame after frame. The line cache
 /// stays within its budget, evicting, and memory stops growing once the
 /// caches are warm. Prints the figures (ROBUSTNESS.md has them).
+///
+/// It measures its process's memory, so it runs in a process of its own:
+/// the other end-to-end tests share this one.
 #[test]
 fn long_random_exploring_keeps_memory_bounded() {
+    let _serial = serial();
+    crate::support::run_alone("gui::long_random_exploring_alone");
+}
+
+#[test]
+#[ignore = "run alone by long_random_exploring_keeps_memory_bounded"]
+fn long_random_exploring_alone() {
+    if !crate::support::running_alone() {
+        return;
+    }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("grown.ptscope");

@@ -416,3 +416,31 @@ pub fn which(prog: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+/// Set in a test process [`run_alone`] started.
+const ALONE: &str = "PTSCOPE_TEST_ALONE";
+
+/// Runs `test`, an ignored test of this binary that checks
+/// [`running_alone`], in a process of its own and fails if it fails: for a
+/// test that measures its process (its memory), which the other tests of
+/// this one binary would otherwise share.
+pub fn run_alone(test: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture", "--test-threads", "1"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{test} failed alone:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{test} did not run alone: {stdout}");
+}
+
+/// Whether this process is one [`run_alone`] started.
+pub fn running_alone() -> bool {
+    std::env::var_os(ALONE).is_some()
+}
