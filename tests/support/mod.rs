@@ -426,7 +426,14 @@ const ALONE: &str = "PTSCOPE_TEST_ALONE";
 /// this one binary would otherwise share.
 pub fn run_alone(test: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(ALONE, "1")
         .output()
         .unwrap();
@@ -437,7 +444,10 @@ pub fn run_alone(test: &str) {
         "{test} failed alone:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("1 passed"), "{test} did not run alone: {stdout}");
+    assert!(
+        stdout.contains("1 passed"),
+        "{test} did not run alone: {stdout}"
+    );
 }
 
 /// Whether this process is one [`run_alone`] started.
