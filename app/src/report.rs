@@ -338,15 +338,23 @@ fn kind_is_call(funcs: &FuncTable, id: u32) -> bool {
     funcs.kind(id) == SpanKind::Call
 }
 
+/// `ptscope stats`: per function, calls and times. Pseudo-spans
+/// (`[untraced]`, `[decode error: …]`, …) keep their rows for the time
+/// they cover, but they are not calls: their calls and avg columns say
+/// `-`, and they sort as 0 by those columns.
 pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Write) -> Result<()> {
     let all = function_stats(m.threads.iter().map(|t| &t.spans), 0, u64::MAX);
-    let mut rows: Vec<(u32, FuncStats)> = all.into_iter().collect();
-    let key = |s: &FuncStats| match sort {
-        SortKey::Calls => s.calls,
+    let mut rows: Vec<(u32, FuncStats, bool)> = all
+        .into_iter()
+        .map(|(id, s)| (id, s, m.funcs.is_call(id)))
+        .collect();
+    let key = |s: &FuncStats, call: bool| match sort {
+        SortKey::Calls if call => s.calls,
+        SortKey::Avg if call => s.avg_ns(),
+        SortKey::Calls | SortKey::Avg => 0,
         SortKey::Total => s.total_ns,
         SortKey::SelfTime => s.self_ns,
         SortKey::Min => s.min_ns,
-        SortKey::Avg => s.avg_ns(),
         SortKey::Max => s.max_ns,
         SortKey::Name => 0,
     };
@@ -354,8 +362,8 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
         rows.sort_by(|a, b| m.funcs.name(a.0).cmp(m.funcs.name(b.0)));
     } else {
         rows.sort_by(|a, b| {
-            key(&b.1)
-                .cmp(&key(&a.1))
+            key(&b.1, b.2)
+                .cmp(&key(&a.1, a.2))
                 .then_with(|| m.funcs.name(a.0).cmp(m.funcs.name(b.0)))
         });
     }
@@ -364,7 +372,7 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
         "{:>10} {:>14} {:>14} {:>12} {:>12} {:>12}  function",
         "calls", "total ns", "self ns", "min ns", "avg ns", "max ns"
     )?;
-    for (id, s) in rows.iter().take(limit.unwrap_or(usize::MAX)) {
+    for (id, s, call) in rows.iter().take(limit.unwrap_or(usize::MAX)) {
         let f = m.funcs.get(*id);
         let name = if kind_is_call(&m.funcs, *id) && !f.module.is_empty() {
             format!(
@@ -375,17 +383,79 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
         } else {
             f.name.clone()
         };
+        let (calls, avg) = if *call {
+            (s.calls.to_string(), s.avg_ns().to_string())
+        } else {
+            ("-".to_string(), "-".to_string())
+        };
         writeln!(
             out,
             "{:>10} {:>14} {:>14} {:>12} {:>12} {:>12}  {}",
-            s.calls,
-            s.total_ns,
-            s.self_ns,
-            s.min_ns,
-            s.avg_ns(),
-            s.max_ns,
-            name
+            calls, s.total_ns, s.self_ns, s.min_ns, avg, s.max_ns, name
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_decoder::event::UNTRACED;
+    use ptscope_decoder::model::ThreadModel;
+    use ptscope_decoder::store::ThreadSpans;
+
+    /// main calls f twice, with untraced time and a decode error between.
+    fn model() -> Model {
+        let mut funcs = FuncTable::default();
+        let main = funcs.intern("main", "/bin/prog", 0x1000, SpanKind::Call);
+        let f = funcs.intern("f", "/bin/prog", 0x1100, SpanKind::Call);
+        let err = funcs.decode_error("Overflow packet");
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        t.push(0, 0, 100, main, 0);
+        t.push(0, 100, 400, err, 0);
+        t.push(1, 10, 20, f, 0);
+        t.push(1, 20, 30, UNTRACED, 0);
+        t.push(1, 30, 40, UNTRACED, 0);
+        t.push(1, 40, 50, UNTRACED, 0);
+        t.push(1, 50, 70, f, 0);
+        Model {
+            funcs,
+            threads: vec![ThreadModel {
+                spans: t,
+                stack: Default::default(),
+                walk: Default::default(),
+                checkpoints: Vec::new(),
+                checkpoint_frames: Vec::new(),
+                stream: None,
+            }],
+            missing_binaries: Vec::new(),
+            warnings: Vec::new(),
+            lines: None,
+        }
+    }
+
+    #[test]
+    fn stats_does_not_count_pseudo_spans_as_calls() {
+        let mut out = Vec::new();
+        stats(&model(), SortKey::Calls, None, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        // By calls: f (2), main (1), then the pseudo-spans, which are
+        // no calls whatever their number.
+        assert_eq!(rows[0][0], "2", "{text}");
+        assert_eq!(rows[0][6], "f", "{text}");
+        assert_eq!(rows[1][6], "main", "{text}");
+        let untraced = rows.iter().find(|r| r[6] == "[untraced]").unwrap();
+        assert_eq!(
+            (untraced[0], untraced[1], untraced[4]),
+            ("-", "30", "-"),
+            "{text}"
+        );
+        let err = rows.iter().find(|r| r[6] == "[decode").unwrap();
+        assert_eq!((err[0], err[1]), ("-", "300"), "{text}");
+    }
 }

@@ -40,6 +40,15 @@ impl SpanKind {
             SpanKind::Interrupt => "interrupt",
         }
     }
+
+    /// Whether a span of this kind is a call: code that ran (a function,
+    /// an `[unknown]` region, a traced interrupt). Pseudo-spans
+    /// (`[untraced]`, `[syscall]`, `[decode error: …]`, `[no binary: …]`)
+    /// label stretches of time that are not calls, and no count of calls
+    /// includes them.
+    pub fn is_call(self) -> bool {
+        matches!(self, SpanKind::Call | SpanKind::Interrupt)
+    }
 }
 
 /// One function (or pseudo-function) that spans can name.
@@ -143,6 +152,12 @@ impl FuncTable {
         self.funcs[id as usize].kind
     }
 
+    /// Whether spans of `id` are calls, not pseudo-spans
+    /// ([`SpanKind::is_call`]); false for an id the table lacks.
+    pub fn is_call(&self, id: FuncId) -> bool {
+        self.funcs.get(id as usize).is_some_and(|f| f.kind.is_call())
+    }
+
     pub fn len(&self) -> usize {
         self.funcs.len()
     }
@@ -224,5 +239,26 @@ impl Event {
             to_is_entry: false,
             estimated: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pseudo_functions_are_not_calls() {
+        let mut t = FuncTable::default();
+        let err = t.decode_error("Overflow packet");
+        let nobin = t.no_binary("/lib/libgone.so");
+        let f = t.intern("main", "/bin/prog", 0x1000, SpanKind::Call);
+        let irq = t.intern("asm_exc_page_fault", "", 0, SpanKind::Interrupt);
+        for id in [UNTRACED, SYSCALL, err, nobin] {
+            assert!(!t.is_call(id), "{}", t.name(id));
+        }
+        for id in [UNKNOWN, f, irq] {
+            assert!(t.is_call(id), "{}", t.name(id));
+        }
+        assert!(!t.is_call(9999));
     }
 }

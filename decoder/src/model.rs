@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::coarse::{Checkpoint, ThreadDecode, WalkFigures};
-use crate::event::{FuncId, FuncTable};
+use crate::event::{FuncId, FuncTable, SpanKind};
 use crate::fine::LineSource;
 use crate::stack::StackStats;
 use crate::store::ThreadSpans;
@@ -34,6 +34,83 @@ impl ThreadModel {
             checkpoint_frames: d.stacks,
             stream,
         }
+    }
+}
+
+/// A thread with fewer calls than this decoded to almost nothing, and
+/// [`ThreadModel::diagnosis`] says why.
+pub const ALMOST_EMPTY_CALLS: usize = 8;
+
+impl ThreadModel {
+    /// Why this thread decoded to almost nothing (fewer than
+    /// [`ALMOST_EMPTY_CALLS`] calls), for its track header: its trace held
+    /// no PSB to synchronize on, binaries it ran are missing, the walk
+    /// hit decode errors, or tracing was off most of the time. `None` when
+    /// it has calls enough, or when nothing went wrong (a thread that
+    /// really made few calls).
+    pub fn diagnosis(&self, funcs: &FuncTable) -> Option<String> {
+        let mut calls = 0usize;
+        let mut missing: Vec<&str> = Vec::new();
+        let (mut off_ns, mut all_ns) = (0u64, 0u64);
+        for (d, lane) in self.spans.lanes() {
+            for (i, s) in lane.iter().enumerate() {
+                let f = funcs.get(s.func());
+                let dur = self.spans.duration(d, i);
+                if d == 0 {
+                    all_ns += dur;
+                }
+                match f.kind {
+                    k if k.is_call() => {
+                        calls += 1;
+                        if calls >= ALMOST_EMPTY_CALLS {
+                            return None;
+                        }
+                    }
+                    SpanKind::NoBinary => {
+                        if !missing.contains(&f.module.as_str()) {
+                            missing.push(&f.module);
+                        }
+                    }
+                    SpanKind::Untraced | SpanKind::Syscall if d == 0 => off_ns += dur,
+                    _ => {}
+                }
+            }
+        }
+        let mut why = Vec::new();
+        // A thread's own trace with no checkpoint and no instruction: the
+        // walk never synchronized, for want of a PSB.
+        if self.stream.is_some() && self.checkpoints.is_empty() && self.walk.instructions == 0 {
+            why.push("its trace holds no PSB to synchronize on".to_string());
+        }
+        match missing.len() {
+            0 => {}
+            1 => why.push(format!("binary missing: {}", missing[0])),
+            n => why.push(format!("{n} binaries missing: {}", missing.join(", "))),
+        }
+        let errors = (self.walk.errors.len() as u64).max(self.stack.errors);
+        if errors > 0 {
+            let first = self
+                .walk
+                .errors
+                .first()
+                .map(|(_, m)| format!(" (first: {m})"))
+                .unwrap_or_default();
+            why.push(format!(
+                "{errors} decode error{}{first}",
+                if errors == 1 { "" } else { "s" }
+            ));
+        }
+        if all_ns > 0 && off_ns * 2 > all_ns {
+            why.push("tracing was off most of the time".into());
+        }
+        if why.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{calls} call{}: {}",
+            if calls == 1 { "" } else { "s" },
+            why.join("; ")
+        ))
     }
 }
 
@@ -102,5 +179,83 @@ impl Model {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coarse::WalkFigures;
+    use crate::event::UNTRACED;
+
+    fn thread(spans: ThreadSpans, stream: Option<u32>, walk: WalkFigures) -> ThreadModel {
+        ThreadModel {
+            spans,
+            stack: StackStats::default(),
+            walk,
+            checkpoints: Vec::new(),
+            checkpoint_frames: Vec::new(),
+            stream,
+        }
+    }
+
+    #[test]
+    fn an_almost_empty_thread_says_why() {
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
+        let gone = funcs.no_binary("/lib/libgone.so");
+        let err = funcs.decode_error("bad opcode");
+
+        // Trace without a PSB: nothing decoded at all.
+        let t = thread(ThreadSpans::new(1, 1, "a".into()), Some(0), Default::default());
+        assert_eq!(
+            t.diagnosis(&funcs).as_deref(),
+            Some("0 calls: its trace holds no PSB to synchronize on")
+        );
+
+        // A missing binary and decode errors.
+        let mut s = ThreadSpans::new(1, 2, "b".into());
+        s.push(0, 0, 10, f, 0);
+        s.push(0, 10, 50, gone, 0);
+        s.push(0, 50, 60, err, 0);
+        let walk = WalkFigures {
+            instructions: 40,
+            errors: vec![(100, "bad opcode".into()), (900, "bad opcode".into())],
+            ..Default::default()
+        };
+        let t = thread(s, Some(1), walk);
+        assert_eq!(
+            t.diagnosis(&funcs).as_deref(),
+            Some(
+                "1 call: binary missing: /lib/libgone.so; 2 decode errors (first: bad opcode)"
+            )
+        );
+
+        // Mostly untraced (a perf-script thread: no stream).
+        let mut s = ThreadSpans::new(1, 3, "c".into());
+        s.push(0, 0, 10, f, 0);
+        s.push(0, 10, 1000, UNTRACED, 0);
+        let t = thread(s, None, Default::default());
+        assert_eq!(
+            t.diagnosis(&funcs).as_deref(),
+            Some("1 call: tracing was off most of the time")
+        );
+
+        // Few calls and nothing wrong: nothing to say.
+        let mut s = ThreadSpans::new(1, 4, "d".into());
+        s.push(0, 0, 10, f, 0);
+        let walk = WalkFigures {
+            instructions: 5,
+            ..Default::default()
+        };
+        assert_eq!(thread(s, Some(0), walk).diagnosis(&funcs), None);
+
+        // Calls enough: nothing to say, whatever went wrong.
+        let mut s = ThreadSpans::new(1, 5, "e".into());
+        for i in 0..ALMOST_EMPTY_CALLS as u64 {
+            s.push(0, i * 10, i * 10 + 5, f, 0);
+        }
+        s.push(0, 1000, 2000, gone, 0);
+        assert_eq!(thread(s, Some(0), Default::default()).diagnosis(&funcs), None);
     }
 }

@@ -17,10 +17,15 @@ use ptscope_decoder::store::flag;
 
 use crate::spans::{call_path, self_time, SpanRef};
 
-/// Figures over every call of one function.
+/// Figures over every call of one function, or over every span of one
+/// pseudo-function (`[untraced]`, `[decode error: …]`, …), whose spans
+/// are not calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuncCalls {
     pub func: FuncId,
+    /// Whether its spans are calls (not pseudo-spans).
+    pub is_call: bool,
+    /// Its spans: calls when `is_call`.
     pub calls: u64,
     pub total_ns: u64,
     pub min_ns: u64,
@@ -33,12 +38,22 @@ impl FuncCalls {
     pub fn avg_ns(&self) -> u64 {
         self.total_ns.checked_div(self.calls).unwrap_or(0)
     }
+
+    /// "2 calls", or for pseudo-spans "2 spans (not calls)".
+    pub fn count_label(&self) -> String {
+        if self.is_call {
+            format!("{} calls", self.calls)
+        } else {
+            format!("{} spans (not calls)", self.calls)
+        }
+    }
 }
 
 /// Scans every span of `model` for calls of `func`.
 pub fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
     let mut out = FuncCalls {
         func,
+        is_call: model.funcs.is_call(func),
         min_ns: u64::MAX,
         ..FuncCalls::default()
     };
@@ -233,9 +248,14 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
 
 fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsAction>) {
     use crate::axis::format_duration;
-    ui.heading("All calls of this function");
     let c = &d.calls;
-    ui.label(format!("{} calls", c.calls));
+    let (heading, step) = if c.is_call {
+        ("All calls of this function", "call")
+    } else {
+        ("All spans of this kind", "span")
+    };
+    ui.heading(heading);
+    ui.label(c.count_label());
     egui::Grid::new("ptscope-func-calls")
         .num_columns(2)
         .show(ui, |ui| {
@@ -251,10 +271,10 @@ fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsActio
             }
         });
     ui.horizontal_wrapped(|ui| {
-        if ui.button("< Previous call").clicked() {
+        if ui.button(format!("< Previous {step}")).clicked() {
             *action = Some(DetailsAction::Step(false));
         }
-        if ui.button("Next call >").clicked() {
+        if ui.button(format!("Next {step} >")).clicked() {
             *action = Some(DetailsAction::Step(true));
         }
     });
@@ -263,7 +283,12 @@ fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsActio
             *action = Some(DetailsAction::Show(d.span));
         }
         if let Some(slow) = c.slowest {
-            if ui.button("Zoom to slowest call").clicked() {
+            let label = if c.is_call {
+                "Zoom to slowest call"
+            } else {
+                "Zoom to longest span"
+            };
+            if ui.button(label).clicked() {
                 *action = Some(DetailsAction::Show(slow));
             }
         }

@@ -24,6 +24,8 @@ pub struct FlameNode {
     pub parent: u32,
     pub depth: u32,
     pub total_ns: u64,
+    /// Calls on this path; 0 for a pseudo-function's node, whose spans
+    /// are not calls.
     pub calls: u64,
     pub children: Vec<u32>,
 }
@@ -52,10 +54,18 @@ impl FlameBuilder {
         }
     }
 
-    /// Counts a call of `func` at `depth` (0 for a thread's outermost
+    /// Counts a span of `func` at `depth` (0 for a thread's outermost
     /// calls) under the node `parent`, `ns` of it inside the range, and
-    /// returns its node, for its own calls to be filed under.
-    pub(crate) fn add(&mut self, parent: u32, func: FuncId, depth: usize, ns: u64) -> u32 {
+    /// returns its node, for its own calls to be filed under. `call`
+    /// tells a call from a pseudo-span, which adds time but no call.
+    pub(crate) fn add(
+        &mut self,
+        parent: u32,
+        func: FuncId,
+        call: bool,
+        depth: usize,
+        ns: u64,
+    ) -> u32 {
         let nodes = &mut self.nodes;
         let node = *self.child_index.entry((parent, func)).or_insert_with(|| {
             let id = nodes.len() as u32;
@@ -71,7 +81,7 @@ impl FlameBuilder {
             id
         });
         nodes[node as usize].total_ns += ns;
-        nodes[node as usize].calls += 1;
+        nodes[node as usize].calls += call as u64;
         node
     }
 
@@ -188,7 +198,9 @@ pub fn flame_ui(
                 let node = &stats.flame[n as usize];
                 resp.on_hover_ui_at_pointer(|ui| {
                     ui.strong(model.funcs.name(node.func));
-                    ui.label(format!("{} calls", node.calls));
+                    if model.funcs.is_call(node.func) {
+                        ui.label(format!("{} calls", node.calls));
+                    }
                     ui.label(format!("Total: {}", format_duration(node.total_ns)));
                     ui.label(format!("Self: {}", format_duration(stats.node_self_ns(n))));
                     ui.label(format!(

@@ -21,6 +21,7 @@ use crate::flame_graph::{FlameBuilder, FlameNode};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RangeRow {
     pub func: FuncId,
+    /// Calls in the range; 0 for a pseudo-function (`[untraced]`, …).
     pub calls: u64,
     pub total_ns: u64,
     pub self_ns: u64,
@@ -81,9 +82,11 @@ impl RangeStats {
                         _ => (0, None),
                     };
                     let f = s.func();
-                    cur_nodes.push(flame.add(parent_node, f, d, clipped));
+                    let call = model.funcs.is_call(f);
+                    cur_nodes.push(flame.add(parent_node, f, call, d, clipped));
                     let e = per_func.entry(f).or_default();
-                    e.0 += 1;
+                    // A pseudo-span adds time but is not a call.
+                    e.0 += call as u64;
                     e.1 += clipped;
                     e.2 += clipped as i64;
                     // Self time: the parent loses what its children take.
@@ -179,12 +182,18 @@ pub fn table_ui(ui: &mut egui::Ui, model: &Model, stats: &mut RangeStats, sort: 
         .show_rows(ui, row_h, stats.rows.len(), |ui, range| {
             for r in &stats.rows[range] {
                 ui.horizontal(|ui| {
+                    // Pseudo-spans are not calls: no count, no average.
+                    let call = model.funcs.is_call(r.func);
                     let cells = [
                         model.funcs.name(r.func).to_string(),
-                        r.calls.to_string(),
+                        if call { r.calls.to_string() } else { "-".into() },
                         format_duration(r.total_ns),
                         format_duration(r.self_ns),
-                        format_duration(r.avg_ns()),
+                        if call {
+                            format_duration(r.avg_ns())
+                        } else {
+                            "-".into()
+                        },
                     ];
                     for (i, c) in cells.into_iter().enumerate() {
                         let w = if i == 0 { name_w } else { W[i] };
@@ -229,6 +238,37 @@ mod tests {
         assert_eq!(row(3).self_ns, 0);
         assert_eq!(row(4).self_ns, 5);
         assert_eq!(row(5).total_ns, 5);
+    }
+
+    #[test]
+    fn pseudo_spans_add_time_but_no_calls() {
+        use crate::spans::tests::thread_model;
+        use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_decoder::store::ThreadSpans;
+        let mut funcs = FuncTable::default();
+        let main = funcs.intern("main", "/bin/prog", 0x1000, SpanKind::Call);
+        let err = funcs.decode_error("Overflow packet");
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        t.push(0, 0, 100, main, 0);
+        t.push(0, 100, 150, err, 0);
+        t.push(1, 10, 20, UNTRACED, 0);
+        t.push(1, 30, 40, UNTRACED, 0);
+        let m = Model {
+            funcs,
+            threads: vec![thread_model(t)],
+            missing_binaries: Vec::new(),
+            warnings: Vec::new(),
+            lines: None,
+        };
+        let r = RangeStats::compute(&m, 0, 1000);
+        let row = |f: FuncId| r.rows.iter().find(|x| x.func == f).unwrap().clone();
+        assert_eq!((row(main).calls, row(main).self_ns), (1, 80));
+        assert_eq!((row(UNTRACED).calls, row(UNTRACED).total_ns), (0, 20));
+        assert_eq!((row(err).calls, row(err).total_ns), (0, 50));
+        let node = |f: FuncId| r.flame.iter().find(|n| n.func == f).unwrap().clone();
+        assert_eq!(node(main).calls, 1);
+        assert_eq!((node(UNTRACED).calls, node(UNTRACED).total_ns), (0, 20));
+        assert_eq!(node(err).calls, 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Span references and call-tree queries: this module names one span of a
 //! model ([`SpanRef`]) and answers what the panels ask of the call tree
-//! (self time, call paths, calls per function).
+//! (self time, call paths, calls per function, which spans are calls).
 //!
 //! The store keeps no parent links, because 16 bytes a span is the budget,
 //! except for the few calls whose times do not place them. The tree is
@@ -80,7 +80,9 @@ pub fn at_time(t: &ThreadSpans, depth: usize, time: u64) -> Option<usize> {
     (p > 0 && t.end(depth, p - 1) > time).then(|| p - 1)
 }
 
-/// Calls per function over every span of `model`.
+/// Calls per function over every span of `model`. Pseudo-spans
+/// (`[untraced]`, `[decode error: …]`, …) are not calls: their functions
+/// count 0.
 pub fn calls_per_func(model: &Model) -> Vec<u64> {
     let mut out = vec![0u64; model.funcs.len()];
     for t in &model.threads {
@@ -92,7 +94,69 @@ pub fn calls_per_func(model: &Model) -> Vec<u64> {
             }
         }
     }
+    for (f, c) in out.iter_mut().enumerate() {
+        if !model.funcs.is_call(f as u32) {
+            *c = 0;
+        }
+    }
     out
+}
+
+/// Where the pseudo-spans are: per thread and depth, the sorted indices of
+/// the spans that are not calls. Pseudo-spans are few, so this is small,
+/// and a run of spans (a merged box) counts its calls with two binary
+/// searches instead of reading its spans.
+#[derive(Clone, Debug, Default)]
+pub struct PseudoIndex {
+    lanes: Vec<Vec<Vec<u32>>>,
+}
+
+impl PseudoIndex {
+    pub fn new(model: &Model) -> PseudoIndex {
+        let lanes = model
+            .threads
+            .iter()
+            .map(|t| {
+                t.spans
+                    .lanes()
+                    .map(|(_, lane)| {
+                        lane.iter()
+                            .enumerate()
+                            .filter(|(_, s)| !model.funcs.is_call(s.func()))
+                            .map(|(i, _)| i as u32)
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        PseudoIndex { lanes }
+    }
+
+    /// Of the spans `first..first + count` of lane `depth` of thread
+    /// `thread`: (calls, pseudo-spans).
+    pub fn split(&self, thread: u32, depth: u32, first: u32, count: u32) -> (u32, u32) {
+        let pseudo = self
+            .lanes
+            .get(thread as usize)
+            .and_then(|t| t.get(depth as usize))
+            .map_or(0, |l| {
+                let a = l.partition_point(|&i| i < first);
+                let b = l.partition_point(|&i| i < first.saturating_add(count));
+                (b - a) as u32
+            });
+        (count - pseudo.min(count), pseudo.min(count))
+    }
+}
+
+/// What a run of merged spans holds, as the timeline labels it: "9 calls",
+/// "7 calls, 2 other spans", or "2 other spans" when none is a call.
+pub fn merged_label(calls: u32, pseudo: u32) -> String {
+    let other = |n: u32| format!("{n} other span{}", if n == 1 { "" } else { "s" });
+    match (calls, pseudo) {
+        (c, 0) => format!("{c} calls"),
+        (0, p) => other(p),
+        (c, p) => format!("{c} calls, {}", other(p)),
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +221,39 @@ pub(crate) mod tests {
         assert_eq!(at_time(t, 1, 45), None);
         let calls = calls_per_func(&m);
         assert_eq!(calls[3..], [2, 2, 1]);
+    }
+
+    #[test]
+    fn pseudo_spans_are_not_calls() {
+        use ptscope_decoder::event::{SYSCALL, UNTRACED};
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
+        let err = funcs.decode_error("Overflow packet");
+        let gone = funcs.no_binary("/lib/libgone.so");
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        for (i, func) in [f, UNTRACED, f, err, gone, SYSCALL, f].into_iter().enumerate() {
+            let at = i as u64 * 10;
+            t.push(0, at, at + 5, func, 0);
+        }
+        let m = Model {
+            funcs,
+            threads: vec![thread_model(t)],
+            missing_binaries: Vec::new(),
+            warnings: Vec::new(),
+            lines: None,
+        };
+        let calls = calls_per_func(&m);
+        assert_eq!(calls[f as usize], 3);
+        for p in [UNTRACED, SYSCALL, err, gone] {
+            assert_eq!(calls[p as usize], 0);
+        }
+        let idx = PseudoIndex::new(&m);
+        assert_eq!(idx.split(0, 0, 0, 7), (3, 4));
+        assert_eq!(idx.split(0, 0, 2, 3), (1, 2));
+        assert_eq!(idx.split(0, 0, 6, 1), (1, 0));
+        assert_eq!(idx.split(9, 9, 0, 4), (4, 0));
+        assert_eq!(merged_label(9, 0), "9 calls");
+        assert_eq!(merged_label(7, 2), "7 calls, 2 other spans");
+        assert_eq!(merged_label(0, 1), "1 other span");
     }
 }
