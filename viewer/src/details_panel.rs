@@ -15,7 +15,11 @@ use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
 
-use crate::spans::{call_path, self_time, SpanRef};
+use crate::spans::{call_path, merged_label, self_time, PseudoIndex, SpanRef};
+use crate::timeline::SpanGroup;
+
+/// The most spans of a merged run [`group_ui`] lists.
+pub const MAX_LISTED: usize = 1000;
 
 /// Figures over every call of one function, or over every span of one
 /// pseudo-function (`[untraced]`, `[decode error: …]`, …), whose spans
@@ -44,7 +48,10 @@ impl FuncCalls {
         if self.is_call {
             format!("{} calls", self.calls)
         } else {
-            format!("{} spans (not calls)", self.calls)
+            match self.calls {
+                1 => "1 span (not a call)".to_string(),
+                n => format!("{n} spans (not calls)"),
+            }
         }
     }
 }
@@ -295,6 +302,53 @@ fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsActio
     });
 }
 
+/// Lists the spans of a merged run that no zoom takes apart (spans of
+/// zero length, or all within a few ns), each selectable, above the
+/// details of the one selected.
+pub fn group_ui(
+    ui: &mut egui::Ui,
+    model: &Model,
+    pseudo: &PseudoIndex,
+    g: &SpanGroup,
+    selected: Option<SpanRef>,
+) -> Option<DetailsAction> {
+    use crate::axis::format_duration;
+    let mut action = None;
+    let (calls, others) = pseudo.split(g.thread, g.depth, g.first, g.count);
+    let times = |r: SpanRef| r.times(model).unwrap_or((0, 0));
+    let (start, _) = times(SpanRef::new(g.thread as usize, g.depth as usize, g.first as usize));
+    let end = g.spans().map(|r| times(r).1).max().unwrap_or(start);
+    ui.heading("Merged spans");
+    ui.label(format!(
+        "{} merged, covering {}: click one to see it",
+        merged_label(calls, others),
+        format_duration(end.saturating_sub(start))
+    ));
+    egui::ScrollArea::vertical()
+        .id_salt("ptscope-group")
+        .max_height(120.0)
+        .show(ui, |ui| {
+            for r in g.spans().take(MAX_LISTED) {
+                let Some(s) = r.span(model) else { continue };
+                let (a, b) = times(r);
+                let text = format!(
+                    "{}  {} at +{}",
+                    model.funcs.name(s.func()),
+                    format_duration(b - a),
+                    format_duration(a - start)
+                );
+                if ui.selectable_label(selected == Some(r), text).clicked() {
+                    action = Some(DetailsAction::Select(r));
+                }
+            }
+            if g.count as usize > MAX_LISTED {
+                ui.weak(format!("… and {} more", g.count as usize - MAX_LISTED));
+            }
+        });
+    ui.separator();
+    action
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +392,34 @@ mod tests {
         let names: Vec<&str> = d.path.iter().map(|p| m.funcs.name(p.1)).collect();
         assert_eq!(names, ["main", "a", "b"]);
         assert_eq!(d.calls.calls, 1);
+        assert_eq!(d.calls.count_label(), "1 calls");
         assert!(Details::new(&m, SpanRef::new(0, 9, 0)).is_none());
+    }
+
+    #[test]
+    fn pseudo_spans_are_counted_as_spans_not_calls() {
+        use crate::spans::tests::thread_model;
+        use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_decoder::store::ThreadSpans;
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
+        let gone = funcs.no_binary("/lib/libgone.so");
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        t.push(0, 0, 10, f, 0);
+        t.push(0, 10, 20, UNTRACED, 0);
+        t.push(0, 20, 30, gone, 0);
+        t.push(0, 30, 50, UNTRACED, 0);
+        let m = Model {
+            funcs,
+            threads: vec![thread_model(t)],
+            missing_binaries: Vec::new(),
+            warnings: Vec::new(),
+            lines: None,
+        };
+        let c = func_calls(&m, UNTRACED);
+        assert!(!c.is_call);
+        assert_eq!(c.count_label(), "2 spans (not calls)");
+        assert_eq!(func_calls(&m, gone).count_label(), "1 span (not a call)");
+        assert_eq!(func_calls(&m, f).count_label(), "1 calls");
     }
 }

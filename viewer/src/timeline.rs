@@ -25,8 +25,8 @@ use crate::axis::{self, format_duration, format_duration_f, TimeMode};
 use crate::color::{text_on, FuncStyle, MERGED};
 use crate::frame_mesh::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
 use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
-use crate::spans::{self_time, SpanRef};
-use crate::time_window::{max_width_for, TimeWindow};
+use crate::spans::{merged_label, self_time, PseudoIndex, SpanRef};
+use crate::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};
 
 /// Height of the time axis.
 pub const AXIS_H: f32 = 22.0;
@@ -71,6 +71,30 @@ pub enum TimelineEvent {
     SelectLine(LineRef),
     /// An instruction was clicked.
     SelectInsn(InsnRef),
+    /// A merged run of spans that no zoom can take apart (zero-length
+    /// spans, or at the zoom floor) was clicked: list its spans.
+    SelectGroup(SpanGroup),
+}
+
+/// A run of spans of one lane that the timeline draws as one box.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanGroup {
+    pub thread: u32,
+    pub depth: u32,
+    /// Index of its first span in the lane, and how many it holds.
+    pub first: u32,
+    pub count: u32,
+}
+
+impl SpanGroup {
+    /// Its spans, in lane order.
+    pub fn spans(&self) -> impl Iterator<Item = SpanRef> + '_ {
+        (self.first..self.first + self.count).map(|i| SpanRef {
+            thread: self.thread,
+            depth: self.depth,
+            index: i,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -94,6 +118,11 @@ pub struct TimelineInput<'a> {
     pub selected_line: Option<(LineRef, u64, u64)>,
     /// Where instructions are disassembled from.
     pub source: Option<&'a LineSource>,
+    /// Which spans are pseudo-spans, to count the calls of merged boxes.
+    pub pseudo: &'a PseudoIndex,
+    /// Per thread, why it decoded to almost nothing, if it did
+    /// ([`ptscope_decoder::model::ThreadModel::diagnosis`]).
+    pub diagnoses: &'a [Option<String>],
 }
 
 /// Navigation state and per-frame buffers of the timeline.
@@ -507,8 +536,8 @@ impl Timeline {
             }
             text.clear();
             let bg = if b.count > 1 {
-                use std::fmt::Write;
-                let _ = write!(text, "{} calls", b.count);
+                let (calls, pseudo) = input.pseudo.split(row.thread, row.depth, b.first, b.count);
+                text.push_str(&merged_label(calls, pseudo));
                 MERGED
             } else {
                 let t = &input.model.threads[row.thread as usize].spans;
@@ -628,13 +657,38 @@ impl Timeline {
             };
             let fg = ui.visuals().strong_text_color();
             painter.add(Shape::convex_polygon(tri, fg, Stroke::NONE));
-            painter.text(
+            let title = painter.text(
                 pos2(r.left() + 20.0, r.center().y),
                 Align2::LEFT_CENTER,
                 format!("{name}   ({} spans)", t.span_count()),
                 FontId::proportional(13.0),
                 fg,
             );
+            // Why the track is (almost) empty, when the decoder knows.
+            if let Some(why) = input.diagnoses.get(ti).and_then(|d| d.as_deref()) {
+                let at = r
+                    .intersect(tracks)
+                    .with_min_x(title.right() + 16.0)
+                    .intersect(r);
+                if at.width() > 0.0 {
+                    let color = ui.visuals().warn_fg_color;
+                    let text = painter.with_clip_rect(at).text(
+                        pos2(at.left(), r.center().y),
+                        Align2::LEFT_CENTER,
+                        why,
+                        FontId::proportional(12.0),
+                        color,
+                    );
+                    let note = ui
+                        .interact(
+                            text.intersect(at),
+                            ui.scope_id().with(("ptscope-thread-why", t.tid)),
+                            Sense::hover(),
+                        )
+                        .on_hover_text(why);
+                    note.widget_info(|| WidgetInfo::labeled(egui::Role::Label, true, why));
+                }
+            }
             if resp.clicked() {
                 toggle = Some((t.tid, !collapsed));
             }
@@ -764,10 +818,16 @@ impl Timeline {
             let first = b.first as usize;
             let last = first + b.count as usize - 1;
             let covered = t.end(d, last) - lane[first].start;
+            let (calls, pseudo) = input.pseudo.split(row.thread, row.depth, b.first, b.count);
+            let list = !self.zoom_separates(covered);
             resp.clone().on_hover_ui_at_pointer(|ui| {
-                ui.label(format!("{} calls merged", b.count));
+                ui.label(format!("{} merged", merged_label(calls, pseudo)));
                 ui.label(format!("covering {}", format_duration(covered)));
-                ui.weak("Click to zoom in");
+                ui.weak(if list {
+                    "Click to list them"
+                } else {
+                    "Click to zoom in"
+                });
             });
             return;
         }
@@ -867,6 +927,16 @@ impl Timeline {
                 index: b.first,
             }),
         }))
+    }
+
+    /// Whether zooming in can take apart a merged run covering
+    /// `covered` ns: not when the view is at the zoom floor already, nor
+    /// when the run is narrower than two merged boxes even there (spans
+    /// of zero length, or all within a few ns).
+    fn zoom_separates(&self, covered: u64) -> bool {
+        let floor_ppn = self.width_px as f64 / MIN_WIDTH_NS;
+        self.window.width > MIN_WIDTH_NS * 1.01
+            && covered as f64 * floor_ppn >= 2.0 * frame_mesh::MERGE_PX
     }
 
     /// Zoom, pan, fit, clicks and range drags.
@@ -993,7 +1063,17 @@ impl Timeline {
                     let d = row.depth as usize;
                     let first = b.first as usize;
                     let last = first + b.count as usize - 1;
-                    self.fit(t.lane(d)[first].start, t.end(d, last));
+                    let (s, e) = (t.lane(d)[first].start, t.end(d, last));
+                    if self.zoom_separates(e - s) {
+                        self.fit(s, e);
+                    } else {
+                        events.push(TimelineEvent::SelectGroup(SpanGroup {
+                            thread: row.thread,
+                            depth: row.depth,
+                            first: b.first,
+                            count: b.count,
+                        }));
+                    }
                 }
                 Some((row, b)) => {
                     let r = SpanRef::new(row.thread as usize, row.depth as usize, b.first as usize);

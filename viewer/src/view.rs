@@ -25,16 +25,16 @@ use ptscope_decoder::model::Model;
 
 use crate::axis::{format_duration_f, TimeMode};
 use crate::color::{extend_styles, FuncStyle};
-use crate::details_panel::{details_ui, step_call, Details, DetailsAction};
+use crate::details_panel::{details_ui, group_ui, step_call, Details, DetailsAction};
 use crate::flame_graph::flame_ui;
 use crate::frame_mesh::FrameBuf;
 use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef, LineRequest};
 use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
 use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
-use crate::spans::{calls_per_func, SpanRef};
+use crate::spans::{calls_per_func, PseudoIndex, SpanRef};
 use crate::time_window::TimeWindow;
-use crate::timeline::{RowKind, Timeline, TimelineEvent, TimelineInput};
+use crate::timeline::{RowKind, SpanGroup, Timeline, TimelineEvent, TimelineInput};
 
 /// Which tab the bottom panel shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +71,12 @@ pub struct TraceView {
     capture_info: Option<String>,
     styles: Vec<FuncStyle>,
     calls: Vec<u64>,
+    /// Which spans are not calls, for merged boxes' counts.
+    pseudo: PseudoIndex,
+    /// Per thread, why it decoded to almost nothing, if it did.
+    diagnoses: Vec<Option<String>>,
+    /// A clicked merged run that no zoom takes apart, listed in Details.
+    group: Option<SpanGroup>,
     search: Search,
     matched_calls: u64,
     timeline: Timeline,
@@ -97,6 +103,9 @@ impl TraceView {
             capture_info: None,
             styles: Vec::new(),
             calls: Vec::new(),
+            pseudo: PseudoIndex::default(),
+            diagnoses: Vec::new(),
+            group: None,
             search: Search::default(),
             matched_calls: 0,
             timeline: Timeline::default(),
@@ -130,6 +139,22 @@ impl TraceView {
         self.model = model;
         extend_styles(&mut self.styles, &self.model.funcs);
         self.calls = calls_per_func(&self.model);
+        self.pseudo = PseudoIndex::new(&self.model);
+        self.diagnoses = self
+            .model
+            .threads
+            .iter()
+            .map(|t| t.diagnosis(&self.model.funcs))
+            .collect();
+        // A listed run whose spans are gone is dropped.
+        if self.group.is_some_and(|g| {
+            self.model
+                .threads
+                .get(g.thread as usize)
+                .is_none_or(|t| t.spans.lane(g.depth as usize).len() < (g.first + g.count) as usize)
+        }) {
+            self.group = None;
+        }
         self.timeline.set_bounds(self.model.time_range());
         self.refresh_search(true);
         self.details = self.selected.and_then(|r| Details::new(&self.model, r));
@@ -426,6 +451,26 @@ impl TraceView {
         self.details.as_ref()
     }
 
+    /// The merged run listed in the Details tab, if one was clicked.
+    pub fn span_group(&self) -> Option<SpanGroup> {
+        self.group
+    }
+
+    /// Lists the spans of `g` in the Details tab (what a click on a
+    /// merged run that no zoom takes apart does), or stops listing.
+    pub fn select_group(&mut self, g: Option<SpanGroup>) {
+        self.group = g;
+        self.select(None);
+        if g.is_some() {
+            self.tab = PanelTab::Details;
+        }
+    }
+
+    /// Why thread `ti` decoded to almost nothing, as its track header says.
+    pub fn thread_diagnosis(&self, ti: usize) -> Option<&str> {
+        self.diagnoses.get(ti).and_then(|d| d.as_deref())
+    }
+
     /// The first span (in time order of each thread's lanes, lowest depth
     /// first) of the function named `name`: a handle for tests and links.
     pub fn find_span(&self, name: &str) -> Option<SpanRef> {
@@ -680,11 +725,17 @@ impl TraceView {
                 lines: frame.active.then_some(frame),
                 selected_line,
                 source: model.lines.as_deref(),
+                pseudo: &self.pseudo,
+                diagnoses: &self.diagnoses,
             };
             let events = self.timeline.ui(ui, &input, &mut self.disasm);
             for e in events {
                 match e {
-                    TimelineEvent::Select(r) => self.select(r),
+                    TimelineEvent::Select(r) => {
+                        self.group = None;
+                        self.select(r);
+                    }
+                    TimelineEvent::SelectGroup(g) => self.select_group(Some(g)),
                     TimelineEvent::Range(a, b) => {
                         self.set_range(Some((a, b)));
                         self.tab = PanelTab::Range;
@@ -872,14 +923,22 @@ impl TraceView {
         let model = self.model.clone();
         match self.tab {
             PanelTab::Details => {
+                let listed = self
+                    .group
+                    .and_then(|g| group_ui(ui, &model, &self.pseudo, &g, self.selected));
                 let Some(d) = &self.details else {
-                    ui.label("Click a span to see its details.");
+                    if let Some(DetailsAction::Select(r)) = listed {
+                        self.select(Some(r));
+                    } else if self.group.is_none() {
+                        ui.label("Click a span to see its details.");
+                    }
                     return;
                 };
                 let action = egui::ScrollArea::vertical()
                     .id_salt("ptscope-details")
                     .show(ui, |ui| details_ui(ui, &model, d))
-                    .inner;
+                    .inner
+                    .or(listed);
                 match action {
                     Some(DetailsAction::Select(r)) => self.select(Some(r)),
                     Some(DetailsAction::Show(r)) => {

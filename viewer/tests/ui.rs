@@ -255,3 +255,121 @@ fn a_growing_model_keeps_view_and_selection() {
     assert_eq!(h.state().window(), w);
     assert_eq!(h.state().selected(), Some(span));
 }
+
+/// One thread: main, and under it a burst of zero-length spans at one
+/// instant (eight calls of `tick` and a decode error), then five 2 ns
+/// calls of `step` side by side.
+fn burst_model() -> Model {
+    let base = 1_700_000_000_000_000u64;
+    let mut funcs = FuncTable::default();
+    let main = funcs.intern("main", "/bin/demo", 0x1000, SpanKind::Call);
+    let tick = funcs.intern("tick", "/bin/demo", 0x1100, SpanKind::Call);
+    let step = funcs.intern("step", "/bin/demo", 0x1200, SpanKind::Call);
+    let err = funcs.decode_error("Overflow packet");
+    let mut a = ThreadSpans::new(100, 100, "demo".into());
+    a.push(0, base, base + 10_000, main, 0);
+    for i in 0..9 {
+        a.push(1, base + 5_000, base + 5_000, if i == 4 { err } else { tick }, 0);
+    }
+    for i in 0..5 {
+        a.push(1, base + 8_000 + 2 * i, base + 8_002 + 2 * i, step, 0);
+    }
+    Model {
+        funcs,
+        threads: vec![thread(a)],
+        missing_binaries: Vec::new(),
+        warnings: Vec::new(),
+        lines: None,
+    }
+}
+
+fn harness_on(model: Model) -> Harness<'static, TraceView> {
+    let view = TraceView::new(Arc::new(model));
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1200.0, 800.0))
+        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
+    h.run();
+    h
+}
+
+#[test]
+fn zero_length_spans_that_stay_merged_are_listed_when_clicked() {
+    let mut h = harness_on(burst_model());
+    let first = ptscope_viewer::SpanRef::new(0, 1, 0);
+    let rect = h.state().span_rect(first).expect("on screen");
+    click(&mut h, rect.center(), Modifiers::NONE);
+    // No zoom can take zero-length spans apart: the click lists them,
+    // and the view stays where it was.
+    let g = h.state().span_group().expect("the run is listed");
+    assert_eq!((g.thread, g.depth, g.first, g.count), (0, 1, 0, 9));
+    assert_eq!(h.state().tab(), PanelTab::Details);
+    h.get_by_label("Merged spans");
+    // The decode error is no call.
+    h.get_by_label_contains("8 calls, 1 other span merged");
+    assert_eq!(h.query_all_by_label_contains("tick  0 ns").count(), 8);
+    // Each listed span is selectable, and the list stays.
+    h.get_by_label_contains("[decode error: Overflow packet]").click();
+    h.run();
+    let sel = h.state().selected().expect("a listed span is selected");
+    assert_eq!((sel.depth, sel.index), (1, 4));
+    assert_eq!(h.state().details().unwrap().name, "[decode error: Overflow packet]");
+    h.get_by_label("1 span (not a call)");
+    assert!(h.state().span_group().is_some());
+    // Escape clears both.
+    h.key_press(Key::Escape);
+    h.run();
+    assert!(h.state().span_group().is_none());
+    assert!(h.state().selected().is_none());
+}
+
+#[test]
+fn a_merged_run_that_zooming_separates_is_zoomed_into() {
+    let mut h = harness_on(burst_model());
+    let step = h.state().find_span("step").unwrap();
+    let rect = h.state().span_rect(step).expect("on screen");
+    let w0 = h.state().window().width;
+    click(&mut h, rect.center(), Modifiers::NONE);
+    assert!(h.state().span_group().is_none());
+    assert!(h.state().window().width < w0 / 100.0, "{:?}", h.state().window());
+    // At the zoom floor, the same run is listed rather than zoomed.
+    let base = 1_700_000_000_000_000u64;
+    h.state_mut().set_window(ptscope_viewer::TimeWindow::new(base + 4_990, 1.0));
+    h.run();
+    let tick = ptscope_viewer::SpanRef::new(0, 1, 0);
+    let rect = h.state().span_rect(tick).expect("on screen");
+    click(&mut h, rect.center(), Modifiers::NONE);
+    assert_eq!(h.state().span_group().map(|g| g.count), Some(9));
+}
+
+#[test]
+fn pseudo_spans_are_not_counted_as_calls() {
+    let mut h = harness();
+    // The worker's [syscall] span matches by name but is no call.
+    h.state_mut().set_search("syscall");
+    h.run();
+    assert_eq!(h.state().match_count(), 0);
+    let sys = h.state().find_span("[syscall]").unwrap();
+    h.state_mut().select(Some(sys));
+    h.run();
+    h.get_by_label("1 span (not a call)");
+    h.get_by_label("All spans of this kind");
+    assert!(h.query_by_label("1 calls").is_none());
+}
+
+#[test]
+fn an_almost_empty_track_says_why() {
+    let mut m = model();
+    let mut empty = thread(ThreadSpans::new(100, 102, "starved".into()));
+    // Its own trace, but the walk never synchronized: no PSB.
+    empty.stream = Some(2);
+    m.threads.push(empty);
+    let h = harness_on(m);
+    assert_eq!(
+        h.state().thread_diagnosis(2),
+        Some("0 calls: its trace holds no PSB to synchronize on")
+    );
+    h.get_by_label("0 calls: its trace holds no PSB to synchronize on");
+    // The healthy threads say nothing.
+    assert_eq!(h.state().thread_diagnosis(0), None);
+    assert_eq!(h.query_all_by_label_contains("calls:").count(), 1);
+}
