@@ -8,6 +8,7 @@
 //! - [`decode`]: snapshots decoded against libipt and `perf script`;
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
+//! - [`raw_dumps`]: raw PT dumps in every command and in the window;
 //! - [`script_rules`]: `perf script` text imported by our rules;
 //! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
@@ -30,4 +31,5 @@ mod hardware;
 mod install;
 mod lines;
 mod peer_cases;
+mod raw_dumps;
 mod script_rules;

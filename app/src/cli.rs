@@ -47,6 +47,11 @@ pub struct Args {
     /// also settable in the Source pane.
     #[arg(long = "source-map", value_name = "FROM=TO", value_parser = ptscope_viewer::source::parse_map)]
     pub source_maps: Vec<(String, String)>,
+    /// The FILEs are raw PT dumps: decode them with the raw binary image
+    /// IMAGE loaded at ADDR (repeatable). The window also asks for these
+    /// when a raw dump is opened without them.
+    #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
+    pub raw: Vec<(PathBuf, u64)>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -147,10 +152,24 @@ pub enum Command {
     },
     /// Describe a snapshot: threads with their trace bytes and PSBs, the
     /// time range, the CPU and PT configuration, and every mapped binary.
-    Info { file: PathBuf },
-    /// List the PT packets of one thread, like libipt's ptdump.
+    /// Of a raw PT dump: its bytes and PSBs, and the binaries given.
+    Info {
+        file: PathBuf,
+        /// FILE is a raw PT dump to be decoded with the raw binary image
+        /// IMAGE at ADDR (repeatable): says whether each is there. A file
+        /// that starts with a PSB is taken as a raw dump without it.
+        #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
+        raw: Vec<(PathBuf, u64)>,
+    },
+    /// List the PT packets of one thread, like libipt's ptdump. A raw PT
+    /// dump (a file that starts with a PSB, or any file with --raw) lists
+    /// its packets too; listing needs no binaries.
     Packets {
         file: PathBuf,
+        /// FILE is a raw PT dump (accepted for symmetry with decode; the
+        /// images are not needed to list packets).
+        #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
+        raw: Vec<(PathBuf, u64)>,
         /// The thread (default: the first one).
         #[arg(long)]
         thread: Option<i32>,
@@ -246,6 +265,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.select,
             args.source_maps,
             args.capture,
+            args.raw,
         ),
         Some(Command::Record { opts, command }) => capture(
             Target::Spawn {
@@ -274,11 +294,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Info { file }) => info(&file),
+        Some(Command::Info { file, raw }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
+        Some(Command::Info { file, .. }) => info(&file),
+        Some(Command::Packets {
+            file,
+            raw,
+            thread,
+            limit,
+        }) if is_raw(&file, &raw)? => raw_packets(&file, thread, limit),
         Some(Command::Packets {
             file,
             thread,
             limit,
+            ..
         }) => packets(&file, thread, limit),
         Some(Command::Decode {
             input,
@@ -723,8 +751,61 @@ fn packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<Exi
             .first()
             .with_context(|| format!("{}: the file holds no PT data", path.display()))?,
     };
+    list_packets(path, &stream.data, limit)
+}
+
+/// Whether `file` is to be read as a raw PT dump: `--raw` was given, or
+/// it starts like one.
+fn is_raw(file: &Path, raw: &[(PathBuf, u64)]) -> Result<bool> {
+    use ptscope_decoder::open::{input_kind, InputKind};
+    Ok(input_kind(file, !raw.is_empty())? == InputKind::RawPt)
+}
+
+/// `ptscope packets` of a raw PT dump: one trace, no threads.
+fn raw_packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
+    if thread.is_some() {
+        bail!(
+            "{}: a raw PT dump holds one trace and no threads; leave out --thread",
+            path.display()
+        );
+    }
+    let data = ptscope_decoder::open::read_raw(path)?;
+    list_packets(path, &data, limit)
+}
+
+/// `ptscope info` of a raw PT dump: its size and PSBs, and the binaries
+/// given to decode it with.
+fn raw_info(path: &Path, raw: &[(PathBuf, u64)]) -> Result<ExitCode> {
+    let data = ptscope_decoder::open::read_raw(path)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", path.display())?;
+    writeln!(
+        out,
+        "  a raw Intel PT dump: {} bytes of PT, {} PSBs; no sideband, no timing parameters",
+        data.len(),
+        packet::psb_offsets(&data).len()
+    )?;
+    if raw.is_empty() {
+        writeln!(
+            out,
+            "  binaries: none given; decode it with --raw IMAGE:ADDR for each binary it ran"
+        )?;
+    } else {
+        writeln!(out, "  binaries (--raw):")?;
+        for (image, addr) in raw {
+            let (state, size) = match std::fs::metadata(image) {
+                Ok(m) => ("found", format!("({} bytes)", m.len())),
+                Err(e) => ("MISSING", format!("({e})")),
+            };
+            writeln!(out, "    {state:<10} {addr:#014x} {} {size}", image.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lists the packets of one trace, like ptdump, from its first PSB.
+fn list_packets(path: &Path, data: &[u8], limit: Option<usize>) -> Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let data: &[u8] = &stream.data;
     let first = packet::find_psb(data);
     if first.is_none() {
         bail!(

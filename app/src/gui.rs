@@ -5,7 +5,9 @@
 //! background thread ([`Load`]); its tab shows progress and a Cancel
 //! button, and draws the threads decoded so far as soon as there are any.
 //! A file that cannot be read gets a tab saying why; the rest of the app
-//! carries on.
+//! carries on. A raw PT dump records no binaries: its tab has a form to
+//! give them as IMAGE:ADDR pairs and open it again (as `--raw` does on the
+//! command line).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,12 +26,15 @@ const RECENT_KEY: &str = "ptscope.recent";
 /// What `ptscope` with no command does: opens the window on `files` (or
 /// the demo). With `screenshot`, saves a PNG of the window once the first
 /// file is drawn, then exits (the Xvfb test and the README's images).
+/// `raw` (`--raw IMAGE:ADDR`) makes `files` raw PT dumps decoded with
+/// those binaries.
 pub fn run(
     files: Vec<PathBuf>,
     screenshot: Option<PathBuf>,
     select: Option<String>,
     source_maps: Vec<(String, String)>,
     capture: bool,
+    raw: Vec<(PathBuf, u64)>,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
         vec![crate::demo::path()?]
@@ -58,7 +63,7 @@ pub fn run(
             // Before opening: each tab's viewer takes the maps.
             app.source_maps = source_maps;
             for f in &files {
-                app.open(f, &cc.egui_ctx);
+                app.open_raw(f, raw.clone(), &cc.egui_ctx);
             }
             app.screenshot = screenshot.map(|path| Screenshot {
                 path,
@@ -103,7 +108,94 @@ pub struct Tab {
     source_maps: Vec<(String, String)>,
     /// The snapshot's account of its capture, read once at open.
     capture_info: Option<String>,
+    /// The file is a raw PT dump: what it is decoded with, and the form
+    /// that changes it.
+    pub raw: Option<RawForm>,
     state: TabState,
+}
+
+/// The binaries of a raw PT dump, as IMAGE:ADDR pairs the user gives in
+/// its tab; the tab opens the dump again with them.
+#[derive(Clone, Debug, Default)]
+pub struct RawForm {
+    /// What the dump was last opened with.
+    pub images: Vec<(PathBuf, u64)>,
+    /// The pairs to open it with next.
+    pub pending: Vec<(PathBuf, u64)>,
+    /// The text box: one IMAGE:ADDR.
+    pub text: String,
+    /// Why the text was not taken.
+    pub error: Option<String>,
+}
+
+impl RawForm {
+    /// Takes the text box's IMAGE:ADDR into the pending pairs, or says
+    /// why not.
+    pub fn add(&mut self) -> bool {
+        match crate::report::parse_raw(self.text.trim()) {
+            Ok((file, _)) if !file.is_file() => {
+                self.error = Some(format!("{}: no such file", file.display()));
+                false
+            }
+            Ok(pair) => {
+                if !self.pending.contains(&pair) {
+                    self.pending.push(pair);
+                }
+                self.text.clear();
+                self.error = None;
+                true
+            }
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Draws the form; true when the user asks to open the dump again.
+    fn ui(&mut self, ui: &mut egui::Ui) -> bool {
+        let mut reopen = false;
+        ui.label(
+            "A raw PT dump records no binaries: give each binary it ran and its load address, \
+             as on the command line (--raw IMAGE:ADDR).",
+        );
+        let mut remove = None;
+        for (i, (file, addr)) in self.pending.iter().enumerate() {
+            ui.horizontal(|ui| {
+                ui.monospace(format!("{}:{addr:#x}", file.display()));
+                if ui.small_button("×").on_hover_text("Remove").clicked() {
+                    remove = Some(i);
+                }
+            });
+        }
+        if let Some(i) = remove {
+            self.pending.remove(i);
+        }
+        ui.horizontal(|ui| {
+            let r = ui.add(
+                egui::TextEdit::singleline(&mut self.text)
+                    .hint_text("IMAGE:ADDR, e.g. ./prog.bin:0x400000")
+                    .desired_width(360.0),
+            );
+            ui.ctx()
+                .accesskit_node_builder(r.id, |b| b.set_label("Raw image (IMAGE:ADDR)"));
+            let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if ui.button("Add").clicked() || enter {
+                self.add();
+            }
+            let ready = !self.pending.is_empty() && self.pending != self.images;
+            if ui
+                .add_enabled(ready, egui::Button::new("Open with these binaries"))
+                .clicked()
+            {
+                reopen = true;
+            }
+        });
+        if let Some(e) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, e);
+        }
+        reopen
+    }
 }
 
 /// A viewer of `model`, the file at `path`: source files are looked for
@@ -217,6 +309,17 @@ impl Tab {
         };
     }
 
+    /// Opens the raw dump again with the binaries its form holds.
+    pub fn reopen_raw(&mut self, ctx: &egui::Context) {
+        let Some(form) = &mut self.raw else { return };
+        form.images = form.pending.clone();
+        let ctx = ctx.clone();
+        let load = Load::start(&self.path, form.images.clone(), move || {
+            ctx.request_repaint()
+        });
+        self.state = TabState::Loading { load, view: None };
+    }
+
     /// Blocks until the tab's file is decoded (the GUI tests).
     pub fn wait(&mut self) {
         if let TabState::Loading { load, .. } = &mut self.state {
@@ -287,16 +390,32 @@ impl App {
     /// Opens `path` in a new tab (or shows its tab if it is open already)
     /// and starts decoding it in the background.
     pub fn open(&mut self, path: &Path, ctx: &egui::Context) {
+        self.open_raw(path, Vec::new(), ctx);
+    }
+
+    /// Opens `path` as [`App::open`] does; with `raw_images` (IMAGE, ADDR)
+    /// it is a raw PT dump decoded with those binaries. A file that starts
+    /// like a raw dump gets the form for them either way.
+    pub fn open_raw(&mut self, path: &Path, raw_images: Vec<(PathBuf, u64)>, ctx: &egui::Context) {
         if let Some(i) = self.tabs.iter().position(|t| t.path == path) {
             self.active = i;
             return;
         }
+        use ptscope_decoder::open::{input_kind, InputKind};
+        let raw = (!raw_images.is_empty()
+            || input_kind(path, false).is_ok_and(|k| k == InputKind::RawPt))
+        .then(|| RawForm {
+            images: raw_images.clone(),
+            pending: raw_images.clone(),
+            ..RawForm::default()
+        });
         let ctx = ctx.clone();
-        let load = Load::start(path, move || ctx.request_repaint());
+        let load = Load::start(path, raw_images, move || ctx.request_repaint());
         self.tabs.push(Tab {
             path: path.to_path_buf(),
             source_maps: self.source_maps.clone(),
             capture_info: capture_info(path),
+            raw,
             state: TabState::Loading { load, view: None },
         });
         self.active = self.tabs.len() - 1;
@@ -523,16 +642,37 @@ impl App {
                 load.cancel();
             }
         }
+        let mut reopen = false;
         match &mut tab.state {
             TabState::Failed(e) => {
                 ui.add_space(20.0);
                 ui.heading("Cannot open this file");
                 ui.label(egui::RichText::new(e.as_str()).color(ui.visuals().error_fg_color));
                 ui.add_space(8.0);
-                ui.label("ptscope opens .ptscope snapshots, perf.data files recorded with intel_pt, and `perf script` branch text.");
+                ui.label("ptscope opens .ptscope snapshots, perf.data files recorded with intel_pt, `perf script` branch text, and raw PT dumps with their binaries.");
+                if let Some(form) = &mut tab.raw {
+                    ui.add_space(8.0);
+                    reopen = form.ui(ui);
+                }
             }
-            TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => v.ui(ui),
+            TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => {
+                if let Some(form) = &mut tab.raw {
+                    egui::Panel::top("ptscope-raw-form").show(ui, |ui| {
+                        let n = form.images.len();
+                        egui::CollapsingHeader::new(format!(
+                            "Raw PT dump decoded with {n} binar{}",
+                            if n == 1 { "y" } else { "ies" }
+                        ))
+                        .id_salt("ptscope-raw-form")
+                        .show(ui, |ui| reopen = form.ui(ui));
+                    });
+                }
+                v.ui(ui)
+            }
             TabState::Loading { view: None, .. } => {}
+        }
+        if reopen {
+            tab.reopen_raw(ui.ctx());
         }
     }
 

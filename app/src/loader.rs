@@ -32,7 +32,13 @@ pub struct Load {
 
 impl Load {
     /// Starts decoding `path`; `wake` runs when it is done (to repaint).
-    pub fn start(path: &Path, wake: impl Fn() + Send + 'static) -> Load {
+    /// `raw_images` are the binaries of a raw PT dump, at their load
+    /// addresses (empty for any other input).
+    pub fn start(
+        path: &Path,
+        raw_images: Vec<(PathBuf, u64)>,
+        wake: impl Fn() + Send + 'static,
+    ) -> Load {
         let progress = DecodeProgress::new();
         let (tx, rx) = mpsc::channel();
         let p = progress.clone();
@@ -41,6 +47,7 @@ impl Load {
             .name("ptscope-load".into())
             .spawn(move || {
                 let opts = OpenOptions {
+                    raw_images,
                     engine: Engine::Flow,
                     parallel: Parallel::default(),
                     progress: Some(p),

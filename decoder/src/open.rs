@@ -6,7 +6,10 @@
 //! The kinds ([`InputKind`]): a `.ptscope` snapshot (a tar archive), a
 //! perf.data from `perf record -e intel_pt//`, `perf script` branch text
 //! (magic-trace's input), and a raw PT dump, which carries no sideband and
-//! so needs the binaries it ran and their load addresses from the user.
+//! so needs the binaries it ran and their load addresses from the user. A
+//! raw dump is recognised by a PSB packet near its start; opened without
+//! those binaries it gets an error that asks for them (`--raw IMAGE:ADDR`),
+//! and the window offers a form for them.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -31,7 +34,8 @@ pub enum InputKind {
     PerfData,
     /// `perf script` text with branch events.
     PerfScript,
-    /// Raw PT bytes, as the hardware wrote them.
+    /// Raw PT bytes, as the hardware wrote them: told by a PSB packet in
+    /// its first bytes, or by the caller.
     RawPt,
 }
 
@@ -39,7 +43,8 @@ pub enum InputKind {
 #[derive(Clone, Debug, Default)]
 pub struct OpenOptions {
     /// For a raw PT dump: every binary it ran, at its load address. A file
-    /// is taken as a raw dump exactly when this is not empty.
+    /// is taken as a raw dump when this is not empty, or when it starts
+    /// like one ([`InputKind::RawPt`]); a raw dump needs at least one.
     pub raw_images: Vec<(PathBuf, u64)>,
     /// For a raw PT dump, which records no CPU and no timing parameters:
     /// the ones to decode it with. The default names no CPU, so no errata
@@ -57,10 +62,10 @@ pub struct OpenOptions {
 /// The first bytes of `path` that tell its kind.
 const HEAD: usize = 512;
 
-/// What `path` holds. A raw dump cannot be told from its bytes, so it is
-/// what the caller says (`raw`); everything else is recognised: perf.data
-/// by its magic, a snapshot by its tar header, `perf script` output as
-/// text.
+/// What `path` holds: a raw dump when the caller says so (`raw`), else by
+/// its first bytes: perf.data by its magic, a snapshot by its tar header,
+/// `perf script` output as text, and a raw PT dump by a PSB packet (which
+/// none of the others holds there).
 pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
     let io = |e| DecodeError::File(FileError::io(path, e));
     if path.is_dir() {
@@ -81,6 +86,8 @@ pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
             InputKind::Snapshot
         } else if is_text(head) {
             InputKind::PerfScript
+        } else if crate::packet::find_psb(head).is_some() {
+            InputKind::RawPt
         } else {
             // Not text, not a format we know: the snapshot reader says why in
             // the words it uses for every damaged file.
@@ -110,6 +117,11 @@ fn input(path: &Path, problem: &str) -> DecodeError {
     }
 }
 
+/// What a raw PT dump opened without its binaries is told.
+pub const RAW_NEEDS_IMAGES: &str = "starts with a PSB packet: it looks like a raw Intel PT dump, \
+     which records no binaries; give each binary it ran at its load address with \
+     --raw IMAGE:ADDR";
+
 /// Opens `path` as a snapshot or perf.data, for what reads their PT and
 /// sideband as such (`ptscope info`, `ptscope packets`): other kinds of
 /// input get an error that says what they are.
@@ -119,15 +131,22 @@ pub fn open_snapshot(path: &Path) -> Result<Snapshot, DecodeError> {
             path,
             "is `perf script` text, which holds no PT; `ptscope decode` opens it",
         )),
+        InputKind::RawPt => Err(input(path, RAW_NEEDS_IMAGES)),
         _ => Snapshot::open(path).map_err(DecodeError::File),
     }
+}
+
+/// The bytes of the raw PT dump `path`.
+pub fn read_raw(path: &Path) -> Result<Vec<u8>, DecodeError> {
+    std::fs::read(path).map_err(|e| DecodeError::File(FileError::io(path, e)))
 }
 
 /// Opens and decodes `path`, whatever kind of input it is.
 pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
     match input_kind(path, !opts.raw_images.is_empty())? {
+        InputKind::RawPt if opts.raw_images.is_empty() => Err(input(path, RAW_NEEDS_IMAGES)),
         InputKind::RawPt => {
-            let pt = std::fs::read(path).map_err(|e| DecodeError::File(FileError::io(path, e)))?;
+            let pt = read_raw(path)?;
             decode_raw(path, &pt, &opts.raw_images, &opts.raw_config, opts.engine)
         }
         InputKind::PerfScript => {
@@ -188,6 +207,32 @@ mod tests {
         let gone = dir.path().join("gone");
         let e = input_kind(&gone, false).unwrap_err().to_string();
         assert!(e.starts_with(&gone.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_raw_dump_is_told_by_its_psb_and_asks_for_its_binaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let pt = dir.path().join("trace.pt");
+        // PSB, PSBEND, PAD: the start of any raw dump.
+        let mut bytes = crate::packet::PSB_BYTES.to_vec();
+        bytes.extend([0x02, 0x23, 0x00]);
+        std::fs::write(&pt, &bytes).unwrap();
+        assert_eq!(input_kind(&pt, false).unwrap(), InputKind::RawPt);
+        // Cut anywhere past a few bytes, it is still one.
+        let cut = dir.path().join("cut.pt");
+        let mut late = vec![0x00u8; 40];
+        late.extend(&bytes);
+        std::fs::write(&cut, &late).unwrap();
+        assert_eq!(input_kind(&cut, false).unwrap(), InputKind::RawPt);
+        for e in [
+            open(&pt, &OpenOptions::default()).err().unwrap(),
+            open_snapshot(&pt).err().unwrap(),
+        ] {
+            let e = e.to_string();
+            assert!(e.starts_with(&pt.display().to_string()), "{e}");
+            assert!(e.contains("raw Intel PT dump") && e.contains("--raw IMAGE:ADDR"), "{e}");
+        }
+        assert_eq!(read_raw(&pt).unwrap(), bytes);
     }
 
     #[test]

@@ -1,0 +1,151 @@
+//! Raw PT dumps everywhere: `packets` and `info` read them without
+//! binaries, `decode` and `stats` ask for `--raw IMAGE:ADDR` when they
+//! are missing, and the window takes the binaries in the dump's tab and
+//! opens it again with them. No native dialog opens: paths are typed in.
+
+use std::path::{Path, PathBuf};
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use ptscope::gui::App;
+
+use crate::support::{demo_snapshot, ptscope};
+
+/// The demo's trace as a raw PT dump, and each mapped piece of its
+/// binaries as a raw image, as `IMAGE:ADDR` (what ptxed's --raw takes).
+fn raw_demo(dir: &Path) -> (PathBuf, Vec<String>) {
+    let demo = demo_snapshot();
+    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
+    let trace = snap.trace().unwrap();
+    let pt = dir.join("demo.pt");
+    std::fs::write(&pt, &trace.streams[0].data).unwrap();
+    let mut images = Vec::new();
+    for (i, m) in trace.mmaps.iter().enumerate() {
+        let Some(file) = snap.find_binary(m.build_id.as_deref(), &m.path) else {
+            continue;
+        };
+        let bytes = std::fs::read(&file).unwrap();
+        let start = m.pgoff as usize;
+        let end = (start + m.len as usize).min(bytes.len());
+        if start >= end {
+            continue;
+        }
+        let img = dir.join(format!("image{i}.bin"));
+        std::fs::write(&img, &bytes[start..end]).unwrap();
+        images.push(format!("{}:{:#x}", img.display(), m.start));
+    }
+    assert!(!images.is_empty());
+    (pt, images)
+}
+
+fn raw_args(images: &[String]) -> Vec<&str> {
+    images.iter().flat_map(|i| ["--raw", i.as_str()]).collect()
+}
+
+fn run(args: &[&str], file: &Path) -> (bool, String, String) {
+    let out = ptscope().args(args).arg(file).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn packets_and_info_read_a_raw_dump_without_binaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pt, images) = raw_demo(dir.path());
+    let (ok, out, err) = run(&["packets", "--limit", "20"], &pt);
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.ends_with("  psb")), "{out}");
+    assert!(out.contains("psbend"), "{out}");
+    assert!(out.lines().count() <= 21, "{out}");
+    // --raw is taken too, and lists the same packets.
+    let mut with = vec!["packets", "--limit", "20"];
+    with.extend(raw_args(&images));
+    assert_eq!(run(&with, &pt).1, out);
+    // A raw dump has no threads.
+    let (ok, _, err) = run(&["packets", "--thread", "5"], &pt);
+    assert!(!ok && err.contains("demo.pt") && err.contains("no threads"), "{err}");
+
+    let (ok, out, err) = run(&["info"], &pt);
+    assert!(ok, "{err}");
+    assert!(out.contains("a raw Intel PT dump"), "{out}");
+    assert!(out.contains("none given; decode it with --raw IMAGE:ADDR"), "{out}");
+    let mut with = vec!["info"];
+    with.extend(raw_args(&images));
+    let (ok, out, err) = run(&with, &pt);
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("    found ").count(), images.len(), "{out}");
+}
+
+#[test]
+fn decode_and_stats_ask_for_the_binaries_of_a_raw_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pt, images) = raw_demo(dir.path());
+    for cmd in ["decode", "stats"] {
+        let (ok, _, err) = run(&[cmd], &pt);
+        assert!(!ok, "{cmd}");
+        assert!(
+            err.contains(&format!("{}: starts with a PSB packet", pt.display()))
+                && err.contains("raw Intel PT dump")
+                && err.contains("--raw IMAGE:ADDR")
+                && !err.contains("not a valid"),
+            "{cmd}: {err}"
+        );
+    }
+    let mut with = vec!["stats"];
+    with.extend(raw_args(&images));
+    let (ok, out, err) = run(&with, &pt);
+    assert!(ok, "{err}");
+    assert!(out.lines().count() > 3, "{out}");
+}
+
+#[test]
+fn the_window_takes_the_binaries_of_a_raw_dump_and_opens_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pt, images) = raw_demo(dir.path());
+    let mut h = Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_ui_state(|ui, app: &mut App| app.show(ui), App::new(None));
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&pt, &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let e = h.state().active_tab().unwrap().error().unwrap().to_string();
+    assert!(
+        e.contains("demo.pt") && e.contains("--raw IMAGE:ADDR"),
+        "{e}"
+    );
+    h.get_by_label("Cannot open this file");
+    // Something that is not IMAGE:ADDR is refused, with the reason.
+    h.get_by_label("Raw image (IMAGE:ADDR)").click();
+    h.run_steps(2);
+    h.get_by_label("Raw image (IMAGE:ADDR)").type_text("nonsense");
+    h.run_steps(2);
+    h.get_by_label("Add").click();
+    h.run_steps(2);
+    h.get_by_label_contains("is not FILE:ADDR");
+    let form = h.state_mut().active_tab_mut().unwrap().raw.as_mut().unwrap();
+    form.text.clear();
+    for img in &images {
+        h.get_by_label("Raw image (IMAGE:ADDR)").click();
+        h.run_steps(2);
+        h.get_by_label("Raw image (IMAGE:ADDR)").type_text(img);
+        h.run_steps(2);
+        h.get_by_label("Add").click();
+        h.run_steps(2);
+    }
+    let form = h.state().active_tab().unwrap().raw.as_ref().unwrap();
+    assert_eq!(form.pending.len(), images.len(), "{:?}", form.error);
+    h.get_by_label("Open with these binaries").click();
+    h.run_steps(2);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    let model = tab.view().expect("a view").model().clone();
+    assert!(model.span_count() > 100, "{} spans", model.span_count());
+    // The form stays, folded, to change the binaries later.
+    h.get_by_label_contains("Raw PT dump decoded with");
+}
