@@ -9,6 +9,7 @@
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`raw_dumps`]: raw PT dumps in every command and in the window;
+//! - [`sparse_tracks`]: a track that decoded to almost nothing says why;
 //! - [`script_rules`]: `perf script` text imported by our rules;
 //! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
@@ -33,3 +34,4 @@ mod lines;
 mod peer_cases;
 mod raw_dumps;
 mod script_rules;
+mod sparse_tracks;

@@ -832,3 +832,19 @@ fn list_packets(path: &Path, data: &[u8], limit: Option<usize>) -> Result<ExitCo
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_takes_the_binaries_of_raw_dumps() {
+        let a = Args::try_parse_from(["ptscope", "--raw", "prog.bin:0x400000", "dump.pt"]).unwrap();
+        assert!(a.command.is_none());
+        assert_eq!(a.raw, [(PathBuf::from("prog.bin"), 0x400000)]);
+        assert_eq!(a.files, [PathBuf::from("dump.pt")]);
+        // The subcommands keep their own --raw.
+        let a = Args::try_parse_from(["ptscope", "packets", "dump.pt", "--raw", "p:4096"]).unwrap();
+        assert!(matches!(a.command, Some(Command::Packets { raw, .. }) if raw.len() == 1));
+    }
+}
