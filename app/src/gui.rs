@@ -508,6 +508,7 @@ impl App {
                     .add_filter("ptscope snapshot", &["ptscope"])
                     .add_filter("perf.data", &["data"])
                     .add_filter("perf script text", &["txt"])
+                    .add_filter("raw PT dump", &["pt", "bin"])
                     .add_filter("any file", &["*"])
                     .pick_file()
                 {

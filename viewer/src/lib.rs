@@ -29,7 +29,9 @@
 //! - [`flame_graph`] builds and draws the range's flame graph.
 //! - [`source`] draws the Source tab: a line's file with heat, or disassembly.
 //! - [`help`] draws the keyboard help window.
-//! - [`spans`] names a span ([`SpanRef`]) and walks the call tree.
+//! - [`spans`] names a span ([`SpanRef`]), walks the call tree, and tells
+//!   calls from pseudo-spans (`[untraced]`, `[decode error: …]`), which no
+//!   count of calls includes.
 //! - [`synth`] builds synthetic models for the benchmarks.
 
 pub mod axis;

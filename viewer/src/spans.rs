@@ -84,6 +84,17 @@ pub fn at_time(t: &ThreadSpans, depth: usize, time: u64) -> Option<usize> {
 /// (`[untraced]`, `[decode error: …]`, …) are not calls: their functions
 /// count 0.
 pub fn calls_per_func(model: &Model) -> Vec<u64> {
+    let mut out = spans_per_func(model);
+    for (f, c) in out.iter_mut().enumerate() {
+        if !model.funcs.is_call(f as u32) {
+            *c = 0;
+        }
+    }
+    out
+}
+
+/// Spans per function over every span of `model`, pseudo-spans included.
+pub fn spans_per_func(model: &Model) -> Vec<u64> {
     let mut out = vec![0u64; model.funcs.len()];
     for t in &model.threads {
         for (_, lane) in t.spans.lanes() {
@@ -92,11 +103,6 @@ pub fn calls_per_func(model: &Model) -> Vec<u64> {
                     *c += 1;
                 }
             }
-        }
-    }
-    for (f, c) in out.iter_mut().enumerate() {
-        if !model.funcs.is_call(f as u32) {
-            *c = 0;
         }
     }
     out
@@ -244,8 +250,10 @@ pub(crate) mod tests {
         };
         let calls = calls_per_func(&m);
         assert_eq!(calls[f as usize], 3);
+        let spans = spans_per_func(&m);
         for p in [UNTRACED, SYSCALL, err, gone] {
             assert_eq!(calls[p as usize], 0);
+            assert!(spans[p as usize] > 0);
         }
         let idx = PseudoIndex::new(&m);
         assert_eq!(idx.split(0, 0, 0, 7), (3, 4));

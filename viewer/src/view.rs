@@ -32,7 +32,7 @@ use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef
 use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
 use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
-use crate::spans::{calls_per_func, PseudoIndex, SpanRef};
+use crate::spans::{calls_per_func, spans_per_func, PseudoIndex, SpanRef};
 use crate::time_window::TimeWindow;
 use crate::timeline::{RowKind, SpanGroup, Timeline, TimelineEvent, TimelineInput};
 
@@ -71,6 +71,10 @@ pub struct TraceView {
     capture_info: Option<String>,
     styles: Vec<FuncStyle>,
     calls: Vec<u64>,
+    /// Spans per function, pseudo-spans included: what search steps through.
+    spans: Vec<u64>,
+    /// Matching pseudo-spans (`[untraced]`, …), which are no calls.
+    matched_other: u64,
     /// Which spans are not calls, for merged boxes' counts.
     pseudo: PseudoIndex,
     /// Per thread, why it decoded to almost nothing, if it did.
@@ -103,6 +107,8 @@ impl TraceView {
             capture_info: None,
             styles: Vec::new(),
             calls: Vec::new(),
+            spans: Vec::new(),
+            matched_other: 0,
             pseudo: PseudoIndex::default(),
             diagnoses: Vec::new(),
             group: None,
@@ -139,6 +145,7 @@ impl TraceView {
         self.model = model;
         extend_styles(&mut self.styles, &self.model.funcs);
         self.calls = calls_per_func(&self.model);
+        self.spans = spans_per_func(&self.model);
         self.pseudo = PseudoIndex::new(&self.model);
         self.diagnoses = self
             .model
@@ -174,6 +181,7 @@ impl TraceView {
     fn refresh_search(&mut self, force: bool) {
         if self.search.update(&self.model.funcs) || force {
             self.matched_calls = self.search.matched_calls(&self.calls);
+            self.matched_other = self.search.matched_calls(&self.spans) - self.matched_calls;
         }
     }
 
@@ -551,7 +559,7 @@ impl TraceView {
         };
         let mut best: Option<(u64, SpanRef)> = None;
         for (f, m) in mask.iter().enumerate() {
-            if !*m || self.calls.get(f).copied().unwrap_or(0) == 0 {
+            if !*m || self.spans.get(f).copied().unwrap_or(0) == 0 {
                 continue;
             }
             if let Some(r) = step_call(&self.model, f as FuncId, from, forward) {
@@ -805,10 +813,15 @@ impl TraceView {
                 self.set_fuzzy(fuzzy);
             }
             if self.search.active() {
-                ui.label(format!(
+                let mut text = format!(
                     "{} matches in {} functions",
                     self.matched_calls, self.search.matched_funcs
-                ));
+                );
+                if self.matched_other > 0 {
+                    // Pseudo-spans match by name but are no calls.
+                    text.push_str(&format!(", and {} other spans", self.matched_other));
+                }
+                ui.label(text);
                 if ui.button("<").on_hover_text("Previous match").clicked() {
                     self.step_match(false);
                 }

@@ -348,7 +348,11 @@ fn pseudo_spans_are_not_counted_as_calls() {
     h.state_mut().set_search("syscall");
     h.run();
     assert_eq!(h.state().match_count(), 0);
+    h.get_by_label("0 matches in 1 functions, and 1 other spans");
+    // Stepping through matches still finds it.
     let sys = h.state().find_span("[syscall]").unwrap();
+    h.state_mut().step_match(true);
+    assert_eq!(h.state().selected(), Some(sys));
     h.state_mut().select(Some(sys));
     h.run();
     h.get_by_label("1 span (not a call)");
