@@ -66,12 +66,18 @@ fn packets_and_info_read_a_raw_dump_without_binaries() {
     assert_eq!(run(&with, &pt).1, out);
     // A raw dump has no threads.
     let (ok, _, err) = run(&["packets", "--thread", "5"], &pt);
-    assert!(!ok && err.contains("demo.pt") && err.contains("no threads"), "{err}");
+    assert!(
+        !ok && err.contains("demo.pt") && err.contains("no threads"),
+        "{err}"
+    );
 
     let (ok, out, err) = run(&["info"], &pt);
     assert!(ok, "{err}");
     assert!(out.contains("a raw Intel PT dump"), "{out}");
-    assert!(out.contains("none given; decode it with --raw IMAGE:ADDR"), "{out}");
+    assert!(
+        out.contains("none given; decode it with --raw IMAGE:ADDR"),
+        "{out}"
+    );
     let mut with = vec!["info"];
     with.extend(raw_args(&images));
     let (ok, out, err) = run(&with, &pt);
@@ -121,12 +127,19 @@ fn the_window_takes_the_binaries_of_a_raw_dump_and_opens_it_again() {
     // Something that is not IMAGE:ADDR is refused, with the reason.
     h.get_by_label("Raw image (IMAGE:ADDR)").click();
     h.run_steps(2);
-    h.get_by_label("Raw image (IMAGE:ADDR)").type_text("nonsense");
+    h.get_by_label("Raw image (IMAGE:ADDR)")
+        .type_text("nonsense");
     h.run_steps(2);
     h.get_by_label("Add").click();
     h.run_steps(2);
     h.get_by_label_contains("is not FILE:ADDR");
-    let form = h.state_mut().active_tab_mut().unwrap().raw.as_mut().unwrap();
+    let form = h
+        .state_mut()
+        .active_tab_mut()
+        .unwrap()
+        .raw
+        .as_mut()
+        .unwrap();
     form.text.clear();
     for img in &images {
         h.get_by_label("Raw image (IMAGE:ADDR)").click();

@@ -797,7 +797,11 @@ fn raw_info(path: &Path, raw: &[(PathBuf, u64)]) -> Result<ExitCode> {
                 Ok(m) => ("found", format!("({} bytes)", m.len())),
                 Err(e) => ("MISSING", format!("({e})")),
             };
-            writeln!(out, "    {state:<10} {addr:#014x} {} {size}", image.display())?;
+            writeln!(
+                out,
+                "    {state:<10} {addr:#014x} {} {size}",
+                image.display()
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -155,7 +155,9 @@ impl FuncTable {
     /// Whether spans of `id` are calls, not pseudo-spans
     /// ([`SpanKind::is_call`]); false for an id the table lacks.
     pub fn is_call(&self, id: FuncId) -> bool {
-        self.funcs.get(id as usize).is_some_and(|f| f.kind.is_call())
+        self.funcs
+            .get(id as usize)
+            .is_some_and(|f| f.kind.is_call())
     }
 
     pub fn len(&self) -> usize {

@@ -207,7 +207,11 @@ mod tests {
         let err = funcs.decode_error("bad opcode");
 
         // Trace without a PSB: nothing decoded at all.
-        let t = thread(ThreadSpans::new(1, 1, "a".into()), Some(0), Default::default());
+        let t = thread(
+            ThreadSpans::new(1, 1, "a".into()),
+            Some(0),
+            Default::default(),
+        );
         assert_eq!(
             t.diagnosis(&funcs).as_deref(),
             Some("0 calls: its trace holds no PSB to synchronize on")
@@ -226,9 +230,7 @@ mod tests {
         let t = thread(s, Some(1), walk);
         assert_eq!(
             t.diagnosis(&funcs).as_deref(),
-            Some(
-                "1 call: binary missing: /lib/libgone.so; 2 decode errors (first: bad opcode)"
-            )
+            Some("1 call: binary missing: /lib/libgone.so; 2 decode errors (first: bad opcode)")
         );
 
         // Mostly untraced (a perf-script thread: no stream).
@@ -256,6 +258,9 @@ mod tests {
             s.push(0, i * 10, i * 10 + 5, f, 0);
         }
         s.push(0, 1000, 2000, gone, 0);
-        assert_eq!(thread(s, Some(0), Default::default()).diagnosis(&funcs), None);
+        assert_eq!(
+            thread(s, Some(0), Default::default()).diagnosis(&funcs),
+            None
+        );
     }
 }

@@ -230,7 +230,10 @@ mod tests {
         ] {
             let e = e.to_string();
             assert!(e.starts_with(&pt.display().to_string()), "{e}");
-            assert!(e.contains("raw Intel PT dump") && e.contains("--raw IMAGE:ADDR"), "{e}");
+            assert!(
+                e.contains("raw Intel PT dump") && e.contains("--raw IMAGE:ADDR"),
+                "{e}"
+            );
         }
         assert_eq!(read_raw(&pt).unwrap(), bytes);
     }

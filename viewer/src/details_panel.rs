@@ -316,7 +316,11 @@ pub fn group_ui(
     let mut action = None;
     let (calls, others) = pseudo.split(g.thread, g.depth, g.first, g.count);
     let times = |r: SpanRef| r.times(model).unwrap_or((0, 0));
-    let (start, _) = times(SpanRef::new(g.thread as usize, g.depth as usize, g.first as usize));
+    let (start, _) = times(SpanRef::new(
+        g.thread as usize,
+        g.depth as usize,
+        g.first as usize,
+    ));
     let end = g.spans().map(|r| times(r).1).max().unwrap_or(start);
     ui.heading("Merged spans");
     ui.label(format!(

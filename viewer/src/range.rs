@@ -186,7 +186,11 @@ pub fn table_ui(ui: &mut egui::Ui, model: &Model, stats: &mut RangeStats, sort: 
                     let call = model.funcs.is_call(r.func);
                     let cells = [
                         model.funcs.name(r.func).to_string(),
-                        if call { r.calls.to_string() } else { "-".into() },
+                        if call {
+                            r.calls.to_string()
+                        } else {
+                            "-".into()
+                        },
                         format_duration(r.total_ns),
                         format_duration(r.self_ns),
                         if call {

@@ -237,7 +237,10 @@ pub(crate) mod tests {
         let err = funcs.decode_error("Overflow packet");
         let gone = funcs.no_binary("/lib/libgone.so");
         let mut t = ThreadSpans::new(7, 7, "prog".into());
-        for (i, func) in [f, UNTRACED, f, err, gone, SYSCALL, f].into_iter().enumerate() {
+        for (i, func) in [f, UNTRACED, f, err, gone, SYSCALL, f]
+            .into_iter()
+            .enumerate()
+        {
             let at = i as u64 * 10;
             t.push(0, at, at + 5, func, 0);
         }

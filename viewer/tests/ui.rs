@@ -269,7 +269,13 @@ fn burst_model() -> Model {
     let mut a = ThreadSpans::new(100, 100, "demo".into());
     a.push(0, base, base + 10_000, main, 0);
     for i in 0..9 {
-        a.push(1, base + 5_000, base + 5_000, if i == 4 { err } else { tick }, 0);
+        a.push(
+            1,
+            base + 5_000,
+            base + 5_000,
+            if i == 4 { err } else { tick },
+            0,
+        );
     }
     for i in 0..5 {
         a.push(1, base + 8_000 + 2 * i, base + 8_002 + 2 * i, step, 0);
@@ -308,11 +314,15 @@ fn zero_length_spans_that_stay_merged_are_listed_when_clicked() {
     h.get_by_label_contains("8 calls, 1 other span merged");
     assert_eq!(h.query_all_by_label_contains("tick  0 ns").count(), 8);
     // Each listed span is selectable, and the list stays.
-    h.get_by_label_contains("[decode error: Overflow packet]").click();
+    h.get_by_label_contains("[decode error: Overflow packet]")
+        .click();
     h.run();
     let sel = h.state().selected().expect("a listed span is selected");
     assert_eq!((sel.depth, sel.index), (1, 4));
-    assert_eq!(h.state().details().unwrap().name, "[decode error: Overflow packet]");
+    assert_eq!(
+        h.state().details().unwrap().name,
+        "[decode error: Overflow packet]"
+    );
     h.get_by_label("1 span (not a call)");
     assert!(h.state().span_group().is_some());
     // Escape clears both.
@@ -330,10 +340,15 @@ fn a_merged_run_that_zooming_separates_is_zoomed_into() {
     let w0 = h.state().window().width;
     click(&mut h, rect.center(), Modifiers::NONE);
     assert!(h.state().span_group().is_none());
-    assert!(h.state().window().width < w0 / 100.0, "{:?}", h.state().window());
+    assert!(
+        h.state().window().width < w0 / 100.0,
+        "{:?}",
+        h.state().window()
+    );
     // At the zoom floor, the same run is listed rather than zoomed.
     let base = 1_700_000_000_000_000u64;
-    h.state_mut().set_window(ptscope_viewer::TimeWindow::new(base + 4_990, 1.0));
+    h.state_mut()
+        .set_window(ptscope_viewer::TimeWindow::new(base + 4_990, 1.0));
     h.run();
     let tick = ptscope_viewer::SpanRef::new(0, 1, 0);
     let rect = h.state().span_rect(tick).expect("on screen");
