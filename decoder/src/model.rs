@@ -66,10 +66,8 @@ impl ThreadModel {
                             return None;
                         }
                     }
-                    SpanKind::NoBinary => {
-                        if !missing.contains(&f.module.as_str()) {
-                            missing.push(&f.module);
-                        }
+                    SpanKind::NoBinary if !missing.contains(&f.module.as_str()) => {
+                        missing.push(&f.module);
                     }
                     SpanKind::Untraced | SpanKind::Syscall if d == 0 => off_ns += dur,
                     _ => {}
