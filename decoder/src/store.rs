@@ -426,6 +426,9 @@ fn first_index(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> us
 /// Per-function figures over a set of threads (pseudo-spans included): what `ptscope stats` prints.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuncStats {
+    /// Its spans. Those of a pseudo-function (`[untraced]`, …; see
+    /// [`crate::event::FuncTable::is_call`]) are not calls, and whoever
+    /// shows these figures must not call them so.
     pub calls: u64,
     pub total_ns: u64,
     pub self_ns: u64,

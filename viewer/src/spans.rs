@@ -119,6 +119,10 @@ pub struct PseudoIndex {
 
 impl PseudoIndex {
     pub fn new(model: &Model) -> PseudoIndex {
+        // One flag per function, so the scan reads no function records.
+        let call: Vec<bool> = (0..model.funcs.len())
+            .map(|f| model.funcs.is_call(f as u32))
+            .collect();
         let lanes = model
             .threads
             .iter()
@@ -128,7 +132,7 @@ impl PseudoIndex {
                     .map(|(_, lane)| {
                         lane.iter()
                             .enumerate()
-                            .filter(|(_, s)| !model.funcs.is_call(s.func()))
+                            .filter(|(_, s)| !call.get(s.func() as usize).copied().unwrap_or(true))
                             .map(|(i, _)| i as u32)
                             .collect()
                     })
