@@ -84,13 +84,17 @@ pub fn at_time(t: &ThreadSpans, depth: usize, time: u64) -> Option<usize> {
 /// (`[untraced]`, `[decode error: …]`, …) are not calls: their functions
 /// count 0.
 pub fn calls_per_func(model: &Model) -> Vec<u64> {
-    let mut out = spans_per_func(model);
-    for (f, c) in out.iter_mut().enumerate() {
-        if !model.funcs.is_call(f as u32) {
-            *c = 0;
-        }
-    }
-    out
+    calls_of(model, &spans_per_func(model))
+}
+
+/// Calls per function, from `spans` per function ([`spans_per_func`]):
+/// the pseudo-functions' spans are no calls.
+pub fn calls_of(model: &Model, spans: &[u64]) -> Vec<u64> {
+    spans
+        .iter()
+        .enumerate()
+        .map(|(f, &n)| if model.funcs.is_call(f as u32) { n } else { 0 })
+        .collect()
 }
 
 /// Spans per function over every span of `model`, pseudo-spans included.

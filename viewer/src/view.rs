@@ -32,7 +32,7 @@ use crate::lines::{line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef
 use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
 use crate::search::{MatchMode, Search};
 use crate::source::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
-use crate::spans::{calls_per_func, spans_per_func, PseudoIndex, SpanRef};
+use crate::spans::{calls_of, spans_per_func, PseudoIndex, SpanRef};
 use crate::time_window::TimeWindow;
 use crate::timeline::{RowKind, SpanGroup, Timeline, TimelineEvent, TimelineInput};
 
@@ -144,8 +144,8 @@ impl TraceView {
         self.lines.set_model(&model);
         self.model = model;
         extend_styles(&mut self.styles, &self.model.funcs);
-        self.calls = calls_per_func(&self.model);
         self.spans = spans_per_func(&self.model);
+        self.calls = calls_of(&self.model, &self.spans);
         self.pseudo = PseudoIndex::new(&self.model);
         self.diagnoses = self
             .model
