@@ -261,4 +261,40 @@ mod tests {
             None
         );
     }
+
+    /// Decoded for real: a raw dump whose code lies outside the one image
+    /// given decodes to no call, and the thread says why.
+    #[test]
+    fn a_decode_that_finds_no_code_says_why() {
+        use crate::block::DecoderConfig;
+        use crate::decode::{decode_raw, Engine};
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        std::fs::write(&image, [0x90u8; 0x20]).unwrap();
+        // PSB+, then TIP.PGE to 0x5000, where no image is, and a TIP
+        // that only decoding the code there could bind.
+        let mut pt = crate::packet::PSB_BYTES.to_vec();
+        pt.extend([0x02, 0x23]);
+        pt.push(0x11 | (6 << 5));
+        pt.extend(0x5000u64.to_le_bytes());
+        pt.push(0x0d | (6 << 5));
+        pt.extend(0x5010u64.to_le_bytes());
+        pt.push(0x00);
+        for engine in [Engine::Flow, Engine::Libipt] {
+            let m = decode_raw(
+                std::path::Path::new("raw.pt"),
+                &pt,
+                &[(image.clone(), 0x1000)],
+                &DecoderConfig::default(),
+                engine,
+            )
+            .unwrap();
+            let why = m.threads[0].diagnosis(&m.funcs).unwrap_or_default();
+            assert!(
+                why.starts_with("0 calls: ") && why.contains("decode error"),
+                "{engine:?}: {why} {:?}",
+                m.canonical()
+            );
+        }
+    }
 }
