@@ -289,6 +289,17 @@ enum Ev {
     Eos,
 }
 
+/// A direct call pushes its return address, unless it calls the next
+/// instruction: `call $+5` reads the IP in position-independent code and
+/// never returns, and the hardware does not push it for return compression
+/// (nor does libipt).
+#[inline]
+fn push_call(dec: &mut FlowDecoder<'_>, next: u64, target: u64) {
+    if target != next {
+        dec.push_ret(next);
+    }
+}
+
 /// Why a walk stopped before the end.
 enum Halt {
     /// The caller asked to stop.
@@ -593,7 +604,10 @@ impl<'a> FlowDecoder<'a> {
                     16
                 };
             }
-            Packet::ModeTsx { .. } => self.rd.fup_bound = true,
+            // A begin or commit binds the FUP after it (a TSX event at that
+            // IP, no branch); an abort's FUP starts an asynchronous branch
+            // to the abort handler, or a disable, like an interrupt's.
+            Packet::ModeTsx { abort, .. } => self.rd.fup_bound |= !abort,
             Packet::Exstop { ip } | Packet::Cfe { ip } => self.rd.fup_bound |= ip,
             Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
             _ => return false,
@@ -758,6 +772,10 @@ impl<'a> FlowDecoder<'a> {
                     payload,
                 } => ip = self.read_ip(ipb, payload),
                 Packet::Ovf => return self.overflow(),
+                // MODE.TSX in PSB+ is status (tracing is on inside a
+                // transaction): it binds no FUP, neither PSB+'s own nor the
+                // next one, which starts an event of its own.
+                Packet::ModeTsx { .. } => {}
                 p if self.status(&p) => {}
                 _ => return Err(self.fail(PtError::BAD_CONTEXT, None)),
             }
@@ -925,7 +943,13 @@ impl<'a> FlowDecoder<'a> {
                     self.ip = ip;
                     self.consume()?;
                 }
-                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) | Ev::Eos => self.proceed(f)?,
+                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) => self.proceed(f)?,
+                // The trace is used up: the walk stops here, as libipt's
+                // decoders do (they report the end of the trace as soon as
+                // the last packet is consumed), not at the next instruction
+                // that needs trace, which may lie past code that is not
+                // there (the flow went on, but the trace did not say where).
+                Ev::Eos => return Err(Halt::End),
             }
         }
     }
@@ -1111,7 +1135,7 @@ impl<'a> FlowDecoder<'a> {
             match r.class {
                 Class::Other => self.ip = r.next,
                 Class::Call => {
-                    self.push_ret(r.next);
+                    push_call(self, r.next, r.target);
                     self.ip = r.target;
                     return self.end_block(f);
                 }
@@ -1127,10 +1151,7 @@ impl<'a> FlowDecoder<'a> {
                         }
                         self.ip = r.next;
                         // Another kind of event reports at this boundary.
-                        let more = matches!(
-                            self.ev,
-                            Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) | Ev::Eos
-                        );
+                        let more = matches!(self.ev, Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None));
                         if self.tick.is_some() || !more {
                             return self.end_block(f);
                         }
@@ -1200,7 +1221,7 @@ impl<'a> FlowDecoder<'a> {
     ) -> Result<(), Halt> {
         match class {
             Class::Call => {
-                self.push_ret(insn.next_ip());
+                push_call(self, insn.next_ip(), insn.near_branch_target());
                 self.ip = insn.near_branch_target();
                 self.end_block(f)
             }
@@ -1560,7 +1581,8 @@ mod tests {
         let mem = program();
         let mut t = psb_at(0x1010);
         // jz taken: "1" + stop bit; then a TIP where the ret wants a bit
-        // is fine (uncompressed); then nothing for the syscall.
+        // is fine (uncompressed); then the trace ends, and so does the
+        // walk (the jmp after the ret needs no trace, but libipt stops too).
         t.push(0b0000_0110);
         // TIP 0x1005 (16-bit update of last IP 0x1010).
         t.extend([0x2d, 0x05, 0x10]);
@@ -1572,7 +1594,6 @@ mod tests {
                 "Enabled { ip: 4112, status_update: true, tsc: None }",
                 "block 0x1010..0x1012 2 CondJump",
                 "block 0x1015..0x1015 1 Return",
-                "block 0x1005..0x1005 1 Jump",
             ]
         );
     }
@@ -1660,7 +1681,7 @@ mod tests {
     /// every conditional branch, taken or not, and wherever a cache entry
     /// ends; we only where the decoding needs to. The coarse pass treats
     /// both alike (a conditional branch never leaves the function).
-    fn joined(items: Vec<BlockItem>) -> Vec<String> {
+    pub(super) fn joined(items: Vec<BlockItem>) -> Vec<String> {
         let mut out: Vec<BlockItem> = Vec::new();
         for item in items {
             if let (Some(BlockItem::Block(prev)), BlockItem::Block(b)) = (out.last_mut(), &item) {
@@ -1783,5 +1804,237 @@ mod tests {
             }
             let _ = items(&t, &mem);
         }
+    }
+}
+
+/// Hand-encoded traces over a little code image, decoded by both our flow
+/// decoder and libipt's block decoder, for the cases Intel's own
+/// conformance traces cover: TSX, the end of the trace, errata and such.
+#[cfg(test)]
+mod conformance {
+    use super::tests::joined;
+    use super::*;
+    use crate::ffi::{BlockDecoder, Image, SectionCache};
+    use std::sync::Arc;
+
+    /// A trace built packet by packet.
+    #[derive(Default)]
+    pub(super) struct T(pub Vec<u8>);
+
+    impl T {
+        fn raw(mut self, b: &[u8]) -> T {
+            self.0.extend_from_slice(b);
+            self
+        }
+        fn ip(self, op: u8, ip: u64) -> T {
+            self.raw(&[op]).raw(&ip.to_le_bytes())
+        }
+        pub fn psb(self) -> T {
+            self.raw(&packet::PSB_BYTES)
+        }
+        pub fn psbend(self) -> T {
+            self.raw(&[0x02, 0x23])
+        }
+        pub fn fup(self, ip: u64) -> T {
+            self.ip(0xdd, ip)
+        }
+        pub fn tip(self, ip: u64) -> T {
+            self.ip(0xcd, ip)
+        }
+        pub fn pge(self, ip: u64) -> T {
+            self.ip(0xd1, ip)
+        }
+        pub fn pgd(self, ip: u64) -> T {
+            self.ip(0xc1, ip)
+        }
+        pub fn pgd_noip(self) -> T {
+            self.raw(&[0x01])
+        }
+        pub fn exec64(self) -> T {
+            self.raw(&[0x99, 0x01])
+        }
+        pub fn exec32(self) -> T {
+            self.raw(&[0x99, 0x02])
+        }
+        pub fn tsx(self, intx: bool, abort: bool) -> T {
+            self.raw(&[0x99, 0x20 | intx as u8 | (abort as u8) << 1])
+        }
+        pub fn ovf(self) -> T {
+            self.raw(&[0x02, 0xf3])
+        }
+        /// A short TNT: `t` taken, `n` not, oldest first.
+        pub fn tnt(self, bits: &str) -> T {
+            let mut b = 1u8;
+            for c in bits.chars() {
+                b = b << 1 | (c == 't') as u8;
+            }
+            self.raw(&[b << 1])
+        }
+        /// PSB+ with tracing on at `ip` in 64-bit mode.
+        pub fn psb_at(self, ip: u64) -> T {
+            self.psb().fup(ip).exec64().psbend()
+        }
+    }
+
+    /// Our items and libipt's for `trace` over `code` (address, bytes),
+    /// both joined as the agreement tests compare them.
+    pub(super) fn both(
+        trace: &T,
+        code: &[(u64, &[u8])],
+        cfg: &DecoderConfig,
+    ) -> (Vec<String>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mem = Memory::default();
+        let mut cache = SectionCache::new().unwrap();
+        let mut isids = Vec::new();
+        for (i, (vaddr, bytes)) in code.iter().enumerate() {
+            let path = dir.path().join(format!("code{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            isids.push(
+                cache
+                    .add_file(&path, 0, bytes.len() as u64, *vaddr)
+                    .unwrap(),
+            );
+            mem.map(*vaddr, bytes.len() as u64, Arc::new(bytes.to_vec()), 0);
+        }
+        let mut image = Image::new(&cache).unwrap();
+        for isid in isids {
+            image.add(isid).unwrap();
+        }
+        let mut theirs = Vec::new();
+        let mut dec = BlockDecoder::new(&trace.0, cfg).unwrap();
+        dec.set_image(&image).unwrap();
+        dec.walk(|_, item| {
+            theirs.push(item);
+            true
+        });
+        let mut ours = Vec::new();
+        let mut dec = FlowDecoder::new(&trace.0, cfg);
+        dec.set_image(&mem).unwrap();
+        dec.walk(|_, item| {
+            ours.push(item);
+            true
+        });
+        (joined(ours), joined(theirs))
+    }
+
+    /// Both decoders agree on `trace`; ours is returned.
+    fn agreed(trace: &T, code: &[(u64, &[u8])], cfg: &DecoderConfig) -> Vec<String> {
+        let (ours, theirs) = both(trace, code, cfg);
+        assert_eq!(ours, theirs, "ours (left) and libipt's (right)");
+        ours
+    }
+
+    /// 0x1000: eight nops and a hlt; 0x2000: nop, nop, hlt (a handler).
+    fn nops() -> [(u64, &'static [u8]); 2] {
+        const CODE: [u8; 9] = [0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xf4];
+        [(0x1000, &CODE), (0x2000, &[0x90, 0x90, 0xf4])]
+    }
+
+    fn count(items: &[String], prefix: &str) -> usize {
+        items.iter().filter(|i| i.starts_with(prefix)).count()
+    }
+
+    #[test]
+    fn mode_tsx_in_psb_plus_binds_no_fup() {
+        // PSB+ says tracing is on inside a transaction; then two
+        // interrupts, each a FUP and a TIP, and a disable.
+        let t = T::default()
+            .psb()
+            .fup(0x1000)
+            .exec64()
+            .tsx(true, false)
+            .psbend()
+            .fup(0x1002)
+            .tip(0x2000)
+            .fup(0x2001)
+            .tip(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "AsyncBranch"), 2, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4101, tsc: None }");
+    }
+
+    #[test]
+    fn a_tsx_abort_is_an_asynchronous_branch_and_a_commit_binds_its_fup() {
+        // Begin (FUP bound), abort at 0x1002 to the handler, which is
+        // then interrupted into a disable.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(true, false)
+            .fup(0x1001)
+            .tsx(false, true)
+            .fup(0x1002)
+            .tip(0x2000)
+            .fup(0x2001)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert!(got.contains(&"AsyncBranch { from: 4098, to: 8192, tsc: None }".into()));
+        // Begin and commit bind their FUPs: the one after is the disable.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(true, false)
+            .fup(0x1001)
+            .tsx(false, false)
+            .fup(0x1002)
+            .fup(0x1003)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4099, tsc: None }");
+        // An abort that disables tracing: FUP and TIP.PGD.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(false, true)
+            .fup(0x1003)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4099, tsc: None }");
+    }
+
+    #[test]
+    fn the_walk_stops_where_the_trace_ends() {
+        // Straight code after the last packet runs off its mapping at
+        // 0x1008: the trace says nothing of it, so no error either.
+        let code: [(u64, &[u8]); 2] = [(0x1000, &[0x90; 8]), (0x3000, &[0xff, 0xe0, 0x74, 0x00])];
+        let cfg = DecoderConfig::default();
+        // After an indirect jump.
+        let got = agreed(&T::default().psb_at(0x3000).tip(0x1000), &code, &cfg);
+        assert_eq!(got.last().unwrap(), "block 0x3000..0x3000 1 branch");
+        // After an asynchronous branch.
+        let t = T::default().psb_at(0x1000).fup(0x1002).tip(0x1004);
+        let got = agreed(&t, &code, &cfg);
+        assert!(got.last().unwrap().starts_with("AsyncBranch"), "{got:#?}");
+        // After a conditional branch not taken (0x3002: jz +0, then the
+        // nops are not there).
+        let t = T::default().psb_at(0x3002).tnt("n");
+        let got = agreed(&t, &code, &cfg);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "block 0x3002..0x3002 1 CondJump");
+    }
+
+    #[test]
+    fn a_call_to_the_next_instruction_is_not_a_call_that_returns() {
+        // 32-bit: 0x1000 call 0x1008; 0x1005 jz 0x100e; 0x1007 hlt;
+        // 0x1008 call $+5; 0x100d ret; 0x100e nop; 0x100f hlt. The ret
+        // is compressed and returns to 0x1005, not to 0x100d.
+        let code: &[u8] = &[
+            0xe8, 0x03, 0, 0, 0, 0x74, 0x07, 0xf4, 0xe8, 0, 0, 0, 0, 0xc3, 0x90, 0xf4,
+        ];
+        let t = T::default()
+            .psb()
+            .fup(0x1000)
+            .exec32()
+            .psbend()
+            .tnt("tt")
+            .fup(0x100f)
+            .pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // The jz taken, joined with the nop it jumped to.
+        assert!(
+            got.contains(&"block 0x1005..0x100e 2 Other".into()),
+            "{got:#?}"
+        );
     }
 }
