@@ -30,7 +30,9 @@
 //! failing instruction is where the walk resumes, as a chunk cut there
 //! starts (libipt syncs from where its reader is, which may be past it).
 
-use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{
+    Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, Register,
+};
 
 use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
 use crate::memory::Memory;
@@ -52,14 +54,22 @@ pub enum Class {
     /// sysret, iret, far ret.
     FarReturn,
     FarJump,
+    /// `mov cr3, reg`: no branch, but a TIP.PGD without an IP binds to it
+    /// (tracing filtered by CR3 stops at the address-space switch).
+    MovCr3,
 }
 
 impl Class {
     pub fn of(insn: &Instruction) -> Class {
         match insn.flow_control() {
-            FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
-                Class::Other
+            FlowControl::Next => {
+                if insn.mnemonic() == Mnemonic::Mov && insn.op0_register() == Register::CR3 {
+                    Class::MovCr3
+                } else {
+                    Class::Other
+                }
             }
+            FlowControl::XbeginXabortXend | FlowControl::Exception => Class::Other,
             FlowControl::UnconditionalBranch => {
                 if insn.is_jmp_far() {
                     Class::FarJump
@@ -102,12 +112,15 @@ impl Class {
 
     /// The instruction consumes trace: a TNT bit or a TIP.
     fn needs_trace(self) -> bool {
-        !matches!(self, Class::Other | Class::Call | Class::Jump)
+        !matches!(
+            self,
+            Class::Other | Class::Call | Class::Jump | Class::MovCr3
+        )
     }
 
     fn block_end(self) -> BlockEnd {
         match self {
-            Class::Other => BlockEnd::Other,
+            Class::Other | Class::MovCr3 => BlockEnd::Other,
             Class::Call | Class::IndirectCall => BlockEnd::Call,
             Class::Return => BlockEnd::Return,
             Class::Jump | Class::IndirectJump => BlockEnd::Jump,
@@ -221,19 +234,77 @@ const NO_RUN: Run = Run {
     class: Class::Other,
 };
 
-/// Decodes one instruction at `ip`.
-fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Instruction, PtError> {
+/// APX's JMPABS: the REX2 prefix with a zero payload (`D5 00`), opcode
+/// `A1` and a 64-bit absolute target. iced-x86 does not decode it yet, so
+/// we recognize it by hand; libipt takes it as an indirect jump whose TIP
+/// gives the target (its immediate is not trusted), and so do we.
+fn is_jmpabs(bytes: &[u8], bitness: u32) -> bool {
+    bitness == 64 && bytes.len() >= JMPABS_LEN as usize && bytes[..3] == [0xd5, 0x00, 0xa1]
+}
+
+const JMPABS_LEN: u64 = 11;
+
+/// One instruction as a run of its own.
+fn one(insn: &Instruction) -> Run {
+    let class = Class::of(insn);
+    let target = if matches!(class, Class::Call | Class::Jump | Class::CondJump) {
+        insn.near_branch_target()
+    } else {
+        0
+    };
+    Run {
+        ninsn: 1,
+        last: insn.ip(),
+        next: insn.next_ip(),
+        target,
+        class,
+    }
+}
+
+/// Decodes one instruction at `ip`, as a run of one. An instruction that
+/// runs past the end of its section into the next one (two raw images
+/// mapped back to back) is read across both, as libipt does.
+fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
     let bytes = mem.bytes_at(ip).ok_or(PtError::NOMAP)?;
     let mut dec = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
     let insn = dec.decode();
-    if insn.is_invalid() {
-        return Err(match dec.last_error() {
-            // Cut off at the end of the mapping: the rest is not there.
-            DecoderError::NoMoreBytes => PtError::NOMAP,
-            _ => PtError::BAD_INSN,
-        });
+    if !insn.is_invalid() {
+        return Ok(one(&insn));
     }
-    Ok(insn)
+    if is_jmpabs(bytes, bitness) {
+        return Ok(jmpabs(ip));
+    }
+    if dec.last_error() != DecoderError::NoMoreBytes {
+        return Err(PtError::BAD_INSN);
+    }
+    // Cut off at the end of the section: the rest may be in the next.
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    if n > bytes.len() {
+        let mut dec = Decoder::with_ip(bitness, &buf[..n], ip, DecoderOptions::NONE);
+        let insn = dec.decode();
+        if !insn.is_invalid() {
+            return Ok(one(&insn));
+        }
+        if is_jmpabs(&buf[..n], bitness) {
+            return Ok(jmpabs(ip));
+        }
+        if dec.last_error() != DecoderError::NoMoreBytes {
+            return Err(PtError::BAD_INSN);
+        }
+    }
+    // The rest is not there.
+    Err(PtError::NOMAP)
+}
+
+fn jmpabs(ip: u64) -> Run {
+    Run {
+        ninsn: 1,
+        last: ip,
+        next: ip + JMPABS_LEN,
+        target: 0,
+        class: Class::IndirectJump,
+    }
 }
 
 /// Decodes the run at `ip`.
@@ -260,8 +331,9 @@ fn decode_run(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
         }
     }
     if run.ninsn == 0 {
-        // The error comes from the instruction that could not be decoded.
-        return decode_one(mem, ip, bitness).map(|_| run);
+        // An instruction iced-x86 does not know, one cut off by the end of
+        // its section, or an error, which comes from that instruction.
+        return decode_one(mem, ip, bitness);
     }
     Ok(run)
 }
@@ -339,14 +411,36 @@ const MAX_STEP_INSNS: u32 = 1 << 20;
 /// short; a damaged one may never, and may hold a PSB every 16 bytes.
 const MAX_PSB_STEP_INSNS: u32 = 1 << 13;
 
+// Event Trace's CFE types and EVD types (libipt's `pt_cfe_type`,
+// `pt_evd_type`), and what an EVD expects of the CFE after it.
+const CFE_INTR: u8 = 0x01;
+const CFE_RSM: u8 = 0x04;
+const CFE_SIPI: u8 = 0x05;
+const CFE_VMEXIT: u8 = 0x08;
+const CFE_VMEXIT_INTR: u8 = 0x09;
+const EVD_CR2: u8 = 0;
+const EVD_VMXQ: u8 = 1;
+const EVD_VMXR: u8 = 2;
+const CFE_DUE_INTR: u8 = 1;
+const CFE_DUE_VMXQ: u8 = 2;
+const CFE_DUE_VMXR: u8 = 4;
+
 /// Packet-reading state that a look-ahead may have to undo.
 #[derive(Clone, Copy)]
 struct Reader {
     pos: usize,
     last_ip: u64,
     time: Time,
-    /// The next FUP belongs to the packet before it (TSX, PTW, EXSTOP, CFE).
+    /// The next FUP belongs to the packet before it (TSX, PTW, EXSTOP, CFE,
+    /// TRIG).
     fup_bound: bool,
+    /// Event Trace: what the EVDs read so far expect of the CFE they
+    /// precede (`CFE_DUE_*` bits).
+    cfe_due: u8,
+    /// A MODE.Exec outside PSB+ waits for the packet it binds to: the next
+    /// TIP, TIP.PGE or TIP.PGD, or a FUP (with Event Trace, an IF change's
+    /// MODE.Exec comes with one), which is then no event of its own.
+    mode_bound: bool,
     bitness: u32,
 }
 
@@ -394,6 +488,8 @@ impl<'a> FlowDecoder<'a> {
                 last_ip: 0,
                 time: Time::default(),
                 fup_bound: false,
+                mode_bound: false,
+                cfe_due: 0,
                 bitness: 64,
             },
             consumed: 0,
@@ -493,6 +589,8 @@ impl<'a> FlowDecoder<'a> {
             last_ip: 0,
             time: Time::default(),
             fup_bound: false,
+            mode_bound: false,
+            cfe_due: 0,
             bitness: 64,
         };
         self.consumed = at;
@@ -588,7 +686,6 @@ impl<'a> FlowDecoder<'a> {
             | Packet::Mwait
             | Packet::Pwre
             | Packet::Pwrx
-            | Packet::Evd
             | Packet::Stop => {}
             Packet::Tsc(v) => t.on_tsc(v),
             Packet::Mtc(v) => t.on_mtc(v, &cfg),
@@ -596,6 +693,7 @@ impl<'a> FlowDecoder<'a> {
             Packet::Cyc(v) => t.on_cyc(v, &cfg),
             Packet::Cbr(v) => t.on_cbr(v),
             Packet::ModeExec { csl, csd } => {
+                self.rd.mode_bound = true;
                 self.rd.bitness = if csl {
                     64
                 } else if csd {
@@ -608,11 +706,60 @@ impl<'a> FlowDecoder<'a> {
             // IP, no branch); an abort's FUP starts an asynchronous branch
             // to the abort handler, or a disable, like an interrupt's.
             Packet::ModeTsx { abort, .. } => self.rd.fup_bound |= !abort,
-            Packet::Exstop { ip } | Packet::Cfe { ip } => self.rd.fup_bound |= ip,
+            Packet::Exstop { ip } => self.rd.fup_bound |= ip,
             Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
+            Packet::Trig { ip, .. } => self.rd.fup_bound |= ip,
             _ => return false,
         }
         true
+    }
+
+    /// Event Trace's CFE and the EVDs before it, checked for the orders
+    /// libipt accepts: a page fault's CR2 only for an interrupt, a VM
+    /// exit's qualification and reason once each and only for a VM exit,
+    /// and no EVD for any other CFE. A CFE with its IP bit binds the FUP
+    /// after it.
+    fn event_trace(&mut self, p: &Packet) -> Result<(), Halt> {
+        let due = self.rd.cfe_due;
+        match *p {
+            Packet::Evd { kind, .. } => {
+                self.rd.cfe_due = match kind {
+                    EVD_CR2 if due == 0 => CFE_DUE_INTR,
+                    EVD_VMXQ | EVD_VMXR => {
+                        let bit = if kind == EVD_VMXQ {
+                            CFE_DUE_VMXQ
+                        } else {
+                            CFE_DUE_VMXR
+                        };
+                        if due & !(CFE_DUE_VMXQ | CFE_DUE_VMXR) != 0 || due & bit != 0 {
+                            return Err(self.fail(PtError::BAD_CONTEXT, None));
+                        }
+                        due | bit
+                    }
+                    // Unknown EVDs add what a decoder may ignore.
+                    EVD_CR2 => return Err(self.fail(PtError::BAD_CONTEXT, None)),
+                    _ => due,
+                };
+            }
+            Packet::Cfe { ip, kind, .. } => {
+                self.rd.cfe_due = 0;
+                let fits = match kind {
+                    CFE_INTR => due & !CFE_DUE_INTR == 0,
+                    CFE_VMEXIT | CFE_VMEXIT_INTR => due & CFE_DUE_INTR == 0,
+                    _ => due == 0,
+                };
+                if !fits {
+                    return Err(self.fail(PtError::BAD_CONTEXT, None));
+                }
+                // RSM and SIPI have no IP to give.
+                if ip && matches!(kind, CFE_RSM | CFE_SIPI) {
+                    return Err(self.fail(PtError::BAD_PACKET, None));
+                }
+                self.rd.fup_bound |= ip;
+            }
+            _ => unreachable!("event_trace takes CFE and EVD"),
+        }
+        Ok(())
     }
 
     /// Reads packets up to the next event.
@@ -652,6 +799,7 @@ impl<'a> FlowDecoder<'a> {
                 }
                 Packet::Tip { kind, ipb, payload } => {
                     let ip = self.read_ip(ipb, payload);
+                    let mode_bound = std::mem::take(&mut self.rd.mode_bound);
                     match kind {
                         IpKind::Tip => return Ok(Ev::Tip(ip)),
                         IpKind::TipPge => {
@@ -659,7 +807,7 @@ impl<'a> FlowDecoder<'a> {
                         }
                         IpKind::TipPgd => return Ok(Ev::Pgd(ip)),
                         IpKind::Fup => {
-                            if std::mem::take(&mut self.rd.fup_bound) {
+                            if std::mem::take(&mut self.rd.fup_bound) | mode_bound {
                                 continue;
                             }
                             let from = ip.ok_or(self.fail(PtError::NOIP, None))?;
@@ -667,6 +815,7 @@ impl<'a> FlowDecoder<'a> {
                         }
                     }
                 }
+                Packet::Cfe { .. } | Packet::Evd { .. } => self.event_trace(&p)?,
                 Packet::Ovf => return self.overflow(),
                 Packet::Psb => return self.psb(),
                 _ => return Err(self.fail(PtError::BAD_OPC, None)),
@@ -689,6 +838,7 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => {
+                    self.rd.mode_bound = false;
                     let to = self
                         .read_ip(ipb, payload)
                         .ok_or(self.fail(PtError::NOIP, None))?;
@@ -699,6 +849,7 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => {
+                    self.rd.mode_bound = false;
                     self.read_ip(ipb, payload);
                     return Ok(Ev::AsyncDisabled { at: from });
                 }
@@ -708,6 +859,7 @@ impl<'a> FlowDecoder<'a> {
                 // there does, so the FUP is dropped rather than failing the
                 // PSB+ after it.
                 Packet::Psb => return self.psb(),
+                Packet::Cfe { .. } | Packet::Evd { .. } => self.event_trace(&p)?,
                 _ => return Err(self.fail(PtError::BAD_CONTEXT, None)),
             }
         }
@@ -725,8 +877,13 @@ impl<'a> FlowDecoder<'a> {
                     kind: IpKind::Fup,
                     ipb,
                     payload,
-                } => return Ok(Ev::Overflow(self.read_ip(ipb, payload))),
-                Packet::Tsc(_)
+                } => {
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Overflow(self.read_ip(ipb, payload)));
+                }
+                // Maintenance packets may come between OVF and its FUP.
+                Packet::Mnt(_)
+                | Packet::Tsc(_)
                 | Packet::Mtc(_)
                 | Packet::Tma { .. }
                 | Packet::Cyc(_)
@@ -753,6 +910,8 @@ impl<'a> FlowDecoder<'a> {
                 self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
                 self.rd.last_ip = 0;
                 self.rd.fup_bound = false;
+                self.rd.mode_bound = false;
+                self.rd.cfe_due = 0;
                 // What PSB+ restates starts over, as where a decoder syncs.
                 self.rd.time.on_psb();
                 self.rd.bitness = 64;
@@ -762,7 +921,11 @@ impl<'a> FlowDecoder<'a> {
                 return Ok(Ev::Eos);
             };
             match p {
-                Packet::PsbEnd => return Ok(Ev::Psb(ip)),
+                Packet::PsbEnd => {
+                    // PSB+'s MODE.Exec is status: it binds nothing after.
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Psb(ip));
+                }
                 // A PSB+ cut short by another PSB (damaged): the new one
                 // starts afresh, as a decoder that syncs there does.
                 Packet::Psb => restart = true,
@@ -1134,6 +1297,12 @@ impl<'a> FlowDecoder<'a> {
             }
             match r.class {
                 Class::Other => self.ip = r.next,
+                Class::MovCr3 => {
+                    if matches!(self.ev, Ev::Pgd(None)) {
+                        return self.bind_disable(f);
+                    }
+                    self.ip = r.next;
+                }
                 Class::Call => {
                     push_call(self, r.next, r.target);
                     self.ip = r.target;
@@ -1215,22 +1384,21 @@ impl<'a> FlowDecoder<'a> {
     /// trace: a direct call or jump ends its block.
     fn step_past<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
-        insn: &Instruction,
-        class: Class,
+        insn: &Run,
         f: &mut F,
     ) -> Result<(), Halt> {
-        match class {
+        match insn.class {
             Class::Call => {
-                push_call(self, insn.next_ip(), insn.near_branch_target());
-                self.ip = insn.near_branch_target();
+                push_call(self, insn.next, insn.target);
+                self.ip = insn.target;
                 self.end_block(f)
             }
             Class::Jump => {
-                self.ip = insn.near_branch_target();
+                self.ip = insn.target;
                 self.end_block(f)
             }
             _ => {
-                self.ip = insn.next_ip();
+                self.ip = insn.next;
                 Ok(())
             }
         }
@@ -1255,12 +1423,11 @@ impl<'a> FlowDecoder<'a> {
             let Ok(insn) = decode_one(self.images[cur], self.ip, self.rd.bitness) else {
                 break;
             };
-            let class = Class::of(&insn);
-            if class.needs_trace() {
+            if insn.class.needs_trace() {
                 break;
             }
-            self.add(insn.ip(), 1, insn.ip(), class);
-            self.step_past(&insn, class, f)?;
+            self.add(insn.last, 1, insn.last, insn.class);
+            self.step_past(&insn, f)?;
         }
         self.ip = target;
         Ok(())
@@ -1286,9 +1453,8 @@ impl<'a> FlowDecoder<'a> {
                 Ok(i) => i,
                 Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
             };
-            let class = Class::of(&insn);
-            self.add(insn.ip(), 1, insn.ip(), class);
-            if class.needs_trace() {
+            self.add(insn.last, 1, insn.last, insn.class);
+            if insn.class.needs_trace() {
                 // A disable with an IP also binds to a branch that needed
                 // trace before reaching it.
                 if let Ev::Pgd(Some(ip)) = self.ev {
@@ -1308,7 +1474,7 @@ impl<'a> FlowDecoder<'a> {
                 }
                 return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
-            self.step_past(&insn, class, f)?;
+            self.step_past(&insn, f)?;
         }
         self.end_block(f)?;
         let tsc = self.ev_time();
@@ -2036,5 +2202,197 @@ mod conformance {
             got.contains(&"block 0x1005..0x100e 2 Other".into()),
             "{got:#?}"
         );
+    }
+
+    /// An EVD (Event Trace's event data) of `kind`.
+    fn evd(t: T, kind: u8) -> T {
+        t.raw(&[0x02, 0x53, kind, 0xaa, 0xba, 0x0b, 0xf0, 0, 0, 0, 0])
+    }
+
+    /// A CFE (Event Trace's control-flow event) of `kind`.
+    fn cfe(t: T, kind: u8, ip: bool, vector: u8) -> T {
+        t.raw(&[0x02, 0x13, kind | (ip as u8) << 7, vector])
+    }
+
+    #[test]
+    fn an_instruction_straddling_two_images_is_read_across_both() {
+        // 0x1000: nop; mov eax, imm32 split at 0x1003; jmp rax.
+        let a: &[u8] = &[0x90, 0xb8, 1];
+        let b: &[u8] = &[2, 3, 4, 0xff, 0xe0];
+        let t = T::default().psb_at(0x1000).tip(0x1000);
+        let got = agreed(&t, &[(0x1000, a), (0x1003, b)], &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "block 0x1000..0x1006 3 branch");
+    }
+
+    #[test]
+    fn maintenance_between_an_overflow_and_its_fup_is_skipped() {
+        let mnt = [0x02, 0xc3, 0x88, 0, 0xa0, 0, 0, 0, 0, 0, 0];
+        let t = T::default()
+            .psb_at(0x1000)
+            .ovf()
+            .raw(&[0])
+            .raw(&mnt)
+            .fup(0x1001)
+            .fup(0x1002)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got[2], "Overflow { ip: Some(4097), tsc: None }");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4098, tsc: None }");
+    }
+
+    #[test]
+    fn a_mode_exec_binds_the_fup_after_it() {
+        // Event Trace: MODE.Exec on an IF change comes with a FUP of its
+        // own, which is no interrupt.
+        let t = T::default()
+            .psb()
+            .psbend()
+            .exec64()
+            .pge(0x1000)
+            .raw(&[0x99, 0x05])
+            .fup(0x1002)
+            .exec64()
+            .fup(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4101, tsc: None }");
+    }
+
+    #[test]
+    fn event_data_in_an_order_libipt_rejects_is_an_error() {
+        // 0x1000 nop; 0x1001 int 42; 0x1003 nop... 0x2000 nop; hlt.
+        let code: [(u64, &[u8]); 2] = [
+            (0x1000, &[0x90, 0xcd, 0x2a, 0x90, 0x90, 0xf4]),
+            (0x2000, &[0x90, 0xf4]),
+        ];
+        let cfg = DecoderConfig::default();
+        let tail = |t: T| t.fup(0x1001).tip(0x2000).fup(0x2001).pgd_noip();
+        // A page fault's CR2, then its interrupt: fine.
+        let t = tail(cfe(evd(T::default().psb_at(0x1000), 0), 1, true, 14));
+        let got = agreed(&t, &code, &cfg);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // A CR2 before an iret, and two CR2s: errors.
+        let t = tail(cfe(evd(T::default().psb_at(0x1000), 0), 2, false, 0));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+        let t = T::default().psb_at(0x1000);
+        let t = tail(cfe(evd(evd(t, 0), 0), 1, true, 14));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+        // A VM exit's qualification twice.
+        let t = T::default().psb_at(0x1000);
+        let t = tail(cfe(evd(evd(t, 1), 1), 8, true, 0));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+    }
+
+    #[test]
+    fn a_tip_pgd_without_an_ip_binds_to_a_mov_cr3() {
+        let code: &[u8] = &[0x0f, 0x22, 0xd8, 0xf4];
+        let t = T::default().psb_at(0x1000).pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 Other",
+                "Disabled { ip: None, tsc: None, status_update: false }"
+            ]
+        );
+    }
+
+    /// Only ours: libipt 2.1.2 knows no TRIG, JMPABS or FRED. Each case's
+    /// expected flow is that of Intel's conformance trace of the same name.
+    fn ours(trace: &T, code: &[(u64, &[u8])]) -> Vec<String> {
+        both(trace, code, &DecoderConfig::default()).0
+    }
+
+    #[test]
+    fn trig_packets_are_read_and_a_trig_with_ip_binds_its_fup() {
+        // 0x1000 jle 0x1003; hlt; 0x1003 call rax; hlt; 0x1006 hlt.
+        let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xff, 0xd0, 0xf4, 0xf4];
+        let trig = |t: T, flags: u8, trbv: u8| t.raw(&[0xd9, flags, trbv]);
+        let t = T::default().psb().exec64().psbend();
+        let t = trig(t, 0, 1).pge(0x1000);
+        let t = trig(t, 0, 2).tnt("t");
+        let t = trig(t, 0x20, 3).tip(0x1006);
+        let t = trig(trig(t, 0, 4), 0x20, 5).fup(0x1006).pgd_noip();
+        let t = trig(trig(t, 0, 6), 0x20, 7);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(
+            got[1..],
+            [
+                "Disabled { ip: None, tsc: None, status_update: true }",
+                "Enabled { ip: 4096, status_update: false, tsc: None }",
+                "block 0x1000..0x1003 2 Call",
+                "AsyncDisabled { at: 4102, tsc: None }",
+            ]
+        );
+        // TRIG.IP with a valid count of 0: the FUP after it is its anchor,
+        // no interrupt.
+        let t = T::default().psb_at(0x1000).tnt("t");
+        let t = trig(t, 0xc0, 1).raw(&[0, 0]).fup(0x1003).tip(0x1006);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(count(&got, "Async"), 0, "{got:#?}");
+    }
+
+    #[test]
+    fn jmpabs_is_an_indirect_jump_that_takes_a_tip() {
+        // 0x1000: jmpabs 0x100d (ignored: the TIP says 0x100b); 0x100b:
+        // hlt; 0x100c: nop; 0x100d: hlt.
+        let mut code = vec![0xd5u8, 0x00, 0xa1];
+        code.extend(0x100du64.to_le_bytes());
+        code.extend([0xf4, 0x90, 0xf4]);
+        let t = T::default()
+            .psb_at(0x1000)
+            .tip(0x100c)
+            .fup(0x100d)
+            .pgd_noip();
+        let got = ours(&t, &[(0x1000, &code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 branch",
+                "block 0x100c..0x100c 1 Other",
+                "AsyncDisabled { at: 4109, tsc: None }",
+            ]
+        );
+        // A TIP.PGD binds to it.
+        let t = T::default().psb_at(0x1000).pgd(0x100d);
+        let got = ours(&t, &[(0x1000, &code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 branch",
+                "Disabled { ip: Some(4109), tsc: None, status_update: false }"
+            ]
+        );
+    }
+
+    #[test]
+    fn fred_eretu_and_erets_are_far_returns() {
+        // 0x1000 nop; int 42; nop; nop; hlt. 0x2000: nop; ERETU (or
+        // ERETS); hlt. An interrupt before the int, then the return.
+        let code: &[u8] = &[0x90, 0xcd, 0x2a, 0x90, 0x90, 0xf4];
+        for eret in [0xf3u8, 0xf2] {
+            let handler: &[u8] = &[0x90, eret, 0x0f, 0x01, 0xca, 0xf4];
+            let t = T::default()
+                .psb_at(0x1000)
+                .fup(0x1001)
+                .tip(0x2000)
+                .tip(0x1003)
+                .fup(0x1004)
+                .pgd_noip();
+            let got = ours(&t, &[(0x1000, code), (0x2000, handler)]);
+            assert_eq!(
+                got[2..],
+                [
+                    "block 0x1000..0x1000 1 Other",
+                    "AsyncBranch { from: 4097, to: 8192, tsc: None }",
+                    "block 0x2000..0x2001 2 branch",
+                    "block 0x1003..0x1003 1 Other",
+                    "AsyncDisabled { at: 4100, tsc: None }",
+                ]
+            );
+        }
     }
 }
