@@ -24,11 +24,27 @@
 //! - a tick marks the first branch whose packet came after a timing
 //!   packet, so times bind to exact instructions.
 //!
-//! Anything the trace and the code disagree on is a decode error; the walk
-//! resumes at the next PSB, like libipt. Next after the trace consumed,
-//! not after what the reader read ahead: a PSB+ read ahead for the
-//! failing instruction is where the walk resumes, as a chunk cut there
-//! starts (libipt syncs from where its reader is, which may be past it).
+//! Anything the trace and the code disagree on is a decode error. After one
+//! of the flow (code that cannot be read, trace that disagrees with it) the
+//! walk resumes at the next packet that says where the flow is (a TIP, a
+//! FUP, TIP.PGE, OVF), as perf's decoder does; after a bad packet, and
+//! where a PSB comes first, at the next PSB, like libipt (which resyncs
+//! only there: [`FlowDecoder::resync_at_psb_only`] does the same for the
+//! tests that compare the two). Next after the trace consumed, not after
+//! what the reader read ahead: a PSB+ read ahead for the failing
+//! instruction is where the walk resumes, as a chunk cut there starts
+//! (libipt syncs from where its reader is, which may be past it).
+//!
+//! The walk stops where the trace ends, as libipt's does, not at the next
+//! instruction that would need trace. Intel's conformance traces (libipt's
+//! pttc tests) are the model for the finer rules: MODE.TSX in PSB+ is
+//! status and binds no FUP; outside it a begin or commit binds the FUP
+//! after it, and an abort's FUP and TIP are an asynchronous branch; a
+//! MODE.Exec binds the next TIP or FUP; CFE and TRIG with their IP bit bind
+//! the FUP after them, and EVDs must precede the CFE they belong to; a
+//! TIP.PGD without IP binds to a MOV CR3 too; `call $+5` pushes no return
+//! address; the CPU's errata are applied as libipt applies them
+//! ([`crate::errata`]).
 
 use iced_x86::{
     Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, Register,
@@ -382,6 +398,10 @@ enum Halt {
         offset: u64,
         error: PtError,
         ip: Option<u64>,
+        /// The packets are sound, only the flow is lost (code that cannot
+        /// be read, or trace that disagrees with it): the walk may resume
+        /// at the next packet that says where the flow is.
+        resumable: bool,
     },
 }
 
@@ -472,6 +492,9 @@ pub struct FlowDecoder<'a> {
     idle: u32,
     /// Where the last PSB read starts.
     psb_at: usize,
+    /// After a flow error, resume at the next IP the trace gives (as perf
+    /// does), not at the next PSB (as libipt does).
+    resume_at_ip: bool,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -505,6 +528,7 @@ impl<'a> FlowDecoder<'a> {
             tick: None,
             idle: 0,
             psb_at: 0,
+            resume_at_ip: true,
         }
     }
 
@@ -559,25 +583,114 @@ impl<'a> FlowDecoder<'a> {
             if !on_item(self, BlockItem::Sync { offset: at as u64 }) {
                 return;
             }
-            let halt = self.fetch_first().and_then(|()| self.run(&mut on_item));
-            match halt {
-                Ok(()) | Err(Halt::Stop) => return,
-                Err(Halt::End) => {
-                    let _ = self.end_block(&mut on_item);
-                    return;
+            let mut halt = self.fetch_first().and_then(|()| self.run(&mut on_item));
+            loop {
+                match halt {
+                    Ok(()) | Err(Halt::Stop) => return,
+                    Err(Halt::End) => {
+                        let _ = self.end_block(&mut on_item);
+                        return;
+                    }
+                    Err(Halt::Fail {
+                        offset,
+                        error,
+                        ip,
+                        resumable,
+                    }) => {
+                        // What ran before the failure still ran.
+                        let ip = if self.acc.ninsn > 0 { None } else { ip };
+                        if self.end_block(&mut on_item).is_err() {
+                            return;
+                        }
+                        let item = BlockItem::Error { offset, error, ip };
+                        if !on_item(self, item) {
+                            return;
+                        }
+                        if resumable && self.resume_at_ip {
+                            match self.resume(&mut on_item) {
+                                Ok(true) => {
+                                    halt = self.run(&mut on_item);
+                                    continue;
+                                }
+                                // At a PSB: the walk syncs there.
+                                Ok(false) => from = self.psb_at.max(at + 1),
+                                Err(h) => {
+                                    halt = Err(h);
+                                    continue;
+                                }
+                            }
+                        } else {
+                            // Resync past the failure, and past this PSB at
+                            // least.
+                            from = (offset as usize).max(at + 1).min(self.trace.len());
+                        }
+                        break;
+                    }
                 }
-                Err(Halt::Fail { offset, error, ip }) => {
-                    // What ran before the failure still ran.
-                    let ip = if self.acc.ninsn > 0 { None } else { ip };
-                    if self.end_block(&mut on_item).is_err() {
-                        return;
-                    }
-                    let item = BlockItem::Error { offset, error, ip };
-                    if !on_item(self, item) {
-                        return;
-                    }
-                    // Resync past the failure, and past this PSB at least.
-                    from = (offset as usize).max(at + 1).min(self.trace.len());
+            }
+        }
+    }
+
+    /// Resyncs only at PSBs after an error, as libipt does (the tests that
+    /// compare the two decoders item for item use it); by default the walk
+    /// resumes at the next packet that gives the flow's IP, as perf does.
+    pub fn resync_at_psb_only(&mut self) {
+        self.resume_at_ip = false;
+    }
+
+    /// After a flow error (the packets are sound: code that cannot be read,
+    /// say, a binary or the kernel missing): resumes where the trace next
+    /// says where the flow is, as perf's decoder does, rather than at the
+    /// next PSB, which may be far. A TIP gives the flow's IP (tracing is on
+    /// there: [`BlockItem::Enabled`]); a FUP and the TIP after it, an
+    /// asynchronous branch from the FUP's IP; TIP.PGE and OVF resume as
+    /// they always do. TNT bits, and disables, mean nothing without the
+    /// flow and are skipped. The trace's last IP is sound, so a TIP whose
+    /// IP is compressed against it is as good as a full one. Whole walks
+    /// and chunks resume alike, since what happens depends only on the
+    /// packets since the last PSB. False at a PSB: the walk syncs there.
+    fn resume<F: FnMut(&mut Self, BlockItem) -> bool>(&mut self, f: &mut F) -> Result<bool, Halt> {
+        // The hardware's calls since the lost flow are unknown.
+        self.ret_len = 0;
+        self.acc = Acc::default();
+        self.tick = None;
+        self.idle = 0;
+        loop {
+            let tsc = self.ev_time();
+            match self.ev {
+                Ev::Psb(_) => return Ok(false),
+                Ev::Eos => return Err(Halt::End),
+                Ev::Tip(Some(ip)) => {
+                    self.enabled = true;
+                    self.ip = ip;
+                    let item = BlockItem::Enabled {
+                        ip,
+                        status_update: false,
+                        tsc,
+                    };
+                    self.emit(f, item)?;
+                    self.consume()?;
+                    return Ok(true);
+                }
+                Ev::AsyncBranch { from, .. } => {
+                    // The flow is at the FUP's IP: the branch reports next.
+                    self.enabled = true;
+                    self.ip = from;
+                    let item = BlockItem::Enabled {
+                        ip: from,
+                        status_update: false,
+                        tsc,
+                    };
+                    self.emit(f, item)?;
+                    return Ok(true);
+                }
+                Ev::Pge(_) | Ev::Overflow(_) => {
+                    self.enabled = false;
+                    return Ok(true);
+                }
+                Ev::Tnt { .. } | Ev::Tip(None) | Ev::Pgd(_) | Ev::AsyncDisabled { .. } => {
+                    self.enabled = false;
+                    self.consume()?;
                 }
             }
         }
@@ -611,6 +724,7 @@ impl<'a> FlowDecoder<'a> {
             offset: self.rd.pos as u64,
             error,
             ip,
+            resumable: false,
         }
     }
 
@@ -623,6 +737,7 @@ impl<'a> FlowDecoder<'a> {
             offset: self.consumed as u64,
             error,
             ip,
+            resumable: true,
         }
     }
 
@@ -1901,6 +2016,7 @@ mod tests {
             let theirs = joined(theirs);
             let mut ours = Vec::new();
             let mut dec = FlowDecoder::new(&s.data, &cfg);
+            dec.resync_at_psb_only();
             dec.set_image(&mem).unwrap();
             dec.walk(|_, item| {
                 ours.push(item);
@@ -2076,6 +2192,7 @@ mod conformance {
         });
         let mut ours = Vec::new();
         let mut dec = FlowDecoder::new(&trace.0, cfg);
+        dec.resync_at_psb_only();
         dec.set_image(&mem).unwrap();
         dec.walk(|_, item| {
             ours.push(item);
@@ -2394,5 +2511,80 @@ mod conformance {
                 ]
             );
         }
+    }
+
+    /// Ours as ptscope runs it: resuming after flow errors as perf does.
+    fn resuming(trace: &T, code: &[(u64, &[u8])]) -> Vec<String> {
+        let mut mem = Memory::default();
+        for (vaddr, bytes) in code {
+            mem.map(*vaddr, bytes.len() as u64, Arc::new(bytes.to_vec()), 0);
+        }
+        let mut dec = FlowDecoder::new(&trace.0, &DecoderConfig::default());
+        dec.set_image(&mem).unwrap();
+        let mut out = Vec::new();
+        dec.walk(|_, item| {
+            out.push(item);
+            true
+        });
+        joined(out)
+    }
+
+    #[test]
+    fn after_unmapped_code_the_walk_resumes_at_the_next_ip_as_perf_does() {
+        // 0x3000: jmp rax; 0x3002: jmp rax. The first jumps into code
+        // that is not there; its TNTs say nothing without the flow; the
+        // TIP after them does: the walk resumes there, not at the PSB.
+        let code: [(u64, &[u8]); 2] = [(0x1000, &[0x90; 8]), (0x3000, &[0xff, 0xe0, 0xff, 0xe0])];
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .tnt("tn")
+            .tip(0x3002)
+            .tip(0x1000)
+            .fup(0x1002)
+            .pgd_noip();
+        let second = t.0.len();
+        let t = t.psb_at(0x1000).fup(0x1003).pgd_noip();
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x3000..0x3000 1 branch",
+                "error at Some(9000)",
+                "Enabled { ip: 12290, status_update: false, tsc: None }",
+                "block 0x3002..0x3002 1 branch",
+                "block 0x1000..0x1001 2 Other",
+                "AsyncDisabled { at: 4098, tsc: None }",
+                // The PSB, reached in the flow (no resync).
+                "Enabled { ip: 4096, status_update: true, tsc: None }",
+                "block 0x1000..0x1002 3 Other",
+                "AsyncDisabled { at: 4099, tsc: None }",
+            ],
+            "{got:#?}"
+        );
+        // libipt, and ours when asked, resync at the PSB.
+        let (ours, theirs) = both(&t, &code, &DecoderConfig::default());
+        assert_eq!(ours, theirs);
+        assert_eq!(ours[4], "sync", "the PSB at {second}: {ours:#?}");
+        // A FUP resumes too: at its IP, the branch from there.
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .fup(0x1001)
+            .tip(0x1004)
+            .fup(0x1006)
+            .pgd_noip();
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[3..],
+            [
+                "error at Some(9000)",
+                "Enabled { ip: 4097, status_update: false, tsc: None }",
+                "AsyncBranch { from: 4097, to: 4100, tsc: None }",
+                "block 0x1004..0x1005 2 Other",
+                "AsyncDisabled { at: 4102, tsc: None }",
+            ],
+            "{got:#?}"
+        );
     }
 }
