@@ -61,6 +61,8 @@ pub struct DecodeOptions {
     pub engine: Engine,
     /// How the flow engine's coarse pass spreads over cores.
     pub parallel: Parallel,
+    /// The CPU whose errata to work around, over the trace's cpuid.
+    pub cpu: Option<crate::block::Cpu>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -217,7 +219,10 @@ pub fn decode_trace(
         path: snap.path.clone(),
         error,
     };
-    let cfg = decoder_config(trace);
+    let mut cfg = decoder_config(trace);
+    if let Some(cpu) = opts.cpu {
+        cfg = cfg.with_cpu(cpu);
+    }
     let mut loaders = Loaders {
         engine: opts.engine,
         cache: SectionCache::new().map_err(libipt)?,

@@ -51,6 +51,7 @@ use iced_x86::{
 };
 
 use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
+use crate::errata::Errata;
 use crate::memory::Memory;
 use crate::packet::{self, IpKind, Packet, PacketError};
 use crate::timing::Time;
@@ -469,6 +470,7 @@ struct Reader {
 pub struct FlowDecoder<'a> {
     trace: &'a [u8],
     cfg: DecoderConfig,
+    errata: Errata,
     images: Vec<&'a Memory>,
     /// The runs of images not current (the current one's are in `cache`).
     caches: Vec<RunCache>,
@@ -502,6 +504,7 @@ impl<'a> FlowDecoder<'a> {
         FlowDecoder {
             trace,
             cfg: *cfg,
+            errata: Errata::of(cfg),
             images: Vec::new(),
             caches: Vec::new(),
             cur: None,
@@ -777,12 +780,26 @@ impl<'a> FlowDecoder<'a> {
             return Ok(None);
         };
         match packet::parse(rest) {
+            // SKD007: an OVF overwrote this CYC's second byte.
+            Ok((Packet::Cyc(_), 2))
+                if self.errata.skd007 && rest.get(1..3) == Some(&[0x02, 0xf3]) =>
+            {
+                self.rd.pos += 1;
+                self.packet()
+            }
             Ok((p, n)) => {
                 self.rd.pos += n;
                 Ok(Some(p))
             }
             // A packet cut off by the end of the buffer ends the trace.
             Err(PacketError::Truncated) => Ok(None),
+            // SKZ84: a TMA with reserved bits set, skipped as libipt does.
+            Err(PacketError::Unknown(_))
+                if self.errata.skz84 && rest.len() >= 8 && rest[..2] == [0x02, 0x73] =>
+            {
+                self.rd.pos += 8;
+                self.packet()
+            }
             Err(PacketError::Unknown(_)) => Err(self.fail(PtError::BAD_OPC, None)),
         }
     }
@@ -994,8 +1011,17 @@ impl<'a> FlowDecoder<'a> {
                     payload,
                 } => {
                     self.rd.mode_bound = false;
+                    // APL12: a FUP although tracing is off after all.
+                    if self.errata.apl12 && self.ovf_fup_is_spurious() {
+                        return Ok(Ev::Overflow(None));
+                    }
                     return Ok(Ev::Overflow(self.read_ip(ipb, payload)));
                 }
+                // APL11: a TIP.PGD after the OVF: tracing is off.
+                Packet::Tip {
+                    kind: IpKind::TipPgd,
+                    ..
+                } if self.errata.apl11 => return Ok(Ev::Overflow(None)),
                 // Maintenance packets may come between OVF and its FUP.
                 Packet::Mnt(_)
                 | Packet::Tsc(_)
@@ -1014,6 +1040,81 @@ impl<'a> FlowDecoder<'a> {
                 }
             }
         }
+    }
+
+    /// The packets from the reader on, without reading them: `None` at
+    /// the end or at a packet that does not parse.
+    fn peek(&self) -> impl Iterator<Item = Packet> + '_ {
+        let mut pos = self.rd.pos;
+        std::iter::from_fn(move || {
+            let (p, n) = packet::parse(self.trace.get(pos..)?).ok()?;
+            pos += n;
+            Some(p)
+        })
+    }
+
+    /// BDM70: whether a TIP.PGE comes next, but for status packets.
+    fn pge_follows(&self) -> bool {
+        for p in self.peek() {
+            match p {
+                Packet::Tip {
+                    kind: IpKind::TipPge,
+                    ..
+                } => return true,
+                Packet::Pad
+                | Packet::Tsc(_)
+                | Packet::Cbr(_)
+                | Packet::PsbEnd
+                | Packet::Pip { .. }
+                | Packet::ModeExec { .. }
+                | Packet::ModeTsx { .. }
+                | Packet::Vmcs(_)
+                | Packet::Tma { .. }
+                | Packet::Mtc(_)
+                | Packet::Cyc(_)
+                | Packet::Mnt(_) => {}
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// APL12: whether the FUP just read after an OVF is spurious: tracing
+    /// is off, as a TIP.PGE, a STOP or a PSB+ without FUP says before any
+    /// packet that needs it on.
+    fn ovf_fup_is_spurious(&self) -> bool {
+        let mut it = self.peek();
+        while let Some(p) = it.next() {
+            match p {
+                Packet::Tnt { .. }
+                | Packet::PsbEnd
+                | Packet::Ovf
+                | Packet::Tip {
+                    kind: IpKind::Tip | IpKind::TipPgd,
+                    ..
+                } => return false,
+                Packet::Stop
+                | Packet::Tip {
+                    kind: IpKind::TipPge,
+                    ..
+                } => return true,
+                Packet::Psb => {
+                    // Spurious if that PSB+ holds no FUP.
+                    for p in it.by_ref() {
+                        match p {
+                            Packet::Tip {
+                                kind: IpKind::Fup, ..
+                            } => return false,
+                            Packet::PsbEnd => return true,
+                            _ => {}
+                        }
+                    }
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// PSB+: status packets up to PSBEND.
@@ -1039,6 +1140,10 @@ impl<'a> FlowDecoder<'a> {
                 Packet::PsbEnd => {
                     // PSB+'s MODE.Exec is status: it binds nothing after.
                     self.rd.mode_bound = false;
+                    // BDM70: a FUP in PSB+ that a TIP.PGE follows.
+                    if ip.is_some() && self.errata.bdm70 && self.pge_follows() {
+                        ip = None;
+                    }
                     return Ok(Ev::Psb(ip));
                 }
                 // A PSB+ cut short by another PSB (damaged): the new one
@@ -1049,6 +1154,14 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => ip = self.read_ip(ipb, payload),
+                // An overflow inside PSB+ with tracing on: the status it
+                // gave so far first, as libipt reports it, then the OVF
+                // (read again: it is two bytes).
+                Packet::Ovf if ip.is_some() => {
+                    self.rd.pos -= 2;
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Psb(ip));
+                }
                 Packet::Ovf => return self.overflow(),
                 // MODE.TSX in PSB+ is status (tracing is on inside a
                 // transaction): it binds no FUP, neither PSB+'s own nor the
@@ -1548,6 +1661,14 @@ impl<'a> FlowDecoder<'a> {
         Ok(())
     }
 
+    /// The VMLAUNCH or VMRESUME at `at`, if that is what is there.
+    fn vm_entry_at(&self, at: u64) -> Option<Run> {
+        let mem = self.images[self.cur?];
+        let bytes = mem.bytes_at(at)?;
+        let insn = Decoder::with_ip(self.rd.bitness, bytes, at, DecoderOptions::NONE).decode();
+        matches!(insn.mnemonic(), Mnemonic::Vmlaunch | Mnemonic::Vmresume).then(|| one(&insn))
+    }
+
     /// Single-steps to `target`, where the current event binds (its
     /// instruction does not run), then reports the event.
     fn proceed_to<F: FnMut(&mut Self, BlockItem) -> bool>(
@@ -1599,6 +1720,21 @@ impl<'a> FlowDecoder<'a> {
                 self.ip = to;
             }
             Ev::AsyncDisabled { at } => {
+                if self.errata.skd022 {
+                    if let Some(insn) = self.vm_entry_at(at) {
+                        // SKD022: the VM entry ran and disabled tracing.
+                        self.add(at, 1, at, insn.class);
+                        self.end_block(f)?;
+                        let item = BlockItem::Disabled {
+                            ip: None,
+                            tsc,
+                            status_update: false,
+                        };
+                        self.emit(f, item)?;
+                        self.enabled = false;
+                        return self.consume();
+                    }
+                }
                 self.emit(f, BlockItem::AsyncDisabled { at, tsc })?;
                 self.enabled = false;
             }
@@ -2586,5 +2722,131 @@ mod conformance {
             ],
             "{got:#?}"
         );
+    }
+
+    fn on(cpu: &str) -> DecoderConfig {
+        DecoderConfig::default().with_cpu(cpu.parse().unwrap())
+    }
+
+    /// `trace` decodes as `want` (after its sync) on `cpu`, the same as
+    /// libipt; without the erratum, it does not.
+    fn erratum(cpu: &str, trace: &T, code: &[(u64, &[u8])], want: &[&str]) {
+        let got = agreed(trace, code, &on(cpu));
+        assert_eq!(got[1..], *want, "{got:#?}");
+        let (without, _) = both(trace, code, &DecoderConfig::default());
+        assert_ne!(without[1..], *want, "{without:#?}");
+    }
+
+    #[test]
+    fn bdm70_a_psb_fup_before_a_tip_pge_is_not_tracing_on() {
+        let t = T::default()
+            .psb()
+            .exec64()
+            .fup(0x1000)
+            .tsx(true, false)
+            .psbend()
+            .pge(0x1000)
+            .fup(0x1001)
+            .pgd_noip();
+        let want = [
+            "Disabled { ip: None, tsc: None, status_update: true }",
+            "Enabled { ip: 4096, status_update: false, tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum("6/0x3d", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn skd007_a_cyc_cut_by_an_overflow_is_the_overflow() {
+        // CYC(0x3e) whose second byte OVF overwrote: f7 02 f3.
+        let t = T::default()
+            .psb()
+            .exec64()
+            .fup(0x1000)
+            .raw(&[0xf7, 0x02, 0xf3, 0x00])
+            .fup(0x1001)
+            .fup(0x1002)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: Some(4097), tsc: None }",
+            "block 0x1001..0x1001 1 Other",
+            "AsyncDisabled { at: 4098, tsc: None }",
+        ];
+        erratum("6/0x8e", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn skz84_a_tma_with_reserved_bits_and_its_bogus_byte_are_skipped() {
+        let t = T::default()
+            .psb_at(0x1000)
+            .raw(&[0x02, 0x73, 1, 1, 1, 1, 0, 0])
+            .fup(0x1001)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum("6/0x55", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn apl11_a_tip_pgd_after_an_overflow_is_dropped() {
+        let t = T::default()
+            .psb_at(0x1000)
+            .ovf()
+            .pgd(0x1001)
+            .exec64()
+            .pge(0x1002)
+            .fup(0x1003)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: None, tsc: None }",
+            "Enabled { ip: 4098, status_update: false, tsc: None }",
+            "block 0x1002..0x1002 1 Other",
+            "AsyncDisabled { at: 4099, tsc: None }",
+        ];
+        erratum("6/0x5c", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn apl12_a_fup_after_an_overflow_that_tracing_off_follows_is_dropped() {
+        // The FUP, then a TIP.PGE: tracing was off.
+        let tail = |t: T| t.fup(0x1001).exec64().pge(0x1002).fup(0x1003).pgd_noip();
+        let t = tail(T::default().psb_at(0x1000).ovf());
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: None, tsc: None }",
+            "Enabled { ip: 4098, status_update: false, tsc: None }",
+            "block 0x1002..0x1002 1 Other",
+            "AsyncDisabled { at: 4099, tsc: None }",
+        ];
+        erratum("6/0x5c", &t, &nops(), &want);
+        // The FUP, then a PSB+ without FUP.
+        let t = T::default().psb_at(0x1000).ovf().fup(0x1001);
+        let t = t.psb().exec64().psbend().pge(0x1002).fup(0x1003).pgd_noip();
+        let got = agreed(&t, &nops(), &on("6/0x5c"));
+        assert_eq!(got[2], "Overflow { ip: None, tsc: None }", "{got:#?}");
+    }
+
+    #[test]
+    fn skd022_an_asynchronous_disable_at_vmlaunch_is_synchronous() {
+        // 0x1000: vmlaunch; 0x1003: hlt; 0x1004: nop; 0x1005: vmresume.
+        let code: &[u8] = &[0x0f, 0x01, 0xc2, 0xf4, 0x90, 0x0f, 0x01, 0xc3, 0xf4];
+        let t = T::default()
+            .psb_at(0x1000)
+            .fup(0x1000)
+            .pgd_noip()
+            .pge(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &on("6/0x8e"));
+        assert_eq!(count(&got, "AsyncDisabled"), 0, "{got:#?}");
+        assert_eq!(count(&got, "Disabled"), 2, "{got:#?}");
+        let (without, _) = both(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(count(&without, "AsyncDisabled"), 2, "{without:#?}");
     }
 }

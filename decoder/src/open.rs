@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::block::DecoderConfig;
+use crate::block::{Cpu, DecoderConfig};
 use crate::coarse::chunks::Parallel;
 use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Engine};
 use crate::model::Model;
@@ -45,6 +45,9 @@ pub struct OpenOptions {
     /// the ones to decode it with. The default names no CPU, so no errata
     /// apply, and times come from TSC packets alone.
     pub raw_config: DecoderConfig,
+    /// The CPU whose errata to work around, over what the input says (a raw
+    /// dump says nothing; a perf.data or snapshot records its cpuid).
+    pub cpu: Option<Cpu>,
     /// Only these threads (all when `None`).
     pub threads: Option<Vec<i32>>,
     pub engine: Engine,
@@ -128,7 +131,11 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
     match input_kind(path, !opts.raw_images.is_empty())? {
         InputKind::RawPt => {
             let pt = std::fs::read(path).map_err(|e| DecodeError::File(FileError::io(path, e)))?;
-            decode_raw(path, &pt, &opts.raw_images, &opts.raw_config, opts.engine)
+            let cfg = match opts.cpu {
+                Some(cpu) => opts.raw_config.with_cpu(cpu),
+                None => opts.raw_config,
+            };
+            decode_raw(path, &pt, &opts.raw_images, &cfg, opts.engine)
         }
         InputKind::PerfScript => {
             let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
@@ -151,6 +158,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     progress: opts.progress.clone(),
                     engine: opts.engine,
                     parallel: opts.parallel,
+                    cpu: opts.cpu,
                 },
             )
         }

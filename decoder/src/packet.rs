@@ -270,6 +270,11 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                 0x03 => Ok((Packet::Cbr(need(4)?[2]), 4)),
                 0x73 => {
                     let b = need(7)?;
+                    // Reserved bits set: libipt rejects it (bad packet),
+                    // or skips it on CPUs with erratum SKZ84.
+                    if b[4] != 0 || b[6] & !1 != 0 {
+                        return Err(PacketError::Unknown(b0));
+                    }
                     Ok((
                         Packet::Tma {
                             ctc: u16::from_le_bytes([b[2], b[3]]),
