@@ -226,4 +226,32 @@ mod tests {
         .unwrap();
         assert_eq!(one.threads.len(), 1);
     }
+
+    /// `--cpu` reaches the decoder: a TMA with reserved bits set is an
+    /// error, except on a CPU with erratum SKZ84, where it is skipped.
+    #[test]
+    fn a_cpu_given_for_a_raw_dump_applies_its_errata() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        std::fs::write(&image, [0x90u8; 16]).unwrap();
+        let mut pt = crate::packet::PSB_BYTES.to_vec();
+        // FUP 0x1000, MODE.Exec 64-bit, PSBEND.
+        pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+        // A corrupt TMA and its bogus byte, then FUP 0x1004 and TIP.PGD.
+        pt.extend([0x02, 0x73, 1, 1, 1, 1, 0, 0]);
+        pt.extend([0xdd, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0x01]);
+        let raw = dir.path().join("raw.pt");
+        std::fs::write(&raw, &pt).unwrap();
+        let errors = |cpu: Option<&str>| {
+            let opts = OpenOptions {
+                raw_images: vec![(image.clone(), 0x1000)],
+                cpu: cpu.map(|c| c.parse().unwrap()),
+                ..Default::default()
+            };
+            let m = open(&raw, &opts).unwrap();
+            m.threads.iter().map(|t| t.walk.errors.len()).sum::<usize>()
+        };
+        assert_eq!(errors(None), 1);
+        assert_eq!(errors(Some("6/85")), 0);
+    }
 }
