@@ -14,13 +14,17 @@
 //!   after it: when a TIP.PGE, a STOP or a PSB+ without FUP comes before
 //!   any packet that needs tracing on, the FUP is dropped;
 //! - SKD022: an asynchronous disable at VMLAUNCH or VMRESUME is taken as
-//!   the synchronous disable it is (the instruction runs).
+//!   the synchronous disable it is (the instruction runs);
+//! - SKD010: an OVF's FUP may be missing although tracing is on: a later
+//!   TIP, FUP (after MODE.TSX) or PSB+ FUP gives the IP to resume at, a
+//!   TIP.PGD says tracing went off.
 //!
 //! Not worked around (libipt does): BDM64 (a TSX abort right after a
-//! branch may corrupt that branch's trace), SKD010 (an OVF's FUP may be
-//! missing), SKL014 (applies only with IP filters, which ptscope's
-//! captures do not set and whose configuration no input records to us),
-//! SKL168 (timing packets; the timing module's concern).
+//! branch may corrupt that branch's trace: libipt then takes the abort's
+//! IP as the branch's target when the code cannot get there), SKL014
+//! (applies only with IP filters, which ptscope's captures do not set and
+//! whose configuration no input records), SKL168 (timing packets: the
+//! timing module's concern).
 
 use crate::block::DecoderConfig;
 

@@ -1036,8 +1036,100 @@ impl<'a> FlowDecoder<'a> {
                 _ => {
                     // Not ours: leave it for the next fetch.
                     self.rd = before;
+                    if self.errata.skd010 {
+                        return self.skd010();
+                    }
                     return Ok(Ev::Overflow(None));
                 }
+            }
+        }
+    }
+
+    /// SKD010: the FUP after an OVF may be missing although tracing is on.
+    /// What comes later tells: a TIP or a FUP (after a MODE.TSX, say), or a
+    /// PSB+ with a FUP, gives the IP to resume at; a TIP.PGD says tracing
+    /// went off (it is used up); a TIP.PGE, a TNT and the like that the
+    /// erratum does not explain leave the overflow with tracing off, as
+    /// without the erratum.
+    fn skd010(&mut self) -> Result<Ev, Halt> {
+        let before = self.rd;
+        let mut tsx = false;
+        let off = |dec: &mut Self| {
+            dec.rd = before;
+            Ok(Ev::Overflow(None))
+        };
+        loop {
+            let Some(p) = self.packet()? else {
+                return off(self);
+            };
+            match p {
+                Packet::Tip {
+                    kind: IpKind::TipPgd,
+                    ipb,
+                    payload,
+                } => {
+                    self.read_ip(ipb, payload);
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Overflow(None));
+                }
+                Packet::Tip {
+                    kind: IpKind::Tip | IpKind::Fup,
+                    ipb,
+                    payload,
+                } => {
+                    self.rd.mode_bound = false;
+                    self.rd.fup_bound = false;
+                    let ip = self.read_ip(ipb, payload);
+                    return if ip.is_some() {
+                        Ok(Ev::Overflow(ip))
+                    } else {
+                        off(self)
+                    };
+                }
+                Packet::ModeTsx { .. } if !tsx => tsx = true,
+                Packet::Psb => {
+                    // Resume at the FUP of this PSB+, which is read next.
+                    let psb = self.rd.pos - packet::PSB_BYTES.len();
+                    let fup =
+                        self.peek()
+                            .take_while(|p| *p != Packet::PsbEnd)
+                            .find_map(|p| match p {
+                                Packet::Tip {
+                                    kind: IpKind::Fup,
+                                    ipb: ipb @ (3 | 6),
+                                    payload,
+                                } => Some(if ipb == 3 {
+                                    ((payload << 16) as i64 >> 16) as u64
+                                } else {
+                                    payload
+                                }),
+                                _ => None,
+                            });
+                    return match fup {
+                        Some(ip) => {
+                            self.rd.pos = psb;
+                            Ok(Ev::Overflow(Some(ip)))
+                        }
+                        None => off(self),
+                    };
+                }
+                Packet::PsbEnd => return Err(self.fail(PtError::BAD_CONTEXT, None)),
+                Packet::Pip { .. }
+                | Packet::Vmcs(_)
+                | Packet::ModeExec { .. }
+                | Packet::Pad
+                | Packet::Mnt(_)
+                | Packet::Pwre
+                | Packet::Pwrx
+                | Packet::Evd { .. }
+                | Packet::Tsc(_)
+                | Packet::Mtc(_)
+                | Packet::Tma { .. }
+                | Packet::Cyc(_)
+                | Packet::Cbr(_) => {
+                    self.status(&p);
+                }
+                _ => return off(self),
             }
         }
     }
@@ -2848,5 +2940,33 @@ mod conformance {
         assert_eq!(count(&got, "Disabled"), 2, "{got:#?}");
         let (without, _) = both(&t, &[(0x1000, code)], &DecoderConfig::default());
         assert_eq!(count(&without, "AsyncDisabled"), 2, "{without:#?}");
+    }
+
+    #[test]
+    fn skd010_an_overflow_whose_fup_was_dropped_resumes_later() {
+        let cpu = "6/0x8e";
+        // 0x1000 nop; 0x1001 nop; 0x1002 hlt.
+        let base = || T::default().psb().exec64().psbend().ovf();
+        // Sync at a TIP.
+        let t = base().tip(0x1000).fup(0x1001).pgd_noip();
+        let want = [
+            "Disabled { ip: None, tsc: None, status_update: true }",
+            "Overflow { ip: Some(4096), tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum(cpu, &t, &nops(), &want);
+        // Sync at MODE.TSX and its FUP.
+        let t = base().tsx(true, false).fup(0x1000).fup(0x1001).pgd_noip();
+        erratum(cpu, &t, &nops(), &want);
+        // A TIP.PGD: tracing went off.
+        let t = base().pgd(0x1001).pge(0x1001).fup(0x1002).pgd_noip();
+        let got = agreed(&t, &nops(), &on(cpu));
+        assert_eq!(got[2], "Overflow { ip: None, tsc: None }", "{got:#?}");
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // A PSB+ with a FUP.
+        let t = base().psb_at(0x1000).fup(0x1001).pgd_noip();
+        let got = agreed(&t, &nops(), &on(cpu));
+        assert_eq!(got[2], "Overflow { ip: Some(4096), tsc: None }", "{got:#?}");
     }
 }
