@@ -646,9 +646,10 @@ impl<'a> FlowDecoder<'a> {
     /// says where the flow is, as perf's decoder does, rather than at the
     /// next PSB, which may be far. A TIP gives the flow's IP (tracing is on
     /// there: [`BlockItem::Enabled`]); a FUP and the TIP after it, an
-    /// asynchronous branch from the FUP's IP; TIP.PGE and OVF resume as
-    /// they always do. TNT bits, and disables, mean nothing without the
-    /// flow and are skipped. The trace's last IP is sound, so a TIP whose
+    /// asynchronous branch (or disable) from the FUP's IP; TIP.PGE and OVF
+    /// resume as they always do; a TIP.PGD says tracing is off. TNT bits
+    /// mean nothing without the flow and are skipped. This is what libipt
+    /// 2.2's resync (`ptxed --resync-on-error`) does too. The trace's last IP is sound, so a TIP whose
     /// IP is compressed against it is as good as a full one. Whole walks
     /// and chunks resume alike, since what happens depends only on the
     /// packets since the last PSB. False at a PSB: the walk syncs there.
@@ -675,8 +676,9 @@ impl<'a> FlowDecoder<'a> {
                     self.consume()?;
                     return Ok(true);
                 }
-                Ev::AsyncBranch { from, .. } => {
-                    // The flow is at the FUP's IP: the branch reports next.
+                Ev::AsyncBranch { from: at, .. } | Ev::AsyncDisabled { at } => {
+                    // The flow is at the FUP's IP: the event reports next.
+                    let from = at;
                     self.enabled = true;
                     self.ip = from;
                     let item = BlockItem::Enabled {
@@ -691,7 +693,20 @@ impl<'a> FlowDecoder<'a> {
                     self.enabled = false;
                     return Ok(true);
                 }
-                Ev::Tnt { .. } | Ev::Tip(None) | Ev::Pgd(_) | Ev::AsyncDisabled { .. } => {
+                // Tracing goes off: said, as libipt says it, and the walk
+                // goes on with tracing off.
+                Ev::Pgd(ip) => {
+                    self.enabled = false;
+                    let item = BlockItem::Disabled {
+                        ip,
+                        tsc,
+                        status_update: false,
+                    };
+                    self.emit(f, item)?;
+                    self.consume()?;
+                    return Ok(true);
+                }
+                Ev::Tnt { .. } | Ev::Tip(None) => {
                     self.enabled = false;
                     self.consume()?;
                 }
@@ -2968,5 +2983,32 @@ mod conformance {
         let t = base().psb_at(0x1000).fup(0x1001).pgd_noip();
         let got = agreed(&t, &nops(), &on(cpu));
         assert_eq!(got[2], "Overflow { ip: Some(4096), tsc: None }", "{got:#?}");
+    }
+
+    #[test]
+    fn resuming_after_errors_reports_a_disable_and_errors_again_at_unmapped_tips() {
+        // Intel's ptxed-resync-nomap-tip_pgd: 0x3000 call rax, to nowhere;
+        // TNTs; a TIP to nowhere again; a TNT; TIP.PGD.
+        let code: [(u64, &[u8]); 1] = [(0x3000, &[0xff, 0xd0, 0xf4])];
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .tnt("ntt")
+            .tnt("ntt")
+            .tip(0x9100)
+            .tnt("ntt")
+            .pgd(0x3002);
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x3000..0x3000 1 Call",
+                "error at Some(9000)",
+                "Enabled { ip: 37120, status_update: false, tsc: None }",
+                "error at Some(9100)",
+                "Disabled { ip: Some(12290), tsc: None, status_update: false }",
+            ],
+            "{got:#?}"
+        );
     }
 }
