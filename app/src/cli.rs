@@ -619,6 +619,15 @@ fn info(path: &Path) -> Result<ExitCode> {
         f.cpuid.as_deref().unwrap_or("unknown"),
         f.cpudesc.as_deref().unwrap_or("?")
     )?;
+    let errata =
+        ptscope_decoder::errata::Errata::of(&ptscope_decoder::block::decoder_config(&trace));
+    if errata != ptscope_decoder::errata::Errata::default() {
+        writeln!(
+            out,
+            "  errata:  {} (worked around as libipt does)",
+            errata.names().join(", ")
+        )?;
+    }
     if let Some(h) = &f.hostname {
         writeln!(
             out,

@@ -52,6 +52,26 @@ impl Errata {
         }
         crate::ffi::cpu_errata(cfg.family, cfg.model, cfg.stepping)
     }
+
+    /// The names of the errata this CPU has, as Intel's specification
+    /// updates name them.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.bdm70, "BDM70"),
+            (self.bdm64, "BDM64"),
+            (self.skd007, "SKD007"),
+            (self.skd022, "SKD022"),
+            (self.skd010, "SKD010"),
+            (self.skl014, "SKL014"),
+            (self.apl11, "APL11"),
+            (self.apl12, "APL12"),
+            (self.skl168, "SKL168"),
+            (self.skz84, "SKZ84"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
 }
 
 #[cfg(test)]
@@ -73,6 +93,7 @@ mod tests {
         assert!(kbl.bdm70 && kbl.skd007 && kbl.skd022 && kbl.skd010 && kbl.skl014);
         let apl = on("6/0x5c");
         assert!(apl.apl11 && apl.apl12 && !apl.bdm70);
+        assert_eq!(apl.names(), ["APL11", "APL12"]);
         assert_eq!(on("6/0x01"), Errata::default());
         assert_eq!(Errata::of(&DecoderConfig::default()), Errata::default());
     }

@@ -455,6 +455,10 @@ struct Reader {
     /// The next FUP belongs to the packet before it (TSX, PTW, EXSTOP, CFE,
     /// TRIG).
     fup_bound: bool,
+    /// Whether the packets read so far leave tracing on (PacketEn, as the
+    /// packets say it, ahead of the flow): a MODE.TSX binds the FUP after
+    /// it only while tracing is on.
+    tracing: bool,
     /// Event Trace: what the EVDs read so far expect of the CFE they
     /// precede (`CFE_DUE_*` bits).
     cfe_due: u8,
@@ -515,6 +519,7 @@ impl<'a> FlowDecoder<'a> {
                 time: Time::default(),
                 fup_bound: false,
                 mode_bound: false,
+                tracing: false,
                 cfe_due: 0,
                 bitness: 64,
             },
@@ -721,6 +726,7 @@ impl<'a> FlowDecoder<'a> {
             time: Time::default(),
             fup_bound: false,
             mode_bound: false,
+            tracing: false,
             cfe_due: 0,
             bitness: 64,
         };
@@ -764,6 +770,12 @@ impl<'a> FlowDecoder<'a> {
     fn fetch_first(&mut self) -> Result<(), Halt> {
         self.ev = self.fetch()?;
         self.ev_tsc = self.rd.time.tsc();
+        match self.ev {
+            Ev::Pge(_) => self.rd.tracing = true,
+            Ev::Pgd(_) | Ev::AsyncDisabled { .. } => self.rd.tracing = false,
+            Ev::Psb(ip) | Ev::Overflow(ip) => self.rd.tracing = ip.is_some(),
+            _ => {}
+        }
         Ok(())
     }
 
@@ -852,7 +864,8 @@ impl<'a> FlowDecoder<'a> {
             // A begin or commit binds the FUP after it (a TSX event at that
             // IP, no branch); an abort's FUP starts an asynchronous branch
             // to the abort handler, or a disable, like an interrupt's.
-            Packet::ModeTsx { abort, .. } => self.rd.fup_bound |= !abort,
+            // While tracing is off, MODE.TSX stands alone.
+            Packet::ModeTsx { abort, .. } => self.rd.fup_bound |= !abort && self.rd.tracing,
             Packet::Exstop { ip } => self.rd.fup_bound |= ip,
             Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
             Packet::Trig { ip, .. } => self.rd.fup_bound |= ip,
@@ -3010,5 +3023,26 @@ mod conformance {
             ],
             "{got:#?}"
         );
+    }
+
+    #[test]
+    fn a_mode_tsx_while_tracing_is_off_binds_no_fup() {
+        // Intel's tip_pgd-tsx: begin before TIP.PGE, a FUP and TIP.PGD;
+        // an abort while off, TIP.PGE, a FUP and TIP.PGD.
+        let t = T::default()
+            .psb()
+            .exec64()
+            .psbend()
+            .tsx(true, false)
+            .pge(0x1000)
+            .fup(0x1001)
+            .pgd_noip()
+            .tsx(false, true)
+            .pge(0x1003)
+            .fup(0x1004)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "AsyncDisabled"), 2, "{got:#?}");
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
     }
 }
