@@ -17,14 +17,16 @@
 //!   the synchronous disable it is (the instruction runs);
 //! - SKD010: an OVF's FUP may be missing although tracing is on: a later
 //!   TIP, FUP (after MODE.TSX) or PSB+ FUP gives the IP to resume at, a
-//!   TIP.PGD says tracing went off.
+//!   TIP.PGD says tracing went off;
+//! - BDM64: a TSX abort right after a branch that needed trace may have
+//!   corrupted that branch's trace: where the code cannot get from the
+//!   branch's target to the abort without another branch, the branch led
+//!   to the abort.
 //!
-//! Not worked around (libipt does): BDM64 (a TSX abort right after a
-//! branch may corrupt that branch's trace: libipt then takes the abort's
-//! IP as the branch's target when the code cannot get there), SKL014
-//! (applies only with IP filters, which ptscope's captures do not set and
-//! whose configuration no input records), SKL168 (timing packets: the
-//! timing module's concern).
+//! Not worked around by the flow decoder (libipt does): SKL014 (applies
+//! only with IP filters, which ptscope's captures do not set and whose
+//! configuration no input records; libipt too skips it without one) and
+//! SKL168 (timing packets: the timing module's concern).
 
 use crate::block::DecoderConfig;
 

@@ -459,6 +459,10 @@ struct Reader {
     /// packets say it, ahead of the flow): a MODE.TSX binds the FUP after
     /// it only while tracing is on.
     tracing: bool,
+    /// A MODE.TSX abort was read: the next FUP is the abort's.
+    tsx_abort: bool,
+    /// The last asynchronous event read is a TSX abort.
+    async_abort: bool,
     /// Event Trace: what the EVDs read so far expect of the CFE they
     /// precede (`CFE_DUE_*` bits).
     cfe_due: u8,
@@ -498,6 +502,10 @@ pub struct FlowDecoder<'a> {
     idle: u32,
     /// Where the last PSB read starts.
     psb_at: usize,
+    /// The current event is a TSX abort's asynchronous branch or disable.
+    ev_abort: bool,
+    /// The last block reported ended at a branch (BDM64 asks).
+    after_branch: bool,
     /// After a flow error, resume at the next IP the trace gives (as perf
     /// does), not at the next PSB (as libipt does).
     resume_at_ip: bool,
@@ -520,6 +528,8 @@ impl<'a> FlowDecoder<'a> {
                 fup_bound: false,
                 mode_bound: false,
                 tracing: false,
+                tsx_abort: false,
+                async_abort: false,
                 cfe_due: 0,
                 bitness: 64,
             },
@@ -536,6 +546,8 @@ impl<'a> FlowDecoder<'a> {
             tick: None,
             idle: 0,
             psb_at: 0,
+            ev_abort: false,
+            after_branch: false,
             resume_at_ip: true,
         }
     }
@@ -727,6 +739,8 @@ impl<'a> FlowDecoder<'a> {
             fup_bound: false,
             mode_bound: false,
             tracing: false,
+            tsx_abort: false,
+            async_abort: false,
             cfe_due: 0,
             bitness: 64,
         };
@@ -770,6 +784,8 @@ impl<'a> FlowDecoder<'a> {
     fn fetch_first(&mut self) -> Result<(), Halt> {
         self.ev = self.fetch()?;
         self.ev_tsc = self.rd.time.tsc();
+        self.ev_abort = matches!(self.ev, Ev::AsyncBranch { .. } | Ev::AsyncDisabled { .. })
+            && self.rd.async_abort;
         match self.ev {
             Ev::Pge(_) => self.rd.tracing = true,
             Ev::Pgd(_) | Ev::AsyncDisabled { .. } => self.rd.tracing = false,
@@ -865,7 +881,10 @@ impl<'a> FlowDecoder<'a> {
             // IP, no branch); an abort's FUP starts an asynchronous branch
             // to the abort handler, or a disable, like an interrupt's.
             // While tracing is off, MODE.TSX stands alone.
-            Packet::ModeTsx { abort, .. } => self.rd.fup_bound |= !abort && self.rd.tracing,
+            Packet::ModeTsx { abort, .. } => {
+                self.rd.fup_bound |= !abort && self.rd.tracing;
+                self.rd.tsx_abort = abort && self.rd.tracing;
+            }
             Packet::Exstop { ip } => self.rd.fup_bound |= ip,
             Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
             Packet::Trig { ip, .. } => self.rd.fup_bound |= ip,
@@ -971,6 +990,7 @@ impl<'a> FlowDecoder<'a> {
                                 continue;
                             }
                             let from = ip.ok_or(self.fail(PtError::NOIP, None))?;
+                            self.rd.async_abort = std::mem::take(&mut self.rd.tsx_abort);
                             return self.async_event(from);
                         }
                     }
@@ -1312,6 +1332,7 @@ impl<'a> FlowDecoder<'a> {
         let a = std::mem::take(&mut self.acc);
         if a.ninsn > 0 {
             let end = a.end.unwrap_or(Class::Other);
+            self.after_branch = !matches!(end, Class::Other | Class::MovCr3);
             self.emit(
                 f,
                 BlockItem::Block(Block {
@@ -1781,6 +1802,23 @@ impl<'a> FlowDecoder<'a> {
         Ok(())
     }
 
+    /// Whether the code from the flow's IP gets to `to` without a branch,
+    /// within as many instructions as libipt looks at.
+    fn contiguous(&self, to: u64) -> bool {
+        let Some(cur) = self.cur else { return false };
+        let mut ip = self.ip;
+        for _ in 0..0x100 {
+            if ip == to {
+                return true;
+            }
+            match decode_one(self.images[cur], ip, self.rd.bitness) {
+                Ok(r) if matches!(r.class, Class::Other | Class::MovCr3) => ip = r.next,
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// The VMLAUNCH or VMRESUME at `at`, if that is what is there.
     fn vm_entry_at(&self, at: u64) -> Option<Run> {
         let mem = self.images[self.cur?];
@@ -1796,6 +1834,14 @@ impl<'a> FlowDecoder<'a> {
         target: u64,
         f: &mut F,
     ) -> Result<(), Halt> {
+        // BDM64: a TSX abort right after a branch that needed trace may
+        // have corrupted that branch's trace; where the code cannot get to
+        // the abort from where the branch led, the branch led there.
+        if self.ev_abort && self.errata.bdm64 && self.after_branch && self.acc.ninsn == 0 {
+            if !self.contiguous(target) {
+                self.ip = target;
+            }
+        }
         let mut steps: u32 = 0;
         while self.ip != target {
             steps += 1;
@@ -3044,5 +3090,35 @@ mod conformance {
         let got = agreed(&t, &nops(), &DecoderConfig::default());
         assert_eq!(count(&got, "AsyncDisabled"), 2, "{got:#?}");
         assert_eq!(count(&got, "error"), 0, "{got:#?}");
+    }
+
+    #[test]
+    fn bdm64_a_tsx_abort_right_after_a_branch_is_where_the_branch_led() {
+        // 0x1000 test [rax], rbx; 0x1003 je 0x1008; 0x1005 nop;
+        // 0x1006 je 0x100c; 0x1008 hlt; hlt; 0x100a nop; nop; 0x100c hlt.
+        // The first je's bit says not taken, but the abort is at 0x1008.
+        let code: &[u8] = &[
+            0x48, 0x85, 0x18, 0x74, 0x03, 0x90, 0x74, 0x04, 0xf4, 0xf4, 0x90, 0x90, 0xf4,
+        ];
+        let t = T::default()
+            .psb()
+            .exec64()
+            .tsx(true, false)
+            .fup(0x1000)
+            .psbend()
+            .tnt("n")
+            .tsx(false, true)
+            .fup(0x1008)
+            .tip(0x100a)
+            .fup(0x100b)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1003 2 CondJump",
+            "AsyncBranch { from: 4104, to: 4106, tsc: None }",
+            "block 0x100a..0x100a 1 Other",
+            "AsyncDisabled { at: 4107, tsc: None }",
+        ];
+        erratum("6/0x3d", &t, &[(0x1000, code)], &want);
     }
 }
