@@ -3121,4 +3121,25 @@ mod conformance {
         ];
         erratum("6/0x3d", &t, &[(0x1000, code)], &want);
     }
+
+    #[test]
+    fn a_trig_with_ip_binds_its_fup_while_tracing_is_off_too() {
+        // Intel's trig-fup: 0x1000 jle 0x1003; hlt; 0x1003 call 0x1009;
+        // hlt; 0x1009 nop; nop. Each TRIG.IP's FUP is its anchor, never
+        // an interrupt, with tracing on or off.
+        let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xe8, 0x01, 0, 0, 0, 0xf4, 0x90, 0x90];
+        let trig = |t: T| t.raw(&[0xd9, 0xc0, 0x1a, 0, 0]);
+        let t = T::default().psb_at(0x1000).tnt("t");
+        let t = trig(t).fup(0x1003).pgd(0x1009);
+        let t = trig(trig(t).fup(0x1009)).fup(0x100a);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1003 2 Call",
+                "Disabled { ip: Some(4105), tsc: None, status_update: false }",
+            ],
+            "{got:#?}"
+        );
+    }
 }
