@@ -1837,10 +1837,13 @@ impl<'a> FlowDecoder<'a> {
         // BDM64: a TSX abort right after a branch that needed trace may
         // have corrupted that branch's trace; where the code cannot get to
         // the abort from where the branch led, the branch led there.
-        if self.ev_abort && self.errata.bdm64 && self.after_branch && self.acc.ninsn == 0 {
-            if !self.contiguous(target) {
-                self.ip = target;
-            }
+        if self.ev_abort
+            && self.errata.bdm64
+            && self.after_branch
+            && self.acc.ninsn == 0
+            && !self.contiguous(target)
+        {
+            self.ip = target;
         }
         let mut steps: u32 = 0;
         while self.ip != target {
