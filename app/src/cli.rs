@@ -242,6 +242,11 @@ pub struct InputOpts {
     /// PT bytes per chunk of the parallel coarse pass (K, M suffixes).
     #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "128K")]
     pub chunk: usize,
+    /// Decode as on this CPU (FAMILY/MODEL[/STEPPING], decimal or 0x hex,
+    /// e.g. 6/0x8e/9): its errata are worked around as libipt does. Over
+    /// the cpuid a perf.data or snapshot records; a raw dump records none.
+    #[arg(long, value_name = "F/M[/S]")]
+    pub cpu: Option<ptscope_decoder::block::Cpu>,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -352,6 +357,7 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
     let opts = OpenOptions {
         raw_images: input.raw.clone(),
+        cpu: input.cpu,
         threads,
         engine,
         parallel,
@@ -641,6 +647,15 @@ fn info(path: &Path) -> Result<ExitCode> {
         f.cpuid.as_deref().unwrap_or("unknown"),
         f.cpudesc.as_deref().unwrap_or("?")
     )?;
+    let errata =
+        ptscope_decoder::errata::Errata::of(&ptscope_decoder::block::decoder_config(&trace));
+    if errata != ptscope_decoder::errata::Errata::default() {
+        writeln!(
+            out,
+            "  errata:  {} (worked around as libipt does)",
+            errata.names().join(", ")
+        )?;
+    }
     if let Some(h) = &f.hostname {
         writeln!(
             out,

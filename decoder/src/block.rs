@@ -58,6 +58,63 @@ pub struct DecoderConfig {
     pub nom_freq: u8,
 }
 
+/// A CPU by family, model and stepping, as CPUID gives them: what decides
+/// the errata a decoder works around ([`crate::errata`]). Written
+/// `FAMILY/MODEL[/STEPPING]`, each decimal or `0x` hex, as ptxed's `--cpu`
+/// takes it (e.g. `6/0x8e/9`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cpu {
+    pub family: u16,
+    pub model: u8,
+    pub stepping: u8,
+}
+
+impl std::str::FromStr for Cpu {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Cpu, String> {
+        fn num<T: TryFrom<u64>>(part: &str, what: &str) -> Result<T, String> {
+            let v = match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => part.parse::<u64>(),
+            };
+            v.ok()
+                .and_then(|v| T::try_from(v).ok())
+                .ok_or_else(|| format!("`{part}` is not a CPU {what}"))
+        }
+        let parts: Vec<&str> = s.trim().split('/').collect();
+        if !(2..=3).contains(&parts.len()) {
+            return Err(format!(
+                "`{s}` is not FAMILY/MODEL[/STEPPING] (e.g. 6/0x8e/9)"
+            ));
+        }
+        Ok(Cpu {
+            family: num(parts[0], "family")?,
+            model: num(parts[1], "model")?,
+            stepping: parts.get(2).map_or(Ok(0), |p| num(p, "stepping"))?,
+        })
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{:#x}/{}", self.family, self.model, self.stepping)
+    }
+}
+
+impl DecoderConfig {
+    /// The same configuration for `cpu` (the user's `--cpu`, over what the
+    /// input says).
+    pub fn with_cpu(self, cpu: Cpu) -> DecoderConfig {
+        DecoderConfig {
+            family: cpu.family,
+            model: cpu.model,
+            stepping: cpu.stepping,
+            ..self
+        }
+    }
+}
+
 /// The class of a block's last instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockEnd {
@@ -159,6 +216,19 @@ pub fn decoder_config(trace: &Trace) -> DecoderConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_reads_as_family_model_and_stepping() {
+        let c: Cpu = "6/0x8e/9".parse().unwrap();
+        assert_eq!((c.family, c.model, c.stepping), (6, 0x8e, 9));
+        assert_eq!("6/142".parse::<Cpu>().unwrap().model, 142);
+        assert_eq!(c.to_string(), "6/0x8e/9");
+        for bad in ["6", "6/0x8e/9/1", "6/0x1ff", "x/1", ""] {
+            assert!(bad.parse::<Cpu>().is_err(), "{bad}");
+        }
+        let cfg = DecoderConfig::default().with_cpu(c);
+        assert_eq!((cfg.family, cfg.model, cfg.stepping), (6, 0x8e, 9));
+    }
 
     #[test]
     fn a_ratio_too_wide_for_its_field_is_unknown_not_its_low_bits() {

@@ -61,6 +61,8 @@ pub struct DecodeOptions {
     pub engine: Engine,
     /// How the flow engine's coarse pass spreads over cores.
     pub parallel: Parallel,
+    /// The CPU whose errata to work around, over the trace's cpuid.
+    pub cpu: Option<crate::block::Cpu>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -217,7 +219,10 @@ pub fn decode_trace(
         path: snap.path.clone(),
         error,
     };
-    let cfg = decoder_config(trace);
+    let mut cfg = decoder_config(trace);
+    if let Some(cpu) = opts.cpu {
+        cfg = cfg.with_cpu(cpu);
+    }
     let mut loaders = Loaders {
         engine: opts.engine,
         cache: SectionCache::new().map_err(libipt)?,
@@ -958,5 +963,41 @@ mod tests {
         // It stopped at the first block, not at the end.
         let (done, total) = progress.segments();
         assert!(done < total, "{done} of {total}");
+    }
+
+    /// After a flow error the walk resumes at the next TIP, not at the
+    /// next PSB (as perf does), and chunks still give what one walk gives.
+    #[test]
+    fn chunks_resume_after_flow_errors_as_one_walk_does() {
+        use crate::packet::{IpKind, Packet, Packets};
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let mut damaged = 0;
+        for s in &mut trace.streams {
+            let mut data = s.data.to_vec();
+            let tips: Vec<(usize, u8)> = Packets::new(&s.data)
+                .filter_map(|(at, p)| match p {
+                    Ok(Packet::Tip {
+                        kind: IpKind::Tip,
+                        ipb: ipb @ (2 | 3 | 4 | 6),
+                        ..
+                    }) => Some((at, ipb)),
+                    _ => None,
+                })
+                .collect();
+            // Every third far TIP goes to 0x10, where nothing is mapped.
+            for &(at, ipb) in tips.iter().step_by(3) {
+                let len = [0, 2, 4, 6, 6, 0, 8][ipb as usize];
+                data[at + 1..at + 1 + len].fill(0);
+                data[at + 1] = 0x10;
+                damaged += 1;
+            }
+            s.data = data.into();
+        }
+        assert!(damaged > 3, "{damaged}");
+        let (one, many) = one_walk_and_chunks(&snap, &trace);
+        let errors: usize = one.threads.iter().map(|t| t.walk.errors.len()).sum();
+        assert!(errors >= damaged, "{errors} errors for {damaged} bad TIPs");
+        assert_same(&one.canonical(), &many.canonical());
     }
 }

@@ -67,6 +67,36 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
     }
 }
 
+/// libipt's errata for a CPU (none for one it does not know).
+pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> crate::errata::Errata {
+    // SAFETY: pt_cpu and pt_errata are plain data for which all-zero is
+    // valid; pt_cpu_errata only writes the errata it is given.
+    let e = unsafe {
+        let mut cpu: sys::pt_cpu = zeroed();
+        cpu.vendor = sys::pt_cpu_vendor_pcv_intel;
+        cpu.family = family;
+        cpu.model = model;
+        cpu.stepping = stepping;
+        let mut e: sys::pt_errata = zeroed();
+        if sys::pt_cpu_errata(&mut e, &cpu) < 0 {
+            return crate::errata::Errata::default();
+        }
+        e
+    };
+    crate::errata::Errata {
+        bdm70: e.bdm70() != 0,
+        bdm64: e.bdm64() != 0,
+        skd007: e.skd007() != 0,
+        skd022: e.skd022() != 0,
+        skd010: e.skd010() != 0,
+        skl014: e.skl014() != 0,
+        apl11: e.apl11() != 0,
+        apl12: e.apl12() != 0,
+        skl168: e.skl168() != 0,
+        skz84: e.skz84() != 0,
+    }
+}
+
 /// One instruction as libipt reports it.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodedInsn {

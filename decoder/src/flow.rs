@@ -24,15 +24,34 @@
 //! - a tick marks the first branch whose packet came after a timing
 //!   packet, so times bind to exact instructions.
 //!
-//! Anything the trace and the code disagree on is a decode error; the walk
-//! resumes at the next PSB, like libipt. Next after the trace consumed,
-//! not after what the reader read ahead: a PSB+ read ahead for the
-//! failing instruction is where the walk resumes, as a chunk cut there
-//! starts (libipt syncs from where its reader is, which may be past it).
+//! Anything the trace and the code disagree on is a decode error. After one
+//! of the flow (code that cannot be read, trace that disagrees with it) the
+//! walk resumes at the next packet that says where the flow is (a TIP, a
+//! FUP, TIP.PGE, OVF), as perf's decoder does; after a bad packet, and
+//! where a PSB comes first, at the next PSB, like libipt (which resyncs
+//! only there: [`FlowDecoder::resync_at_psb_only`] does the same for the
+//! tests that compare the two). Next after the trace consumed, not after
+//! what the reader read ahead: a PSB+ read ahead for the failing
+//! instruction is where the walk resumes, as a chunk cut there starts
+//! (libipt syncs from where its reader is, which may be past it).
+//!
+//! The walk stops where the trace ends, as libipt's does, not at the next
+//! instruction that would need trace. Intel's conformance traces (libipt's
+//! pttc tests) are the model for the finer rules: MODE.TSX in PSB+ is
+//! status and binds no FUP; outside it a begin or commit binds the FUP
+//! after it, and an abort's FUP and TIP are an asynchronous branch; a
+//! MODE.Exec binds the next TIP or FUP; CFE and TRIG with their IP bit bind
+//! the FUP after them, and EVDs must precede the CFE they belong to; a
+//! TIP.PGD without IP binds to a MOV CR3 too; `call $+5` pushes no return
+//! address; the CPU's errata are applied as libipt applies them
+//! ([`crate::errata`]).
 
-use iced_x86::{Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{
+    Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, Register,
+};
 
 use crate::block::{Block, BlockEnd, BlockItem, DecoderConfig, PtError};
+use crate::errata::Errata;
 use crate::memory::Memory;
 use crate::packet::{self, IpKind, Packet, PacketError};
 use crate::timing::Time;
@@ -52,14 +71,22 @@ pub enum Class {
     /// sysret, iret, far ret.
     FarReturn,
     FarJump,
+    /// `mov cr3, reg`: no branch, but a TIP.PGD without an IP binds to it
+    /// (tracing filtered by CR3 stops at the address-space switch).
+    MovCr3,
 }
 
 impl Class {
     pub fn of(insn: &Instruction) -> Class {
         match insn.flow_control() {
-            FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
-                Class::Other
+            FlowControl::Next => {
+                if insn.mnemonic() == Mnemonic::Mov && insn.op0_register() == Register::CR3 {
+                    Class::MovCr3
+                } else {
+                    Class::Other
+                }
             }
+            FlowControl::XbeginXabortXend | FlowControl::Exception => Class::Other,
             FlowControl::UnconditionalBranch => {
                 if insn.is_jmp_far() {
                     Class::FarJump
@@ -102,12 +129,15 @@ impl Class {
 
     /// The instruction consumes trace: a TNT bit or a TIP.
     fn needs_trace(self) -> bool {
-        !matches!(self, Class::Other | Class::Call | Class::Jump)
+        !matches!(
+            self,
+            Class::Other | Class::Call | Class::Jump | Class::MovCr3
+        )
     }
 
     fn block_end(self) -> BlockEnd {
         match self {
-            Class::Other => BlockEnd::Other,
+            Class::Other | Class::MovCr3 => BlockEnd::Other,
             Class::Call | Class::IndirectCall => BlockEnd::Call,
             Class::Return => BlockEnd::Return,
             Class::Jump | Class::IndirectJump => BlockEnd::Jump,
@@ -221,19 +251,77 @@ const NO_RUN: Run = Run {
     class: Class::Other,
 };
 
-/// Decodes one instruction at `ip`.
-fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Instruction, PtError> {
+/// APX's JMPABS: the REX2 prefix with a zero payload (`D5 00`), opcode
+/// `A1` and a 64-bit absolute target. iced-x86 does not decode it yet, so
+/// we recognize it by hand; libipt takes it as an indirect jump whose TIP
+/// gives the target (its immediate is not trusted), and so do we.
+fn is_jmpabs(bytes: &[u8], bitness: u32) -> bool {
+    bitness == 64 && bytes.len() >= JMPABS_LEN as usize && bytes[..3] == [0xd5, 0x00, 0xa1]
+}
+
+const JMPABS_LEN: u64 = 11;
+
+/// One instruction as a run of its own.
+fn one(insn: &Instruction) -> Run {
+    let class = Class::of(insn);
+    let target = if matches!(class, Class::Call | Class::Jump | Class::CondJump) {
+        insn.near_branch_target()
+    } else {
+        0
+    };
+    Run {
+        ninsn: 1,
+        last: insn.ip(),
+        next: insn.next_ip(),
+        target,
+        class,
+    }
+}
+
+/// Decodes one instruction at `ip`, as a run of one. An instruction that
+/// runs past the end of its section into the next one (two raw images
+/// mapped back to back) is read across both, as libipt does.
+fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
     let bytes = mem.bytes_at(ip).ok_or(PtError::NOMAP)?;
     let mut dec = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
     let insn = dec.decode();
-    if insn.is_invalid() {
-        return Err(match dec.last_error() {
-            // Cut off at the end of the mapping: the rest is not there.
-            DecoderError::NoMoreBytes => PtError::NOMAP,
-            _ => PtError::BAD_INSN,
-        });
+    if !insn.is_invalid() {
+        return Ok(one(&insn));
     }
-    Ok(insn)
+    if is_jmpabs(bytes, bitness) {
+        return Ok(jmpabs(ip));
+    }
+    if dec.last_error() != DecoderError::NoMoreBytes {
+        return Err(PtError::BAD_INSN);
+    }
+    // Cut off at the end of the section: the rest may be in the next.
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    if n > bytes.len() {
+        let mut dec = Decoder::with_ip(bitness, &buf[..n], ip, DecoderOptions::NONE);
+        let insn = dec.decode();
+        if !insn.is_invalid() {
+            return Ok(one(&insn));
+        }
+        if is_jmpabs(&buf[..n], bitness) {
+            return Ok(jmpabs(ip));
+        }
+        if dec.last_error() != DecoderError::NoMoreBytes {
+            return Err(PtError::BAD_INSN);
+        }
+    }
+    // The rest is not there.
+    Err(PtError::NOMAP)
+}
+
+fn jmpabs(ip: u64) -> Run {
+    Run {
+        ninsn: 1,
+        last: ip,
+        next: ip + JMPABS_LEN,
+        target: 0,
+        class: Class::IndirectJump,
+    }
 }
 
 /// Decodes the run at `ip`.
@@ -260,8 +348,9 @@ fn decode_run(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
         }
     }
     if run.ninsn == 0 {
-        // The error comes from the instruction that could not be decoded.
-        return decode_one(mem, ip, bitness).map(|_| run);
+        // An instruction iced-x86 does not know, one cut off by the end of
+        // its section, or an error, which comes from that instruction.
+        return decode_one(mem, ip, bitness);
     }
     Ok(run)
 }
@@ -289,6 +378,17 @@ enum Ev {
     Eos,
 }
 
+/// A direct call pushes its return address, unless it calls the next
+/// instruction: `call $+5` reads the IP in position-independent code and
+/// never returns, and the hardware does not push it for return compression
+/// (nor does libipt).
+#[inline]
+fn push_call(dec: &mut FlowDecoder<'_>, next: u64, target: u64) {
+    if target != next {
+        dec.push_ret(next);
+    }
+}
+
 /// Why a walk stopped before the end.
 enum Halt {
     /// The caller asked to stop.
@@ -299,6 +399,10 @@ enum Halt {
         offset: u64,
         error: PtError,
         ip: Option<u64>,
+        /// The packets are sound, only the flow is lost (code that cannot
+        /// be read, or trace that disagrees with it): the walk may resume
+        /// at the next packet that says where the flow is.
+        resumable: bool,
     },
 }
 
@@ -328,14 +432,44 @@ const MAX_STEP_INSNS: u32 = 1 << 20;
 /// short; a damaged one may never, and may hold a PSB every 16 bytes.
 const MAX_PSB_STEP_INSNS: u32 = 1 << 13;
 
+// Event Trace's CFE types and EVD types (libipt's `pt_cfe_type`,
+// `pt_evd_type`), and what an EVD expects of the CFE after it.
+const CFE_INTR: u8 = 0x01;
+const CFE_RSM: u8 = 0x04;
+const CFE_SIPI: u8 = 0x05;
+const CFE_VMEXIT: u8 = 0x08;
+const CFE_VMEXIT_INTR: u8 = 0x09;
+const EVD_CR2: u8 = 0;
+const EVD_VMXQ: u8 = 1;
+const EVD_VMXR: u8 = 2;
+const CFE_DUE_INTR: u8 = 1;
+const CFE_DUE_VMXQ: u8 = 2;
+const CFE_DUE_VMXR: u8 = 4;
+
 /// Packet-reading state that a look-ahead may have to undo.
 #[derive(Clone, Copy)]
 struct Reader {
     pos: usize,
     last_ip: u64,
     time: Time,
-    /// The next FUP belongs to the packet before it (TSX, PTW, EXSTOP, CFE).
+    /// The next FUP belongs to the packet before it (TSX, PTW, EXSTOP, CFE,
+    /// TRIG).
     fup_bound: bool,
+    /// Whether the packets read so far leave tracing on (PacketEn, as the
+    /// packets say it, ahead of the flow): a MODE.TSX binds the FUP after
+    /// it only while tracing is on.
+    tracing: bool,
+    /// A MODE.TSX abort was read: the next FUP is the abort's.
+    tsx_abort: bool,
+    /// The last asynchronous event read is a TSX abort.
+    async_abort: bool,
+    /// Event Trace: what the EVDs read so far expect of the CFE they
+    /// precede (`CFE_DUE_*` bits).
+    cfe_due: u8,
+    /// A MODE.Exec outside PSB+ waits for the packet it binds to: the next
+    /// TIP, TIP.PGE or TIP.PGD, or a FUP (with Event Trace, an IF change's
+    /// MODE.Exec comes with one), which is then no event of its own.
+    mode_bound: bool,
     bitness: u32,
 }
 
@@ -344,6 +478,7 @@ struct Reader {
 pub struct FlowDecoder<'a> {
     trace: &'a [u8],
     cfg: DecoderConfig,
+    errata: Errata,
     images: Vec<&'a Memory>,
     /// The runs of images not current (the current one's are in `cache`).
     caches: Vec<RunCache>,
@@ -367,6 +502,13 @@ pub struct FlowDecoder<'a> {
     idle: u32,
     /// Where the last PSB read starts.
     psb_at: usize,
+    /// The current event is a TSX abort's asynchronous branch or disable.
+    ev_abort: bool,
+    /// The last block reported ended at a branch (BDM64 asks).
+    after_branch: bool,
+    /// After a flow error, resume at the next IP the trace gives (as perf
+    /// does), not at the next PSB (as libipt does).
+    resume_at_ip: bool,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -374,6 +516,7 @@ impl<'a> FlowDecoder<'a> {
         FlowDecoder {
             trace,
             cfg: *cfg,
+            errata: Errata::of(cfg),
             images: Vec::new(),
             caches: Vec::new(),
             cur: None,
@@ -383,6 +526,11 @@ impl<'a> FlowDecoder<'a> {
                 last_ip: 0,
                 time: Time::default(),
                 fup_bound: false,
+                mode_bound: false,
+                tracing: false,
+                tsx_abort: false,
+                async_abort: false,
+                cfe_due: 0,
                 bitness: 64,
             },
             consumed: 0,
@@ -398,6 +546,9 @@ impl<'a> FlowDecoder<'a> {
             tick: None,
             idle: 0,
             psb_at: 0,
+            ev_abort: false,
+            after_branch: false,
+            resume_at_ip: true,
         }
     }
 
@@ -452,25 +603,129 @@ impl<'a> FlowDecoder<'a> {
             if !on_item(self, BlockItem::Sync { offset: at as u64 }) {
                 return;
             }
-            let halt = self.fetch_first().and_then(|()| self.run(&mut on_item));
-            match halt {
-                Ok(()) | Err(Halt::Stop) => return,
-                Err(Halt::End) => {
-                    let _ = self.end_block(&mut on_item);
-                    return;
+            let mut halt = self.fetch_first().and_then(|()| self.run(&mut on_item));
+            loop {
+                match halt {
+                    Ok(()) | Err(Halt::Stop) => return,
+                    Err(Halt::End) => {
+                        let _ = self.end_block(&mut on_item);
+                        return;
+                    }
+                    Err(Halt::Fail {
+                        offset,
+                        error,
+                        ip,
+                        resumable,
+                    }) => {
+                        // What ran before the failure still ran.
+                        let ip = if self.acc.ninsn > 0 { None } else { ip };
+                        if self.end_block(&mut on_item).is_err() {
+                            return;
+                        }
+                        let item = BlockItem::Error { offset, error, ip };
+                        if !on_item(self, item) {
+                            return;
+                        }
+                        if resumable && self.resume_at_ip {
+                            match self.resume(&mut on_item) {
+                                Ok(true) => {
+                                    halt = self.run(&mut on_item);
+                                    continue;
+                                }
+                                // At a PSB: the walk syncs there.
+                                Ok(false) => from = self.psb_at.max(at + 1),
+                                Err(h) => {
+                                    halt = Err(h);
+                                    continue;
+                                }
+                            }
+                        } else {
+                            // Resync past the failure, and past this PSB at
+                            // least.
+                            from = (offset as usize).max(at + 1).min(self.trace.len());
+                        }
+                        break;
+                    }
                 }
-                Err(Halt::Fail { offset, error, ip }) => {
-                    // What ran before the failure still ran.
-                    let ip = if self.acc.ninsn > 0 { None } else { ip };
-                    if self.end_block(&mut on_item).is_err() {
-                        return;
-                    }
-                    let item = BlockItem::Error { offset, error, ip };
-                    if !on_item(self, item) {
-                        return;
-                    }
-                    // Resync past the failure, and past this PSB at least.
-                    from = (offset as usize).max(at + 1).min(self.trace.len());
+            }
+        }
+    }
+
+    /// Resyncs only at PSBs after an error, as libipt does (the tests that
+    /// compare the two decoders item for item use it); by default the walk
+    /// resumes at the next packet that gives the flow's IP, as perf does.
+    pub fn resync_at_psb_only(&mut self) {
+        self.resume_at_ip = false;
+    }
+
+    /// After a flow error (the packets are sound: code that cannot be read,
+    /// say, a binary or the kernel missing): resumes where the trace next
+    /// says where the flow is, as perf's decoder does, rather than at the
+    /// next PSB, which may be far. A TIP gives the flow's IP (tracing is on
+    /// there: [`BlockItem::Enabled`]); a FUP and the TIP after it, an
+    /// asynchronous branch (or disable) from the FUP's IP; TIP.PGE and OVF
+    /// resume as they always do; a TIP.PGD says tracing is off. TNT bits
+    /// mean nothing without the flow and are skipped. This is what libipt
+    /// 2.2's resync (`ptxed --resync-on-error`) does too. The trace's last IP is sound, so a TIP whose
+    /// IP is compressed against it is as good as a full one. Whole walks
+    /// and chunks resume alike, since what happens depends only on the
+    /// packets since the last PSB. False at a PSB: the walk syncs there.
+    fn resume<F: FnMut(&mut Self, BlockItem) -> bool>(&mut self, f: &mut F) -> Result<bool, Halt> {
+        // The hardware's calls since the lost flow are unknown.
+        self.ret_len = 0;
+        self.acc = Acc::default();
+        self.tick = None;
+        self.idle = 0;
+        loop {
+            let tsc = self.ev_time();
+            match self.ev {
+                Ev::Psb(_) => return Ok(false),
+                Ev::Eos => return Err(Halt::End),
+                Ev::Tip(Some(ip)) => {
+                    self.enabled = true;
+                    self.ip = ip;
+                    let item = BlockItem::Enabled {
+                        ip,
+                        status_update: false,
+                        tsc,
+                    };
+                    self.emit(f, item)?;
+                    self.consume()?;
+                    return Ok(true);
+                }
+                Ev::AsyncBranch { from: at, .. } | Ev::AsyncDisabled { at } => {
+                    // The flow is at the FUP's IP: the event reports next.
+                    let from = at;
+                    self.enabled = true;
+                    self.ip = from;
+                    let item = BlockItem::Enabled {
+                        ip: from,
+                        status_update: false,
+                        tsc,
+                    };
+                    self.emit(f, item)?;
+                    return Ok(true);
+                }
+                Ev::Pge(_) | Ev::Overflow(_) => {
+                    self.enabled = false;
+                    return Ok(true);
+                }
+                // Tracing goes off: said, as libipt says it, and the walk
+                // goes on with tracing off.
+                Ev::Pgd(ip) => {
+                    self.enabled = false;
+                    let item = BlockItem::Disabled {
+                        ip,
+                        tsc,
+                        status_update: false,
+                    };
+                    self.emit(f, item)?;
+                    self.consume()?;
+                    return Ok(true);
+                }
+                Ev::Tnt { .. } | Ev::Tip(None) => {
+                    self.enabled = false;
+                    self.consume()?;
                 }
             }
         }
@@ -482,6 +737,11 @@ impl<'a> FlowDecoder<'a> {
             last_ip: 0,
             time: Time::default(),
             fup_bound: false,
+            mode_bound: false,
+            tracing: false,
+            tsx_abort: false,
+            async_abort: false,
+            cfe_due: 0,
             bitness: 64,
         };
         self.consumed = at;
@@ -502,6 +762,7 @@ impl<'a> FlowDecoder<'a> {
             offset: self.rd.pos as u64,
             error,
             ip,
+            resumable: false,
         }
     }
 
@@ -514,6 +775,7 @@ impl<'a> FlowDecoder<'a> {
             offset: self.consumed as u64,
             error,
             ip,
+            resumable: true,
         }
     }
 
@@ -522,6 +784,14 @@ impl<'a> FlowDecoder<'a> {
     fn fetch_first(&mut self) -> Result<(), Halt> {
         self.ev = self.fetch()?;
         self.ev_tsc = self.rd.time.tsc();
+        self.ev_abort = matches!(self.ev, Ev::AsyncBranch { .. } | Ev::AsyncDisabled { .. })
+            && self.rd.async_abort;
+        match self.ev {
+            Ev::Pge(_) => self.rd.tracing = true,
+            Ev::Pgd(_) | Ev::AsyncDisabled { .. } => self.rd.tracing = false,
+            Ev::Psb(ip) | Ev::Overflow(ip) => self.rd.tracing = ip.is_some(),
+            _ => {}
+        }
         Ok(())
     }
 
@@ -553,12 +823,26 @@ impl<'a> FlowDecoder<'a> {
             return Ok(None);
         };
         match packet::parse(rest) {
+            // SKD007: an OVF overwrote this CYC's second byte.
+            Ok((Packet::Cyc(_), 2))
+                if self.errata.skd007 && rest.get(1..3) == Some(&[0x02, 0xf3]) =>
+            {
+                self.rd.pos += 1;
+                self.packet()
+            }
             Ok((p, n)) => {
                 self.rd.pos += n;
                 Ok(Some(p))
             }
             // A packet cut off by the end of the buffer ends the trace.
             Err(PacketError::Truncated) => Ok(None),
+            // SKZ84: a TMA with reserved bits set, skipped as libipt does.
+            Err(PacketError::Unknown(_))
+                if self.errata.skz84 && rest.len() >= 8 && rest[..2] == [0x02, 0x73] =>
+            {
+                self.rd.pos += 8;
+                self.packet()
+            }
             Err(PacketError::Unknown(_)) => Err(self.fail(PtError::BAD_OPC, None)),
         }
     }
@@ -577,7 +861,6 @@ impl<'a> FlowDecoder<'a> {
             | Packet::Mwait
             | Packet::Pwre
             | Packet::Pwrx
-            | Packet::Evd
             | Packet::Stop => {}
             Packet::Tsc(v) => t.on_tsc(v),
             Packet::Mtc(v) => t.on_mtc(v, &cfg),
@@ -585,6 +868,7 @@ impl<'a> FlowDecoder<'a> {
             Packet::Cyc(v) => t.on_cyc(v, &cfg),
             Packet::Cbr(v) => t.on_cbr(v),
             Packet::ModeExec { csl, csd } => {
+                self.rd.mode_bound = true;
                 self.rd.bitness = if csl {
                     64
                 } else if csd {
@@ -593,12 +877,68 @@ impl<'a> FlowDecoder<'a> {
                     16
                 };
             }
-            Packet::ModeTsx { .. } => self.rd.fup_bound = true,
-            Packet::Exstop { ip } | Packet::Cfe { ip } => self.rd.fup_bound |= ip,
+            // A begin or commit binds the FUP after it (a TSX event at that
+            // IP, no branch); an abort's FUP starts an asynchronous branch
+            // to the abort handler, or a disable, like an interrupt's.
+            // While tracing is off, MODE.TSX stands alone.
+            Packet::ModeTsx { abort, .. } => {
+                self.rd.fup_bound |= !abort && self.rd.tracing;
+                self.rd.tsx_abort = abort && self.rd.tracing;
+            }
+            Packet::Exstop { ip } => self.rd.fup_bound |= ip,
             Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
+            Packet::Trig { ip, .. } => self.rd.fup_bound |= ip,
             _ => return false,
         }
         true
+    }
+
+    /// Event Trace's CFE and the EVDs before it, checked for the orders
+    /// libipt accepts: a page fault's CR2 only for an interrupt, a VM
+    /// exit's qualification and reason once each and only for a VM exit,
+    /// and no EVD for any other CFE. A CFE with its IP bit binds the FUP
+    /// after it.
+    fn event_trace(&mut self, p: &Packet) -> Result<(), Halt> {
+        let due = self.rd.cfe_due;
+        match *p {
+            Packet::Evd { kind, .. } => {
+                self.rd.cfe_due = match kind {
+                    EVD_CR2 if due == 0 => CFE_DUE_INTR,
+                    EVD_VMXQ | EVD_VMXR => {
+                        let bit = if kind == EVD_VMXQ {
+                            CFE_DUE_VMXQ
+                        } else {
+                            CFE_DUE_VMXR
+                        };
+                        if due & !(CFE_DUE_VMXQ | CFE_DUE_VMXR) != 0 || due & bit != 0 {
+                            return Err(self.fail(PtError::BAD_CONTEXT, None));
+                        }
+                        due | bit
+                    }
+                    // Unknown EVDs add what a decoder may ignore.
+                    EVD_CR2 => return Err(self.fail(PtError::BAD_CONTEXT, None)),
+                    _ => due,
+                };
+            }
+            Packet::Cfe { ip, kind, .. } => {
+                self.rd.cfe_due = 0;
+                let fits = match kind {
+                    CFE_INTR => due & !CFE_DUE_INTR == 0,
+                    CFE_VMEXIT | CFE_VMEXIT_INTR => due & CFE_DUE_INTR == 0,
+                    _ => due == 0,
+                };
+                if !fits {
+                    return Err(self.fail(PtError::BAD_CONTEXT, None));
+                }
+                // RSM and SIPI have no IP to give.
+                if ip && matches!(kind, CFE_RSM | CFE_SIPI) {
+                    return Err(self.fail(PtError::BAD_PACKET, None));
+                }
+                self.rd.fup_bound |= ip;
+            }
+            _ => unreachable!("event_trace takes CFE and EVD"),
+        }
+        Ok(())
     }
 
     /// Reads packets up to the next event.
@@ -638,6 +978,7 @@ impl<'a> FlowDecoder<'a> {
                 }
                 Packet::Tip { kind, ipb, payload } => {
                     let ip = self.read_ip(ipb, payload);
+                    let mode_bound = std::mem::take(&mut self.rd.mode_bound);
                     match kind {
                         IpKind::Tip => return Ok(Ev::Tip(ip)),
                         IpKind::TipPge => {
@@ -645,14 +986,16 @@ impl<'a> FlowDecoder<'a> {
                         }
                         IpKind::TipPgd => return Ok(Ev::Pgd(ip)),
                         IpKind::Fup => {
-                            if std::mem::take(&mut self.rd.fup_bound) {
+                            if std::mem::take(&mut self.rd.fup_bound) | mode_bound {
                                 continue;
                             }
                             let from = ip.ok_or(self.fail(PtError::NOIP, None))?;
+                            self.rd.async_abort = std::mem::take(&mut self.rd.tsx_abort);
                             return self.async_event(from);
                         }
                     }
                 }
+                Packet::Cfe { .. } | Packet::Evd { .. } => self.event_trace(&p)?,
                 Packet::Ovf => return self.overflow(),
                 Packet::Psb => return self.psb(),
                 _ => return Err(self.fail(PtError::BAD_OPC, None)),
@@ -675,6 +1018,7 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => {
+                    self.rd.mode_bound = false;
                     let to = self
                         .read_ip(ipb, payload)
                         .ok_or(self.fail(PtError::NOIP, None))?;
@@ -685,6 +1029,7 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => {
+                    self.rd.mode_bound = false;
                     self.read_ip(ipb, payload);
                     return Ok(Ev::AsyncDisabled { at: from });
                 }
@@ -694,6 +1039,7 @@ impl<'a> FlowDecoder<'a> {
                 // there does, so the FUP is dropped rather than failing the
                 // PSB+ after it.
                 Packet::Psb => return self.psb(),
+                Packet::Cfe { .. } | Packet::Evd { .. } => self.event_trace(&p)?,
                 _ => return Err(self.fail(PtError::BAD_CONTEXT, None)),
             }
         }
@@ -711,8 +1057,22 @@ impl<'a> FlowDecoder<'a> {
                     kind: IpKind::Fup,
                     ipb,
                     payload,
-                } => return Ok(Ev::Overflow(self.read_ip(ipb, payload))),
-                Packet::Tsc(_)
+                } => {
+                    self.rd.mode_bound = false;
+                    // APL12: a FUP although tracing is off after all.
+                    if self.errata.apl12 && self.ovf_fup_is_spurious() {
+                        return Ok(Ev::Overflow(None));
+                    }
+                    return Ok(Ev::Overflow(self.read_ip(ipb, payload)));
+                }
+                // APL11: a TIP.PGD after the OVF: tracing is off.
+                Packet::Tip {
+                    kind: IpKind::TipPgd,
+                    ..
+                } if self.errata.apl11 => return Ok(Ev::Overflow(None)),
+                // Maintenance packets may come between OVF and its FUP.
+                Packet::Mnt(_)
+                | Packet::Tsc(_)
                 | Packet::Mtc(_)
                 | Packet::Tma { .. }
                 | Packet::Cyc(_)
@@ -724,10 +1084,177 @@ impl<'a> FlowDecoder<'a> {
                 _ => {
                     // Not ours: leave it for the next fetch.
                     self.rd = before;
+                    if self.errata.skd010 {
+                        return self.skd010();
+                    }
                     return Ok(Ev::Overflow(None));
                 }
             }
         }
+    }
+
+    /// SKD010: the FUP after an OVF may be missing although tracing is on.
+    /// What comes later tells: a TIP or a FUP (after a MODE.TSX, say), or a
+    /// PSB+ with a FUP, gives the IP to resume at; a TIP.PGD says tracing
+    /// went off (it is used up); a TIP.PGE, a TNT and the like that the
+    /// erratum does not explain leave the overflow with tracing off, as
+    /// without the erratum.
+    fn skd010(&mut self) -> Result<Ev, Halt> {
+        let before = self.rd;
+        let mut tsx = false;
+        let off = |dec: &mut Self| {
+            dec.rd = before;
+            Ok(Ev::Overflow(None))
+        };
+        loop {
+            let Some(p) = self.packet()? else {
+                return off(self);
+            };
+            match p {
+                Packet::Tip {
+                    kind: IpKind::TipPgd,
+                    ipb,
+                    payload,
+                } => {
+                    self.read_ip(ipb, payload);
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Overflow(None));
+                }
+                Packet::Tip {
+                    kind: IpKind::Tip | IpKind::Fup,
+                    ipb,
+                    payload,
+                } => {
+                    self.rd.mode_bound = false;
+                    self.rd.fup_bound = false;
+                    let ip = self.read_ip(ipb, payload);
+                    return if ip.is_some() {
+                        Ok(Ev::Overflow(ip))
+                    } else {
+                        off(self)
+                    };
+                }
+                Packet::ModeTsx { .. } if !tsx => tsx = true,
+                Packet::Psb => {
+                    // Resume at the FUP of this PSB+, which is read next.
+                    let psb = self.rd.pos - packet::PSB_BYTES.len();
+                    let fup =
+                        self.peek()
+                            .take_while(|p| *p != Packet::PsbEnd)
+                            .find_map(|p| match p {
+                                Packet::Tip {
+                                    kind: IpKind::Fup,
+                                    ipb: ipb @ (3 | 6),
+                                    payload,
+                                } => Some(if ipb == 3 {
+                                    ((payload << 16) as i64 >> 16) as u64
+                                } else {
+                                    payload
+                                }),
+                                _ => None,
+                            });
+                    return match fup {
+                        Some(ip) => {
+                            self.rd.pos = psb;
+                            Ok(Ev::Overflow(Some(ip)))
+                        }
+                        None => off(self),
+                    };
+                }
+                Packet::PsbEnd => return Err(self.fail(PtError::BAD_CONTEXT, None)),
+                Packet::Pip { .. }
+                | Packet::Vmcs(_)
+                | Packet::ModeExec { .. }
+                | Packet::Pad
+                | Packet::Mnt(_)
+                | Packet::Pwre
+                | Packet::Pwrx
+                | Packet::Evd { .. }
+                | Packet::Tsc(_)
+                | Packet::Mtc(_)
+                | Packet::Tma { .. }
+                | Packet::Cyc(_)
+                | Packet::Cbr(_) => {
+                    self.status(&p);
+                }
+                _ => return off(self),
+            }
+        }
+    }
+
+    /// The packets from the reader on, without reading them: `None` at
+    /// the end or at a packet that does not parse.
+    fn peek(&self) -> impl Iterator<Item = Packet> + '_ {
+        let mut pos = self.rd.pos;
+        std::iter::from_fn(move || {
+            let (p, n) = packet::parse(self.trace.get(pos..)?).ok()?;
+            pos += n;
+            Some(p)
+        })
+    }
+
+    /// BDM70: whether a TIP.PGE comes next, but for status packets.
+    fn pge_follows(&self) -> bool {
+        for p in self.peek() {
+            match p {
+                Packet::Tip {
+                    kind: IpKind::TipPge,
+                    ..
+                } => return true,
+                Packet::Pad
+                | Packet::Tsc(_)
+                | Packet::Cbr(_)
+                | Packet::PsbEnd
+                | Packet::Pip { .. }
+                | Packet::ModeExec { .. }
+                | Packet::ModeTsx { .. }
+                | Packet::Vmcs(_)
+                | Packet::Tma { .. }
+                | Packet::Mtc(_)
+                | Packet::Cyc(_)
+                | Packet::Mnt(_) => {}
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// APL12: whether the FUP just read after an OVF is spurious: tracing
+    /// is off, as a TIP.PGE, a STOP or a PSB+ without FUP says before any
+    /// packet that needs it on.
+    fn ovf_fup_is_spurious(&self) -> bool {
+        let mut it = self.peek();
+        while let Some(p) = it.next() {
+            match p {
+                Packet::Tnt { .. }
+                | Packet::PsbEnd
+                | Packet::Ovf
+                | Packet::Tip {
+                    kind: IpKind::Tip | IpKind::TipPgd,
+                    ..
+                } => return false,
+                Packet::Stop
+                | Packet::Tip {
+                    kind: IpKind::TipPge,
+                    ..
+                } => return true,
+                Packet::Psb => {
+                    // Spurious if that PSB+ holds no FUP.
+                    for p in it.by_ref() {
+                        match p {
+                            Packet::Tip {
+                                kind: IpKind::Fup, ..
+                            } => return false,
+                            Packet::PsbEnd => return true,
+                            _ => {}
+                        }
+                    }
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// PSB+: status packets up to PSBEND.
@@ -739,6 +1266,8 @@ impl<'a> FlowDecoder<'a> {
                 self.psb_at = self.rd.pos.saturating_sub(packet::PSB_BYTES.len());
                 self.rd.last_ip = 0;
                 self.rd.fup_bound = false;
+                self.rd.mode_bound = false;
+                self.rd.cfe_due = 0;
                 // What PSB+ restates starts over, as where a decoder syncs.
                 self.rd.time.on_psb();
                 self.rd.bitness = 64;
@@ -748,7 +1277,15 @@ impl<'a> FlowDecoder<'a> {
                 return Ok(Ev::Eos);
             };
             match p {
-                Packet::PsbEnd => return Ok(Ev::Psb(ip)),
+                Packet::PsbEnd => {
+                    // PSB+'s MODE.Exec is status: it binds nothing after.
+                    self.rd.mode_bound = false;
+                    // BDM70: a FUP in PSB+ that a TIP.PGE follows.
+                    if ip.is_some() && self.errata.bdm70 && self.pge_follows() {
+                        ip = None;
+                    }
+                    return Ok(Ev::Psb(ip));
+                }
                 // A PSB+ cut short by another PSB (damaged): the new one
                 // starts afresh, as a decoder that syncs there does.
                 Packet::Psb => restart = true,
@@ -757,7 +1294,19 @@ impl<'a> FlowDecoder<'a> {
                     ipb,
                     payload,
                 } => ip = self.read_ip(ipb, payload),
+                // An overflow inside PSB+ with tracing on: the status it
+                // gave so far first, as libipt reports it, then the OVF
+                // (read again: it is two bytes).
+                Packet::Ovf if ip.is_some() => {
+                    self.rd.pos -= 2;
+                    self.rd.mode_bound = false;
+                    return Ok(Ev::Psb(ip));
+                }
                 Packet::Ovf => return self.overflow(),
+                // MODE.TSX in PSB+ is status (tracing is on inside a
+                // transaction): it binds no FUP, neither PSB+'s own nor the
+                // next one, which starts an event of its own.
+                Packet::ModeTsx { .. } => {}
                 p if self.status(&p) => {}
                 _ => return Err(self.fail(PtError::BAD_CONTEXT, None)),
             }
@@ -783,6 +1332,7 @@ impl<'a> FlowDecoder<'a> {
         let a = std::mem::take(&mut self.acc);
         if a.ninsn > 0 {
             let end = a.end.unwrap_or(Class::Other);
+            self.after_branch = !matches!(end, Class::Other | Class::MovCr3);
             self.emit(
                 f,
                 BlockItem::Block(Block {
@@ -925,7 +1475,13 @@ impl<'a> FlowDecoder<'a> {
                     self.ip = ip;
                     self.consume()?;
                 }
-                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) | Ev::Eos => self.proceed(f)?,
+                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) => self.proceed(f)?,
+                // The trace is used up: the walk stops here, as libipt's
+                // decoders do (they report the end of the trace as soon as
+                // the last packet is consumed), not at the next instruction
+                // that needs trace, which may lie past code that is not
+                // there (the flow went on, but the trace did not say where).
+                Ev::Eos => return Err(Halt::End),
             }
         }
     }
@@ -1110,8 +1666,14 @@ impl<'a> FlowDecoder<'a> {
             }
             match r.class {
                 Class::Other => self.ip = r.next,
+                Class::MovCr3 => {
+                    if matches!(self.ev, Ev::Pgd(None)) {
+                        return self.bind_disable(f);
+                    }
+                    self.ip = r.next;
+                }
                 Class::Call => {
-                    self.push_ret(r.next);
+                    push_call(self, r.next, r.target);
                     self.ip = r.target;
                     return self.end_block(f);
                 }
@@ -1127,10 +1689,7 @@ impl<'a> FlowDecoder<'a> {
                         }
                         self.ip = r.next;
                         // Another kind of event reports at this boundary.
-                        let more = matches!(
-                            self.ev,
-                            Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) | Ev::Eos
-                        );
+                        let more = matches!(self.ev, Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None));
                         if self.tick.is_some() || !more {
                             return self.end_block(f);
                         }
@@ -1194,22 +1753,21 @@ impl<'a> FlowDecoder<'a> {
     /// trace: a direct call or jump ends its block.
     fn step_past<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
-        insn: &Instruction,
-        class: Class,
+        insn: &Run,
         f: &mut F,
     ) -> Result<(), Halt> {
-        match class {
+        match insn.class {
             Class::Call => {
-                self.push_ret(insn.next_ip());
-                self.ip = insn.near_branch_target();
+                push_call(self, insn.next, insn.target);
+                self.ip = insn.target;
                 self.end_block(f)
             }
             Class::Jump => {
-                self.ip = insn.near_branch_target();
+                self.ip = insn.target;
                 self.end_block(f)
             }
             _ => {
-                self.ip = insn.next_ip();
+                self.ip = insn.next;
                 Ok(())
             }
         }
@@ -1234,15 +1792,39 @@ impl<'a> FlowDecoder<'a> {
             let Ok(insn) = decode_one(self.images[cur], self.ip, self.rd.bitness) else {
                 break;
             };
-            let class = Class::of(&insn);
-            if class.needs_trace() {
+            if insn.class.needs_trace() {
                 break;
             }
-            self.add(insn.ip(), 1, insn.ip(), class);
-            self.step_past(&insn, class, f)?;
+            self.add(insn.last, 1, insn.last, insn.class);
+            self.step_past(&insn, f)?;
         }
         self.ip = target;
         Ok(())
+    }
+
+    /// Whether the code from the flow's IP gets to `to` without a branch,
+    /// within as many instructions as libipt looks at.
+    fn contiguous(&self, to: u64) -> bool {
+        let Some(cur) = self.cur else { return false };
+        let mut ip = self.ip;
+        for _ in 0..0x100 {
+            if ip == to {
+                return true;
+            }
+            match decode_one(self.images[cur], ip, self.rd.bitness) {
+                Ok(r) if matches!(r.class, Class::Other | Class::MovCr3) => ip = r.next,
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// The VMLAUNCH or VMRESUME at `at`, if that is what is there.
+    fn vm_entry_at(&self, at: u64) -> Option<Run> {
+        let mem = self.images[self.cur?];
+        let bytes = mem.bytes_at(at)?;
+        let insn = Decoder::with_ip(self.rd.bitness, bytes, at, DecoderOptions::NONE).decode();
+        matches!(insn.mnemonic(), Mnemonic::Vmlaunch | Mnemonic::Vmresume).then(|| one(&insn))
     }
 
     /// Single-steps to `target`, where the current event binds (its
@@ -1252,6 +1834,17 @@ impl<'a> FlowDecoder<'a> {
         target: u64,
         f: &mut F,
     ) -> Result<(), Halt> {
+        // BDM64: a TSX abort right after a branch that needed trace may
+        // have corrupted that branch's trace; where the code cannot get to
+        // the abort from where the branch led, the branch led there.
+        if self.ev_abort
+            && self.errata.bdm64
+            && self.after_branch
+            && self.acc.ninsn == 0
+            && !self.contiguous(target)
+        {
+            self.ip = target;
+        }
         let mut steps: u32 = 0;
         while self.ip != target {
             steps += 1;
@@ -1265,9 +1858,8 @@ impl<'a> FlowDecoder<'a> {
                 Ok(i) => i,
                 Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
             };
-            let class = Class::of(&insn);
-            self.add(insn.ip(), 1, insn.ip(), class);
-            if class.needs_trace() {
+            self.add(insn.last, 1, insn.last, insn.class);
+            if insn.class.needs_trace() {
                 // A disable with an IP also binds to a branch that needed
                 // trace before reaching it.
                 if let Ev::Pgd(Some(ip)) = self.ev {
@@ -1287,7 +1879,7 @@ impl<'a> FlowDecoder<'a> {
                 }
                 return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
-            self.step_past(&insn, class, f)?;
+            self.step_past(&insn, f)?;
         }
         self.end_block(f)?;
         let tsc = self.ev_time();
@@ -1297,6 +1889,21 @@ impl<'a> FlowDecoder<'a> {
                 self.ip = to;
             }
             Ev::AsyncDisabled { at } => {
+                if self.errata.skd022 {
+                    if let Some(insn) = self.vm_entry_at(at) {
+                        // SKD022: the VM entry ran and disabled tracing.
+                        self.add(at, 1, at, insn.class);
+                        self.end_block(f)?;
+                        let item = BlockItem::Disabled {
+                            ip: None,
+                            tsc,
+                            status_update: false,
+                        };
+                        self.emit(f, item)?;
+                        self.enabled = false;
+                        return self.consume();
+                    }
+                }
                 self.emit(f, BlockItem::AsyncDisabled { at, tsc })?;
                 self.enabled = false;
             }
@@ -1560,7 +2167,8 @@ mod tests {
         let mem = program();
         let mut t = psb_at(0x1010);
         // jz taken: "1" + stop bit; then a TIP where the ret wants a bit
-        // is fine (uncompressed); then nothing for the syscall.
+        // is fine (uncompressed); then the trace ends, and so does the
+        // walk (the jmp after the ret needs no trace, but libipt stops too).
         t.push(0b0000_0110);
         // TIP 0x1005 (16-bit update of last IP 0x1010).
         t.extend([0x2d, 0x05, 0x10]);
@@ -1572,7 +2180,6 @@ mod tests {
                 "Enabled { ip: 4112, status_update: true, tsc: None }",
                 "block 0x1010..0x1012 2 CondJump",
                 "block 0x1015..0x1015 1 Return",
-                "block 0x1005..0x1005 1 Jump",
             ]
         );
     }
@@ -1660,7 +2267,7 @@ mod tests {
     /// every conditional branch, taken or not, and wherever a cache entry
     /// ends; we only where the decoding needs to. The coarse pass treats
     /// both alike (a conditional branch never leaves the function).
-    fn joined(items: Vec<BlockItem>) -> Vec<String> {
+    pub(super) fn joined(items: Vec<BlockItem>) -> Vec<String> {
         let mut out: Vec<BlockItem> = Vec::new();
         for item in items {
             if let (Some(BlockItem::Block(prev)), BlockItem::Block(b)) = (out.last_mut(), &item) {
@@ -1714,6 +2321,7 @@ mod tests {
             let theirs = joined(theirs);
             let mut ours = Vec::new();
             let mut dec = FlowDecoder::new(&s.data, &cfg);
+            dec.resync_at_psb_only();
             dec.set_image(&mem).unwrap();
             dec.walk(|_, item| {
                 ours.push(item);
@@ -1783,5 +2391,758 @@ mod tests {
             }
             let _ = items(&t, &mem);
         }
+    }
+}
+
+/// Hand-encoded traces over a little code image, decoded by both our flow
+/// decoder and libipt's block decoder, for the cases Intel's own
+/// conformance traces cover: TSX, the end of the trace, errata and such.
+#[cfg(test)]
+mod conformance {
+    use super::tests::joined;
+    use super::*;
+    use crate::ffi::{BlockDecoder, Image, SectionCache};
+    use std::sync::Arc;
+
+    /// A trace built packet by packet.
+    #[derive(Default)]
+    pub(super) struct T(pub Vec<u8>);
+
+    impl T {
+        fn raw(mut self, b: &[u8]) -> T {
+            self.0.extend_from_slice(b);
+            self
+        }
+        fn ip(self, op: u8, ip: u64) -> T {
+            self.raw(&[op]).raw(&ip.to_le_bytes())
+        }
+        pub fn psb(self) -> T {
+            self.raw(&packet::PSB_BYTES)
+        }
+        pub fn psbend(self) -> T {
+            self.raw(&[0x02, 0x23])
+        }
+        pub fn fup(self, ip: u64) -> T {
+            self.ip(0xdd, ip)
+        }
+        pub fn tip(self, ip: u64) -> T {
+            self.ip(0xcd, ip)
+        }
+        pub fn pge(self, ip: u64) -> T {
+            self.ip(0xd1, ip)
+        }
+        pub fn pgd(self, ip: u64) -> T {
+            self.ip(0xc1, ip)
+        }
+        pub fn pgd_noip(self) -> T {
+            self.raw(&[0x01])
+        }
+        pub fn exec64(self) -> T {
+            self.raw(&[0x99, 0x01])
+        }
+        pub fn exec32(self) -> T {
+            self.raw(&[0x99, 0x02])
+        }
+        pub fn tsx(self, intx: bool, abort: bool) -> T {
+            self.raw(&[0x99, 0x20 | intx as u8 | (abort as u8) << 1])
+        }
+        pub fn ovf(self) -> T {
+            self.raw(&[0x02, 0xf3])
+        }
+        /// A short TNT: `t` taken, `n` not, oldest first.
+        pub fn tnt(self, bits: &str) -> T {
+            let mut b = 1u8;
+            for c in bits.chars() {
+                b = b << 1 | (c == 't') as u8;
+            }
+            self.raw(&[b << 1])
+        }
+        /// PSB+ with tracing on at `ip` in 64-bit mode.
+        pub fn psb_at(self, ip: u64) -> T {
+            self.psb().fup(ip).exec64().psbend()
+        }
+    }
+
+    /// Our items and libipt's for `trace` over `code` (address, bytes),
+    /// both joined as the agreement tests compare them.
+    pub(super) fn both(
+        trace: &T,
+        code: &[(u64, &[u8])],
+        cfg: &DecoderConfig,
+    ) -> (Vec<String>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mem = Memory::default();
+        let mut cache = SectionCache::new().unwrap();
+        let mut isids = Vec::new();
+        for (i, (vaddr, bytes)) in code.iter().enumerate() {
+            let path = dir.path().join(format!("code{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            isids.push(
+                cache
+                    .add_file(&path, 0, bytes.len() as u64, *vaddr)
+                    .unwrap(),
+            );
+            mem.map(*vaddr, bytes.len() as u64, Arc::new(bytes.to_vec()), 0);
+        }
+        let mut image = Image::new(&cache).unwrap();
+        for isid in isids {
+            image.add(isid).unwrap();
+        }
+        let mut theirs = Vec::new();
+        let mut dec = BlockDecoder::new(&trace.0, cfg).unwrap();
+        dec.set_image(&image).unwrap();
+        dec.walk(|_, item| {
+            theirs.push(item);
+            true
+        });
+        let mut ours = Vec::new();
+        let mut dec = FlowDecoder::new(&trace.0, cfg);
+        dec.resync_at_psb_only();
+        dec.set_image(&mem).unwrap();
+        dec.walk(|_, item| {
+            ours.push(item);
+            true
+        });
+        (joined(ours), joined(theirs))
+    }
+
+    /// Both decoders agree on `trace`; ours is returned.
+    fn agreed(trace: &T, code: &[(u64, &[u8])], cfg: &DecoderConfig) -> Vec<String> {
+        let (ours, theirs) = both(trace, code, cfg);
+        assert_eq!(ours, theirs, "ours (left) and libipt's (right)");
+        ours
+    }
+
+    /// 0x1000: eight nops and a hlt; 0x2000: nop, nop, hlt (a handler).
+    fn nops() -> [(u64, &'static [u8]); 2] {
+        const CODE: [u8; 9] = [0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xf4];
+        [(0x1000, &CODE), (0x2000, &[0x90, 0x90, 0xf4])]
+    }
+
+    fn count(items: &[String], prefix: &str) -> usize {
+        items.iter().filter(|i| i.starts_with(prefix)).count()
+    }
+
+    #[test]
+    fn mode_tsx_in_psb_plus_binds_no_fup() {
+        // PSB+ says tracing is on inside a transaction; then two
+        // interrupts, each a FUP and a TIP, and a disable.
+        let t = T::default()
+            .psb()
+            .fup(0x1000)
+            .exec64()
+            .tsx(true, false)
+            .psbend()
+            .fup(0x1002)
+            .tip(0x2000)
+            .fup(0x2001)
+            .tip(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "AsyncBranch"), 2, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4101, tsc: None }");
+    }
+
+    #[test]
+    fn a_tsx_abort_is_an_asynchronous_branch_and_a_commit_binds_its_fup() {
+        // Begin (FUP bound), abort at 0x1002 to the handler, which is
+        // then interrupted into a disable.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(true, false)
+            .fup(0x1001)
+            .tsx(false, true)
+            .fup(0x1002)
+            .tip(0x2000)
+            .fup(0x2001)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert!(got.contains(&"AsyncBranch { from: 4098, to: 8192, tsc: None }".into()));
+        // Begin and commit bind their FUPs: the one after is the disable.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(true, false)
+            .fup(0x1001)
+            .tsx(false, false)
+            .fup(0x1002)
+            .fup(0x1003)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4099, tsc: None }");
+        // An abort that disables tracing: FUP and TIP.PGD.
+        let t = T::default()
+            .psb_at(0x1000)
+            .tsx(false, true)
+            .fup(0x1003)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4099, tsc: None }");
+    }
+
+    #[test]
+    fn the_walk_stops_where_the_trace_ends() {
+        // Straight code after the last packet runs off its mapping at
+        // 0x1008: the trace says nothing of it, so no error either.
+        let code: [(u64, &[u8]); 2] = [(0x1000, &[0x90; 8]), (0x3000, &[0xff, 0xe0, 0x74, 0x00])];
+        let cfg = DecoderConfig::default();
+        // After an indirect jump.
+        let got = agreed(&T::default().psb_at(0x3000).tip(0x1000), &code, &cfg);
+        assert_eq!(got.last().unwrap(), "block 0x3000..0x3000 1 branch");
+        // After an asynchronous branch.
+        let t = T::default().psb_at(0x1000).fup(0x1002).tip(0x1004);
+        let got = agreed(&t, &code, &cfg);
+        assert!(got.last().unwrap().starts_with("AsyncBranch"), "{got:#?}");
+        // After a conditional branch not taken (0x3002: jz +0, then the
+        // nops are not there).
+        let t = T::default().psb_at(0x3002).tnt("n");
+        let got = agreed(&t, &code, &cfg);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "block 0x3002..0x3002 1 CondJump");
+    }
+
+    #[test]
+    fn a_call_to_the_next_instruction_is_not_a_call_that_returns() {
+        // 32-bit: 0x1000 call 0x1008; 0x1005 jz 0x100e; 0x1007 hlt;
+        // 0x1008 call $+5; 0x100d ret; 0x100e nop; 0x100f hlt. The ret
+        // is compressed and returns to 0x1005, not to 0x100d.
+        let code: &[u8] = &[
+            0xe8, 0x03, 0, 0, 0, 0x74, 0x07, 0xf4, 0xe8, 0, 0, 0, 0, 0xc3, 0x90, 0xf4,
+        ];
+        let t = T::default()
+            .psb()
+            .fup(0x1000)
+            .exec32()
+            .psbend()
+            .tnt("tt")
+            .fup(0x100f)
+            .pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // The jz taken, joined with the nop it jumped to.
+        assert!(
+            got.contains(&"block 0x1005..0x100e 2 Other".into()),
+            "{got:#?}"
+        );
+    }
+
+    /// An EVD (Event Trace's event data) of `kind`.
+    fn evd(t: T, kind: u8) -> T {
+        t.raw(&[0x02, 0x53, kind, 0xaa, 0xba, 0x0b, 0xf0, 0, 0, 0, 0])
+    }
+
+    /// A CFE (Event Trace's control-flow event) of `kind`.
+    fn cfe(t: T, kind: u8, ip: bool, vector: u8) -> T {
+        t.raw(&[0x02, 0x13, kind | (ip as u8) << 7, vector])
+    }
+
+    #[test]
+    fn an_instruction_straddling_two_images_is_read_across_both() {
+        // 0x1000: nop; mov eax, imm32 split at 0x1003; jmp rax.
+        let a: &[u8] = &[0x90, 0xb8, 1];
+        let b: &[u8] = &[2, 3, 4, 0xff, 0xe0];
+        let t = T::default().psb_at(0x1000).tip(0x1000);
+        let got = agreed(&t, &[(0x1000, a), (0x1003, b)], &DecoderConfig::default());
+        assert_eq!(got.last().unwrap(), "block 0x1000..0x1006 3 branch");
+    }
+
+    #[test]
+    fn maintenance_between_an_overflow_and_its_fup_is_skipped() {
+        let mnt = [0x02, 0xc3, 0x88, 0, 0xa0, 0, 0, 0, 0, 0, 0];
+        let t = T::default()
+            .psb_at(0x1000)
+            .ovf()
+            .raw(&[0])
+            .raw(&mnt)
+            .fup(0x1001)
+            .fup(0x1002)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(got[2], "Overflow { ip: Some(4097), tsc: None }");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4098, tsc: None }");
+    }
+
+    #[test]
+    fn a_mode_exec_binds_the_fup_after_it() {
+        // Event Trace: MODE.Exec on an IF change comes with a FUP of its
+        // own, which is no interrupt.
+        let t = T::default()
+            .psb()
+            .psbend()
+            .exec64()
+            .pge(0x1000)
+            .raw(&[0x99, 0x05])
+            .fup(0x1002)
+            .exec64()
+            .fup(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(got.last().unwrap(), "AsyncDisabled { at: 4101, tsc: None }");
+    }
+
+    #[test]
+    fn event_data_in_an_order_libipt_rejects_is_an_error() {
+        // 0x1000 nop; 0x1001 int 42; 0x1003 nop... 0x2000 nop; hlt.
+        let code: [(u64, &[u8]); 2] = [
+            (0x1000, &[0x90, 0xcd, 0x2a, 0x90, 0x90, 0xf4]),
+            (0x2000, &[0x90, 0xf4]),
+        ];
+        let cfg = DecoderConfig::default();
+        let tail = |t: T| t.fup(0x1001).tip(0x2000).fup(0x2001).pgd_noip();
+        // A page fault's CR2, then its interrupt: fine.
+        let t = tail(cfe(evd(T::default().psb_at(0x1000), 0), 1, true, 14));
+        let got = agreed(&t, &code, &cfg);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // A CR2 before an iret, and two CR2s: errors.
+        let t = tail(cfe(evd(T::default().psb_at(0x1000), 0), 2, false, 0));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+        let t = T::default().psb_at(0x1000);
+        let t = tail(cfe(evd(evd(t, 0), 0), 1, true, 14));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+        // A VM exit's qualification twice.
+        let t = T::default().psb_at(0x1000);
+        let t = tail(cfe(evd(evd(t, 1), 1), 8, true, 0));
+        assert_eq!(count(&agreed(&t, &code, &cfg), "error"), 1);
+    }
+
+    #[test]
+    fn a_tip_pgd_without_an_ip_binds_to_a_mov_cr3() {
+        let code: &[u8] = &[0x0f, 0x22, 0xd8, 0xf4];
+        let t = T::default().psb_at(0x1000).pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 Other",
+                "Disabled { ip: None, tsc: None, status_update: false }"
+            ]
+        );
+    }
+
+    /// Only ours: libipt 2.1.2 knows no TRIG, JMPABS or FRED. Each case's
+    /// expected flow is that of Intel's conformance trace of the same name.
+    fn ours(trace: &T, code: &[(u64, &[u8])]) -> Vec<String> {
+        both(trace, code, &DecoderConfig::default()).0
+    }
+
+    #[test]
+    fn trig_packets_are_read_and_a_trig_with_ip_binds_its_fup() {
+        // 0x1000 jle 0x1003; hlt; 0x1003 call rax; hlt; 0x1006 hlt.
+        let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xff, 0xd0, 0xf4, 0xf4];
+        let trig = |t: T, flags: u8, trbv: u8| t.raw(&[0xd9, flags, trbv]);
+        let t = T::default().psb().exec64().psbend();
+        let t = trig(t, 0, 1).pge(0x1000);
+        let t = trig(t, 0, 2).tnt("t");
+        let t = trig(t, 0x20, 3).tip(0x1006);
+        let t = trig(trig(t, 0, 4), 0x20, 5).fup(0x1006).pgd_noip();
+        let t = trig(trig(t, 0, 6), 0x20, 7);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(
+            got[1..],
+            [
+                "Disabled { ip: None, tsc: None, status_update: true }",
+                "Enabled { ip: 4096, status_update: false, tsc: None }",
+                "block 0x1000..0x1003 2 Call",
+                "AsyncDisabled { at: 4102, tsc: None }",
+            ]
+        );
+        // TRIG.IP with a valid count of 0: the FUP after it is its anchor,
+        // no interrupt.
+        let t = T::default().psb_at(0x1000).tnt("t");
+        let t = trig(t, 0xc0, 1).raw(&[0, 0]).fup(0x1003).tip(0x1006);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        assert_eq!(count(&got, "Async"), 0, "{got:#?}");
+    }
+
+    #[test]
+    fn jmpabs_is_an_indirect_jump_that_takes_a_tip() {
+        // 0x1000: jmpabs 0x100d (ignored: the TIP says 0x100b); 0x100b:
+        // hlt; 0x100c: nop; 0x100d: hlt.
+        let mut code = vec![0xd5u8, 0x00, 0xa1];
+        code.extend(0x100du64.to_le_bytes());
+        code.extend([0xf4, 0x90, 0xf4]);
+        let t = T::default()
+            .psb_at(0x1000)
+            .tip(0x100c)
+            .fup(0x100d)
+            .pgd_noip();
+        let got = ours(&t, &[(0x1000, &code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 branch",
+                "block 0x100c..0x100c 1 Other",
+                "AsyncDisabled { at: 4109, tsc: None }",
+            ]
+        );
+        // A TIP.PGD binds to it.
+        let t = T::default().psb_at(0x1000).pgd(0x100d);
+        let got = ours(&t, &[(0x1000, &code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1000 1 branch",
+                "Disabled { ip: Some(4109), tsc: None, status_update: false }"
+            ]
+        );
+    }
+
+    #[test]
+    fn fred_eretu_and_erets_are_far_returns() {
+        // 0x1000 nop; int 42; nop; nop; hlt. 0x2000: nop; ERETU (or
+        // ERETS); hlt. An interrupt before the int, then the return.
+        let code: &[u8] = &[0x90, 0xcd, 0x2a, 0x90, 0x90, 0xf4];
+        for eret in [0xf3u8, 0xf2] {
+            let handler: &[u8] = &[0x90, eret, 0x0f, 0x01, 0xca, 0xf4];
+            let t = T::default()
+                .psb_at(0x1000)
+                .fup(0x1001)
+                .tip(0x2000)
+                .tip(0x1003)
+                .fup(0x1004)
+                .pgd_noip();
+            let got = ours(&t, &[(0x1000, code), (0x2000, handler)]);
+            assert_eq!(
+                got[2..],
+                [
+                    "block 0x1000..0x1000 1 Other",
+                    "AsyncBranch { from: 4097, to: 8192, tsc: None }",
+                    "block 0x2000..0x2001 2 branch",
+                    "block 0x1003..0x1003 1 Other",
+                    "AsyncDisabled { at: 4100, tsc: None }",
+                ]
+            );
+        }
+    }
+
+    /// Ours as ptscope runs it: resuming after flow errors as perf does.
+    fn resuming(trace: &T, code: &[(u64, &[u8])]) -> Vec<String> {
+        let mut mem = Memory::default();
+        for (vaddr, bytes) in code {
+            mem.map(*vaddr, bytes.len() as u64, Arc::new(bytes.to_vec()), 0);
+        }
+        let mut dec = FlowDecoder::new(&trace.0, &DecoderConfig::default());
+        dec.set_image(&mem).unwrap();
+        let mut out = Vec::new();
+        dec.walk(|_, item| {
+            out.push(item);
+            true
+        });
+        joined(out)
+    }
+
+    #[test]
+    fn after_unmapped_code_the_walk_resumes_at_the_next_ip_as_perf_does() {
+        // 0x3000: jmp rax; 0x3002: jmp rax. The first jumps into code
+        // that is not there; its TNTs say nothing without the flow; the
+        // TIP after them does: the walk resumes there, not at the PSB.
+        let code: [(u64, &[u8]); 2] = [(0x1000, &[0x90; 8]), (0x3000, &[0xff, 0xe0, 0xff, 0xe0])];
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .tnt("tn")
+            .tip(0x3002)
+            .tip(0x1000)
+            .fup(0x1002)
+            .pgd_noip();
+        let second = t.0.len();
+        let t = t.psb_at(0x1000).fup(0x1003).pgd_noip();
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x3000..0x3000 1 branch",
+                "error at Some(9000)",
+                "Enabled { ip: 12290, status_update: false, tsc: None }",
+                "block 0x3002..0x3002 1 branch",
+                "block 0x1000..0x1001 2 Other",
+                "AsyncDisabled { at: 4098, tsc: None }",
+                // The PSB, reached in the flow (no resync).
+                "Enabled { ip: 4096, status_update: true, tsc: None }",
+                "block 0x1000..0x1002 3 Other",
+                "AsyncDisabled { at: 4099, tsc: None }",
+            ],
+            "{got:#?}"
+        );
+        // libipt, and ours when asked, resync at the PSB.
+        let (ours, theirs) = both(&t, &code, &DecoderConfig::default());
+        assert_eq!(ours, theirs);
+        assert_eq!(ours[4], "sync", "the PSB at {second}: {ours:#?}");
+        // A FUP resumes too: at its IP, the branch from there.
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .fup(0x1001)
+            .tip(0x1004)
+            .fup(0x1006)
+            .pgd_noip();
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[3..],
+            [
+                "error at Some(9000)",
+                "Enabled { ip: 4097, status_update: false, tsc: None }",
+                "AsyncBranch { from: 4097, to: 4100, tsc: None }",
+                "block 0x1004..0x1005 2 Other",
+                "AsyncDisabled { at: 4102, tsc: None }",
+            ],
+            "{got:#?}"
+        );
+    }
+
+    fn on(cpu: &str) -> DecoderConfig {
+        DecoderConfig::default().with_cpu(cpu.parse().unwrap())
+    }
+
+    /// `trace` decodes as `want` (after its sync) on `cpu`, the same as
+    /// libipt; without the erratum, it does not.
+    fn erratum(cpu: &str, trace: &T, code: &[(u64, &[u8])], want: &[&str]) {
+        let got = agreed(trace, code, &on(cpu));
+        assert_eq!(got[1..], *want, "{got:#?}");
+        let (without, _) = both(trace, code, &DecoderConfig::default());
+        assert_ne!(without[1..], *want, "{without:#?}");
+    }
+
+    #[test]
+    fn bdm70_a_psb_fup_before_a_tip_pge_is_not_tracing_on() {
+        let t = T::default()
+            .psb()
+            .exec64()
+            .fup(0x1000)
+            .tsx(true, false)
+            .psbend()
+            .pge(0x1000)
+            .fup(0x1001)
+            .pgd_noip();
+        let want = [
+            "Disabled { ip: None, tsc: None, status_update: true }",
+            "Enabled { ip: 4096, status_update: false, tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum("6/0x3d", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn skd007_a_cyc_cut_by_an_overflow_is_the_overflow() {
+        // CYC(0x3e) whose second byte OVF overwrote: f7 02 f3.
+        let t = T::default()
+            .psb()
+            .exec64()
+            .fup(0x1000)
+            .raw(&[0xf7, 0x02, 0xf3, 0x00])
+            .fup(0x1001)
+            .fup(0x1002)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: Some(4097), tsc: None }",
+            "block 0x1001..0x1001 1 Other",
+            "AsyncDisabled { at: 4098, tsc: None }",
+        ];
+        erratum("6/0x8e", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn skz84_a_tma_with_reserved_bits_and_its_bogus_byte_are_skipped() {
+        let t = T::default()
+            .psb_at(0x1000)
+            .raw(&[0x02, 0x73, 1, 1, 1, 1, 0, 0])
+            .fup(0x1001)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum("6/0x55", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn apl11_a_tip_pgd_after_an_overflow_is_dropped() {
+        let t = T::default()
+            .psb_at(0x1000)
+            .ovf()
+            .pgd(0x1001)
+            .exec64()
+            .pge(0x1002)
+            .fup(0x1003)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: None, tsc: None }",
+            "Enabled { ip: 4098, status_update: false, tsc: None }",
+            "block 0x1002..0x1002 1 Other",
+            "AsyncDisabled { at: 4099, tsc: None }",
+        ];
+        erratum("6/0x5c", &t, &nops(), &want);
+    }
+
+    #[test]
+    fn apl12_a_fup_after_an_overflow_that_tracing_off_follows_is_dropped() {
+        // The FUP, then a TIP.PGE: tracing was off.
+        let tail = |t: T| t.fup(0x1001).exec64().pge(0x1002).fup(0x1003).pgd_noip();
+        let t = tail(T::default().psb_at(0x1000).ovf());
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "Overflow { ip: None, tsc: None }",
+            "Enabled { ip: 4098, status_update: false, tsc: None }",
+            "block 0x1002..0x1002 1 Other",
+            "AsyncDisabled { at: 4099, tsc: None }",
+        ];
+        erratum("6/0x5c", &t, &nops(), &want);
+        // The FUP, then a PSB+ without FUP.
+        let t = T::default().psb_at(0x1000).ovf().fup(0x1001);
+        let t = t.psb().exec64().psbend().pge(0x1002).fup(0x1003).pgd_noip();
+        let got = agreed(&t, &nops(), &on("6/0x5c"));
+        assert_eq!(got[2], "Overflow { ip: None, tsc: None }", "{got:#?}");
+    }
+
+    #[test]
+    fn skd022_an_asynchronous_disable_at_vmlaunch_is_synchronous() {
+        // 0x1000: vmlaunch; 0x1003: hlt; 0x1004: nop; 0x1005: vmresume.
+        let code: &[u8] = &[0x0f, 0x01, 0xc2, 0xf4, 0x90, 0x0f, 0x01, 0xc3, 0xf4];
+        let t = T::default()
+            .psb_at(0x1000)
+            .fup(0x1000)
+            .pgd_noip()
+            .pge(0x1004)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = agreed(&t, &[(0x1000, code)], &on("6/0x8e"));
+        assert_eq!(count(&got, "AsyncDisabled"), 0, "{got:#?}");
+        assert_eq!(count(&got, "Disabled"), 2, "{got:#?}");
+        let (without, _) = both(&t, &[(0x1000, code)], &DecoderConfig::default());
+        assert_eq!(count(&without, "AsyncDisabled"), 2, "{without:#?}");
+    }
+
+    #[test]
+    fn skd010_an_overflow_whose_fup_was_dropped_resumes_later() {
+        let cpu = "6/0x8e";
+        // 0x1000 nop; 0x1001 nop; 0x1002 hlt.
+        let base = || T::default().psb().exec64().psbend().ovf();
+        // Sync at a TIP.
+        let t = base().tip(0x1000).fup(0x1001).pgd_noip();
+        let want = [
+            "Disabled { ip: None, tsc: None, status_update: true }",
+            "Overflow { ip: Some(4096), tsc: None }",
+            "block 0x1000..0x1000 1 Other",
+            "AsyncDisabled { at: 4097, tsc: None }",
+        ];
+        erratum(cpu, &t, &nops(), &want);
+        // Sync at MODE.TSX and its FUP.
+        let t = base().tsx(true, false).fup(0x1000).fup(0x1001).pgd_noip();
+        erratum(cpu, &t, &nops(), &want);
+        // A TIP.PGD: tracing went off.
+        let t = base().pgd(0x1001).pge(0x1001).fup(0x1002).pgd_noip();
+        let got = agreed(&t, &nops(), &on(cpu));
+        assert_eq!(got[2], "Overflow { ip: None, tsc: None }", "{got:#?}");
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+        // A PSB+ with a FUP.
+        let t = base().psb_at(0x1000).fup(0x1001).pgd_noip();
+        let got = agreed(&t, &nops(), &on(cpu));
+        assert_eq!(got[2], "Overflow { ip: Some(4096), tsc: None }", "{got:#?}");
+    }
+
+    #[test]
+    fn resuming_after_errors_reports_a_disable_and_errors_again_at_unmapped_tips() {
+        // Intel's ptxed-resync-nomap-tip_pgd: 0x3000 call rax, to nowhere;
+        // TNTs; a TIP to nowhere again; a TNT; TIP.PGD.
+        let code: [(u64, &[u8]); 1] = [(0x3000, &[0xff, 0xd0, 0xf4])];
+        let t = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .tnt("ntt")
+            .tnt("ntt")
+            .tip(0x9100)
+            .tnt("ntt")
+            .pgd(0x3002);
+        let got = resuming(&t, &code);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x3000..0x3000 1 Call",
+                "error at Some(9000)",
+                "Enabled { ip: 37120, status_update: false, tsc: None }",
+                "error at Some(9100)",
+                "Disabled { ip: Some(12290), tsc: None, status_update: false }",
+            ],
+            "{got:#?}"
+        );
+    }
+
+    #[test]
+    fn a_mode_tsx_while_tracing_is_off_binds_no_fup() {
+        // Intel's tip_pgd-tsx: begin before TIP.PGE, a FUP and TIP.PGD;
+        // an abort while off, TIP.PGE, a FUP and TIP.PGD.
+        let t = T::default()
+            .psb()
+            .exec64()
+            .psbend()
+            .tsx(true, false)
+            .pge(0x1000)
+            .fup(0x1001)
+            .pgd_noip()
+            .tsx(false, true)
+            .pge(0x1003)
+            .fup(0x1004)
+            .pgd_noip();
+        let got = agreed(&t, &nops(), &DecoderConfig::default());
+        assert_eq!(count(&got, "AsyncDisabled"), 2, "{got:#?}");
+        assert_eq!(count(&got, "error"), 0, "{got:#?}");
+    }
+
+    #[test]
+    fn bdm64_a_tsx_abort_right_after_a_branch_is_where_the_branch_led() {
+        // 0x1000 test [rax], rbx; 0x1003 je 0x1008; 0x1005 nop;
+        // 0x1006 je 0x100c; 0x1008 hlt; hlt; 0x100a nop; nop; 0x100c hlt.
+        // The first je's bit says not taken, but the abort is at 0x1008.
+        let code: &[u8] = &[
+            0x48, 0x85, 0x18, 0x74, 0x03, 0x90, 0x74, 0x04, 0xf4, 0xf4, 0x90, 0x90, 0xf4,
+        ];
+        let t = T::default()
+            .psb()
+            .exec64()
+            .tsx(true, false)
+            .fup(0x1000)
+            .psbend()
+            .tnt("n")
+            .tsx(false, true)
+            .fup(0x1008)
+            .tip(0x100a)
+            .fup(0x100b)
+            .pgd_noip();
+        let want = [
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1003 2 CondJump",
+            "AsyncBranch { from: 4104, to: 4106, tsc: None }",
+            "block 0x100a..0x100a 1 Other",
+            "AsyncDisabled { at: 4107, tsc: None }",
+        ];
+        erratum("6/0x3d", &t, &[(0x1000, code)], &want);
+    }
+
+    #[test]
+    fn a_trig_with_ip_binds_its_fup_while_tracing_is_off_too() {
+        // Intel's trig-fup: 0x1000 jle 0x1003; hlt; 0x1003 call 0x1009;
+        // hlt; 0x1009 nop; nop. Each TRIG.IP's FUP is its anchor, never
+        // an interrupt, with tracing on or off.
+        let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xe8, 0x01, 0, 0, 0, 0xf4, 0x90, 0x90];
+        let trig = |t: T| t.raw(&[0xd9, 0xc0, 0x1a, 0, 0]);
+        let t = T::default().psb_at(0x1000).tnt("t");
+        let t = trig(t).fup(0x1003).pgd(0x1009);
+        let t = trig(trig(t).fup(0x1009)).fup(0x100a);
+        let got = ours(&t, &[(0x1000, code)]);
+        assert_eq!(
+            got[2..],
+            [
+                "block 0x1000..0x1003 2 Call",
+                "Disabled { ip: Some(4105), tsc: None, status_update: false }",
+            ],
+            "{got:#?}"
+        );
     }
 }

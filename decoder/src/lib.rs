@@ -14,6 +14,8 @@
 //!   ours in the tests);
 //! - [`block`]: what both engines report ([`block::BlockItem`]), their
 //!   configuration and libipt's error codes;
+//! - [`errata`]: the CPU errata that affect decoding, worked around as
+//!   libipt does;
 //! - [`timing`]: timing packets to times, and times spread over the
 //!   branches between them;
 //! - [`image`], [`symbols`] and [`resolve`]: the process image from MMAP2
@@ -41,6 +43,7 @@
 pub mod block;
 pub mod coarse;
 pub mod decode;
+pub mod errata;
 pub mod event;
 // The FFI to libipt: each unsafe block says why it is sound.
 #[allow(unsafe_code)]

@@ -135,6 +135,21 @@ impl Memory {
         (*m.file).as_ref().get(start..end)
     }
 
+    /// Copies the bytes from `addr` into `buf` across sections mapped back
+    /// to back (an instruction may straddle two); how many were there.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(bytes) = addr.checked_add(n as u64).and_then(|a| self.bytes_at(a)) else {
+                break;
+            };
+            let k = bytes.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&bytes[..k]);
+            n += k;
+        }
+        n
+    }
+
     pub fn is_empty(&self) -> bool {
         self.maps.is_empty()
     }
@@ -167,6 +182,20 @@ mod tests {
         assert_eq!(m.bytes_at(0x1040).unwrap(), &[2u8; 0x10][..]);
         assert_eq!(m.bytes_at(0x1050).unwrap().len(), 0xb0);
         assert_eq!(m.bytes_at(0x1050).unwrap()[0], 1);
+    }
+
+    #[test]
+    fn reads_across_sections_mapped_back_to_back_and_stops_at_a_gap() {
+        let mut m = Memory::default();
+        m.map(0x1000, 4, bytes(1, 4), 0);
+        m.map(0x1004, 4, bytes(2, 4), 0);
+        m.map(0x1010, 4, bytes(3, 4), 0);
+        let mut buf = [0u8; 6];
+        assert_eq!(m.read(0x1002, &mut buf), 6);
+        assert_eq!(buf, [1, 1, 2, 2, 2, 2]);
+        let mut buf = [0u8; 15];
+        assert_eq!(m.read(0x1006, &mut buf), 2);
+        assert_eq!(m.read(0x100c, &mut buf), 0);
     }
 
     #[test]

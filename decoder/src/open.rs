@@ -18,7 +18,7 @@ use std::sync::Arc;
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::block::DecoderConfig;
+use crate::block::{Cpu, DecoderConfig};
 use crate::coarse::chunks::Parallel;
 use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Engine};
 use crate::model::Model;
@@ -50,6 +50,9 @@ pub struct OpenOptions {
     /// the ones to decode it with. The default names no CPU, so no errata
     /// apply, and times come from TSC packets alone.
     pub raw_config: DecoderConfig,
+    /// The CPU whose errata to work around, over what the input says (a raw
+    /// dump says nothing; a perf.data or snapshot records its cpuid).
+    pub cpu: Option<Cpu>,
     /// Only these threads (all when `None`).
     pub threads: Option<Vec<i32>>,
     pub engine: Engine,
@@ -147,7 +150,11 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
         InputKind::RawPt if opts.raw_images.is_empty() => Err(input(path, RAW_NEEDS_IMAGES)),
         InputKind::RawPt => {
             let pt = read_raw(path)?;
-            decode_raw(path, &pt, &opts.raw_images, &opts.raw_config, opts.engine)
+            let cfg = match opts.cpu {
+                Some(cpu) => opts.raw_config.with_cpu(cpu),
+                None => opts.raw_config,
+            };
+            decode_raw(path, &pt, &opts.raw_images, &cfg, opts.engine)
         }
         InputKind::PerfScript => {
             let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
@@ -170,6 +177,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     progress: opts.progress.clone(),
                     engine: opts.engine,
                     parallel: opts.parallel,
+                    cpu: opts.cpu,
                 },
             )
         }
@@ -265,5 +273,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(one.threads.len(), 1);
+    }
+
+    /// `--cpu` reaches the decoder: a TMA with reserved bits set is an
+    /// error, except on a CPU with erratum SKZ84, where it is skipped.
+    #[test]
+    fn a_cpu_given_for_a_raw_dump_applies_its_errata() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        std::fs::write(&image, [0x90u8; 16]).unwrap();
+        let mut pt = crate::packet::PSB_BYTES.to_vec();
+        // FUP 0x1000, MODE.Exec 64-bit, PSBEND.
+        pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+        // A corrupt TMA and its bogus byte, then FUP 0x1004 and TIP.PGD.
+        pt.extend([0x02, 0x73, 1, 1, 1, 1, 0, 0]);
+        pt.extend([0xdd, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0x01]);
+        let raw = dir.path().join("raw.pt");
+        std::fs::write(&raw, &pt).unwrap();
+        let errors = |cpu: Option<&str>| {
+            let opts = OpenOptions {
+                raw_images: vec![(image.clone(), 0x1000)],
+                cpu: cpu.map(|c| c.parse().unwrap()),
+                ..Default::default()
+            };
+            let m = open(&raw, &opts).unwrap();
+            m.threads.iter().map(|t| t.walk.errors.len()).sum::<usize>()
+        };
+        assert_eq!(errors(None), 1);
+        assert_eq!(errors(Some("6/85")), 0);
     }
 }

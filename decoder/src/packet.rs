@@ -59,11 +59,29 @@ pub enum Packet {
     Pwre,
     Pwrx,
     Stop,
-    /// `ip`: a FUP with the IP follows.
+    /// Event Trace's control-flow event: `kind` (interrupt 1, iret 2, ...,
+    /// as in libipt's `pt_cfe_type`), its vector; `ip`: a FUP with the IP
+    /// follows.
     Cfe {
         ip: bool,
+        kind: u8,
+        vector: u8,
     },
-    Evd,
+    /// Event Trace's event data for the CFE after it: `kind` 0 is a page
+    /// fault's CR2, 1 and 2 a VM exit's qualification and reason.
+    Evd {
+        kind: u8,
+        payload: u64,
+    },
+    /// A trigger (TRIG, SDM "Trigger Packet"): `trbv` says which trigger
+    /// units fired; `ip` says a FUP with the IP follows; `icnt` is the
+    /// instruction count when valid; `mult` says more triggers fired.
+    Trig {
+        trbv: u8,
+        ip: bool,
+        mult: bool,
+        icnt: Option<u16>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +196,28 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
     }
     match b0 {
         0x19 => Ok((Packet::Tsc(le(&need(8)?[1..])), 8)),
+        0xd9 => {
+            // TRIG: a flags byte (IP, ICNTV, MULT in its top bits), the
+            // trigger bits, then a 16-bit instruction count if ICNTV.
+            let b = need(3)?;
+            let (flags, trbv) = (b[1], b[2]);
+            let icnt = if flags & 0x40 != 0 {
+                let c = need(5)?;
+                Some(u16::from_le_bytes([c[3], c[4]]))
+            } else {
+                None
+            };
+            let len = if icnt.is_some() { 5 } else { 3 };
+            Ok((
+                Packet::Trig {
+                    trbv,
+                    ip: flags & 0x80 != 0,
+                    mult: flags & 0x20 != 0,
+                    icnt,
+                },
+                len,
+            ))
+        }
         0x59 => Ok((Packet::Mtc(need(2)?[1]), 2)),
         0x99 => {
             let p = need(2)?[1];
@@ -230,6 +270,11 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                 0x03 => Ok((Packet::Cbr(need(4)?[2]), 4)),
                 0x73 => {
                     let b = need(7)?;
+                    // Reserved bits set: libipt rejects it (bad packet),
+                    // or skips it on CPUs with erratum SKZ84.
+                    if b[4] != 0 || b[6] & !1 != 0 {
+                        return Err(PacketError::Unknown(b0));
+                    }
                     Ok((
                         Packet::Tma {
                             ctc: u16::from_le_bytes([b[2], b[3]]),
@@ -266,11 +311,21 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                     (
                         Packet::Cfe {
                             ip: b[2] & 0x80 != 0,
+                            kind: b[2] & 0x1f,
+                            vector: b[3],
                         },
                         4,
                     )
                 }),
-                0x53 => need(10).map(|_| (Packet::Evd, 10)),
+                0x53 => need(11).map(|b| {
+                    (
+                        Packet::Evd {
+                            kind: b[2] & 0x1f,
+                            payload: le(&b[3..11]),
+                        },
+                        11,
+                    )
+                }),
                 b if b & 0x1f == 0x12 => {
                     let plc = (b >> 5) & 3;
                     let n = if plc == 0 {
@@ -387,8 +442,29 @@ impl fmt::Display for Packet {
             Packet::Pwre => write!(f, "pwre"),
             Packet::Pwrx => write!(f, "pwrx"),
             Packet::Stop => write!(f, "stop"),
-            Packet::Cfe { ip } => write!(f, "cfe{}", if ip { " ip" } else { "" }),
-            Packet::Evd => write!(f, "evd"),
+            Packet::Cfe { ip, kind, vector } => {
+                write!(f, "{:<10} {kind}: {vector:x}", "cfe")?;
+                f.write_str(if ip { ", ip" } else { "" })
+            }
+            Packet::Evd { kind, payload } => write!(f, "{:<10} {kind}: {payload:x}", "evd"),
+            Packet::Trig {
+                trbv,
+                ip,
+                mult,
+                icnt,
+            } => {
+                write!(f, "{:<10} {trbv:02x}", "trig")?;
+                if let Some(n) = icnt {
+                    write!(f, ", icnt: {n:x}")?;
+                }
+                if ip {
+                    f.write_str(", ip")?;
+                }
+                if mult {
+                    f.write_str(", mult")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -493,6 +569,59 @@ mod tests {
         assert_eq!(parse(&[0xcd, 1, 2]), Err(PacketError::Truncated));
         assert_eq!(parse(&[0xad]), Err(PacketError::Unknown(0xad)));
         assert_eq!(parse(&[]), Err(PacketError::Truncated));
+    }
+
+    #[test]
+    fn parses_trig_with_and_without_its_instruction_count() {
+        // TRIG(3, mult): flags 0x20, trigger bits 3.
+        assert_eq!(
+            parse(&[0xd9, 0x20, 0x03]).unwrap(),
+            (
+                Packet::Trig {
+                    trbv: 3,
+                    ip: false,
+                    mult: true,
+                    icnt: None
+                },
+                3
+            )
+        );
+        assert_eq!(
+            parse(&[0xd9, 0x20, 0x03]).unwrap().0.to_string(),
+            "trig       03, mult"
+        );
+        // IP and ICNTV, with a count of 0x102.
+        let (p, n) = parse(&[0xd9, 0xc0, 0x01, 0x02, 0x01]).unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(p.to_string(), "trig       01, icnt: 102, ip");
+        assert_eq!(
+            parse(&[0xd9, 0x40, 0x01, 0x02]),
+            Err(PacketError::Truncated)
+        );
+    }
+
+    #[test]
+    fn parses_event_trace_packets_at_their_sizes() {
+        let (p, n) = parse(&[0x02, 0x53, 0x00, 0xaa, 0xba, 0x0b, 0xf0, 0, 0, 0, 0]).unwrap();
+        assert_eq!(n, 11);
+        assert_eq!(
+            p,
+            Packet::Evd {
+                kind: 0,
+                payload: 0xf00b_baaa
+            }
+        );
+        assert_eq!(
+            parse(&[0x02, 0x13, 0x81, 14]).unwrap(),
+            (
+                Packet::Cfe {
+                    ip: true,
+                    kind: 1,
+                    vector: 14
+                },
+                4
+            )
+        );
     }
 
     #[test]

@@ -1,0 +1,102 @@
+//! The CPU errata that affect decoding, and which CPU has which: libipt's
+//! table (`pt_cpu_errata`, asked through [`crate::ffi::cpu_errata`], so
+//! both decoders work around the same ones). Our flow decoder
+//! ([`crate::flow`]) works around them as libipt's decoders do:
+//! - BDM70: a PSB+ may say tracing is on (a FUP) when a TIP.PGE follows it:
+//!   tracing is off there, and begins at the TIP.PGE;
+//! - SKD007: an overflow may overwrite a 2-byte CYC's second byte with
+//!   OVF's first: `CYC 02 F3` is read as the OVF it is;
+//! - SKZ84: with VMX TSC scaling a TMA may have its reserved bits set: it
+//!   is skipped (8 bytes), not an error;
+//! - APL11: an OVF may be followed by a TIP.PGD: the overflow resolved
+//!   with tracing off, and the TIP.PGD is dropped;
+//! - APL12: an OVF may be followed by a FUP even though tracing is off
+//!   after it: when a TIP.PGE, a STOP or a PSB+ without FUP comes before
+//!   any packet that needs tracing on, the FUP is dropped;
+//! - SKD022: an asynchronous disable at VMLAUNCH or VMRESUME is taken as
+//!   the synchronous disable it is (the instruction runs);
+//! - SKD010: an OVF's FUP may be missing although tracing is on: a later
+//!   TIP, FUP (after MODE.TSX) or PSB+ FUP gives the IP to resume at, a
+//!   TIP.PGD says tracing went off;
+//! - BDM64: a TSX abort right after a branch that needed trace may have
+//!   corrupted that branch's trace: where the code cannot get from the
+//!   branch's target to the abort without another branch, the branch led
+//!   to the abort.
+//!
+//! Not worked around by the flow decoder (libipt does): SKL014 (applies
+//! only with IP filters, which ptscope's captures do not set and whose
+//! configuration no input records; libipt too skips it without one) and
+//! SKL168 (timing packets: the timing module's concern).
+
+use crate::block::DecoderConfig;
+
+/// The errata of one CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Errata {
+    pub bdm70: bool,
+    pub bdm64: bool,
+    pub skd007: bool,
+    pub skd022: bool,
+    pub skd010: bool,
+    pub skl014: bool,
+    pub apl11: bool,
+    pub apl12: bool,
+    pub skl168: bool,
+    pub skz84: bool,
+}
+
+impl Errata {
+    /// The errata of the CPU `cfg` names; none when it names none (family
+    /// 0: a raw dump decoded without `--cpu`).
+    pub fn of(cfg: &DecoderConfig) -> Errata {
+        if cfg.family == 0 {
+            return Errata::default();
+        }
+        crate::ffi::cpu_errata(cfg.family, cfg.model, cfg.stepping)
+    }
+
+    /// The names of the errata this CPU has, as Intel's specification
+    /// updates name them.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.bdm70, "BDM70"),
+            (self.bdm64, "BDM64"),
+            (self.skd007, "SKD007"),
+            (self.skd022, "SKD022"),
+            (self.skd010, "SKD010"),
+            (self.skl014, "SKL014"),
+            (self.apl11, "APL11"),
+            (self.apl12, "APL12"),
+            (self.skl168, "SKL168"),
+            (self.skz84, "SKZ84"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::Cpu;
+
+    fn on(cpu: &str) -> Errata {
+        Errata::of(&DecoderConfig::default().with_cpu(cpu.parse::<Cpu>().unwrap()))
+    }
+
+    #[test]
+    fn each_cpu_has_libipts_errata() {
+        // Broadwell: BDM70 and BDM64; Kaby Lake: the Skylake ones; Goldmont:
+        // APL11 and APL12; an unknown CPU, and none named: none.
+        let bdw = on("6/0x3d");
+        assert!(bdw.bdm70 && bdw.bdm64 && !bdw.skd007);
+        let kbl = on("6/0x8e/9");
+        assert!(kbl.bdm70 && kbl.skd007 && kbl.skd022 && kbl.skd010 && kbl.skl014);
+        let apl = on("6/0x5c");
+        assert!(apl.apl11 && apl.apl12 && !apl.bdm70);
+        assert_eq!(apl.names(), ["APL11", "APL12"]);
+        assert_eq!(on("6/0x01"), Errata::default());
+        assert_eq!(Errata::of(&DecoderConfig::default()), Errata::default());
+    }
+}
