@@ -7,7 +7,8 @@
 //! The syntax is perf's `--filter` for intel_pt address filters, several
 //! separated by commas:
 //! `filter <start> [/ <size>] [@<file name>]`, where `<start>` is an address
-//! or a function's name (then `<size>` defaults to the function's size). A
+//! (a file offset, as the kernel reads it) or a function's name (then
+//! `<size>` defaults to the function's size). A
 //! filter without a file applies to the traced program's own binary.
 //! `start`, `stop` and `tracestop` filters are perf syntax too, but ptscope
 //! traces ranges only, so they are refused by name.
@@ -16,11 +17,12 @@
 //! it (`PERF_EVENT_IOC_SET_FILTER`) and as perf records it in
 //! AUXTRACE_INFO; [`runtime_ranges`] places it where the file is mapped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 use crate::procfs::Mapping;
+use crate::recording::Target;
 use crate::trigger::symbol_matches;
 
 /// What is wrong with a `--filter`.
@@ -32,8 +34,6 @@ pub enum FilterError {
     Action(String),
     #[error("filter symbol `{symbol}` was not found in {file}")]
     UnknownSymbol { symbol: String, file: String },
-    #[error("filter address {address:#x} is not in a loadable segment of {file}")]
-    NotMapped { address: u64, file: String },
     #[error("cannot read {file} for the filter: {why}")]
     File { file: String, why: String },
     #[error("{given} filter ranges given, but the CPU has {max} address ranges")]
@@ -45,8 +45,8 @@ pub enum FilterError {
 /// Where a filter range starts, as the user wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FilterStart {
-    /// An address in the file (its ELF virtual address), or a runtime
-    /// address when the filter names no file.
+    /// An offset in the file, as the kernel and perf read it, or a
+    /// runtime address when the filter names no file.
     Address(u64),
     Symbol(String),
 }
@@ -172,20 +172,30 @@ fn vaddr_to_offset(file: &object::File, vaddr: u64) -> Option<u64> {
     })
 }
 
-/// Resolves `specs` into ranges of files; a filter without a file is in
-/// `program`'s binary, or (an address without a file and no program) at a
-/// runtime address. Refuses more than `max_ranges` ranges.
-pub fn resolve(
-    specs: &[FilterSpec],
-    program: Option<&Path>,
-    max_ranges: usize,
-) -> Result<Vec<FilterRange>, FilterError> {
-    if specs.len() > max_ranges {
+/// The binary a filter without a file applies to: the spawned command's
+/// program, or the attached process's executable.
+pub fn target_program(target: &Target) -> Option<PathBuf> {
+    match target {
+        Target::Spawn { argv, cwd } => crate::tracee::resolve_program(argv.first()?, cwd.as_deref()),
+        Target::Attach(pid) => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+    }
+}
+
+/// Refuses more ranges than the CPU's `max` address ranges.
+pub fn check_count(ranges: &[FilterRange], max: usize) -> Result<(), FilterError> {
+    if ranges.len() > max {
         return Err(FilterError::TooMany {
-            given: specs.len(),
-            max: max_ranges,
+            given: ranges.len(),
+            max,
         });
     }
+    Ok(())
+}
+
+/// Resolves `specs` into ranges of files; a filter without a file is in
+/// `program`'s binary, or (an address without a file and no program) at a
+/// runtime address.
+pub fn resolve(specs: &[FilterSpec], program: Option<&Path>) -> Result<Vec<FilterRange>, FilterError> {
     specs
         .iter()
         .map(|spec| {
@@ -220,19 +230,7 @@ pub fn resolve(
                     })?;
                     (off, spec.size.unwrap_or(sym_size))
                 }
-                FilterStart::Address(a) => {
-                    let err = |why: String| FilterError::File {
-                        file: path.display().to_string(),
-                        why,
-                    };
-                    let data = std::fs::read(&path).map_err(|e| err(e.to_string()))?;
-                    let elf = object::File::parse(&*data).map_err(|e| err(e.to_string()))?;
-                    let off = vaddr_to_offset(&elf, *a).ok_or_else(|| FilterError::NotMapped {
-                        address: *a,
-                        file: path.display().to_string(),
-                    })?;
-                    (off, spec.size.unwrap_or(0))
-                }
+                FilterStart::Address(a) => (*a, spec.size.unwrap_or(0)),
             };
             if size == 0 {
                 return Err(FilterError::Empty(format!("{:?}", spec.start)));
@@ -344,23 +342,25 @@ mod tests {
     fn resolves_symbols_and_counts_ranges() {
         let exe = this_binary();
         let specs = parse("filter main").unwrap();
-        let r = resolve(&specs, Some(&exe), 2).unwrap();
+        let r = resolve(&specs, Some(&exe)).unwrap();
         assert_eq!(r.len(), 1);
         assert!(r[0].size > 0);
         let s = kernel_string(&r);
         assert!(s.starts_with("filter 0x") && s.contains('@'), "{s}");
-        let e = resolve(&parse("filter no_such_fn_ptscope").unwrap(), Some(&exe), 2);
+        let e = resolve(&parse("filter no_such_fn_ptscope").unwrap(), Some(&exe));
         assert!(
             matches!(&e, Err(FilterError::UnknownSymbol { symbol, .. }) if symbol == "no_such_fn_ptscope"),
             "{e:?}"
         );
         let three = parse("filter main, filter main, filter main").unwrap();
+        let three = resolve(&three, Some(&exe)).unwrap();
         assert_eq!(
-            resolve(&three, Some(&exe), 2).unwrap_err(),
+            check_count(&three, 2).unwrap_err(),
             FilterError::TooMany { given: 3, max: 2 }
         );
+        assert!(check_count(&three[..2], 2).is_ok());
         assert!(matches!(
-            resolve(&specs, Some(Path::new("/nonexistent/x")), 2),
+            resolve(&specs, Some(Path::new("/nonexistent/x"))),
             Err(FilterError::File { .. })
         ));
     }

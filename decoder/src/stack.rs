@@ -490,7 +490,10 @@ impl StackBuilder {
         let to = ev.to_fn;
         let call_site = self.stack.last().map_or(0, |f| f.call_site);
         self.pop(t, est & flag::END_ESTIMATED);
-        if to == UNKNOWN && self.stack.is_empty() {
+        // A return the trace gives no target for went back into untraced
+        // code (it left the IP filter's ranges): its caller is the frame
+        // below, if any, and nothing is known to make another.
+        if ev.to == 0 || to == UNKNOWN && self.stack.is_empty() {
             return;
         }
         match self.top() {

@@ -7,7 +7,7 @@
 use std::ffi::CString;
 
 use super::pmu::Caps;
-use crate::filter::{kernel_string, FilterError, FilterRange};
+use crate::filter::{check_count, kernel_string, FilterError, FilterRange};
 
 /// The filter string for the kernel, once `ranges` are known to fit this
 /// CPU (`caps/ip_filtering`, `caps/num_address_ranges`). The kernel takes
@@ -25,12 +25,7 @@ pub fn kernel_filter(
     } else {
         0
     };
-    if ranges.len() > max {
-        return Err(FilterError::TooMany {
-            given: ranges.len(),
-            max,
-        });
-    }
+    check_count(ranges, max)?;
     if per_cpu && ranges.iter().any(|r| r.file.is_some()) {
         return Err(FilterError::Syntax {
             filter: kernel_string(ranges),

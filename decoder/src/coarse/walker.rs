@@ -572,6 +572,9 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }
+                if let (Some(to), false) = (ip, status_update) {
+                    return self.leave_filter(to);
+                }
                 // Only a far transfer (syscall) disables user-only tracing
                 // synchronously; the block cache reports it as indirect.
                 let reason = match self.branch {
@@ -634,6 +637,36 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 self.from_sync = false;
             }
         }
+    }
+
+    /// A disable that names the held branch's target `to`: the branch
+    /// left the IP filter's ranges (a syscall's or a context switch's
+    /// disable has no IP). A call is shown, its callee named by the target.
+    /// A return is shown without its target (0): it goes back into code
+    /// the trace does not show, under the frame below. A jump is shown
+    /// only when it enters a named function at its entry (a PLT stub's jump
+    /// into the library function it stands for): a jump elsewhere lands in
+    /// code that is never traced, so it would only make a mid-function or
+    /// nameless frame; the jump's own function stays the callee.
+    /// The untraced gap then nests under whatever frame is on top, so the
+    /// disable names no source.
+    fn leave_filter(&mut self, to: u64) {
+        match self.branch {
+            Some((BlockEnd::Call, _)) => self.flush_branch(Some(to)),
+            Some((BlockEnd::Return, from)) => self.emit(EventKind::Return, from, 0),
+            Some((_, from)) => {
+                let target = self.resolve(to);
+                let source = self.resolve(from);
+                let outside = to < source.lo || to >= source.hi;
+                let named = !self.funcs.name(target.func).starts_with('[');
+                if named && target.entry == to && outside {
+                    self.flush_branch(Some(to));
+                }
+            }
+            None => {}
+        }
+        self.branch = None;
+        self.emit(EventKind::TraceEnd(EndReason::Other), 0, 0);
     }
 
     fn push_error(&mut self, func: FuncId) {
