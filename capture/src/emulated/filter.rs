@@ -119,13 +119,17 @@ mod tests {
         t.retire(0x7f00_0000_1000, &i(InsnClass::DirectCall { target: 0x7f00_0000_2000 }, 5), 0x7f00_0000_2000, 3);
         t.retire(0x7f00_0000_2000, &i(InsnClass::Return, 1), 0x7f00_0000_1005, 4);
         t.retire(0x7f00_0000_1005, &i(InsnClass::Other, 1), 0x7f00_0000_1006, 5);
-        // Falling through or entering the kernel outside changes nothing.
+        // Going on outside changes nothing.
         t.enter_user(0x7f00_0000_1006, 5, false);
         assert!(!t.tracing());
         t.retire(0x7f00_0000_1006, &i(InsnClass::Return, 1), 0x40_1005, 6);
         assert!(t.tracing());
         t.retire(0x40_1005, &i(InsnClass::CondBranch { target: 0x50_0000 }, 2), 0x50_0000, 7);
         assert!(!t.tracing());
+        // A signal handler inside the range, entered through the kernel
+        // from outside: FilterEn is evaluated where user code resumes.
+        t.enter_user(0x40_1100, 9, false);
+        assert!(t.tracing());
         t.finish();
         let bytes = &t.ring().snapshot()[start..];
         assert_eq!(
@@ -136,6 +140,7 @@ mod tests {
                 0x61, 0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, // TIP.PGD 0x7f0000001000
                 0x71, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, // TIP.PGE 0x401005
                 0x01, // TIP.PGD, IP suppressed
+                0x31, 0x00, 0x11, // TIP.PGE 0x401100 (16-bit update)
             ][..]
         );
     }

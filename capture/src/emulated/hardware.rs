@@ -92,6 +92,11 @@ pub struct ThreadPt {
     /// FilterEn=0): see `emulated::filter`.
     filter: IpFilter,
     filtered_out: bool,
+    /// Outside the filter: where the last instruction retired went.
+    /// User code resuming anywhere else got there through the kernel
+    /// (a signal handler, another thread on the CPU), and FilterEn is
+    /// evaluated again there.
+    expected_ip: u64,
     since_psb: u64,
     pub psb_count: u64,
     pub insn_count: u64,
@@ -116,6 +121,7 @@ impl ThreadPt {
             last_cyc: now,
             filter: IpFilter::default(),
             filtered_out: false,
+            expected_ip: 0,
             since_psb: 0,
             psb_count: 0,
             insn_count: 0,
@@ -143,14 +149,16 @@ impl ThreadPt {
     /// traced code, tracing resumes with TIP.PGE. `resync` adds a TSC first,
     /// as after a context switch (TraceEn 0→1).
     pub fn enter_user(&mut self, ip: u64, now: u64, resync: bool) {
-        if self.packet_en || self.filtered_out {
+        if self.packet_en || self.filtered_out && ip == self.expected_ip {
             return;
         }
+        self.filtered_out = false;
         if resync {
             self.tsc(now);
         }
         if !self.filter.allows(ip) {
             self.filtered_out = true;
+            self.expected_ip = ip;
             self.commit();
             return;
         }
@@ -264,6 +272,7 @@ impl ThreadPt {
         self.ip_packet(IpPacket::TipPgd, payload);
         self.packet_en = false;
         self.filtered_out = true;
+        self.expected_ip = next_ip;
         true
     }
 
@@ -272,6 +281,7 @@ impl ThreadPt {
     /// kernel leaves user code, and FilterEn is evaluated on return.
     fn retire_filtered_out(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
         self.insn_count += 1;
+        self.expected_ip = next_ip;
         if insn.class == InsnClass::KernelEntry {
             self.filtered_out = false;
         } else if filter::is_taken_branch(insn, ip, next_ip) && self.filter.allows(next_ip) {
