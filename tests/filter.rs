@@ -15,7 +15,11 @@ use crate::support::{
 
 /// File offset and size of the executable segment of `exe`, by readelf.
 fn text_segment(exe: &Path) -> (u64, u64) {
-    let out = Command::new("readelf").arg("-lW").arg(exe).output().unwrap();
+    let out = Command::new("readelf")
+        .arg("-lW")
+        .arg(exe)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| {
@@ -35,7 +39,11 @@ fn our_instructions(snap: &Path, extra: &[&str]) -> PerThread {
         .arg(snap)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut per = PerThread::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -87,9 +95,21 @@ fn three_decoders_agree(name: &str, snap: &Path, dir: &Path) -> PerThread {
     let ours = our_instructions(snap, &[]);
     let ours_libipt = our_instructions(snap, &["--decoder", "libipt"]);
     for (tid, ips) in &libipt {
-        assert_eq!(perf.get(tid), Some(ips), "{name}: perf and libipt differ on {tid}");
-        assert_eq!(ours.get(tid), Some(ips), "{name}: we and libipt differ on {tid}");
-        assert_eq!(ours_libipt.get(tid), Some(ips), "{name}: engines differ on {tid}");
+        assert_eq!(
+            perf.get(tid),
+            Some(ips),
+            "{name}: perf and libipt differ on {tid}"
+        );
+        assert_eq!(
+            ours.get(tid),
+            Some(ips),
+            "{name}: we and libipt differ on {tid}"
+        );
+        assert_eq!(
+            ours_libipt.get(tid),
+            Some(ips),
+            "{name}: engines differ on {tid}"
+        );
     }
     assert_eq!(libipt.len(), perf.len(), "{name}: threads differ");
     libipt
@@ -143,6 +163,12 @@ fn a_filter_on_the_main_binary_traces_it_alone_and_decodes_clean() {
     assert_eq!(
         params.filter,
         format!("filter {off:#x}/{size:#x}@{}", canonical.display())
+    );
+    let info = ptscope().arg("info").arg(&snap).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.contains(&format!("IP filter: {}", params.filter)),
+        "{info}"
     );
     let traced = three_decoders_agree("main", &snap, dir.path());
     let range = runtime_range(&snap, &exe, off, size);
@@ -226,19 +252,39 @@ fn bad_filters_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "exits_soon.c");
     for (filter, want) in [
-        ("filter no_such_function", "filter symbol `no_such_function` was not found"),
-        ("filter main, filter main, filter main", "3 filter ranges given, but the CPU has 2"),
+        (
+            "filter no_such_function",
+            "filter symbol `no_such_function` was not found",
+        ),
+        (
+            "filter main, filter main, filter main",
+            "3 filter ranges given, but the CPU has 2",
+        ),
         ("frob main", "bad filter `frob main`"),
-        ("tracestop main", "filter action `tracestop` is not supported"),
+        (
+            "tracestop main",
+            "filter action `tracestop` is not supported",
+        ),
     ] {
         let out = ptscope()
-            .args(["record", "-q", "--backend", "emulated", "--filter", filter, "-o"])
+            .args([
+                "record",
+                "-q",
+                "--backend",
+                "emulated",
+                "--filter",
+                filter,
+                "-o",
+            ])
             .arg(dir.path().join("x.ptscope"))
             .arg("--")
             .arg(&exe)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "{filter}: {err}");
+        assert!(
+            !out.status.success() && err.contains(want),
+            "{filter}: {err}"
+        );
     }
 }

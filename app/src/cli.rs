@@ -661,6 +661,9 @@ fn info(path: &Path) -> Result<ExitCode> {
         if p.snapshot_mode { "snapshot mode" } else { "full trace" },
         if p.per_cpu_mmaps { ", per-cpu" } else { ", per-thread" },
     )?;
+    if !p.filter.is_empty() {
+        writeln!(out, "           IP filter: {}", p.filter)?;
+    }
     if let Some((lo, hi)) = trace.time_range {
         writeln!(
             out,

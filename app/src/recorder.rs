@@ -367,8 +367,11 @@ pub fn run(
             if req.opts.kernel {
                 bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
             }
-            ptscope_capture::filter::check_count(&req.opts.filter, settings::cpu::NUM_ADDRESS_RANGES)
-                .context("the emulated CPU's IP filter")?;
+            ptscope_capture::filter::check_count(
+                &req.opts.filter,
+                settings::cpu::NUM_ADDRESS_RANGES,
+            )
+            .context("the emulated CPU's IP filter")?;
             let settings = settings::pt_settings(req.opts.size as usize);
             let opts = TracerOptions {
                 settings,

@@ -176,7 +176,9 @@ fn vaddr_to_offset(file: &object::File, vaddr: u64) -> Option<u64> {
 /// program, or the attached process's executable.
 pub fn target_program(target: &Target) -> Option<PathBuf> {
     match target {
-        Target::Spawn { argv, cwd } => crate::tracee::resolve_program(argv.first()?, cwd.as_deref()),
+        Target::Spawn { argv, cwd } => {
+            crate::tracee::resolve_program(argv.first()?, cwd.as_deref())
+        }
         Target::Attach(pid) => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
     }
 }
@@ -195,7 +197,10 @@ pub fn check_count(ranges: &[FilterRange], max: usize) -> Result<(), FilterError
 /// Resolves `specs` into ranges of files; a filter without a file is in
 /// `program`'s binary, or (an address without a file and no program) at a
 /// runtime address.
-pub fn resolve(specs: &[FilterSpec], program: Option<&Path>) -> Result<Vec<FilterRange>, FilterError> {
+pub fn resolve(
+    specs: &[FilterSpec],
+    program: Option<&Path>,
+) -> Result<Vec<FilterRange>, FilterError> {
     specs
         .iter()
         .map(|spec| {
@@ -222,12 +227,11 @@ pub fn resolve(specs: &[FilterSpec], program: Option<&Path>) -> Result<Vec<Filte
             })?;
             let (offset, size) = match &spec.start {
                 FilterStart::Symbol(name) => {
-                    let (off, sym_size) = symbol_in_file(&path, name)?.ok_or_else(|| {
-                        FilterError::UnknownSymbol {
+                    let (off, sym_size) =
+                        symbol_in_file(&path, name)?.ok_or_else(|| FilterError::UnknownSymbol {
                             symbol: name.clone(),
                             file: path.display().to_string(),
-                        }
-                    })?;
+                        })?;
                     (off, spec.size.unwrap_or(sym_size))
                 }
                 FilterStart::Address(a) => (*a, spec.size.unwrap_or(0)),
@@ -328,10 +332,7 @@ mod tests {
             parse("tracestop main").unwrap_err(),
             FilterError::Action("tracestop".into())
         );
-        assert!(matches!(
-            parse("filter 0x10/0"),
-            Err(FilterError::Empty(_))
-        ));
+        assert!(matches!(parse("filter 0x10/0"), Err(FilterError::Empty(_))));
     }
 
     fn this_binary() -> std::path::PathBuf {
@@ -385,7 +386,10 @@ mod tests {
             path: path.into(),
         };
         assert_eq!(
-            runtime_ranges(&r, &[map(0x5000, 0, "/bin/b"), map(0x7000, 0x1000, "/bin/a")]),
+            runtime_ranges(
+                &r,
+                &[map(0x5000, 0, "/bin/b"), map(0x7000, 0x1000, "/bin/a")]
+            ),
             [(0x7100, 0x7140)]
         );
         assert!(runtime_ranges(&r, &[]).is_empty());

@@ -30,6 +30,10 @@
 //!   was entered at some unseen moment before the event, so it is flagged
 //!   [`flag::INFERRED_START`], as are frames that a `ret` used as a jump or
 //!   a resume from untraced code lands in mid-function.
+//! - A return with no target (0) went back into code the trace does not
+//!   show, as one that leaves the IP filter's ranges does: it pops the
+//!   returning frame, and the frame below, if any, is its caller. Without
+//!   this, every return out of a filter would make an `[unknown]` frame.
 //! - Trace disable pushes `[untraced]` (or `[syscall]`), enable pops it.
 //!   A second enable or disable is counted and otherwise ignored; only a
 //!   thread's first enable opens it.

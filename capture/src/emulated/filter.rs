@@ -113,18 +113,53 @@ mod tests {
         let start = t.ring().snapshot().len();
         t.enter_user(0x40_1000, 0, false);
         // call plt; plt: jmp *got -> libc; libc: call/ret inside; ret back.
-        t.retire(0x40_1000, &i(InsnClass::DirectCall { target: 0x40_1800 }, 5), 0x40_1800, 1);
-        t.retire(0x40_1800, &i(InsnClass::IndirectJump, 6), 0x7f00_0000_1000, 2);
+        t.retire(
+            0x40_1000,
+            &i(InsnClass::DirectCall { target: 0x40_1800 }, 5),
+            0x40_1800,
+            1,
+        );
+        t.retire(
+            0x40_1800,
+            &i(InsnClass::IndirectJump, 6),
+            0x7f00_0000_1000,
+            2,
+        );
         assert!(!t.tracing());
-        t.retire(0x7f00_0000_1000, &i(InsnClass::DirectCall { target: 0x7f00_0000_2000 }, 5), 0x7f00_0000_2000, 3);
-        t.retire(0x7f00_0000_2000, &i(InsnClass::Return, 1), 0x7f00_0000_1005, 4);
-        t.retire(0x7f00_0000_1005, &i(InsnClass::Other, 1), 0x7f00_0000_1006, 5);
+        t.retire(
+            0x7f00_0000_1000,
+            &i(
+                InsnClass::DirectCall {
+                    target: 0x7f00_0000_2000,
+                },
+                5,
+            ),
+            0x7f00_0000_2000,
+            3,
+        );
+        t.retire(
+            0x7f00_0000_2000,
+            &i(InsnClass::Return, 1),
+            0x7f00_0000_1005,
+            4,
+        );
+        t.retire(
+            0x7f00_0000_1005,
+            &i(InsnClass::Other, 1),
+            0x7f00_0000_1006,
+            5,
+        );
         // Going on outside changes nothing.
         t.enter_user(0x7f00_0000_1006, 5, false);
         assert!(!t.tracing());
         t.retire(0x7f00_0000_1006, &i(InsnClass::Return, 1), 0x40_1005, 6);
         assert!(t.tracing());
-        t.retire(0x40_1005, &i(InsnClass::CondBranch { target: 0x50_0000 }, 2), 0x50_0000, 7);
+        t.retire(
+            0x40_1005,
+            &i(InsnClass::CondBranch { target: 0x50_0000 }, 2),
+            0x50_0000,
+            7,
+        );
         assert!(!t.tracing());
         // A signal handler inside the range, entered through the kernel
         // from outside: FilterEn is evaluated where user code resumes.

@@ -15,6 +15,8 @@
 //! - leaving user space is TIP.PGD with the IP suppressed, preceded by a FUP
 //!   when the exit is asynchronous; coming back is TIP.PGE, preceded by
 //!   MODE.Exec when none was sent since the last PSB;
+//! - with an IP filter (`--filter`), branches out of its ranges write
+//!   TIP.PGD and branches into them TIP.PGE, as `emulated::filter` says;
 //! - a PSB+ (PSB, CYC, TSC, CBR, and MODE.Exec plus FUP when tracing, then
 //!   PSBEND) starts the trace and follows every `psb_period` bytes, at an
 //!   instruction boundary; it resets the last IP to zero;

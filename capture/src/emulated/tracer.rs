@@ -49,9 +49,9 @@ use std::time::Instant;
 
 use super::filter::IpFilter;
 use super::hardware::{PtSettings, ThreadPt};
-use crate::filter::{self, FilterRange};
 use super::insn::Insn;
 use crate::error::CaptureError;
+use crate::filter::{self, FilterRange};
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
 use crate::trigger::{SymbolTrigger, Trigger};

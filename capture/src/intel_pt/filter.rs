@@ -29,15 +29,18 @@ pub fn kernel_filter(
     if per_cpu && ranges.iter().any(|r| r.file.is_some()) {
         return Err(FilterError::Syntax {
             filter: kernel_string(ranges),
-            why: "the kernel applies filters in files to per-thread events only, not with --per-cpu".into(),
+            why:
+                "the kernel applies filters in files to per-thread events only, not with --per-cpu"
+                    .into(),
         });
     }
     let text = kernel_string(ranges);
-    CString::new(text.clone()).map_err(|_| FilterError::Syntax {
-        filter: text,
-        why: "a file name holds a NUL byte".into(),
-    })
-    .map(Some)
+    CString::new(text.clone())
+        .map_err(|_| FilterError::Syntax {
+            filter: text,
+            why: "a file name holds a NUL byte".into(),
+        })
+        .map(Some)
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The walker: one queue's blocks into branch events. Each block end is a
 //! candidate event whose target is the next block's start; only jumps that
 //! leave the current function become events, which a cache of recently
-//! resolved address ranges makes cheap. It keeps the clock, the checkpoint
-//! at every PSB and the counters of the walk.
+//! resolved address ranges makes cheap. A disable that names an IP is a
+//! branch out of the IP filter's ranges, which becomes the branch and an
+//! `[untraced]` gap (see `leave_filter`). It keeps the clock, the
+//! checkpoint at every PSB and the counters of the walk.
 
 use super::{
     release, scheduled, seam, Blocks, Held, Item, Observe, QueueWalk, Recording, Schedule, Sink,
