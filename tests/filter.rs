@@ -288,3 +288,28 @@ fn bad_filters_are_named() {
         );
     }
 }
+
+/// The window runs captures through `ptscope record` arguments: a filter
+/// resolved once reads back as the same ranges.
+#[test]
+fn a_resolved_filter_survives_the_command_line() {
+    use ptscope_capture::filter;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exits_soon.c");
+    let target = ptscope_capture::recording::Target::Spawn {
+        argv: vec![exe.display().to_string()],
+        cwd: None,
+    };
+    let specs = filter::parse("filter main, filter 0x1000/0x10").unwrap();
+    let ranges = filter::resolve(&specs, filter::target_program(&target).as_deref()).unwrap();
+    let mut req =
+        ptscope::recorder::Request::new(target, ptscope_capture::trigger::Trigger::ProcessExit);
+    req.opts.filter = ranges.clone();
+    let args = req.cli_args(&dir.path().join("x.ptscope"));
+    let arg = args
+        .iter()
+        .find_map(|a| a.to_str()?.strip_prefix("--filter="))
+        .expect("a --filter argument");
+    let again = filter::resolve(&filter::parse(arg).unwrap(), None).unwrap();
+    assert_eq!(again, ranges);
+}
