@@ -86,4 +86,23 @@ mod tests {
         let e = kernel_filter(&caps(2), &[range(Some("/bin/\0x"))], false).unwrap_err();
         assert!(e.to_string().contains("NUL"), "{e}");
     }
+
+    /// The CPUs' own caps, as sysfs reports them: Skylake has two address
+    /// ranges, Broadwell none.
+    #[test]
+    fn the_caps_come_from_sysfs() {
+        let caps = |cpu: &str| {
+            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs")
+                .join(cpu)
+                .join("intel_pt");
+            crate::intel_pt::Pmu::read(&dir).unwrap().caps
+        };
+        let two = vec![range(Some("/bin/x")); 2];
+        assert!(kernel_filter(&caps("skylake"), &two, false).is_ok());
+        assert_eq!(
+            kernel_filter(&caps("broadwell"), &two[..1], false).unwrap_err(),
+            FilterError::TooMany { given: 1, max: 0 }
+        );
+    }
 }
