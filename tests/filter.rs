@@ -192,6 +192,15 @@ fn a_filter_on_the_main_binary_traces_it_alone_and_decodes_clean() {
     let spans = clean_spans("main", &snap);
     let untraced: Vec<&JsonSpan> = spans.iter().filter(|s| s.kind == "untraced").collect();
     assert!(untraced.len() >= 8, "{} untraced gaps", untraced.len());
+    // The virtual clock runs a nanosecond per instruction (and wall time
+    // in the kernel): the gaps last at least as long as most of the code
+    // outside the filter (some ran before `_start`), not zero.
+    let gaps: u64 = untraced.iter().map(|s| s.end - s.start).sum();
+    let outside = (all - kept) as u64;
+    assert!(
+        gaps >= outside / 2,
+        "untraced gaps last {gaps} ns for {outside} instructions outside"
+    );
     // Every gap nests under one call span: the callee that left the filter.
     for gap in &untraced {
         let Some(p) = parent(&spans, gap) else {
