@@ -6,6 +6,7 @@
 //! - [`faults`]: the traced process exiting, killed or exec'ing mid-capture;
 //! - [`hardware`]: the Intel PT backend, as far as it runs without the PMU;
 //! - [`decode`]: snapshots decoded against libipt and `perf script`;
+//! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`raw_dumps`]: raw PT dumps in every command and in the window;
@@ -26,6 +27,7 @@ mod bad_input;
 mod capture;
 mod decode;
 mod faults;
+mod filter;
 mod fuzz_regressions;
 mod gui;
 mod hardware;

@@ -86,6 +86,14 @@ pub struct CaptureOpts {
     /// kernel.perf_event_paranoid ≤ 1 or CAP_PERFMON).
     #[arg(long)]
     pub kernel: bool,
+    /// Trace only inside address ranges, in perf's syntax: `filter SYMBOL`,
+    /// `filter SYMBOL @ FILE`, `filter OFFSET/SIZE @ FILE` (OFFSET a file
+    /// offset), several separated by commas. A filter without a file is in
+    /// the traced program's binary. Calls that leave the ranges show as
+    /// `[untraced]` gaps. At most the CPU's number of address ranges (2 on
+    /// the emulated CPU; caps/num_address_ranges on real hardware).
+    #[arg(long, value_name = "FILTERS")]
+    pub filter: Option<String>,
     /// Where to write the snapshot.
     #[arg(short, long, default_value = "snapshot.ptscope")]
     pub output: PathBuf,
@@ -433,6 +441,12 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.opts.kernel = opts.kernel;
     req.opts.per_cpu = opts.per_cpu;
     req.opts.snapshots = opts.snapshots;
+    if let Some(text) = &opts.filter {
+        use ptscope_capture::filter;
+        let specs = filter::parse(text)?;
+        let program = filter::target_program(&req.target);
+        req.opts.filter = filter::resolve(&specs, program.as_deref())?;
+    }
     req.ip_log = opts.ip_log.is_some();
     req.progress = !opts.quiet && !opts.json_progress;
     signal_hook::flag::register(signal_hook::consts::SIGINT, req.opts.interrupt.clone())
@@ -690,6 +704,9 @@ fn info(path: &Path) -> Result<ExitCode> {
         if p.snapshot_mode { "snapshot mode" } else { "full trace" },
         if p.per_cpu_mmaps { ", per-cpu" } else { ", per-thread" },
     )?;
+    if !p.filter.is_empty() {
+        writeln!(out, "           IP filter: {}", p.filter)?;
+    }
     if let Some((lo, hi)) = trace.time_range {
         writeln!(
             out,

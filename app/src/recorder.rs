@@ -127,6 +127,11 @@ impl Request {
         if self.opts.per_cpu {
             args.push("--per-cpu".into());
         }
+        if !self.opts.filter.is_empty() {
+            // The resolved form (file offsets and files) reads back as is.
+            let text = ptscope_capture::filter::kernel_string(&self.opts.filter);
+            args.push(opt("filter", &text));
+        }
         args.push(opt("output", &output));
         args.push("--json-progress".into());
         if let Target::Spawn { argv, .. } = &self.target {
@@ -362,6 +367,11 @@ pub fn run(
             if req.opts.kernel {
                 bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
             }
+            ptscope_capture::filter::check_count(
+                &req.opts.filter,
+                settings::cpu::NUM_ADDRESS_RANGES,
+            )
+            .context("the emulated CPU's IP filter")?;
             let settings = settings::pt_settings(req.opts.size as usize);
             let opts = TracerOptions {
                 settings,
@@ -372,6 +382,7 @@ pub fn run(
                 per_cpu: req.opts.per_cpu,
                 snapshots: req.opts.snapshots,
                 cancel: req.opts.cancel.clone(),
+                filter: req.opts.filter.clone(),
             };
             let threads = match &req.target {
                 Target::Attach(pid) => {

@@ -37,6 +37,8 @@ pub enum CaptureError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
     Pt(#[from] crate::intel_pt::PtSetupError),
     #[error(transparent)]
     Perf(#[from] crate::perf_event::PerfError),

@@ -9,6 +9,7 @@
 //! - [`emulated`] single-steps a process and writes the packets PT hardware would.
 //! - [`perf_event`] opens perf events and reads their rings, sideband and breakpoints.
 //! - [`tracee`] spawns, seizes, resumes, detaches and waits for traced processes.
+//! - [`filter`] reads and resolves IP filters (`--filter`), in perf's syntax.
 //! - [`trigger`] says when a capture takes its snapshot and finds a symbol's address.
 //! - [`procfs`] reads processes, threads, mappings and signal masks from `/proc`.
 //! - [`recording`] holds what a capture recorded, whichever backend took it.
@@ -18,6 +19,7 @@
 
 pub mod emulated;
 pub mod error;
+pub mod filter;
 pub mod intel_pt;
 pub mod perf_event;
 pub mod procfs;

@@ -101,7 +101,8 @@ pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i
     Ok(pid)
 }
 
-fn resolve_program(name: &str, cwd: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+/// The file `name` runs: a path (relative to `cwd`), or a name on the PATH.
+pub fn resolve_program(name: &str, cwd: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let is_exec = |p: &std::path::Path| {
         p.metadata()

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSymbol};
 use ptscope_formats::demangle::demangle;
 
 use crate::procfs::Mapping;
@@ -97,19 +97,10 @@ impl SymbolTrigger {
 
 /// The file offset of the function `name` in the ELF file at `path`.
 pub fn symbol_file_offset(path: &Path, name: &str) -> Option<u64> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let vaddr = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-        .find(|s| s.name().is_ok_and(|n| symbol_matches(n, name)))?
-        .address();
-    file.segments().find_map(|seg| {
-        let (off, size) = seg.file_range();
-        let start = seg.address();
-        (vaddr >= start && vaddr < start + size).then(|| vaddr - start + off)
-    })
+    crate::filter::symbol_in_file(path, name)
+        .ok()
+        .flatten()
+        .map(|(offset, _)| offset)
 }
 
 /// A function a trigger can name: as the user reads it (demangled) and

@@ -190,7 +190,8 @@ pub enum EndReason {
 pub enum EventKind {
     /// A near call, direct or indirect, from `from` to `to`.
     Call,
-    /// A near return from `from` to `to`.
+    /// A near return from `from` to `to`; `to` is 0 when the return left
+    /// the traced code (the IP filter's ranges) and its target is unknown.
     Return,
     /// A jump (conditional or not) from `from` to `to` that the producer
     /// found worth reporting: one that leaves the current function.

@@ -30,6 +30,10 @@
 //!   was entered at some unseen moment before the event, so it is flagged
 //!   [`flag::INFERRED_START`], as are frames that a `ret` used as a jump or
 //!   a resume from untraced code lands in mid-function.
+//! - A return with no target (0) went back into code the trace does not
+//!   show, as one that leaves the IP filter's ranges does: it pops the
+//!   returning frame, and the frame below, if any, is its caller. Without
+//!   this, every return out of a filter would make an `[unknown]` frame.
 //! - Trace disable pushes `[untraced]` (or `[syscall]`), enable pops it.
 //!   A second enable or disable is counted and otherwise ignored; only a
 //!   thread's first enable opens it.
@@ -490,7 +494,10 @@ impl StackBuilder {
         let to = ev.to_fn;
         let call_site = self.stack.last().map_or(0, |f| f.call_site);
         self.pop(t, est & flag::END_ESTIMATED);
-        if to == UNKNOWN && self.stack.is_empty() {
+        // A return the trace gives no target for went back into untraced
+        // code (it left the IP filter's ranges): its caller is the frame
+        // below, if any, and nothing is known to make another.
+        if ev.to == 0 || to == UNKNOWN && self.stack.is_empty() {
             return;
         }
         match self.top() {
@@ -1051,6 +1058,75 @@ mod tests {
             ]
         );
         let _ = (SYSCALL, UNTRACED);
+    }
+
+    /// How the coarse pass reports a call through a PLT stub that leaves
+    /// the IP filter's ranges and returns: the stub's jump into the named
+    /// library function, a disable that names no source, and an enable at
+    /// the return address. One span for the callee, the gap under it.
+    #[test]
+    fn a_call_that_leaves_the_filter_is_one_span_with_an_untraced_child() {
+        let mut s = Script::new();
+        s.call(10, "main", "memcpy@plt");
+        s.ev(12, EventKind::Jump, "memcpy@plt", "memcpy", true);
+        s.ev(13, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(40, EventKind::TraceBegin, "", "main", false);
+        s.call(50, "main", "memcpy@plt");
+        s.ev(52, EventKind::Jump, "memcpy@plt", "memcpy", true);
+        s.ev(53, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(70, EventKind::TraceBegin, "", "main", false);
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-70 inferred",
+                "1 memcpy@plt 10-12",
+                "1 memcpy 12-40",
+                "2 [untraced] 13-40",
+                "1 memcpy@plt 50-52",
+                "1 memcpy 52-70",
+                "2 [untraced] 53-70",
+            ]
+        );
+    }
+
+    /// Code entered from untraced code (main called by libc, a callback
+    /// called by qsort) returns out of the filter: the return names no
+    /// target, and the frame below is its caller. Nothing is synthesized,
+    /// no `[unknown]` frame takes the returning one's place.
+    #[test]
+    fn a_return_out_of_the_filter_pops_to_the_untraced_caller() {
+        let mut s = Script::new();
+        s.ev(0, EventKind::TraceBegin, "", "_start", true);
+        s.call(5, "_start", "__libc_start_main");
+        s.ev(6, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(10, EventKind::TraceBegin, "", "main", true);
+        s.call(20, "main", "qsort");
+        s.ev(21, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(30, EventKind::TraceBegin, "", "cmp", true);
+        s.ret(35, "cmp", "");
+        s.ev(35, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(40, EventKind::TraceBegin, "", "main", false);
+        s.ret(50, "main", "");
+        s.ev(50, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        s.ev(60, EventKind::TraceBegin, "", "_fini", true);
+        s.ret(65, "_fini", "");
+        s.ev(65, EventKind::TraceEnd(EndReason::Other), "", "", false);
+        assert_eq!(
+            s.tree(),
+            [
+                "0 _start 0-65",
+                "1 __libc_start_main 5-65",
+                "2 [untraced] 6-10",
+                "2 main 10-50",
+                "3 qsort 20-40",
+                "4 [untraced] 21-30",
+                "4 cmp 30-35",
+                "4 [untraced] 35-40",
+                "2 [untraced] 50-60",
+                "2 _fini 60-65",
+                "2 [untraced] 65-65",
+            ]
+        );
     }
 
     #[test]

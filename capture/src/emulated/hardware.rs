@@ -15,6 +15,8 @@
 //! - leaving user space is TIP.PGD with the IP suppressed, preceded by a FUP
 //!   when the exit is asynchronous; coming back is TIP.PGE, preceded by
 //!   MODE.Exec when none was sent since the last PSB;
+//! - with an IP filter (`--filter`), branches out of its ranges write
+//!   TIP.PGD and branches into them TIP.PGE, as `emulated::filter` says;
 //! - a PSB+ (PSB, CYC, TSC, CBR, and MODE.Exec plus FUP when tracing, then
 //!   PSBEND) starts the trace and follows every `psb_period` bytes, at an
 //!   instruction boundary; it resets the last IP to zero;
@@ -27,6 +29,7 @@
 //! expect that target. Where the hardware and libipt disagree (after a
 //! longjmp), we send a TIP, which every decoder reads correctly.
 
+use super::filter::{self, IpFilter};
 use super::insn::{Insn, InsnClass};
 use super::packets::{self, IpCompression, IpPacket};
 use super::ring::Ring;
@@ -87,6 +90,15 @@ pub struct ThreadPt {
     packet_en: bool,
     /// The time of the last CYC (or TSC) packet.
     last_cyc: u64,
+    /// The IP filter, and whether user code runs outside it (ContextEn=1,
+    /// FilterEn=0): see `emulated::filter`.
+    filter: IpFilter,
+    filtered_out: bool,
+    /// Outside the filter: where the last instruction retired went.
+    /// User code resuming anywhere else got there through the kernel
+    /// (a signal handler, another thread on the CPU), and FilterEn is
+    /// evaluated again there.
+    expected_ip: u64,
     since_psb: u64,
     pub psb_count: u64,
     pub insn_count: u64,
@@ -109,6 +121,9 @@ impl ThreadPt {
             mode_exec_sent: false,
             packet_en: false,
             last_cyc: now,
+            filter: IpFilter::default(),
+            filtered_out: false,
+            expected_ip: 0,
             since_psb: 0,
             psb_count: 0,
             insn_count: 0,
@@ -126,15 +141,28 @@ impl ThreadPt {
         self.packet_en
     }
 
+    /// Traces only inside `filter`'s ranges from now on; FilterEn changes
+    /// at the next branch.
+    pub fn set_filter(&mut self, filter: IpFilter) {
+        self.filter = filter;
+    }
+
     /// The thread is about to run user code at `ip`: if it was out of
     /// traced code, tracing resumes with TIP.PGE. `resync` adds a TSC first,
     /// as after a context switch (TraceEn 0→1).
     pub fn enter_user(&mut self, ip: u64, now: u64, resync: bool) {
-        if self.packet_en {
+        if self.packet_en || self.filtered_out && ip == self.expected_ip {
             return;
         }
+        self.filtered_out = false;
         if resync {
             self.tsc(now);
+        }
+        if !self.filter.allows(ip) {
+            self.filtered_out = true;
+            self.expected_ip = ip;
+            self.commit();
+            return;
         }
         self.cyc_now(now);
         if !self.mode_exec_sent {
@@ -148,10 +176,15 @@ impl ThreadPt {
 
     /// The instruction at `ip` retired at `now`; the next one is `next_ip`.
     pub fn retire(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
-        debug_assert!(self.packet_en);
+        if !self.packet_en {
+            self.retire_filtered_out(ip, insn, next_ip, now);
+            return;
+        }
         self.insn_count += 1;
         let fallthrough = insn.next_ip(ip);
+        let left = self.leaves_filter(ip, insn, next_ip, now);
         match insn.class {
+            _ if left => {}
             InsnClass::Other | InsnClass::DirectJump { .. } => {}
             InsnClass::CondBranch { target } => {
                 self.tnt(now, next_ip == target && target != fallthrough);
@@ -198,6 +231,8 @@ impl ThreadPt {
     /// the capture): FUP with the interrupted IP, then TIP.PGD.
     pub fn interrupt(&mut self, ip: u64, now: u64) {
         if !self.packet_en {
+            // Leaving user code: FilterEn is evaluated again on return.
+            self.filtered_out = false;
             return;
         }
         self.cyc_now(now);
@@ -205,6 +240,66 @@ impl ThreadPt {
         self.ip_packet(IpPacket::Fup, Some(ip));
         self.ip_packet(IpPacket::TipPgd, None);
         self.packet_en = false;
+        self.commit();
+    }
+
+    /// If the branch at `ip` leaves the filter's ranges, writes TIP.PGD in
+    /// place of its packet and returns true. The call that leaves is not
+    /// pushed on the decoder's stack: libipt skips the call a disable binds
+    /// to. A return that leaves is never compressed, as libipt cannot bind
+    /// the suppressed TIP.PGD of a compressed return.
+    fn leaves_filter(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) -> bool {
+        if !self.filter.is_configured()
+            || !filter::is_taken_branch(insn, ip, next_ip)
+            || self.filter.allows(next_ip)
+        {
+            return false;
+        }
+        let fallthrough = insn.next_ip(ip);
+        self.cyc_now(now);
+        self.flush_tnt();
+        let payload = match insn.class {
+            InsnClass::CondBranch { .. } => None,
+            InsnClass::DirectCall { target } if target == fallthrough => Some(next_ip),
+            InsnClass::DirectCall { .. } | InsnClass::IndirectCall => {
+                self.retstack.push(fallthrough);
+                Some(next_ip)
+            }
+            InsnClass::Return => {
+                self.retstack.pop();
+                Some(next_ip)
+            }
+            _ => Some(next_ip),
+        };
+        self.ip_packet(IpPacket::TipPgd, payload);
+        self.packet_en = false;
+        self.filtered_out = true;
+        self.expected_ip = next_ip;
+        true
+    }
+
+    /// An instruction retired while no packets are written: outside the
+    /// filter, a taken branch into a range writes TIP.PGE; a trip into the
+    /// kernel leaves user code, and FilterEn is evaluated on return.
+    fn retire_filtered_out(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
+        self.insn_count += 1;
+        self.expected_ip = next_ip;
+        if insn.class == InsnClass::KernelEntry {
+            self.filtered_out = false;
+        } else if filter::is_taken_branch(insn, ip, next_ip) && self.filter.allows(next_ip) {
+            self.cyc_now(now);
+            if !self.mode_exec_sent {
+                packets::mode_exec_64(&mut self.out);
+                self.mode_exec_sent = true;
+            }
+            self.ip_packet(IpPacket::TipPge, Some(next_ip));
+            self.packet_en = true;
+            self.filtered_out = false;
+        }
+        if self.since_psb + self.out.len() as u64 >= self.cfg.psb_period {
+            let ip = self.packet_en.then_some(next_ip);
+            self.psb_plus(ip, now);
+        }
         self.commit();
     }
 

@@ -5,12 +5,14 @@
 //!
 //! - [`tracer`] runs the process one instruction at a time and returns what it recorded.
 //! - [`insn`] classifies each instruction by the packets it produces.
+//! - [`filter`] holds the unit's IP filter and the rules of FilterEn.
 //! - [`hardware`] emulates the PT unit that turns retired instructions into packets.
 //! - [`packets`] encodes those packets byte by byte.
 //! - [`ring`] keeps the newest bytes, as an AUX area in snapshot mode does.
 //! - [`settings`] says which CPU and PT event the trace claims to come from.
 //! - [`ptrace`] wraps the ptrace calls only this backend makes.
 
+pub mod filter;
 pub mod hardware;
 pub mod insn;
 pub mod packets;

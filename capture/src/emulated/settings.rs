@@ -21,6 +21,8 @@ pub mod cpu {
     pub const CPUID15_EAX: u32 = 1;
     pub const CPUID15_EBX: u32 = 40;
     pub const PMU_TYPE: u32 = 8;
+    /// IP filter ranges (bits 2:0 of CPUID.(EAX=14H,ECX=1):EAX), as Skylake has.
+    pub const NUM_ADDRESS_RANGES: usize = 2;
     pub const DESCRIPTION: &str = "Intel(R) Xeon(R) (ptscope emulated, 1.00 GHz)";
 
     /// perf's `cpuid` header string for this CPU.

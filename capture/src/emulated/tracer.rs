@@ -47,9 +47,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::filter::IpFilter;
 use super::hardware::{PtSettings, ThreadPt};
 use super::insn::Insn;
 use crate::error::CaptureError;
+use crate::filter::{self, FilterRange};
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
 use crate::trigger::{SymbolTrigger, Trigger};
@@ -72,6 +74,8 @@ pub struct TracerOptions {
     pub snapshots: usize,
     /// Set by the caller: stop now, save nothing, let the process go.
     pub cancel: Arc<AtomicBool>,
+    /// IP filter ranges (`--filter`); none traces everything.
+    pub filter: Vec<FilterRange>,
 }
 
 pub struct Tracer {
@@ -108,6 +112,8 @@ pub struct Tracer {
     units: HashMap<i32, ThreadPt>,
     /// Per-CPU mode: the thread whose user code the CPU last ran.
     on_cpu: Option<i32>,
+    /// `opts.filter` placed in the process's current mappings.
+    ip_filter: IpFilter,
 }
 
 /// perf timestamps are CLOCK_MONOTONIC nanoseconds.
@@ -121,6 +127,11 @@ pub fn monotonic_ns() -> u64 {
 impl Tracer {
     fn new(opts: TracerOptions, pid: i32) -> Tracer {
         let now = monotonic_ns();
+        // A configured filter traces nothing until its file is mapped.
+        let ip_filter = match opts.filter.is_empty() {
+            true => IpFilter::default(),
+            false => IpFilter::ranges(filter::runtime_ranges(&opts.filter, &[])),
+        };
         let symbol = match &opts.trigger {
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
             _ => None,
@@ -151,7 +162,30 @@ impl Tracer {
             exit_code: None,
             units: HashMap::new(),
             on_cpu: None,
+            ip_filter,
         }
+    }
+
+    /// Places the filter in the current mappings and gives it to every PT
+    /// unit, as the kernel reprograms address filters on each mmap.
+    fn resolve_filter(&mut self) {
+        if self.opts.filter.is_empty() {
+            return;
+        }
+        let filter = IpFilter::ranges(filter::runtime_ranges(&self.opts.filter, &self.maps));
+        if filter != self.ip_filter {
+            for unit in self.units.values_mut() {
+                unit.set_filter(filter.clone());
+            }
+            self.ip_filter = filter;
+        }
+    }
+
+    /// The PT event the snapshot records, with the filter perf reads.
+    fn pt_setup(&self) -> crate::recording::PtSetup {
+        let mut setup = super::settings::pt_setup();
+        setup.params.filter = filter::kernel_string(&self.opts.filter);
+        setup
     }
 
     fn emit(&mut self, event: SidebandEvent) {
@@ -245,6 +279,7 @@ impl Tracer {
             per_cpu,
             snapshots: 1,
             cancel: Arc::new(AtomicBool::new(false)),
+            filter: Vec::new(),
         };
         Tracer::new(opts, 1 << 30)
     }

@@ -21,6 +21,7 @@ use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
 use super::timing::{PtConfig, Timing};
 use crate::error::CaptureError;
+use crate::filter::FilterRange;
 use crate::perf_event::aux::AuxCursor;
 use crate::perf_event::breakpoint::{Breakpoint, Hit};
 use crate::perf_event::mmap::{aux_head, page_size, AuxArea, DataRing};
@@ -54,6 +55,8 @@ pub struct Options {
     pub cancel: Arc<AtomicBool>,
     /// The `intel_pt` PMU directory (tests point this at fixtures).
     pub pmu_dir: PathBuf,
+    /// IP filter ranges (`--filter`); none traces everything.
+    pub filter: Vec<FilterRange>,
 }
 
 impl Options {
@@ -68,6 +71,7 @@ impl Options {
             interrupt: Arc::new(AtomicBool::new(false)),
             cancel: Arc::new(AtomicBool::new(false)),
             pmu_dir: PathBuf::from(SYSFS_PMUS).join("intel_pt"),
+            filter: Vec::new(),
         }
     }
 }
@@ -138,6 +142,7 @@ pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig, Vec<String>), CaptureEr
         }
         Err(e) => return Err(e.into()),
     };
+    super::filter::kernel_filter(&pmu.caps, &opts.filter, opts.per_cpu)?;
     let privs = Privileges::read();
     for scope in [
         Some(Scope::PerThread),
@@ -376,6 +381,15 @@ impl Session<'_> {
             what: what.clone(),
             errno: e,
         })?;
+        if let Some(filter) =
+            super::filter::kernel_filter(&self.pmu.caps, &self.opts.filter, self.opts.per_cpu)?
+        {
+            pt.set_filter(&filter).map_err(|errno| PerfError::Ioctl {
+                op: "PERF_EVENT_IOC_SET_FILTER",
+                what: what.clone(),
+                errno,
+            })?;
+        }
         let threads = (self.units.len() + 1) as u64;
         let ring = DataRing::map(&pt, DATA_PAGES).map_err(|e| PerfError::Mmap {
             guidance: self.privs.explain_mmap(e, self.aux_size as u64, threads),
@@ -629,7 +643,7 @@ impl Session<'_> {
             tsc_ctc_ratio_d: d,
             cyc_bit: self.pmu.mask("cyc"),
             max_nonturbo_ratio: self.pmu.max_nonturbo_ratio.unwrap_or(0) as u64,
-            filter: String::new(),
+            filter: crate::filter::kernel_string(&self.opts.filter),
             cap_event_trace: self.pmu.caps.event_trace,
         }
     }

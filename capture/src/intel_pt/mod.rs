@@ -1,7 +1,7 @@
 //! The Intel PT backend captures real Intel PT through perf_event_open. Its
 //! modules discover the `intel_pt` PMU from sysfs ([`pmu`]), turn a timing
 //! preset into config terms the CPU supports ([`timing`]), build the PT
-//! event's attr ([`event`]) and run captures ([`backend`]); this file defines
+//! event's attr ([`event`]), check IP filters ([`filter`]) and run captures ([`backend`]); this file defines
 //! [`PtSetupError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
 //! parameters perf stores for decoders are a file format, so they live in
 //! [`ptscope_formats::pt_params`].
@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 pub mod backend;
 pub mod event;
+pub mod filter;
 pub mod pmu;
 pub mod timing;
 

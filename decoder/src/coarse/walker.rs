@@ -1,8 +1,10 @@
 //! The walker: one queue's blocks into branch events. Each block end is a
 //! candidate event whose target is the next block's start; only jumps that
 //! leave the current function become events, which a cache of recently
-//! resolved address ranges makes cheap. It keeps the clock, the checkpoint
-//! at every PSB and the counters of the walk.
+//! resolved address ranges makes cheap. A disable that names an IP is a
+//! branch out of the IP filter's ranges, which becomes the branch and an
+//! `[untraced]` gap (see `leave_filter`). It keeps the clock, the
+//! checkpoint at every PSB and the counters of the walk.
 
 use super::{
     release, scheduled, seam, Blocks, Held, Item, Observe, QueueWalk, Recording, Schedule, Sink,
@@ -572,6 +574,9 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 if let Some(t) = tsc {
                     self.anchor(t);
                 }
+                if let (Some(to), false) = (ip, status_update) {
+                    return self.leave_filter(to);
+                }
                 // Only a far transfer (syscall) disables user-only tracing
                 // synchronously; the block cache reports it as indirect.
                 let reason = match self.branch {
@@ -634,6 +639,36 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 self.from_sync = false;
             }
         }
+    }
+
+    /// A disable that names the held branch's target `to`: the branch
+    /// left the IP filter's ranges (a syscall's or a context switch's
+    /// disable has no IP). A call is shown, its callee named by the target.
+    /// A return is shown without its target (0): it goes back into code
+    /// the trace does not show, under the frame below. A jump is shown
+    /// only when it enters a named function at its entry (a PLT stub's jump
+    /// into the library function it stands for): a jump elsewhere lands in
+    /// code that is never traced, so it would only make a mid-function or
+    /// nameless frame; the jump's own function stays the callee.
+    /// The untraced gap then nests under whatever frame is on top, so the
+    /// disable names no source.
+    fn leave_filter(&mut self, to: u64) {
+        match self.branch {
+            Some((BlockEnd::Call, _)) => self.flush_branch(Some(to)),
+            Some((BlockEnd::Return, from)) => self.emit(EventKind::Return, from, 0),
+            Some((_, from)) => {
+                let target = self.resolve(to);
+                let source = self.resolve(from);
+                let outside = to < source.lo || to >= source.hi;
+                let named = !self.funcs.name(target.func).starts_with('[');
+                if named && target.entry == to && outside {
+                    self.flush_branch(Some(to));
+                }
+            }
+            None => {}
+        }
+        self.branch = None;
+        self.emit(EventKind::TraceEnd(EndReason::Other), 0, 0);
     }
 
     fn push_error(&mut self, func: FuncId) {

@@ -56,8 +56,18 @@ impl<T> Clock<T> {
             None => (pos, tsc),
         };
         let tsc = tsc.max(t0);
+        let same_place = self.anchor.is_some_and(|(p0, _)| p0 == pos);
         for (p, item) in self.pending.drain(..) {
-            let stamp = if p >= pos {
+            let stamp = if same_place && p == pos {
+                // Held since the last anchor, at its very position: no
+                // instruction retired between the two, yet time passed
+                // (untraced code ran, as between a disable and an enable).
+                // The item happened at the earlier time.
+                Stamp {
+                    tsc: t0,
+                    exact: true,
+                }
+            } else if p >= pos {
                 Stamp {
                     tsc,
                     exact: p == pos,
@@ -163,6 +173,22 @@ mod tests {
         c.push(15, 7);
         c.finish(|s, i| out.push((i, s.tsc, s.exact)));
         assert_eq!(out, [(7, 30, false)]);
+    }
+
+    /// A disable and an enable at one position (nothing traced between
+    /// them): what was held after the first anchor keeps its time, so the
+    /// untraced gap between them lasts.
+    #[test]
+    fn items_between_two_anchors_at_one_position_keep_the_first_time() {
+        let mut c = Clock::default();
+        let mut out = Vec::new();
+        run(&mut c, 0, 0, &mut out);
+        run(&mut c, 10, 100, &mut out);
+        c.push(10, 1);
+        run(&mut c, 10, 700, &mut out);
+        c.push(10, 2);
+        run(&mut c, 20, 800, &mut out);
+        assert_eq!(out, [(1, 100, true), (2, 700, false)]);
     }
 
     #[test]

@@ -95,6 +95,7 @@ impl Tracer {
         }
         self.maps = maps;
         self.resolve_symbol();
+        self.resolve_filter();
     }
 
     /// After an exec: the new image's memory, name and mappings.

@@ -33,10 +33,12 @@ impl Tracer {
 
     pub(super) fn unit(&mut self, tid: i32) -> &mut ThreadPt {
         let key = self.unit_key(tid);
-        let (settings, now) = (self.opts.settings, self.now);
-        self.units
-            .entry(key)
-            .or_insert_with(|| ThreadPt::new(settings, now))
+        let (settings, now, filter) = (self.opts.settings, self.now, &self.ip_filter);
+        self.units.entry(key).or_insert_with(|| {
+            let mut unit = ThreadPt::new(settings, now);
+            unit.set_filter(filter.clone());
+            unit
+        })
     }
 
     /// Whether `tid`'s user code is being traced right now.

@@ -1,0 +1,182 @@
+//! This module is the emulated PT unit's IP filter (Intel SDM Vol. 3C,
+//! "Filtering by IP" and "Filter Enable"): the runtime address ranges the
+//! unit traces, and the FilterEn rules the unit in `hardware` follows.
+//!
+//! - With no range configured FilterEn is always 1.
+//! - FilterEn is evaluated where a taken branch, far transfer or return
+//!   from the kernel lands, as the hardware detects range entry and exit
+//!   ("when a taken branch or event lands in" a range). Execution that
+//!   falls through a range's end without a branch changes nothing until the
+//!   next branch; decoders (libipt binds TIP.PGD only to branches) expect
+//!   exactly that.
+//! - A branch out of a range writes TIP.PGD in place of its own packet: with
+//!   the target IP, except for a taken conditional branch (its TNT bit is
+//!   not written and the IP is suppressed).
+//! - A branch into a range writes TIP.PGE with the target IP, preceded by
+//!   MODE.Exec when none was sent since the last PSB.
+
+use super::insn::{Insn, InsnClass};
+
+/// The address ranges a PT unit traces; none configured traces everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IpFilter {
+    configured: bool,
+    /// [start, end) runtime ranges; empty while the filtered file is not
+    /// mapped, when nothing is traced.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl IpFilter {
+    /// A filter of `ranges`, configured even when none is mapped yet.
+    pub fn ranges(ranges: Vec<(u64, u64)>) -> IpFilter {
+        IpFilter {
+            configured: true,
+            ranges,
+        }
+    }
+
+    pub fn is_configured(&self) -> bool {
+        self.configured
+    }
+
+    /// FilterEn for `ip`.
+    pub fn allows(&self, ip: u64) -> bool {
+        !self.configured || self.ranges.iter().any(|&(s, e)| ip >= s && ip < e)
+    }
+}
+
+/// Whether the instruction at `ip`, retired with `next_ip` next, transferred
+/// control: the only instructions at which FilterEn changes.
+pub fn is_taken_branch(insn: &Insn, ip: u64, next_ip: u64) -> bool {
+    match insn.class {
+        InsnClass::Other | InsnClass::KernelEntry => false,
+        InsnClass::CondBranch { target } => next_ip == target && target != insn.next_ip(ip),
+        InsnClass::DirectJump { .. }
+        | InsnClass::DirectCall { .. }
+        | InsnClass::IndirectJump
+        | InsnClass::IndirectCall
+        | InsnClass::Return
+        | InsnClass::FarTransfer => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unconfigured_filter_traces_everything() {
+        let none = IpFilter::default();
+        assert!(none.allows(0) && none.allows(u64::MAX));
+        let unmapped = IpFilter::ranges(Vec::new());
+        assert!(!unmapped.allows(0x1000));
+        let f = IpFilter::ranges(vec![(0x1000, 0x1100)]);
+        assert!(f.allows(0x1000) && f.allows(0x10ff));
+        assert!(!f.allows(0x1100) && !f.allows(0xfff));
+    }
+
+    #[test]
+    fn only_taken_branches_move_filter_en() {
+        let i = |class| Insn {
+            len: 2,
+            class,
+            repeats: false,
+        };
+        let jcc = i(InsnClass::CondBranch { target: 0x50 });
+        assert!(is_taken_branch(&jcc, 0x10, 0x50));
+        assert!(!is_taken_branch(&jcc, 0x10, 0x12));
+        assert!(!is_taken_branch(&i(InsnClass::Other), 0x10, 0x12));
+        assert!(is_taken_branch(&i(InsnClass::Return), 0x10, 0x12));
+    }
+
+    /// The packets of a call through the PLT out of the traced range and
+    /// its return: TIP.PGD with the target at the PLT's indirect jump,
+    /// nothing while outside, TIP.PGE with the return address on the way
+    /// back; a conditional branch out leaves a suppressed TIP.PGD.
+    #[test]
+    fn leaving_and_reentering_the_range() {
+        use crate::emulated::hardware::{PtSettings, ThreadPt};
+        let cfg = PtSettings {
+            psb_period: 1 << 20,
+            ret_compression: true,
+            cyc: false,
+            cbr: 10,
+            ring_size: 1 << 20,
+        };
+        let i = |class, len| Insn {
+            len,
+            class,
+            repeats: false,
+        };
+        let mut t = ThreadPt::new(cfg, 0);
+        t.set_filter(IpFilter::ranges(vec![(0x40_1000, 0x40_2000)]));
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x40_1000, 0, false);
+        // call plt; plt: jmp *got -> libc; libc: call/ret inside; ret back.
+        t.retire(
+            0x40_1000,
+            &i(InsnClass::DirectCall { target: 0x40_1800 }, 5),
+            0x40_1800,
+            1,
+        );
+        t.retire(
+            0x40_1800,
+            &i(InsnClass::IndirectJump, 6),
+            0x7f00_0000_1000,
+            2,
+        );
+        assert!(!t.tracing());
+        t.retire(
+            0x7f00_0000_1000,
+            &i(
+                InsnClass::DirectCall {
+                    target: 0x7f00_0000_2000,
+                },
+                5,
+            ),
+            0x7f00_0000_2000,
+            3,
+        );
+        t.retire(
+            0x7f00_0000_2000,
+            &i(InsnClass::Return, 1),
+            0x7f00_0000_1005,
+            4,
+        );
+        t.retire(
+            0x7f00_0000_1005,
+            &i(InsnClass::Other, 1),
+            0x7f00_0000_1006,
+            5,
+        );
+        // Going on outside changes nothing.
+        t.enter_user(0x7f00_0000_1006, 5, false);
+        assert!(!t.tracing());
+        t.retire(0x7f00_0000_1006, &i(InsnClass::Return, 1), 0x40_1005, 6);
+        assert!(t.tracing());
+        t.retire(
+            0x40_1005,
+            &i(InsnClass::CondBranch { target: 0x50_0000 }, 2),
+            0x50_0000,
+            7,
+        );
+        assert!(!t.tracing());
+        // A signal handler inside the range, entered through the kernel
+        // from outside: FilterEn is evaluated where user code resumes.
+        t.enter_user(0x40_1100, 9, false);
+        assert!(t.tracing());
+        t.finish();
+        let bytes = &t.ring().snapshot()[start..];
+        assert_eq!(
+            bytes,
+            &[
+                0x99, 0x01, // MODE.Exec
+                0x51, 0x00, 0x10, 0x40, 0x00, // TIP.PGE 0x401000 (32-bit update)
+                0x61, 0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, // TIP.PGD 0x7f0000001000
+                0x71, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, // TIP.PGE 0x401005
+                0x01, // TIP.PGD, IP suppressed
+                0x31, 0x00, 0x11, // TIP.PGE 0x401100 (16-bit update)
+            ][..]
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! This module reads IP filters in perf's syntax and resolves them, for both
+//! backends. A filter limits tracing to address ranges of a binary: PT
+//! hardware writes packets only while the IP is inside one of the ranges
+//! (FilterEn), and TIP.PGD / TIP.PGE where execution leaves and re-enters
+//! them.
+//!
+//! The syntax is perf's `--filter` for intel_pt address filters, several
+//! separated by commas:
+//! `filter <start> [/ <size>] [@<file name>]`, where `<start>` is an address
+//! (a file offset, as the kernel reads it) or a function's name (then
+//! `<size>` defaults to the function's size). A
+//! filter without a file applies to the traced program's own binary.
+//! `start`, `stop` and `tracestop` filters are perf syntax too, but ptscope
+//! traces ranges only, so they are refused by name.
+//!
+//! A resolved filter is a file offset and size in a file, as the kernel takes
+//! it (`PERF_EVENT_IOC_SET_FILTER`) and as perf records it in
+//! AUXTRACE_INFO; [`runtime_ranges`] places it where the file is mapped.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::procfs::Mapping;
+use crate::recording::Target;
+use crate::trigger::symbol_matches;
+
+/// What is wrong with a `--filter`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FilterError {
+    #[error("bad filter `{filter}`: {why}")]
+    Syntax { filter: String, why: String },
+    #[error("filter action `{0}` is not supported: ptscope traces address ranges (`filter`) only")]
+    Action(String),
+    #[error("filter symbol `{symbol}` was not found in {file}")]
+    UnknownSymbol { symbol: String, file: String },
+    #[error("cannot read {file} for the filter: {why}")]
+    File { file: String, why: String },
+    #[error("{given} filter ranges given, but the CPU has {max} address ranges")]
+    TooMany { given: usize, max: usize },
+    #[error("the filter `{0}` has a size of zero")]
+    Empty(String),
+}
+
+/// Where a filter range starts, as the user wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterStart {
+    /// An offset in the file, as the kernel and perf read it, or a
+    /// runtime address when the filter names no file.
+    Address(u64),
+    Symbol(String),
+}
+
+/// One `filter` of a `--filter`, as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterSpec {
+    pub start: FilterStart,
+    pub size: Option<u64>,
+    pub file: Option<String>,
+}
+
+/// A filter range resolved in its file: `size` bytes from file offset
+/// `offset` of `file`. Without a file, `offset` is a runtime address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterRange {
+    pub offset: u64,
+    pub size: u64,
+    pub file: Option<String>,
+}
+
+fn parse_number(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Parses a `--filter` value: one or more filters separated by commas.
+pub fn parse(text: &str) -> Result<Vec<FilterSpec>, FilterError> {
+    let mut out = Vec::new();
+    for one in text.split(',').map(str::trim) {
+        if one.is_empty() {
+            continue;
+        }
+        out.push(parse_one(one)?);
+    }
+    if out.is_empty() {
+        return Err(FilterError::Syntax {
+            filter: text.into(),
+            why: "no filter given".into(),
+        });
+    }
+    Ok(out)
+}
+
+fn parse_one(text: &str) -> Result<FilterSpec, FilterError> {
+    let syntax = |why: &str| FilterError::Syntax {
+        filter: text.into(),
+        why: why.into(),
+    };
+    let (action, rest) = text
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| syntax("expected `filter <start> [/ <size>] [@<file>]`"))?;
+    match action {
+        "filter" => {}
+        "start" | "stop" | "tracestop" => return Err(FilterError::Action(action.into())),
+        _ => return Err(syntax("it must begin with `filter`")),
+    }
+    let (range, file) = match rest.split_once('@') {
+        Some((r, f)) if f.trim().is_empty() => {
+            let _ = r;
+            return Err(syntax("no file name after `@`"));
+        }
+        Some((r, f)) => (r, Some(f.trim().to_string())),
+        None => (rest, None),
+    };
+    let (start, size) = match range.split_once('/') {
+        Some((s, size)) => (
+            s.trim(),
+            Some(parse_number(size).ok_or_else(|| syntax("the size is not a number"))?),
+        ),
+        None => (range.trim(), None),
+    };
+    if start.is_empty() {
+        return Err(syntax("no start address or symbol"));
+    }
+    let start = match parse_number(start) {
+        Some(a) => FilterStart::Address(a),
+        None if start.starts_with(|c: char| c.is_ascii_digit()) => {
+            return Err(syntax("the start is not a number"))
+        }
+        None if start.contains(char::is_whitespace) => {
+            return Err(syntax("the start is not one symbol"))
+        }
+        None => FilterStart::Symbol(start.into()),
+    };
+    if start == FilterStart::Address(0) && size.is_none() || size == Some(0) {
+        return Err(FilterError::Empty(text.into()));
+    }
+    if matches!(start, FilterStart::Address(_)) && size.is_none() {
+        return Err(syntax("an address range needs a size (`<start>/<size>`)"));
+    }
+    Ok(FilterSpec { start, size, file })
+}
+
+/// The file offset and size of the function `name` in the ELF file at
+/// `path`; the size is the symbol's.
+pub fn symbol_in_file(path: &Path, name: &str) -> Result<Option<(u64, u64)>, FilterError> {
+    let file_err = |why: String| FilterError::File {
+        file: path.display().to_string(),
+        why,
+    };
+    let data = std::fs::read(path).map_err(|e| file_err(e.to_string()))?;
+    let file = object::File::parse(&*data).map_err(|e| file_err(e.to_string()))?;
+    let Some(sym) = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .find(|s| s.name().is_ok_and(|n| symbol_matches(n, name)))
+    else {
+        return Ok(None);
+    };
+    Ok(vaddr_to_offset(&file, sym.address()).map(|off| (off, sym.size())))
+}
+
+fn vaddr_to_offset(file: &object::File, vaddr: u64) -> Option<u64> {
+    file.segments().find_map(|seg| {
+        let (off, size) = seg.file_range();
+        let start = seg.address();
+        (vaddr >= start && vaddr < start + size).then(|| vaddr - start + off)
+    })
+}
+
+/// The binary a filter without a file applies to: the spawned command's
+/// program, or the attached process's executable.
+pub fn target_program(target: &Target) -> Option<PathBuf> {
+    match target {
+        Target::Spawn { argv, cwd } => {
+            crate::tracee::resolve_program(argv.first()?, cwd.as_deref())
+        }
+        Target::Attach(pid) => std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+    }
+}
+
+/// Refuses more ranges than the CPU's `max` address ranges.
+pub fn check_count(ranges: &[FilterRange], max: usize) -> Result<(), FilterError> {
+    if ranges.len() > max {
+        return Err(FilterError::TooMany {
+            given: ranges.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Resolves `specs` into ranges of files; a filter without a file is in
+/// `program`'s binary, or (an address without a file and no program) at a
+/// runtime address.
+pub fn resolve(
+    specs: &[FilterSpec],
+    program: Option<&Path>,
+) -> Result<Vec<FilterRange>, FilterError> {
+    specs
+        .iter()
+        .map(|spec| {
+            let file = spec
+                .file
+                .clone()
+                .or_else(|| program.map(|p| p.display().to_string()));
+            let Some(file) = file else {
+                let FilterStart::Address(a) = spec.start else {
+                    return Err(FilterError::File {
+                        file: "(no file)".into(),
+                        why: "a symbol filter needs a file".into(),
+                    });
+                };
+                return Ok(FilterRange {
+                    offset: a,
+                    size: spec.size.unwrap_or(0),
+                    file: None,
+                });
+            };
+            let path = std::fs::canonicalize(&file).map_err(|e| FilterError::File {
+                file: file.clone(),
+                why: e.to_string(),
+            })?;
+            let (offset, size) = match &spec.start {
+                FilterStart::Symbol(name) => {
+                    let (off, sym_size) =
+                        symbol_in_file(&path, name)?.ok_or_else(|| FilterError::UnknownSymbol {
+                            symbol: name.clone(),
+                            file: path.display().to_string(),
+                        })?;
+                    (off, spec.size.unwrap_or(sym_size))
+                }
+                FilterStart::Address(a) => (*a, spec.size.unwrap_or(0)),
+            };
+            if size == 0 {
+                return Err(FilterError::Empty(format!("{:?}", spec.start)));
+            }
+            Ok(FilterRange {
+                offset,
+                size,
+                file: Some(path.display().to_string()),
+            })
+        })
+        .collect()
+}
+
+/// The filter as the kernel takes it and perf records it in AUXTRACE_INFO:
+/// `filter 0x<offset>/0x<size>@<file>`, comma-separated.
+pub fn kernel_string(ranges: &[FilterRange]) -> String {
+    ranges
+        .iter()
+        .map(|r| match &r.file {
+            Some(f) => format!("filter {:#x}/{:#x}@{f}", r.offset, r.size),
+            None => format!("filter {:#x}/{:#x}", r.offset, r.size),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Where `ranges` lie in a process mapped as `maps`: [start, end) runtime
+/// address ranges, as the kernel places a file filter in every mapping of
+/// its file that covers the offset. A range whose file is not mapped yet
+/// has no addresses.
+pub fn runtime_ranges(ranges: &[FilterRange], maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for r in ranges {
+        let Some(file) = &r.file else {
+            out.push((r.offset, r.offset.saturating_add(r.size)));
+            continue;
+        };
+        for m in maps.iter().filter(|m| m.exec && &m.path == file) {
+            if r.offset >= m.offset && r.offset < m.offset + m.len() {
+                let start = m.start + (r.offset - m.offset);
+                out.push((start, start.saturating_add(r.size)));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_perf_syntax() {
+        let f = parse("filter main @ /bin/true, filter 0x1000/0x20@/lib/x.so").unwrap();
+        assert_eq!(
+            f,
+            [
+                FilterSpec {
+                    start: FilterStart::Symbol("main".into()),
+                    size: None,
+                    file: Some("/bin/true".into())
+                },
+                FilterSpec {
+                    start: FilterStart::Address(0x1000),
+                    size: Some(0x20),
+                    file: Some("/lib/x.so".into())
+                }
+            ]
+        );
+        assert_eq!(
+            parse("filter foo/64").unwrap()[0],
+            FilterSpec {
+                start: FilterStart::Symbol("foo".into()),
+                size: Some(64),
+                file: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_syntax_is_named() {
+        for (text, want) in [
+            ("main", "expected"),
+            ("filter", "expected"),
+            ("filter 0x1000", "needs a size"),
+            ("filter main/zz", "size is not a number"),
+            ("filter main @", "no file name"),
+            ("frob main", "must begin"),
+            ("", "no filter"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        assert_eq!(
+            parse("tracestop main").unwrap_err(),
+            FilterError::Action("tracestop".into())
+        );
+        assert!(matches!(parse("filter 0x10/0"), Err(FilterError::Empty(_))));
+    }
+
+    fn this_binary() -> std::path::PathBuf {
+        std::env::current_exe().unwrap()
+    }
+
+    #[test]
+    fn resolves_symbols_and_counts_ranges() {
+        let exe = this_binary();
+        let specs = parse("filter main").unwrap();
+        let r = resolve(&specs, Some(&exe)).unwrap();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].size > 0);
+        let s = kernel_string(&r);
+        assert!(s.starts_with("filter 0x") && s.contains('@'), "{s}");
+        let e = resolve(&parse("filter no_such_fn_ptscope").unwrap(), Some(&exe));
+        assert!(
+            matches!(&e, Err(FilterError::UnknownSymbol { symbol, .. }) if symbol == "no_such_fn_ptscope"),
+            "{e:?}"
+        );
+        let three = parse("filter main, filter main, filter main").unwrap();
+        let three = resolve(&three, Some(&exe)).unwrap();
+        assert_eq!(
+            check_count(&three, 2).unwrap_err(),
+            FilterError::TooMany { given: 3, max: 2 }
+        );
+        assert!(check_count(&three[..2], 2).is_ok());
+        assert!(matches!(
+            resolve(&specs, Some(Path::new("/nonexistent/x"))),
+            Err(FilterError::File { .. })
+        ));
+    }
+
+    #[test]
+    fn ranges_land_where_the_file_is_mapped() {
+        let r = [FilterRange {
+            offset: 0x1100,
+            size: 0x40,
+            file: Some("/bin/a".into()),
+        }];
+        let map = |start, offset, path: &str| Mapping {
+            start,
+            end: start + 0x1000,
+            read: true,
+            write: false,
+            exec: true,
+            offset,
+            dev_major: 0,
+            dev_minor: 0,
+            inode: 1,
+            path: path.into(),
+        };
+        assert_eq!(
+            runtime_ranges(
+                &r,
+                &[map(0x5000, 0, "/bin/b"), map(0x7000, 0x1000, "/bin/a")]
+            ),
+            [(0x7100, 0x7140)]
+        );
+        assert!(runtime_ranges(&r, &[]).is_empty());
+    }
+}
