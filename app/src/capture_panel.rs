@@ -402,7 +402,15 @@ impl CapturePanel {
             .default_width(560.0)
             .default_height(620.0)
             .show(ctx, |ui| {
-                egui::ScrollArea::vertical().show(ui, |ui| self.contents(ui));
+                // The actions stay in view below the settings, which scroll:
+                // a long process or function list must never hide "Start".
+                let actions =
+                    2.0 * ui.spacing().interact_size.y + 3.0 * ui.spacing().item_spacing.y;
+                egui::ScrollArea::vertical()
+                    .max_height((ui.available_height() - actions).max(120.0))
+                    .show(ui, |ui| self.contents(ui));
+                ui.separator();
+                self.actions(ui);
             });
         self.open = open;
     }
@@ -448,7 +456,14 @@ impl CapturePanel {
             ui.separator();
             self.settings(ui);
         });
-        ui.separator();
+        for line in self.log.iter().rev().take(8) {
+            ui.label(egui::RichText::new(line).small());
+        }
+    }
+
+    /// The buttons that start, snapshot and cancel a capture, and its status.
+    fn actions(&mut self, ui: &mut egui::Ui) {
+        let busy = self.running.is_some();
         ui.horizontal(|ui| {
             if ui
                 .add_enabled(!busy, egui::Button::new("Start capture"))
@@ -475,9 +490,6 @@ impl CapturePanel {
             }
         });
         ui.label(format!("Status: {}", self.state));
-        for line in self.log.iter().rev().take(8) {
-            ui.label(egui::RichText::new(line).small());
-        }
     }
 
     fn command_fields(&mut self, ui: &mut egui::Ui) {
