@@ -228,11 +228,13 @@ fn runaway_recursion_is_bounded_and_reported() {
             && err.contains("its calls nested more than 16384 levels deep"),
         "{err}"
     );
-    // Each stretch without trace stops at 2^16 runs, here calls.
+    // Each stretch without trace stops at 2^16 runs, here calls. The walk
+    // resumes at the next packet with a full IP (as perf does), not only at
+    // a PSB, so this damaged trace has five such stretches, not four.
     let calls: u64 = out
         .lines()
         .find(|l| l.contains("demo+0x1159"))
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .expect("the recursing function's row");
-    assert!(calls <= 4 << 16, "{calls} calls\n{out}");
+    assert!(calls <= 6 << 16, "{calls} calls\n{out}");
 }
