@@ -88,11 +88,21 @@ pub struct CaptureOpts {
     /// as ground truth for testing. Emulated backend only.
     #[arg(long, value_name = "FILE", hide = true)]
     pub ip_log: Option<PathBuf>,
-    /// Trace through one CPU-wide PT unit, as `perf record -a -e intel_pt//u`
-    /// does: one AUX queue for the CPU, threads told apart by context-switch
-    /// records. The emulated backend runs every thread on one virtual CPU.
+    /// Trace per CPU instead of per thread: one PT unit and AUX buffer per
+    /// CPU, threads told apart by context-switch records. The intel-pt
+    /// backend traces every CPU system-wide, as `perf record -a -e
+    /// intel_pt//u` does; the emulated backend writes what `perf record -e
+    /// intel_pt//u CMD` writes by default (per-CPU buffers inherited by
+    /// every thread of the process, SWITCH and ITRACE_START sideband),
+    /// running the threads on --cpus virtual CPUs between which they
+    /// migrate.
     #[arg(long)]
     pub per_cpu: bool,
+    /// Virtual CPUs of the emulated backend's --per-cpu mode (at least 1):
+    /// a thread that runs again after another one did moves to the next.
+    #[arg(long, value_name = "N", default_value_t = ptscope::recorder::DEFAULT_CPUS,
+          value_parser = clap::value_parser!(u32).range(1..=1024), requires = "per_cpu")]
+    pub cpus: u32,
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -398,6 +408,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.opts.timing = opts.timing.clone();
     req.opts.kernel = opts.kernel;
     req.opts.per_cpu = opts.per_cpu;
+    req.cpus = opts.cpus;
     req.opts.snapshots = opts.snapshots;
     req.ip_log = opts.ip_log.is_some();
     req.progress = !opts.quiet && !opts.json_progress;
