@@ -10,6 +10,7 @@
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`script_rules`]: `perf script` text imported by our rules;
 //! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
+//! - [`per_cpu`]: per-CPU captures, threads migrating between CPUs;
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
 //! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
@@ -30,4 +31,5 @@ mod hardware;
 mod install;
 mod lines;
 mod peer_cases;
+mod per_cpu;
 mod script_rules;

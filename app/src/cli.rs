@@ -162,8 +162,11 @@ pub enum Command {
     Packets {
         file: PathBuf,
         /// The thread (default: the first one).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cpu")]
         thread: Option<i32>,
+        /// The buffer of CPU N, in a per-CPU trace.
+        #[arg(long, value_name = "N")]
+        cpu: Option<u32>,
         /// Stop after N packets.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -288,8 +291,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(Command::Packets {
             file,
             thread,
+            cpu,
             limit,
-        }) => packets(&file, thread, limit),
+        }) => packets(&file, thread, cpu, limit),
         Some(Command::Decode {
             input,
             from,
@@ -672,8 +676,38 @@ fn info(path: &Path) -> Result<ExitCode> {
             trace.lost_records, trace.truncated_aux
         )?;
     }
+    let per_cpu: Vec<_> = trace.streams.iter().filter(|s| s.tid.is_none()).collect();
+    if !per_cpu.is_empty() {
+        // One buffer per CPU, holding whichever threads ran there.
+        writeln!(out, "  buffers:")?;
+        for s in &per_cpu {
+            let psbs = packet::psb_offsets(&s.data).len();
+            let cpu = s
+                .cpu
+                .map_or(format!("queue {}", s.idx), |c| format!("cpu {c}"));
+            let owner = s
+                .recorded_tid
+                .map_or(String::new(), |t| format!(", recorded for pid/tid {t}"));
+            writeln!(
+                out,
+                "    {cpu:<29} {:>10} bytes of PT, {psbs} PSBs{owner}",
+                s.data.len()
+            )?;
+        }
+    }
     writeln!(out, "  threads:")?;
-    for s in &trace.streams {
+    // Threads of per-CPU buffers, once each, with the CPUs they ran on.
+    let mut ran_on: std::collections::BTreeMap<i32, std::collections::BTreeSet<u32>> =
+        Default::default();
+    for sw in trace.switches.iter().filter(|sw| sw.tid > 0) {
+        ran_on.entry(sw.tid).or_default().insert(sw.cpu);
+    }
+    for (tid, cpus) in ran_on.iter().filter(|_| !per_cpu.is_empty()) {
+        let comm = trace.thread(*tid).map(|t| t.comm.as_str()).unwrap_or("");
+        let cpus: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+        writeln!(out, "    tid {tid:<8} {comm:<16} on cpu {}", cpus.join(","))?;
+    }
+    for s in trace.streams.iter().filter(|s| s.tid.is_some()) {
         let psbs = packet::psb_offsets(&s.data).len();
         let who = match (s.tid, s.cpu) {
             (Some(tid), _) => {
@@ -720,16 +754,41 @@ fn info(path: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
+fn packets(
+    path: &Path,
+    thread: Option<i32>,
+    cpu: Option<u32>,
+    limit: Option<usize>,
+) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
-    let stream = match thread {
-        Some(tid) => trace
+    let stream = match (thread, cpu) {
+        (_, Some(cpu)) => trace
+            .streams
+            .iter()
+            .find(|s| s.cpu == Some(cpu))
+            .with_context(|| {
+                let cpus: Vec<String> = trace
+                    .streams
+                    .iter()
+                    .filter_map(|s| s.cpu.map(|c| c.to_string()))
+                    .collect();
+                format!(
+                    "{}: no trace buffer for CPU {cpu} (the file has {})",
+                    path.display(),
+                    if cpus.is_empty() {
+                        "per-thread buffers only".to_string()
+                    } else {
+                        format!("CPUs {}", cpus.join(", "))
+                    }
+                )
+            })?,
+        (Some(tid), None) => trace
             .streams
             .iter()
             .find(|s| s.tid == Some(tid))
             .with_context(|| format!("{}: no trace for thread {tid}", path.display()))?,
-        None => trace
+        (None, None) => trace
             .streams
             .first()
             .with_context(|| format!("{}: the file holds no PT data", path.display()))?,

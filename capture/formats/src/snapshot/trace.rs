@@ -15,7 +15,15 @@ const PROT_EXEC: u32 = 0x4;
 #[derive(Debug)]
 pub struct AuxStream<'a> {
     pub idx: u32,
+    /// The thread whose trace a per-thread queue is; `None` for a per-CPU
+    /// queue, which holds whichever thread ran on the CPU (the switch
+    /// sideband says which, when).
     pub tid: Option<i32>,
+    /// The tid its AUXTRACE records name. A per-CPU queue of
+    /// `perf record CMD` (events inherited by every thread) names the
+    /// command's process here although it holds every thread's trace; a
+    /// system-wide one (`perf record -a`) names none.
+    pub recorded_tid: Option<i32>,
     pub cpu: Option<u32>,
     /// The queue's buffers joined; borrowed when there is only one.
     pub data: Cow<'a, [u8]>,
@@ -236,7 +244,13 @@ impl<'a> Trace<'a> {
             .into_iter()
             .map(|(idx, (tid, cpu, parts))| AuxStream {
                 idx,
-                tid,
+                // A queue recorded on a CPU is per CPU, whatever tid its
+                // records name: threads migrate, so one thread's trace can
+                // be in several CPUs' queues, and one queue holds several
+                // threads' (perf's decoder, too, takes the thread from the
+                // switches then).
+                tid: tid.filter(|_| cpu.is_none()),
+                recorded_tid: tid,
                 cpu,
                 buffers: parts.len(),
                 data: if parts.len() == 1 {
