@@ -132,10 +132,12 @@ fn add_proc<'p>(
                 })?)
             }
         };
+        // The kernel and its modules (pid -1) are mapped in every process,
+        // and no image of theirs is ever at hand.
         let missing_maps: Vec<(u64, u64, String)> = trace
             .mmaps
             .iter()
-            .filter(|m| m.pid == pid && missing.contains(&m.path))
+            .filter(|m| (m.pid == pid && missing.contains(&m.path)) || (m.kernel && m.pid == -1))
             .map(|m| (m.start, m.len, m.path.clone()))
             .collect();
         for m in missing {

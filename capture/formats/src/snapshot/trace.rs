@@ -42,6 +42,21 @@ pub struct MmapEvent {
     pub pgoff: u64,
     pub path: String,
     pub build_id: Option<Vec<u8>>,
+    /// The kernel or one of its modules (pid -1, a kernel cpumode):
+    /// `[kernel.kallsyms]_text`, or a module's `.ko` path or name.
+    pub kernel: bool,
+}
+
+impl MmapEvent {
+    /// How the mapping is named to a person: the kernel as perf names it
+    /// (`[kernel.kallsyms]`), anything else by its path.
+    pub fn display_name(&self) -> &str {
+        if self.kernel && self.path.starts_with("[kernel.kallsyms]") {
+            "[kernel.kallsyms]"
+        } else {
+            &self.path
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -176,6 +191,33 @@ impl<'a> Trace<'a> {
                         pgoff,
                         path: filename.to_string(),
                         build_id,
+                        kernel: pid as i32 == -1,
+                    });
+                }
+                // perf's synthesized kernel and module mappings.
+                Record::Mmap {
+                    pid,
+                    tid,
+                    addr,
+                    len,
+                    pgoff,
+                    misc,
+                    filename,
+                    sample_id,
+                } if misc & crate::perf_data::misc::MMAP_DATA == 0
+                    && addr.checked_add(len).is_some() =>
+                {
+                    let build_id = build_ids_by_path.get(filename).cloned();
+                    mmaps.push(MmapEvent {
+                        pid: pid as i32,
+                        tid: tid as i32,
+                        time: sample_id.time,
+                        start: addr,
+                        len,
+                        pgoff,
+                        path: filename.to_string(),
+                        build_id,
+                        kernel: pid as i32 == -1 || misc & 7 == crate::perf_data::misc::KERNEL,
                     });
                 }
                 Record::SwitchCpuWide {
