@@ -13,6 +13,7 @@
 //! - [`per_cpu`]: per-CPU captures, threads migrating between CPUs;
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
 //! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
+//! - [`kernel_maps`]: perf.data files mapping the kernel and its modules;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
 //!   checkout.
 
@@ -29,6 +30,7 @@ mod fuzz_regressions;
 mod gui;
 mod hardware;
 mod install;
+mod kernel_maps;
 mod lines;
 mod peer_cases;
 mod per_cpu;

@@ -725,7 +725,7 @@ fn info(path: &Path) -> Result<ExitCode> {
     }
     writeln!(out, "  binaries:")?;
     let mut seen = std::collections::BTreeSet::new();
-    for m in &trace.mmaps {
+    for m in trace.mmaps.iter().filter(|m| !m.kernel) {
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
@@ -750,6 +750,31 @@ fn info(path: &Path) -> Result<ExitCode> {
                 None => String::new(),
             },
         )?;
+    }
+    // The kernel and its modules, as perf's kernel MMAP records map them:
+    // their code is named `[kernel]` in the spans, never decoded.
+    let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();
+    if !kernel.is_empty() {
+        writeln!(out, "  kernel (not decoded, shown as [kernel]):")?;
+        let mut seen = std::collections::BTreeSet::new();
+        for m in kernel {
+            if !seen.insert((m.start, m.path.clone())) {
+                continue;
+            }
+            let id = m
+                .build_id
+                .as_deref()
+                .map(ptscope_formats::buildid::to_hex)
+                .unwrap_or_else(|| "no build id".into());
+            writeln!(
+                out,
+                "    {:#018x}-{:#018x} {} [{}]",
+                m.start,
+                m.start.saturating_add(m.len),
+                m.display_name(),
+                id
+            )?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
