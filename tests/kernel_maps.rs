@@ -140,7 +140,10 @@ fn the_kernel_is_listed_and_unreadable_code_is_named_by_what_is_missing() {
         .unwrap_or_else(|| panic!("no kernel section: {info}"));
     assert!(kernel.contains("0xffffffff81000000"), "{info}");
     assert!(kernel.contains(" [kernel.kallsyms] "), "{info}");
-    assert!(kernel.contains("/lib/modules/6.1.0/kernel/drivers/foo.ko"), "{info}");
+    assert!(
+        kernel.contains("/lib/modules/6.1.0/kernel/drivers/foo.ko"),
+        "{info}"
+    );
     assert!(info.contains("MISSING"), "{info}");
 
     let names: Vec<String> = decode_json(&file, &[])
@@ -149,7 +152,9 @@ fn the_kernel_is_listed_and_unreadable_code_is_named_by_what_is_missing() {
         .collect();
     assert!(names.iter().any(|n| n == "[kernel]"), "{names:?}");
     assert!(
-        names.iter().any(|n| n == "[no binary: /nonexistent/libfoo.so]"),
+        names
+            .iter()
+            .any(|n| n == "[no binary: /nonexistent/libfoo.so]"),
         "{names:?}"
     );
     assert!(

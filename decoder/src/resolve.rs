@@ -397,7 +397,11 @@ mod tests {
             &[
                 (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
                 (kernel, 0x100_0000, "[kernel.kallsyms]_text".to_string()),
-                (0xffff_ffff_c000_0000, 0x1000, "/lib/modules/x.ko".to_string()),
+                (
+                    0xffff_ffff_c000_0000,
+                    0x1000,
+                    "/lib/modules/x.ko".to_string(),
+                ),
             ],
             &mut symbols,
         );
