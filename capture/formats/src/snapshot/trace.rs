@@ -337,3 +337,122 @@ impl<'a> Trace<'a> {
         Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::{misc, sample, PerfDataWriter, SampleId};
+    use std::io::Cursor;
+
+    /// A perf.data as `perf record -e intel_pt// CMD` writes it on two
+    /// CPUs: AUXTRACE records name the command's pid and their CPU, the
+    /// thread ran on both, and perf's MMAP records map the kernel.
+    fn per_cpu_perf_data(with_switches: bool) -> Vec<u8> {
+        let sample_type = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+        let params = PtParams {
+            pmu_type: 8,
+            time_shift: 31,
+            time_mult: 1 << 31,
+            have_sched_switch: if with_switches { 2 } else { 0 },
+            per_cpu_mmaps: true,
+            ..PtParams::default()
+        };
+        let sid = |time, cpu| SampleId {
+            pid: 100,
+            tid: 100,
+            time,
+            id: 1,
+            cpu,
+        };
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type).unwrap();
+        w.write(&Record::AuxtraceInfo(params.to_info())).unwrap();
+        w.write(&Record::Mmap {
+            pid: u32::MAX,
+            tid: 0,
+            addr: 0xffff_ffff_8100_0000,
+            len: 0x100_0000,
+            pgoff: 0xffff_ffff_8100_0000,
+            misc: misc::KERNEL,
+            filename: "[kernel.kallsyms]_text",
+            sample_id: SampleId::default(),
+        })
+        .unwrap();
+        w.write(&Record::ItraceStart {
+            pid: 100,
+            tid: 100,
+            sample_id: sid(10, 1),
+        })
+        .unwrap();
+        if with_switches {
+            for (time, cpu, out) in [(10, 1, false), (20, 1, true), (30, 0, false)] {
+                w.write(&Record::Switch {
+                    out,
+                    preempt: false,
+                    sample_id: sid(time, cpu),
+                })
+                .unwrap();
+            }
+        }
+        for cpu in [0, 1] {
+            w.write(&Record::Auxtrace {
+                offset: 0,
+                reference: 0,
+                idx: cpu,
+                tid: 100,
+                cpu,
+                data: &[0x02, 0x82],
+            })
+            .unwrap();
+        }
+        let attrs = [EventAttr {
+            attr: PerfEventAttr {
+                kind: 8,
+                sample_type,
+                ..PerfEventAttr::default()
+            },
+            name: "intel_pt//".into(),
+            ids: vec![1],
+        }];
+        w.finish(&attrs, Features::default()).unwrap().into_inner()
+    }
+
+    #[test]
+    fn per_cpu_buffers_are_per_cpu_whatever_tid_they_name() {
+        let bytes = per_cpu_perf_data(true);
+        let file = PerfDataFile::parse(&bytes).unwrap();
+        let trace = Trace::from_perf(&file).unwrap();
+        let streams: Vec<_> = trace
+            .streams
+            .iter()
+            .map(|s| (s.tid, s.recorded_tid, s.cpu))
+            .collect();
+        assert_eq!(
+            streams,
+            [(None, Some(100), Some(0)), (None, Some(100), Some(1))]
+        );
+        // Who ran where: the ITRACE_START and the switch-ins.
+        let ran: Vec<_> = trace
+            .switches
+            .iter()
+            .map(|s| (s.time, s.cpu, s.tid))
+            .collect();
+        assert_eq!(ran, [(10, 1, 100), (10, 1, 100), (30, 0, 100)]);
+        // perf's MMAP record of the kernel.
+        let [k] = &trace.mmaps[..] else {
+            panic!("{:?}", trace.mmaps)
+        };
+        assert!(k.kernel && k.pid == -1);
+        assert_eq!(k.display_name(), "[kernel.kallsyms]");
+    }
+
+    /// Without switch records, the ITRACE_START still says who ran.
+    #[test]
+    fn itrace_start_alone_says_who_ran_on_a_cpu() {
+        let bytes = per_cpu_perf_data(false);
+        let file = PerfDataFile::parse(&bytes).unwrap();
+        let trace = Trace::from_perf(&file).unwrap();
+        let ran: Vec<_> = trace.switches.iter().map(|s| (s.cpu, s.tid)).collect();
+        assert_eq!(ran, [(1, 100)]);
+        assert!(trace.streams.iter().all(|s| s.tid.is_none()));
+    }
+}
