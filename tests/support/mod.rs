@@ -181,8 +181,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
                 trace
                     .switches
                     .iter()
-                    .filter(|s| s.cpu == cpu && s.time <= ns)
-                    .next_back()
+                    .rfind(|s| s.cpu == cpu && s.time <= ns)
                     .map_or(-1, |s| s.tid)
             };
             let stats = ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| {
