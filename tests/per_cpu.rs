@@ -158,6 +158,16 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     }
     assert_ne!(dumps[0], dumps[1]);
     let out = ptscope()
+        .args(["packets", "--thread", &pid.to_string()])
+        .arg(&snap)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use --cpu N"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ptscope()
         .args(["packets", "--cpu", "7"])
         .arg(&snap)
         .output()

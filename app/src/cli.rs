@@ -812,7 +812,18 @@ fn packets(
             .streams
             .iter()
             .find(|s| s.tid == Some(tid))
-            .with_context(|| format!("{}: no trace for thread {tid}", path.display()))?,
+            .with_context(|| {
+                let per_cpu = trace.streams.iter().any(|s| s.tid.is_none());
+                format!(
+                    "{}: no trace for thread {tid}{}",
+                    path.display(),
+                    if per_cpu {
+                        " of its own (the trace is per CPU: use --cpu N)"
+                    } else {
+                        ""
+                    }
+                )
+            })?,
         (None, None) => trace
             .streams
             .first()
