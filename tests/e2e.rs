@@ -13,8 +13,10 @@
 //! - [`sparse_tracks`]: a track that decoded to almost nothing says why;
 //! - [`script_rules`]: `perf script` text imported by our rules;
 //! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
+//! - [`per_cpu`]: per-CPU captures, threads migrating between CPUs;
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
 //! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
+//! - [`kernel_maps`]: perf.data files mapping the kernel and its modules;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
 //!   checkout.
 
@@ -32,8 +34,10 @@ mod fuzz_regressions;
 mod gui;
 mod hardware;
 mod install;
+mod kernel_maps;
 mod lines;
 mod peer_cases;
+mod per_cpu;
 mod raw_dumps;
 mod script_rules;
 mod sparse_tracks;

@@ -101,11 +101,21 @@ pub struct CaptureOpts {
     /// as ground truth for testing. Emulated backend only.
     #[arg(long, value_name = "FILE", hide = true)]
     pub ip_log: Option<PathBuf>,
-    /// Trace through one CPU-wide PT unit, as `perf record -a -e intel_pt//u`
-    /// does: one AUX queue for the CPU, threads told apart by context-switch
-    /// records. The emulated backend runs every thread on one virtual CPU.
+    /// Trace per CPU instead of per thread: one PT unit and AUX buffer per
+    /// CPU, threads told apart by context-switch records. The intel-pt
+    /// backend traces every CPU system-wide, as `perf record -a -e
+    /// intel_pt//u` does; the emulated backend writes what `perf record -e
+    /// intel_pt//u CMD` writes by default (per-CPU buffers inherited by
+    /// every thread of the process, SWITCH and ITRACE_START sideband),
+    /// running the threads on --cpus virtual CPUs between which they
+    /// migrate.
     #[arg(long)]
     pub per_cpu: bool,
+    /// Virtual CPUs of the emulated backend's --per-cpu mode (at least 1):
+    /// a thread that runs again after another one did moves to the next.
+    #[arg(long, value_name = "N", default_value_t = ptscope::recorder::DEFAULT_CPUS,
+          value_parser = clap::value_parser!(u32).range(1..=1024), requires = "per_cpu")]
+    pub cpus: u32,
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -179,8 +189,11 @@ pub enum Command {
         #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
         raw: Vec<(PathBuf, u64)>,
         /// The thread (default: the first one).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cpu")]
         thread: Option<i32>,
+        /// The buffer of CPU N, in a per-CPU trace.
+        #[arg(long, value_name = "N")]
+        cpu: Option<u32>,
         /// Stop after N packets.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -314,13 +327,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
             raw,
             thread,
             limit,
+            ..
         }) if is_raw(&file, &raw)? => raw_packets(&file, thread, limit),
         Some(Command::Packets {
             file,
             thread,
+            cpu,
             limit,
             ..
-        }) => packets(&file, thread, limit),
+        }) => packets(&file, thread, cpu, limit),
         Some(Command::Decode {
             input,
             from,
@@ -440,6 +455,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.opts.timing = opts.timing.clone();
     req.opts.kernel = opts.kernel;
     req.opts.per_cpu = opts.per_cpu;
+    req.cpus = opts.cpus;
     req.opts.snapshots = opts.snapshots;
     if let Some(text) = &opts.filter {
         use ptscope_capture::filter;
@@ -721,8 +737,38 @@ fn info(path: &Path) -> Result<ExitCode> {
             trace.lost_records, trace.truncated_aux
         )?;
     }
+    let per_cpu: Vec<_> = trace.streams.iter().filter(|s| s.tid.is_none()).collect();
+    if !per_cpu.is_empty() {
+        // One buffer per CPU, holding whichever threads ran there.
+        writeln!(out, "  buffers:")?;
+        for s in &per_cpu {
+            let psbs = packet::psb_offsets(&s.data).len();
+            let cpu = s
+                .cpu
+                .map_or(format!("queue {}", s.idx), |c| format!("cpu {c}"));
+            let owner = s
+                .recorded_tid
+                .map_or(String::new(), |t| format!(", recorded for pid/tid {t}"));
+            writeln!(
+                out,
+                "    {cpu:<29} {:>10} bytes of PT, {psbs} PSBs{owner}",
+                s.data.len()
+            )?;
+        }
+    }
     writeln!(out, "  threads:")?;
-    for s in &trace.streams {
+    // Threads of per-CPU buffers, once each, with the CPUs they ran on.
+    let mut ran_on: std::collections::BTreeMap<i32, std::collections::BTreeSet<u32>> =
+        Default::default();
+    for sw in trace.switches.iter().filter(|sw| sw.tid > 0) {
+        ran_on.entry(sw.tid).or_default().insert(sw.cpu);
+    }
+    for (tid, cpus) in ran_on.iter().filter(|_| !per_cpu.is_empty()) {
+        let comm = trace.thread(*tid).map(|t| t.comm.as_str()).unwrap_or("");
+        let cpus: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+        writeln!(out, "    tid {tid:<8} {comm:<16} on cpu {}", cpus.join(","))?;
+    }
+    for s in trace.streams.iter().filter(|s| s.tid.is_some()) {
         let psbs = packet::psb_offsets(&s.data).len();
         let who = match (s.tid, s.cpu) {
             (Some(tid), _) => {
@@ -740,7 +786,7 @@ fn info(path: &Path) -> Result<ExitCode> {
     }
     writeln!(out, "  binaries:")?;
     let mut seen = std::collections::BTreeSet::new();
-    for m in &trace.mmaps {
+    for m in trace.mmaps.iter().filter(|m| !m.kernel) {
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
@@ -766,19 +812,80 @@ fn info(path: &Path) -> Result<ExitCode> {
             },
         )?;
     }
+    // The kernel and its modules, as perf's kernel MMAP records map them:
+    // their code is named `[kernel]` in the spans, never decoded.
+    let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();
+    if !kernel.is_empty() {
+        writeln!(out, "  kernel (not decoded, shown as [kernel]):")?;
+        let mut seen = std::collections::BTreeSet::new();
+        for m in kernel {
+            if !seen.insert((m.start, m.path.clone())) {
+                continue;
+            }
+            let id = m
+                .build_id
+                .as_deref()
+                .map(ptscope_formats::buildid::to_hex)
+                .unwrap_or_else(|| "no build id".into());
+            writeln!(
+                out,
+                "    {:#018x}-{:#018x} {} [{}]",
+                m.start,
+                m.start.saturating_add(m.len),
+                m.display_name(),
+                id
+            )?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
+fn packets(
+    path: &Path,
+    thread: Option<i32>,
+    cpu: Option<u32>,
+    limit: Option<usize>,
+) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
-    let stream = match thread {
-        Some(tid) => trace
+    let stream = match (thread, cpu) {
+        (_, Some(cpu)) => trace
+            .streams
+            .iter()
+            .find(|s| s.cpu == Some(cpu))
+            .with_context(|| {
+                let cpus: Vec<String> = trace
+                    .streams
+                    .iter()
+                    .filter_map(|s| s.cpu.map(|c| c.to_string()))
+                    .collect();
+                format!(
+                    "{}: no trace buffer for CPU {cpu} (the file has {})",
+                    path.display(),
+                    if cpus.is_empty() {
+                        "per-thread buffers only".to_string()
+                    } else {
+                        format!("CPUs {}", cpus.join(", "))
+                    }
+                )
+            })?,
+        (Some(tid), None) => trace
             .streams
             .iter()
             .find(|s| s.tid == Some(tid))
-            .with_context(|| format!("{}: no trace for thread {tid}", path.display()))?,
-        None => trace
+            .with_context(|| {
+                let per_cpu = trace.streams.iter().any(|s| s.tid.is_none());
+                format!(
+                    "{}: no trace for thread {tid}{}",
+                    path.display(),
+                    if per_cpu {
+                        " of its own (the trace is per CPU: use --cpu N)"
+                    } else {
+                        ""
+                    }
+                )
+            })?,
+        (None, None) => trace
             .streams
             .first()
             .with_context(|| format!("{}: the file holds no PT data", path.display()))?,

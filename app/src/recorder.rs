@@ -63,6 +63,9 @@ fn first_sentence(s: &str) -> String {
     s.split(". ").next().unwrap_or(s).to_string()
 }
 
+/// Virtual CPUs of the emulated backend's per-CPU mode unless asked.
+pub const DEFAULT_CPUS: u32 = 2;
+
 /// Everything a capture needs: what to trace, which backend, and the
 /// settings both backends share (the intel-pt backend's options; the
 /// emulated backend takes the trigger, size, snapshots and flags).
@@ -74,6 +77,8 @@ pub struct Request {
     /// Record every retired IP (emulated only; for tests).
     pub ip_log: bool,
     pub progress: bool,
+    /// The emulated backend's virtual CPUs in per-CPU mode.
+    pub cpus: u32,
 }
 
 impl Request {
@@ -84,6 +89,7 @@ impl Request {
             opts: backend::Options::new(trigger),
             ip_log: false,
             progress: false,
+            cpus: DEFAULT_CPUS,
         }
     }
 
@@ -126,6 +132,7 @@ impl Request {
         }
         if self.opts.per_cpu {
             args.push("--per-cpu".into());
+            args.push(opt("cpus", &self.cpus.to_string()));
         }
         if !self.opts.filter.is_empty() {
             // The resolved form (file offsets and files) reads back as is.
@@ -380,6 +387,7 @@ pub fn run(
                 progress: req.progress,
                 interrupt: req.opts.interrupt.clone(),
                 per_cpu: req.opts.per_cpu,
+                cpus: req.cpus,
                 snapshots: req.opts.snapshots,
                 cancel: req.opts.cancel.clone(),
                 filter: req.opts.filter.clone(),

@@ -243,7 +243,10 @@ pub fn decode_fine(
     }
     for t in &m.threads {
         let mut segs = Vec::new();
+        // The buffer each segment is in.
+        let mut queues = Vec::new();
         for i in LineSource::segments_in(t, lo, hi) {
+            queues.push(t.checkpoints[i].queue);
             let seg = src
                 .decode_segment(t, i, None)
                 .with_context(|| file.display().to_string())?;
@@ -295,8 +298,8 @@ pub fn decode_fine(
             }
             continue;
         }
-        for seg in &segs {
-            for i in seg.insns_in(lo, hi.saturating_add(1)) {
+        for (seg, i) in in_time_order(&segs, &queues, lo, hi) {
+            {
                 let asm = src
                     .disassemble(seg.pid, i.ip)
                     .unwrap_or_else(|| "(bad)".into());
@@ -395,6 +398,48 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
         )?;
     }
     Ok(())
+}
+
+/// The instructions of a thread's segments in time order. The segments
+/// of one buffer follow each other; a thread of a per-CPU trace also has
+/// segments in other CPUs' buffers, whose runs interleave with them in
+/// time (a context switch apart), so buffers are merged by time.
+fn in_time_order<'s>(
+    segs: &'s [Segment],
+    queues: &[u32],
+    lo: u64,
+    hi: u64,
+) -> Vec<(&'s Segment, &'s ptscope_decoder::fine::Insn)> {
+    let mut per_queue: Vec<(u32, Vec<(&Segment, &ptscope_decoder::fine::Insn)>)> = Vec::new();
+    for (seg, &q) in segs.iter().zip(queues) {
+        let at = match per_queue.iter().position(|(k, _)| *k == q) {
+            Some(at) => at,
+            None => {
+                per_queue.push((q, Vec::new()));
+                per_queue.len() - 1
+            }
+        };
+        let list = &mut per_queue[at].1;
+        list.extend(
+            seg.insns_in(lo, hi.saturating_add(1))
+                .iter()
+                .map(|i| (seg, i)),
+        );
+    }
+    let mut next = vec![0usize; per_queue.len()];
+    let mut out = Vec::with_capacity(per_queue.iter().map(|(_, l)| l.len()).sum());
+    let mut on = 0;
+    loop {
+        // The earliest next instruction; on a tie, the buffer it is on.
+        let best = (0..per_queue.len())
+            .filter_map(|k| per_queue[k].1.get(next[k]).map(|i| (i.1.start, k != on, k)))
+            .min();
+        let Some((_, _, k)) = best else { break };
+        out.push(per_queue[k].1[next[k]]);
+        next[k] += 1;
+        on = k;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -53,8 +53,8 @@ pub enum SidebandEvent {
         pid: i32,
         tid: i32,
     },
-    /// A context switch on the (one, virtual) CPU of a per-CPU capture:
-    /// `tid` goes out or comes in; `next_prev` is the other side.
+    /// A context switch on a CPU of a per-CPU capture: `tid` goes out or
+    /// comes in; `next_prev` is the other side ((0, 0): none, idle).
     Switch {
         pid: i32,
         tid: i32,
@@ -68,7 +68,8 @@ pub enum SidebandEvent {
 #[derive(Clone, Debug)]
 pub struct Sideband {
     pub time: u64,
-    /// The CPU it happened on (0 for the emulated backend's one CPU).
+    /// The CPU it happened on (0 in a per-thread capture, whose records
+    /// carry no CPU).
     pub cpu: u32,
     pub event: SidebandEvent,
 }
@@ -87,7 +88,7 @@ pub struct ThreadTrace {
     pub instructions: u64,
 }
 
-/// The trace of the one virtual CPU of a per-CPU capture.
+/// The trace of one CPU of a per-CPU capture.
 #[derive(Debug)]
 pub struct CpuTrace {
     pub cpu: u32,
@@ -133,6 +134,13 @@ pub struct Capture {
     pub child: Option<i32>,
     /// How the PT unit was set up.
     pub pt: PtSetup,
+    /// A per-CPU capture of one process's threads only, as perf's default
+    /// `perf record -e intel_pt//u CMD` writes it (events inherited by
+    /// every thread): AUXTRACE records name the process, and context
+    /// switches are the threads' own SWITCH records. Otherwise a per-CPU
+    /// capture is system-wide, as with `perf record -a`: AUXTRACE records
+    /// name no thread and switches are SWITCH_CPU_WIDE records.
+    pub inherit: bool,
     /// rdi and rsi at a hardware-breakpoint trigger.
     pub trigger_registers: Vec<(String, u64)>,
     /// What went wrong without spoiling the capture (lost records, ...).

@@ -69,10 +69,15 @@ fn build_perf_data(
         );
     }
 
-    // Per-CPU captures have one event pair on CPU 0 (as `perf record -a`
-    // opens them), records carry the CPU, and context switches are
-    // CPU-wide records naming the other thread.
+    // Per-CPU captures have one event pair per CPU and records carry the
+    // CPU. A system-wide one (as `perf record -a` opens them) names no
+    // thread in its AUXTRACE records and has CPU-wide switch records
+    // naming the other thread; an inherited one (`perf record CMD`, the
+    // default) names the process (perf's auxtrace_mmap_params__set_idx)
+    // and has each thread's own switch records.
     let per_cpu = !cap.cpus.is_empty();
+    let inherit = per_cpu && cap.inherit;
+    let queue_tid = if inherit { cap.pid } else { -1 };
     let sample_type = if per_cpu {
         SAMPLE_TYPE | sample::CPU
     } else {
@@ -105,7 +110,7 @@ fn build_perf_data(
         cap.cpus
             .iter()
             .enumerate()
-            .map(|(i, c)| (i as u64, -1, c.cpu))
+            .map(|(i, c)| (i as u64, queue_tid, c.cpu))
             .collect()
     } else {
         tids.iter()
@@ -128,7 +133,8 @@ fn build_perf_data(
             | exclude_kernel
             | flag::EXCLUDE_HV
             | flag::ENABLE_ON_EXEC
-            | flag::SAMPLE_ID_ALL,
+            | flag::SAMPLE_ID_ALL
+            | if inherit { flag::INHERIT } else { 0 },
         ..Default::default()
     };
     let pt_attr = PerfEventAttr {
@@ -165,8 +171,9 @@ fn build_perf_data(
 
     let mut params = cap.pt.params.clone();
     if per_cpu {
-        // Context switches come from CPU-wide switch records.
-        params.have_sched_switch = 3;
+        // Context switches come from the threads' switch records (2) or
+        // from CPU-wide ones (3).
+        params.have_sched_switch = if inherit { 2 } else { 3 };
         params.per_cpu_mmaps = true;
     }
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type)?;
@@ -288,7 +295,7 @@ fn build_perf_data(
                 preempt,
                 next_prev,
             } => {
-                if per_cpu {
+                if per_cpu && !inherit {
                     Record::SwitchCpuWide {
                         out: *out,
                         preempt: *preempt,
@@ -323,8 +330,8 @@ fn build_perf_data(
             size,
             flags: perf_data::aux_flag::OVERWRITE,
             sample_id: SampleId {
-                pid: u32::MAX,
-                tid: u32::MAX,
+                pid: queue_tid as u32,
+                tid: queue_tid as u32,
                 time: cap.end_time,
                 id: pt_id(index_of(-1, c.cpu)),
                 cpu: c.cpu,
@@ -346,7 +353,7 @@ fn build_perf_data(
             offset: c.aux_head.saturating_sub(c.aux.len() as u64),
             reference: cap.end_time,
             idx: index_of(-1, c.cpu) as u32,
-            tid: u32::MAX,
+            tid: queue_tid as u32,
             cpu: c.cpu,
             data: &c.aux,
         })?;

@@ -134,10 +134,12 @@ fn add_proc<'p>(
                 })?)
             }
         };
+        // The kernel and its modules (pid -1) are mapped in every process,
+        // and no image of theirs is ever at hand.
         let missing_maps: Vec<(u64, u64, String)> = trace
             .mmaps
             .iter()
-            .filter(|m| m.pid == pid && missing.contains(&m.path))
+            .filter(|m| (m.pid == pid && missing.contains(&m.path)) || (m.kernel && m.pid == -1))
             .map(|m| (m.start, m.len, m.path.clone()))
             .collect();
         for m in missing {
@@ -377,12 +379,33 @@ pub fn decode_trace(
         let mut slot_of: HashMap<i32, usize> = HashMap::new();
         let mut queue_threads: Vec<QueueThread> = Vec::new();
         let mut pids: Vec<i32> = Vec::new();
-        for sw in &trace.switches {
+        // Who runs on a CPU with no switch (nor ITRACE_START) record at
+        // all: the thread its AUXTRACE records name, as perf takes it.
+        let fallback = |cpu: u32| {
+            let named = trace.switches.iter().any(|sw| sw.cpu == cpu);
+            trace
+                .streams
+                .iter()
+                .filter(|s| s.tid.is_none() && s.cpu.unwrap_or(0) == cpu && !named)
+                .find_map(|s| s.recorded_tid)
+        };
+        let fallbacks: Vec<(i32, i32)> = trace
+            .streams
+            .iter()
+            .filter(|s| s.tid.is_none())
+            .filter_map(|s| fallback(s.cpu.unwrap_or(0)).map(|tid| (pid_of(tid), tid)))
+            .collect();
+        let runners = trace
+            .switches
+            .iter()
+            .map(|sw| (sw.pid, sw.tid))
+            .chain(fallbacks);
+        for (sw_pid, sw_tid) in runners {
             // tid 0 is the idle task: no user code of its own.
-            if sw.tid <= 0 || slot_of.contains_key(&sw.tid) {
+            if sw_tid <= 0 || slot_of.contains_key(&sw_tid) {
                 continue;
             }
-            let pid = if sw.pid > 0 { sw.pid } else { pid_of(sw.tid) };
+            let pid = if sw_pid > 0 { sw_pid } else { pid_of(sw_tid) };
             let proc = match pids.iter().position(|&p| p == pid) {
                 Some(i) => i,
                 None => {
@@ -390,11 +413,11 @@ pub fn decode_trace(
                     pids.len() - 1
                 }
             };
-            slot_of.insert(sw.tid, queue_threads.len());
+            slot_of.insert(sw_tid, queue_threads.len());
             queue_threads.push(QueueThread {
                 pid,
-                tid: sw.tid,
-                comm: comm_of(sw.tid),
+                tid: sw_tid,
+                comm: comm_of(sw_tid),
                 proc,
             });
         }
@@ -441,12 +464,15 @@ pub fn decode_trace(
                 continue;
             }
             let cpu = s.cpu.unwrap_or(0);
-            let schedule: Vec<(u64, usize)> = trace
+            let mut schedule: Vec<(u64, usize)> = trace
                 .switches
                 .iter()
                 .filter(|sw| sw.cpu == cpu)
                 .filter_map(|sw| slot_of.get(&sw.tid).map(|&slot| (sw.time, slot)))
                 .collect();
+            if let Some(&slot) = fallback(cpu).and_then(|tid| slot_of.get(&tid)) {
+                schedule.push((0, slot));
+            }
             let mut items = TimedItems::default();
             let figures = match opts.engine {
                 Engine::Libipt => decode_queue(
@@ -798,6 +824,52 @@ mod tests {
             .map(|c| (c.offset, c.ip, c.insn))
             .collect();
         assert_eq!(cps, [(0, 0x1000, 0), (second, 0x1010, 1)]);
+    }
+
+    /// The span lines of a canonical model.
+    fn span_lines(m: &Model) -> Vec<String> {
+        m.canonical()
+            .into_iter()
+            .filter(|l| !l.starts_with("cp ") && !l.starts_with("thread "))
+            .collect()
+    }
+
+    /// A queue recorded on a CPU is per CPU even when its AUXTRACE records
+    /// name a thread, as `perf record CMD` writes them: with no switch
+    /// record the thread they name ran there (it was an error: no switch
+    /// records), and with only an ITRACE_START, the thread that names.
+    #[test]
+    fn a_per_cpu_queue_without_switches_is_its_named_or_started_threads() {
+        let snap = demo();
+        let per_thread = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+        let mut trace = snap.trace().unwrap();
+        let tid = trace.streams[0].tid.unwrap();
+        let pid = trace.thread(tid).unwrap().pid;
+        trace.streams[0].tid = None;
+        trace.streams[0].recorded_tid = Some(tid);
+        trace.streams[0].cpu = Some(3);
+        trace.switches.clear();
+        let check = |trace: &Trace| {
+            let m = decode_trace(&snap, trace, &DecodeOptions::default()).unwrap();
+            let tids: Vec<i32> = m.threads.iter().map(|t| t.spans.tid).collect();
+            assert_eq!(tids, [tid]);
+            assert_same(&span_lines(&per_thread), &span_lines(&m));
+        };
+        check(&trace);
+        trace.streams[0].recorded_tid = None;
+        trace.switches = vec![ptscope_formats::snapshot::CpuSwitch {
+            time: 0,
+            cpu: 3,
+            pid,
+            tid,
+        }];
+        check(&trace);
+        // Neither: nothing says whose trace it is.
+        trace.switches.clear();
+        let err = decode_trace(&snap, &trace, &DecodeOptions::default())
+            .err()
+            .expect("an error");
+        assert!(err.to_string().contains("context-switch"), "{err}");
     }
 
     #[test]

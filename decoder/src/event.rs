@@ -134,6 +134,11 @@ impl FuncTable {
         self.intern(&format!("[no binary: {path}]"), path, 0, SpanKind::NoBinary)
     }
 
+    /// `[kernel]`: kernel code, whose image a user-space decode lacks.
+    pub fn kernel(&mut self) -> FuncId {
+        self.intern("[kernel]", "[kernel.kallsyms]", 0, SpanKind::NoBinary)
+    }
+
     pub fn set_source(&mut self, id: FuncId, source: String) {
         if let Some(f) = self.funcs.get_mut(id as usize) {
             f.source = Some(source);

@@ -103,6 +103,10 @@ pub struct DecodedInsn {
     pub ip: u64,
     pub size: u8,
     pub iclass: u32,
+    /// The TSC of the last time tracing was enabled before it (0 if that
+    /// had no time): in a per-CPU trace, what tells whose it is, as each
+    /// thread's run on the CPU starts with a timed TIP.PGE.
+    pub enabled_tsc: u64,
 }
 
 /// What a walk met besides instructions.
@@ -194,6 +198,7 @@ impl<'a> InsnDecoder<'a> {
         let eos_flag = sys::pt_status_flag_pts_eos as i32;
         let mut last_fail: Option<u64> = None;
         let mut idle = Idle::new(MAX_IDLE_INSNS);
+        let mut enabled_tsc = 0;
         // SAFETY: dec is live for the whole walk; all out-structs are zeroed
         // plain data of the sizes we pass.
         unsafe {
@@ -216,6 +221,9 @@ impl<'a> InsnDecoder<'a> {
                     while st >= 0 && st & event_pending != 0 {
                         let mut ev: sys::pt_event = zeroed();
                         st = sys::pt_insn_event(self.dec, &mut ev, size_of::<sys::pt_event>());
+                        if st >= 0 && ev.type_ == sys::pt_event_type_ptev_enabled {
+                            enabled_tsc = if ev.has_tsc() != 0 { ev.tsc } else { 0 };
+                        }
                     }
                     if st < 0 {
                         if !PtError(st).is_eos() {
@@ -236,6 +244,7 @@ impl<'a> InsnDecoder<'a> {
                                 ip: insn.ip,
                                 size: insn.size,
                                 iclass: insn.iclass,
+                                enabled_tsc,
                             });
                         }
                         if PtError(st).is_eos() {
@@ -249,6 +258,7 @@ impl<'a> InsnDecoder<'a> {
                         ip: insn.ip,
                         size: insn.size,
                         iclass: insn.iclass,
+                        enabled_tsc,
                     });
                     if idle.stuck(self.offset()) {
                         stats.errors.push((self.offset(), PtError::BAD_QUERY));

@@ -189,6 +189,20 @@ impl ProcessSymbols {
     }
 }
 
+/// Where the kernel's half of the x86-64 address space begins: code there
+/// is the kernel's or its modules', whatever the sideband maps.
+pub const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// What names the code of a mapping whose binary we lack: `[kernel]` for
+/// the kernel and its modules, else `[no binary: path]`.
+fn missing_func(m: &Mapping, funcs: &mut FuncTable) -> FuncId {
+    if m.start >= KERNEL_START || m.path.starts_with("[kernel.kallsyms]") {
+        funcs.kernel()
+    } else {
+        funcs.no_binary(&m.path)
+    }
+}
+
 fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -196,6 +210,15 @@ fn basename(path: &str) -> &str {
 impl Resolve for ProcessSymbols {
     fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
         let Some(mi) = self.mapping(addr) else {
+            if addr >= KERNEL_START {
+                return Resolved {
+                    func: funcs.kernel(),
+                    lo: KERNEL_START.max(self.maps.last().map_or(0, |m| m.end)),
+                    hi: u64::MAX,
+                    entry: 0,
+                    provisional: false,
+                };
+            }
             // Unmapped: one unknown function up to the next mapping.
             let i = self.maps.partition_point(|m| m.start <= addr);
             let lo = if i > 0 { self.maps[i - 1].end } else { 0 };
@@ -211,7 +234,7 @@ impl Resolve for ProcessSymbols {
         let m = &self.maps[mi];
         if m.missing {
             return Resolved {
-                func: funcs.no_binary(&m.path),
+                func: missing_func(m, funcs),
                 lo: m.start,
                 hi: m.end,
                 entry: 0,
@@ -288,13 +311,14 @@ impl Resolve for ProcessSymbols {
         true
     }
 
+    /// Code that could not be read is named by what is missing: the
+    /// kernel, or the binary the sideband maps there.
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
-        if let Some(mi) = ip.and_then(|ip| self.mapping(ip)) {
-            if self.maps[mi].missing {
-                return funcs.no_binary(&self.maps[mi].path);
-            }
+        match ip.and_then(|ip| self.mapping(ip).map(|mi| (ip, mi))) {
+            Some((_, mi)) if self.maps[mi].missing => missing_func(&self.maps[mi], funcs),
+            None if ip.is_some_and(|ip| ip >= KERNEL_START) => funcs.kernel(),
+            _ => funcs.decode_error(&error.message()),
         }
-        funcs.decode_error(&error.message())
     }
 }
 
@@ -358,6 +382,45 @@ impl ProcessSymbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Code that could not be read is named by what is missing: the
+    /// kernel where the sideband maps it or the address is the kernel's, a
+    /// binary the sideband maps, and only otherwise the decoder's error
+    /// (the kernel's addresses said "no memory mapped").
+    #[test]
+    fn unreadable_code_is_named_by_what_is_missing() {
+        let mut funcs = FuncTable::default();
+        let mut symbols = SymbolCache::default();
+        let kernel = 0xffff_ffff_8100_0000;
+        let mut r = ProcessSymbols::new(
+            &[],
+            &[
+                (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
+                (kernel, 0x100_0000, "[kernel.kallsyms]_text".to_string()),
+                (
+                    0xffff_ffff_c000_0000,
+                    0x1000,
+                    "/lib/modules/x.ko".to_string(),
+                ),
+            ],
+            &mut symbols,
+        );
+        let mut name = |ip: u64| {
+            let f = r.error_func(Some(ip), PtError::NOMAP, &mut funcs);
+            funcs.name(f).to_string()
+        };
+        assert_eq!(name(0x1800), "[no binary: /lib/libfoo.so]");
+        assert_eq!(name(kernel + 0x40), "[kernel]");
+        assert_eq!(name(0xffff_ffff_c000_0010), "[kernel]");
+        // Kernel code the sideband does not map is still the kernel's.
+        assert_eq!(name(0xffff_8880_0000_0000), "[kernel]");
+        assert!(name(0x5000).starts_with("[decode error: "));
+        let f = r.resolve(kernel + 0x40, &mut funcs).func;
+        assert_eq!(funcs.name(f), "[kernel]");
+        assert_eq!(funcs.kind(f), SpanKind::NoBinary);
+        let f = r.resolve(0xffff_8880_0000_0000, &mut funcs).func;
+        assert_eq!(funcs.name(f), "[kernel]");
+    }
 
     #[test]
     fn symbols_of_an_unchanged_file_are_shared_while_in_use() {

@@ -156,7 +156,9 @@ pub fn perf_instructions(extracted: &Path) -> (PerThread, String) {
 }
 
 /// libipt's decoding of every thread of the snapshot: per thread the
-/// instruction pointers and the decode errors.
+/// instruction pointers and the decode errors. Per-CPU queues are decoded
+/// per CPU and their instructions given to threads by the switch records;
+/// a thread that ran on several CPUs has its runs put in time order.
 pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
     use ptscope_formats::snapshot::Snapshot;
     let snapshot = Snapshot::open(snap).unwrap();
@@ -167,8 +169,32 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
         .map(|m| format!("missing binary {m}"))
         .collect();
     let mut per = PerThread::new();
+    // Per-CPU queues: per thread, (time its run began, ip).
+    let mut runs: std::collections::BTreeMap<i32, Vec<(u64, u64)>> = Default::default();
     for stream in &trace.streams {
-        let tid = stream.tid.expect("per-thread trace");
+        let Some(tid) = stream.tid else {
+            // A per-CPU queue: each run of a thread on the CPU starts with
+            // a timed TIP.PGE after its switch-in record.
+            let cpu = stream.cpu.expect("a per-CPU queue names its CPU");
+            let owner = |tsc: u64| {
+                let ns = trace.params.tsc_to_ns(tsc);
+                trace
+                    .switches
+                    .iter()
+                    .rfind(|s| s.cpu == cpu && s.time <= ns)
+                    .map_or(-1, |s| s.tid)
+            };
+            let stats = ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| {
+                runs.entry(owner(i.enabled_tsc))
+                    .or_default()
+                    .push((i.enabled_tsc, i.ip))
+            })
+            .unwrap();
+            for (off, e) in stats.errors {
+                errors.push(format!("cpu {cpu} offset {off:#x}: {e}"));
+            }
+            continue;
+        };
         let mut ips = Vec::new();
         let stats =
             ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
@@ -177,6 +203,11 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
             errors.push(format!("tid {tid} offset {off:#x}: {e}"));
         }
         per.insert(tid, ips);
+    }
+    for (tid, mut run) in runs {
+        // Runs in time order; a run's instructions keep theirs.
+        run.sort_by_key(|r| r.0);
+        per.insert(tid, run.into_iter().map(|r| r.1).collect());
     }
     (per, errors)
 }

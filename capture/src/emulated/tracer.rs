@@ -18,8 +18,9 @@
 //! files of `tracer/`:
 //! - `start` gets a spawned or attached process under the tracer;
 //! - `run` is the loop that steps threads until a trigger or the exit;
-//! - `schedule` puts one thread at a time on the virtual CPU and keeps the
-//!   PT units (one per thread, or one for the CPU);
+//! - `schedule` puts one thread at a time on a virtual CPU, migrates
+//!   threads between CPUs, and keeps the PT units (one per thread, or one
+//!   per CPU);
 //! - `step` starts a single step and retires what it executed;
 //! - `stops` interprets each wait status: step traps, signals, clone, exec
 //!   and exit events;
@@ -67,9 +68,13 @@ pub struct TracerOptions {
     pub progress: bool,
     /// Set by the caller's SIGINT handler: take the snapshot now.
     pub interrupt: Arc<AtomicBool>,
-    /// One PT unit for the one virtual CPU all threads run on, as
-    /// `perf record -a` traces, instead of one per thread.
+    /// One PT unit per virtual CPU, as `perf record -e intel_pt//u CMD`
+    /// traces by default (per-CPU buffers, events inherited by every
+    /// thread), instead of one per thread: threads run on `cpus` virtual
+    /// CPUs and migrate between them.
     pub per_cpu: bool,
+    /// How many virtual CPUs per-CPU mode has (at least 1).
+    pub cpus: u32,
     /// How many snapshots to take; the trigger re-arms after each.
     pub snapshots: usize,
     /// Set by the caller: stop now, save nothing, let the process go.
@@ -107,11 +112,14 @@ pub struct Tracer {
     in_syscall: usize,
     ip_logs: Vec<(i32, Vec<u64>)>,
     exit_code: Option<i32>,
-    /// The PT units: one per thread, keyed by tid, or one keyed by
-    /// [`schedule::CPU_UNIT`] in per-CPU mode.
+    /// The PT units: one per thread, keyed by tid, or one per virtual CPU
+    /// keyed by [`schedule::cpu_unit`] in per-CPU mode.
     units: HashMap<i32, ThreadPt>,
-    /// Per-CPU mode: the thread whose user code the CPU last ran.
-    on_cpu: Option<i32>,
+    /// Per-CPU mode: per virtual CPU, the thread switched in on it.
+    on_cpu: Vec<Option<i32>>,
+    /// Per-CPU mode: the thread last put on a CPU; another thread coming
+    /// next is a context switch, and it migrates.
+    last_switched: Option<i32>,
     /// `opts.filter` placed in the process's current mappings.
     ip_filter: IpFilter,
 }
@@ -161,7 +169,8 @@ impl Tracer {
             ip_logs: Vec::new(),
             exit_code: None,
             units: HashMap::new(),
-            on_cpu: None,
+            on_cpu: Vec::new(),
+            last_switched: None,
             ip_filter,
         }
     }
@@ -188,10 +197,20 @@ impl Tracer {
         setup
     }
 
+    /// Records `event` on the CPU of the thread being run (CPU 0 in
+    /// per-thread mode, whose records carry no CPU).
     fn emit(&mut self, event: SidebandEvent) {
+        let cpu = self
+            .current
+            .and_then(|tid| self.cpu_of(tid))
+            .unwrap_or_default();
+        self.emit_on(cpu, event);
+    }
+
+    fn emit_on(&mut self, cpu: u32, event: SidebandEvent) {
         self.sideband.push(Sideband {
             time: self.now,
-            cpu: 0,
+            cpu,
             event,
         });
     }
@@ -270,6 +289,11 @@ impl Tracer {
     /// A tracer of a process that cannot exist (pids stay below 2^22), for
     /// the tests of its bookkeeping: nothing it does reaches a process.
     fn for_tests(per_cpu: bool) -> Tracer {
+        Tracer::for_tests_on(per_cpu, 1)
+    }
+
+    /// [`Tracer::for_tests`] with `cpus` virtual CPUs in per-CPU mode.
+    fn for_tests_on(per_cpu: bool, cpus: u32) -> Tracer {
         let opts = TracerOptions {
             settings: crate::emulated::settings::pt_settings(1 << 16),
             trigger: Trigger::ProcessExit,
@@ -277,6 +301,7 @@ impl Tracer {
             progress: false,
             interrupt: Arc::new(AtomicBool::new(false)),
             per_cpu,
+            cpus,
             snapshots: 1,
             cancel: Arc::new(AtomicBool::new(false)),
             filter: Vec::new(),

@@ -772,6 +772,7 @@ impl Session<'_> {
                 cpu_desc: cpu_model_name(),
                 kernel: self.opts.kernel,
             },
+            inherit: false,
             trigger_registers: hit.map(|h| h.registers()).unwrap_or_default(),
             warnings,
         })

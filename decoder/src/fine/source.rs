@@ -136,7 +136,18 @@ impl LineSource {
         let cps = &thread.checkpoints;
         // The last segment starting before `from`; equal times (a segment
         // with no timing of its own) count from the first.
-        let first = cps.partition_point(|c| c.time < from).saturating_sub(1);
+        let before = cps.partition_point(|c| c.time < from);
+        let mut first = before.saturating_sub(1);
+        // A thread of a per-CPU trace runs in several CPUs' buffers: the
+        // last segment of each that starts before `from` may run on into
+        // the window (the thread came back to that CPU since).
+        let mut queues: Vec<u32> = Vec::new();
+        for (i, c) in cps[..before].iter().enumerate().rev() {
+            if !queues.contains(&c.queue) {
+                queues.push(c.queue);
+                first = i;
+            }
+        }
         let end = cps.partition_point(|c| c.time <= to);
         first..end.max(first)
     }

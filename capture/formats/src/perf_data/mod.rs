@@ -81,7 +81,11 @@ pub mod kind {
 
 /// perf_event_header.misc bits.
 pub mod misc {
+    /// The cpumode of a record from the kernel (PERF_RECORD_MISC_KERNEL).
+    pub const KERNEL: u16 = 1;
     pub const USER: u16 = 2;
+    /// An MMAP record of a data (not executable) mapping.
+    pub const MMAP_DATA: u16 = 1 << 13;
     pub const COMM_EXEC: u16 = 1 << 13;
     pub const SWITCH_OUT: u16 = 1 << 13;
     pub const SWITCH_OUT_PREEMPT: u16 = 1 << 14;

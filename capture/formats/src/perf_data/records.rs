@@ -96,6 +96,21 @@ pub struct AuxtraceInfo {
 /// A data-section record. Borrowed fields point into the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
+    /// PERF_RECORD_MMAP: a mapping without device or protection fields.
+    /// perf synthesizes the kernel (`[kernel.kallsyms]_text`) and its
+    /// modules this way, with pid -1 and a kernel cpumode in `misc`.
+    Mmap {
+        pid: u32,
+        tid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        /// The header's misc bits: the cpumode, and [`misc::MMAP_DATA`]
+        /// for a data mapping.
+        misc: u16,
+        filename: &'a str,
+        sample_id: SampleId,
+    },
     Mmap2 {
         pid: u32,
         tid: u32,
@@ -231,6 +246,24 @@ impl Record<'_> {
         let start = out.len();
         out.resize(start + HEADER, 0);
         let (kind, misc_bits, with_id) = match self {
+            Record::Mmap {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                misc,
+                filename,
+                sample_id,
+            } => {
+                out.put_u32(*pid);
+                out.put_u32(*tid);
+                out.put_u64(*addr);
+                out.put_u64(*len);
+                out.put_u64(*pgoff);
+                out.put_padded_str(filename, 8);
+                (kind::MMAP, *misc, Some(sample_id))
+            }
             Record::Mmap2 {
                 pid,
                 tid,
@@ -456,6 +489,27 @@ impl Record<'_> {
             }
         };
         let rec = match kind_ {
+            kind::MMAP => {
+                let w = "MMAP record";
+                let pid = b.u32(w)?;
+                let tid = b.u32(w)?;
+                let addr = b.u64(w)?;
+                let len = b.u64(w)?;
+                let pgoff = b.u64(w)?;
+                let name_len = b.remaining().saturating_sub(id_len);
+                let name_off = b.offset();
+                let filename = cstr(b.take(name_len, w)?, w, name_off)?;
+                Record::Mmap {
+                    pid,
+                    tid,
+                    addr,
+                    len,
+                    pgoff,
+                    misc: misc_,
+                    filename,
+                    sample_id: trailer(&b)?,
+                }
+            }
             kind::MMAP2 => {
                 let w = "MMAP2 record";
                 let pid = b.u32(w)?;
@@ -662,7 +716,8 @@ impl Record<'_> {
     /// The sample-id trailer, where the record has one.
     pub fn sample_id(&self) -> Option<&SampleId> {
         match self {
-            Record::Mmap2 { sample_id, .. }
+            Record::Mmap { sample_id, .. }
+            | Record::Mmap2 { sample_id, .. }
             | Record::Comm { sample_id, .. }
             | Record::Fork { sample_id, .. }
             | Record::Exit { sample_id, .. }

@@ -15,7 +15,15 @@ const PROT_EXEC: u32 = 0x4;
 #[derive(Debug)]
 pub struct AuxStream<'a> {
     pub idx: u32,
+    /// The thread whose trace a per-thread queue is; `None` for a per-CPU
+    /// queue, which holds whichever thread ran on the CPU (the switch
+    /// sideband says which, when).
     pub tid: Option<i32>,
+    /// The tid its AUXTRACE records name. A per-CPU queue of
+    /// `perf record CMD` (events inherited by every thread) names the
+    /// command's process here although it holds every thread's trace; a
+    /// system-wide one (`perf record -a`) names none.
+    pub recorded_tid: Option<i32>,
     pub cpu: Option<u32>,
     /// The queue's buffers joined; borrowed when there is only one.
     pub data: Cow<'a, [u8]>,
@@ -34,6 +42,21 @@ pub struct MmapEvent {
     pub pgoff: u64,
     pub path: String,
     pub build_id: Option<Vec<u8>>,
+    /// The kernel or one of its modules (pid -1, a kernel cpumode):
+    /// `[kernel.kallsyms]_text`, or a module's `.ko` path or name.
+    pub kernel: bool,
+}
+
+impl MmapEvent {
+    /// How the mapping is named to a person: the kernel as perf names it
+    /// (`[kernel.kallsyms]`), anything else by its path.
+    pub fn display_name(&self) -> &str {
+        if self.kernel && self.path.starts_with("[kernel.kallsyms]") {
+            "[kernel.kallsyms]"
+        } else {
+            &self.path
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -168,6 +191,33 @@ impl<'a> Trace<'a> {
                         pgoff,
                         path: filename.to_string(),
                         build_id,
+                        kernel: pid as i32 == -1,
+                    });
+                }
+                // perf's synthesized kernel and module mappings.
+                Record::Mmap {
+                    pid,
+                    tid,
+                    addr,
+                    len,
+                    pgoff,
+                    misc,
+                    filename,
+                    sample_id,
+                } if misc & crate::perf_data::misc::MMAP_DATA == 0
+                    && addr.checked_add(len).is_some() =>
+                {
+                    let build_id = build_ids_by_path.get(filename).cloned();
+                    mmaps.push(MmapEvent {
+                        pid: pid as i32,
+                        tid: tid as i32,
+                        time: sample_id.time,
+                        start: addr,
+                        len,
+                        pgoff,
+                        path: filename.to_string(),
+                        build_id,
+                        kernel: pid as i32 == -1 || misc & 7 == crate::perf_data::misc::KERNEL,
                     });
                 }
                 Record::SwitchCpuWide {
@@ -236,7 +286,13 @@ impl<'a> Trace<'a> {
             .into_iter()
             .map(|(idx, (tid, cpu, parts))| AuxStream {
                 idx,
-                tid,
+                // A queue recorded on a CPU is per CPU, whatever tid its
+                // records name: threads migrate, so one thread's trace can
+                // be in several CPUs' queues, and one queue holds several
+                // threads' (perf's decoder, too, takes the thread from the
+                // switches then).
+                tid: tid.filter(|_| cpu.is_none()),
+                recorded_tid: tid,
                 cpu,
                 buffers: parts.len(),
                 data: if parts.len() == 1 {
@@ -279,5 +335,124 @@ impl<'a> Trace<'a> {
         let s = self.features.cpuid.as_deref()?;
         let mut it = s.split(',').skip(1).map(|v| v.trim().parse::<u32>().ok());
         Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::{misc, sample, PerfDataWriter, SampleId};
+    use std::io::Cursor;
+
+    /// A perf.data as `perf record -e intel_pt// CMD` writes it on two
+    /// CPUs: AUXTRACE records name the command's pid and their CPU, the
+    /// thread ran on both, and perf's MMAP records map the kernel.
+    fn per_cpu_perf_data(with_switches: bool) -> Vec<u8> {
+        let sample_type = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+        let params = PtParams {
+            pmu_type: 8,
+            time_shift: 31,
+            time_mult: 1 << 31,
+            have_sched_switch: if with_switches { 2 } else { 0 },
+            per_cpu_mmaps: true,
+            ..PtParams::default()
+        };
+        let sid = |time, cpu| SampleId {
+            pid: 100,
+            tid: 100,
+            time,
+            id: 1,
+            cpu,
+        };
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type).unwrap();
+        w.write(&Record::AuxtraceInfo(params.to_info())).unwrap();
+        w.write(&Record::Mmap {
+            pid: u32::MAX,
+            tid: 0,
+            addr: 0xffff_ffff_8100_0000,
+            len: 0x100_0000,
+            pgoff: 0xffff_ffff_8100_0000,
+            misc: misc::KERNEL,
+            filename: "[kernel.kallsyms]_text",
+            sample_id: SampleId::default(),
+        })
+        .unwrap();
+        w.write(&Record::ItraceStart {
+            pid: 100,
+            tid: 100,
+            sample_id: sid(10, 1),
+        })
+        .unwrap();
+        if with_switches {
+            for (time, cpu, out) in [(10, 1, false), (20, 1, true), (30, 0, false)] {
+                w.write(&Record::Switch {
+                    out,
+                    preempt: false,
+                    sample_id: sid(time, cpu),
+                })
+                .unwrap();
+            }
+        }
+        for cpu in [0, 1] {
+            w.write(&Record::Auxtrace {
+                offset: 0,
+                reference: 0,
+                idx: cpu,
+                tid: 100,
+                cpu,
+                data: &[0x02, 0x82],
+            })
+            .unwrap();
+        }
+        let attrs = [EventAttr {
+            attr: PerfEventAttr {
+                kind: 8,
+                sample_type,
+                ..PerfEventAttr::default()
+            },
+            name: "intel_pt//".into(),
+            ids: vec![1],
+        }];
+        w.finish(&attrs, Features::default()).unwrap().into_inner()
+    }
+
+    #[test]
+    fn per_cpu_buffers_are_per_cpu_whatever_tid_they_name() {
+        let bytes = per_cpu_perf_data(true);
+        let file = PerfDataFile::parse(&bytes).unwrap();
+        let trace = Trace::from_perf(&file).unwrap();
+        let streams: Vec<_> = trace
+            .streams
+            .iter()
+            .map(|s| (s.tid, s.recorded_tid, s.cpu))
+            .collect();
+        assert_eq!(
+            streams,
+            [(None, Some(100), Some(0)), (None, Some(100), Some(1))]
+        );
+        // Who ran where: the ITRACE_START and the switch-ins.
+        let ran: Vec<_> = trace
+            .switches
+            .iter()
+            .map(|s| (s.time, s.cpu, s.tid))
+            .collect();
+        assert_eq!(ran, [(10, 1, 100), (10, 1, 100), (30, 0, 100)]);
+        // perf's MMAP record of the kernel.
+        let [k] = &trace.mmaps[..] else {
+            panic!("{:?}", trace.mmaps)
+        };
+        assert!(k.kernel && k.pid == -1);
+        assert_eq!(k.display_name(), "[kernel.kallsyms]");
+    }
+
+    /// Without switch records, the ITRACE_START still says who ran.
+    #[test]
+    fn itrace_start_alone_says_who_ran_on_a_cpu() {
+        let bytes = per_cpu_perf_data(false);
+        let file = PerfDataFile::parse(&bytes).unwrap();
+        let trace = Trace::from_perf(&file).unwrap();
+        let ran: Vec<_> = trace.switches.iter().map(|s| (s.cpu, s.tid)).collect();
+        assert_eq!(ran, [(1, 100)]);
+        assert!(trace.streams.iter().all(|s| s.tid.is_none()));
     }
 }

@@ -47,13 +47,17 @@ pub(super) struct Thread {
     pub(super) resync: bool,
     pub(super) log: Vec<u64>,
     pub(super) comm: String,
+    /// Per-CPU mode: the virtual CPU it last ran on.
+    pub(super) cpu: Option<u32>,
 }
 
 impl Tracer {
     pub(super) fn add_thread(&mut self, tid: i32, ptid: i32, state: State) {
         let comm = procfs::comm(self.pid, tid);
-        let first = self.units.is_empty();
-        self.unit(tid);
+        // Per-CPU mode: the CPUs' units start as threads arrive on them.
+        if !self.opts.per_cpu {
+            self.unit(tid);
+        }
         self.threads.insert(
             tid,
             Thread {
@@ -69,12 +73,13 @@ impl Tracer {
                 resync: false,
                 log: Vec::new(),
                 comm,
+                cpu: None,
             },
         );
         self.order.push_back(tid);
         self.arm_breakpoint(&[tid]);
-        // A CPU-wide event starts once; later threads arrive by switches.
-        if !self.opts.per_cpu || first {
+        // A CPU's event starts when its first thread arrives (`switch_to`).
+        if !self.opts.per_cpu {
             self.emit(SidebandEvent::ItraceStart { pid: self.pid, tid });
         }
     }
@@ -84,15 +89,23 @@ impl Tracer {
             if matches!(t.state, State::InSyscall { .. }) {
                 self.in_syscall -= 1;
             }
-            if self.on_cpu == Some(tid) {
-                self.on_cpu = None;
+            // On the CPU it ran on last, in per-CPU mode.
+            let cpu = self.cpu_of(tid).or(t.cpu).unwrap_or_default();
+            self.emit_on(
+                cpu,
+                SidebandEvent::Exit {
+                    pid: self.pid,
+                    ppid: self.pid,
+                    tid,
+                    ptid: t.ptid,
+                },
+            );
+            for slot in self.on_cpu.iter_mut().filter(|s| **s == Some(tid)) {
+                *slot = None;
             }
-            self.emit(SidebandEvent::Exit {
-                pid: self.pid,
-                ppid: self.pid,
-                tid,
-                ptid: t.ptid,
-            });
+            if self.last_switched == Some(tid) {
+                self.last_switched = None;
+            }
             self.finish_thread(t);
         }
         self.order.retain(|&x| x != tid);
@@ -156,17 +169,16 @@ mod tests {
     }
 
     #[test]
-    fn per_cpu_threads_share_one_unit_and_one_trace_start() {
+    fn per_cpu_threads_start_no_unit_of_their_own() {
         let mut tr = Tracer::for_tests(true);
         tr.add_thread(10, 10, State::Ready);
         tr.add_thread(11, 10, State::Starting);
-        assert_eq!(tr.units.len(), 1);
-        let starts = tr
+        // The CPUs' units and trace starts come as threads run on them.
+        assert!(tr.units.is_empty());
+        assert!(!tr
             .sideband
             .iter()
-            .filter(|s| matches!(s.event, SidebandEvent::ItraceStart { .. }))
-            .count();
-        assert_eq!(starts, 1);
+            .any(|s| matches!(s.event, SidebandEvent::ItraceStart { .. })));
     }
 
     #[test]
@@ -183,10 +195,10 @@ mod tests {
             t.instructions = 7;
         }
         tr.in_syscall = 1;
-        tr.on_cpu = Some(11);
+        tr.on_cpu = vec![Some(11)];
         tr.remove_thread(11);
         assert_eq!(tr.in_syscall, 0);
-        assert_eq!(tr.on_cpu, None);
+        assert_eq!(tr.on_cpu, [None]);
         assert_eq!(tr.order, [10]);
         assert!(!tr.units.contains_key(&11));
         assert!(matches!(

@@ -2,12 +2,11 @@
 //! that ends hands over its ring at once, so that nothing of it is lost
 //! when its tid is reused; a snapshot in the middle of a capture copies
 //! every ring and lets tracing go on, and the last one takes the rings
-//! for good. In per-CPU mode the one CPU's ring is the trace, and the
+//! for good. In per-CPU mode the CPUs' rings are the trace, and the
 //! threads only carry their names and counts.
 
 use std::time::{Duration, Instant};
 
-use super::schedule::CPU_UNIT;
 use super::threads::Thread;
 use super::Tracer;
 use crate::emulated::hardware::ThreadPt;
@@ -18,6 +17,29 @@ use crate::recording::{Capture, CpuTrace, StopReason, ThreadTrace};
 fn ring_copy(unit: &ThreadPt) -> (Vec<u8>, u64, bool) {
     let ring = unit.ring();
     (ring.snapshot().to_vec(), ring.head(), ring.wrapped())
+}
+
+/// The virtual CPU whose unit has key `key`, in per-CPU mode.
+fn unit_cpu(key: i32) -> Option<u32> {
+    (key < 0).then(|| (-1 - key) as u32)
+}
+
+/// The traces of the CPUs' units in `units`, in CPU order.
+fn cpu_traces<'a>(units: impl Iterator<Item = (&'a i32, &'a ThreadPt)>) -> Vec<CpuTrace> {
+    let mut cpus: Vec<CpuTrace> = units
+        .filter_map(|(&key, u)| {
+            let cpu = unit_cpu(key)?;
+            let (aux, aux_head, wrapped) = ring_copy(u);
+            Some(CpuTrace {
+                cpu,
+                aux,
+                aux_head,
+                wrapped,
+            })
+        })
+        .collect();
+    cpus.sort_by_key(|c| c.cpu);
+    cpus
 }
 
 impl Tracer {
@@ -94,19 +116,7 @@ impl Tracer {
             });
         }
         threads.sort_by_key(|t| t.tid);
-        let cpus = self
-            .units
-            .get(&CPU_UNIT)
-            .map(|u| {
-                let (aux, aux_head, wrapped) = ring_copy(u);
-                vec![CpuTrace {
-                    cpu: 0,
-                    aux,
-                    aux_head,
-                    wrapped,
-                }]
-            })
-            .unwrap_or_default();
+        let cpus = cpu_traces(self.units.iter());
         let mut ip_log: Vec<(i32, Vec<u64>)> = self.ip_logs.clone();
         ip_log.extend(self.threads.values().map(|t| (t.tid, t.log.clone())));
         ip_log.sort_by_key(|(tid, _)| *tid);
@@ -125,6 +135,7 @@ impl Tracer {
             exit_code: None,
             child: None,
             pt: self.pt_setup(),
+            inherit: self.opts.per_cpu,
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: self.warnings.clone(),
         }
@@ -143,19 +154,12 @@ impl Tracer {
     ) -> Capture {
         let mut threads = std::mem::take(&mut self.finished);
         threads.sort_by_key(|t| t.tid);
-        let cpus = match self.units.remove(&CPU_UNIT) {
-            Some(mut unit) => {
-                unit.finish();
-                let (aux, aux_head, wrapped) = ring_copy(&unit);
-                vec![CpuTrace {
-                    cpu: 0,
-                    aux,
-                    aux_head,
-                    wrapped,
-                }]
-            }
-            None => Vec::new(),
-        };
+        let mut units = std::mem::take(&mut self.units);
+        units
+            .iter_mut()
+            .filter(|(&key, _)| unit_cpu(key).is_some())
+            .for_each(|(_, u)| u.finish());
+        let cpus = cpu_traces(units.iter());
         let mut ip_log = std::mem::take(&mut self.ip_logs);
         ip_log.sort_by_key(|(tid, _)| *tid);
         Capture {
@@ -173,6 +177,7 @@ impl Tracer {
             exit_code: self.exit_code,
             child,
             pt: self.pt_setup(),
+            inherit: self.opts.per_cpu,
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: std::mem::take(&mut self.warnings),
         }
@@ -189,8 +194,9 @@ mod tests {
     }
 
     /// Threads 12 and 10 (in that order) running, 11 gone.
+    /// In per-CPU mode on two CPUs, each has run one of them.
     fn three_threads(per_cpu: bool) -> Tracer {
-        let mut tr = Tracer::for_tests(per_cpu);
+        let mut tr = Tracer::for_tests_on(per_cpu, 2);
         for tid in [12, 11, 10] {
             tr.add_thread(tid, 10, State::Ready);
             let t = tr.threads.get_mut(&tid).unwrap();
@@ -198,6 +204,8 @@ mod tests {
             t.log = vec![t.rip];
             t.instructions = tid as u64;
         }
+        tr.switch_to(12);
+        tr.switch_to(11);
         tr.remove_thread(11);
         tr
     }
@@ -242,13 +250,14 @@ mod tests {
     }
 
     #[test]
-    fn a_per_cpu_snapshot_has_one_cpu_trace() {
+    fn a_per_cpu_snapshot_has_a_trace_per_cpu() {
         let mut tr = three_threads(true);
         let cap = tr.snapshot_now(StopReason::Interrupted, &[], Duration::ZERO);
         assert_eq!(tids(&cap), [10, 11, 12]);
         assert!(cap.threads.iter().all(|t| t.aux.is_empty()));
-        assert_eq!(cap.cpus.len(), 1);
-        assert!(!cap.cpus[0].aux.is_empty());
+        assert_eq!(cap.cpus.iter().map(|c| c.cpu).collect::<Vec<_>>(), [0, 1]);
+        assert!(cap.cpus.iter().all(|c| !c.aux.is_empty()));
+        assert!(cap.inherit);
         assert_eq!(tr.resume_past_symbol, None);
     }
 
@@ -267,7 +276,7 @@ mod tests {
             Some(5),
         );
         assert_eq!(tids(&cap), [10, 11, 12]);
-        assert_eq!(cap.cpus.len(), 1);
+        assert_eq!(cap.cpus.len(), 2);
         assert_eq!(
             cap.ip_log.iter().map(|l| l.0).collect::<Vec<_>>(),
             [10, 11, 12]

@@ -1,0 +1,181 @@
+//! End to end: the emulated backend's per-CPU mode writes what
+//! `perf record -e intel_pt//u CMD` writes by default (a buffer per CPU,
+//! AUXTRACE records naming the process, threads migrating between CPUs),
+//! and libipt, `perf script` and ptscope each give every thread exactly the
+//! instructions it ran, with one track per thread.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
+use ptscope_formats::snapshot::Snapshot;
+
+use crate::support::*;
+
+/// Our instruction decoding per thread (`decode --level insns`).
+fn our_instructions(snap: &Path) -> PerThread {
+    let out = run_ok(
+        ptscope()
+            .args(["decode", "--level", "insns", "--format", "json"])
+            .arg(snap),
+        "ptscope decode --level insns",
+    );
+    let mut per = PerThread::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if let (Some(tid), Some(ip)) = (v["tid"].as_i64(), v["ip"].as_u64()) {
+            per.entry(tid as i32).or_default().push(ip);
+        }
+    }
+    per
+}
+
+fn assert_same_instructions(judge: &str, got: &PerThread, truth: &PerThread) {
+    for (tid, ips) in truth {
+        let got = got
+            .get(tid)
+            .unwrap_or_else(|| panic!("{judge} has no thread {tid}"));
+        let first = (0..got.len().max(ips.len())).find(|&i| got.get(i) != ips.get(i));
+        assert!(
+            first.is_none(),
+            "{judge}: {} instructions for thread {tid}, the log has {}; first difference at {first:?}",
+            got.len(),
+            ips.len()
+        );
+    }
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        truth.keys().collect::<Vec<_>>(),
+        "{judge}: threads"
+    );
+}
+
+#[test]
+fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
+    // Both threads spin, so time slices end mid-code and each thread comes
+    // back on the other CPU.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "spin.c");
+    let (snap, log) = record(
+        dir.path(),
+        "spin",
+        &["--per-cpu", "--cpus", "2"],
+        &[exe.to_str().unwrap()],
+    );
+    let truth = read_ip_log(&log);
+    assert_eq!(truth.len(), 2, "two threads");
+
+    // The layout: a buffer per CPU, recorded for the process, and every
+    // thread switched in on both CPUs.
+    let snapshot = Snapshot::open(&snap).unwrap();
+    let trace = snapshot.trace().unwrap();
+    let pid = *truth.keys().min().unwrap();
+    let cpus: Vec<Option<u32>> = trace.streams.iter().map(|s| s.cpu).collect();
+    assert_eq!(cpus, [Some(0), Some(1)]);
+    assert!(trace
+        .streams
+        .iter()
+        .all(|s| s.tid.is_none() && s.recorded_tid == Some(pid)));
+    assert!(trace.params.per_cpu_mmaps);
+    assert_eq!(trace.params.have_sched_switch, 2);
+    let mut ran_on: BTreeMap<i32, BTreeSet<u32>> = BTreeMap::new();
+    for sw in &trace.switches {
+        ran_on.entry(sw.tid).or_default().insert(sw.cpu);
+    }
+    for tid in truth.keys() {
+        assert_eq!(ran_on[tid].len(), 2, "thread {tid} migrated: {ran_on:?}");
+    }
+
+    // Three decoders, one truth.
+    let (ipt, ipt_errors) = libipt_instructions(&snap);
+    assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
+    assert_same_instructions("libipt", &ipt, &truth);
+    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
+    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
+    assert_same_instructions("perf", &perf, &truth);
+    // A thread's runs on the two CPUs interleave: ptscope's listing must
+    // put them in time order (it went buffer segment by segment).
+    assert_same_instructions("ptscope", &our_instructions(&snap), &truth);
+
+    // One track per thread; each buffer's checkpoints are timed by its own
+    // packets: nonzero, and in order along the buffer.
+    let model = decode_snapshot(&snapshot, &DecodeOptions::default()).unwrap();
+    let tids: Vec<i32> = model.threads.iter().map(|t| t.spans.tid).collect();
+    assert_eq!(tids, truth.keys().copied().collect::<Vec<_>>());
+    let mut per_queue: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for t in &model.threads {
+        for c in &t.checkpoints {
+            per_queue
+                .entry(c.queue)
+                .or_default()
+                .push((c.offset, c.time));
+        }
+    }
+    assert_eq!(per_queue.len(), 2, "checkpoints in both buffers");
+    for (queue, mut cps) in per_queue {
+        cps.sort_unstable();
+        assert!(cps.iter().all(|c| c.1 > 0), "queue {queue}: {cps:?}");
+        assert!(
+            cps.windows(2).all(|w| w[0].1 <= w[1].1),
+            "queue {queue}: times go back: {cps:?}"
+        );
+    }
+
+    // `info` lists the buffers per CPU and each thread once.
+    let out = run_ok(ptscope().arg("info").arg(&snap), "ptscope info");
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains("  buffers:"), "{info}");
+    for cpu in [0, 1] {
+        assert_eq!(
+            info.lines()
+                .filter(|l| l.trim_start().starts_with(&format!("cpu {cpu} ")))
+                .count(),
+            1,
+            "{info}"
+        );
+    }
+    for tid in truth.keys() {
+        let lines = info
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("tid {tid} ")))
+            .collect::<Vec<_>>();
+        assert_eq!(lines.len(), 1, "{info}");
+        assert!(lines[0].ends_with("on cpu 0,1"), "{info}");
+    }
+
+    // `packets --cpu N` reaches each buffer.
+    let mut dumps = Vec::new();
+    for cpu in ["0", "1"] {
+        let out = run_ok(
+            ptscope()
+                .args(["packets", "--limit", "50", "--cpu", cpu])
+                .arg(&snap),
+            "ptscope packets --cpu",
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("  psb"), "{text}");
+        dumps.push(text);
+    }
+    assert_ne!(dumps[0], dumps[1]);
+    let out = ptscope()
+        .args(["packets", "--thread", &pid.to_string()])
+        .arg(&snap)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use --cpu N"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ptscope()
+        .args(["packets", "--cpu", "7"])
+        .arg(&snap)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no trace buffer for CPU 7"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
