@@ -74,6 +74,9 @@ pub struct Request {
     /// Record every retired IP (emulated only; for tests).
     pub ip_log: bool,
     pub progress: bool,
+    /// Instruction counts at which the emulated PT unit's buffer
+    /// overflows (emulated only; for tests of decoders).
+    pub overflow_at: Vec<u64>,
 }
 
 impl Request {
@@ -84,6 +87,7 @@ impl Request {
             opts: backend::Options::new(trigger),
             ip_log: false,
             progress: false,
+            overflow_at: Vec::new(),
         }
     }
 
@@ -119,7 +123,9 @@ impl Request {
             args.push(opt("backend", &b.get_name()));
         }
         args.push(opt("size", &self.opts.size.to_string()));
-        args.push(opt("timing", &self.opts.timing.to_string()));
+        if let Some(timing) = &self.opts.timing {
+            args.push(opt("timing", &timing.to_string()));
+        }
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
         if self.opts.kernel {
             args.push("--kernel".into());
@@ -254,7 +260,10 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         clock: if emulated {
             "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
         } else {
-            format!("TSC, timing {}", req.opts.timing)
+            format!(
+                "TSC, timing {}",
+                req.opts.timing.clone().unwrap_or_default()
+            )
         },
         command: cap.cmdline.clone(),
         pid: cap.pid,
@@ -362,9 +371,11 @@ pub fn run(
             if req.opts.kernel {
                 bail!("--kernel needs the intel-pt backend: the emulated backend single-steps user space only");
             }
-            let settings = settings::pt_settings(req.opts.size as usize);
+            let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
+            let overflows = req.overflow_at.iter().copied().collect();
             let opts = TracerOptions {
-                settings,
+                settings: settings::pt_settings(&cfg, req.opts.size as usize, overflows),
+                pt: settings::pt_setup(&cfg),
                 trigger: req.opts.trigger.clone(),
                 ip_log: req.ip_log,
                 progress: req.progress,

@@ -55,11 +55,15 @@ use crate::procfs::Mapping;
 use crate::trigger::{SymbolTrigger, Trigger};
 use threads::Thread;
 
-use crate::recording::{Capture, Sideband, SidebandEvent, StopReason, Target, ThreadTrace};
+use crate::recording::{
+    Capture, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
+};
 use crate::tracee::reap_later;
 
 pub struct TracerOptions {
     pub settings: PtSettings,
+    /// The PT event the snapshot claims: the config `settings` came from.
+    pub pt: PtSetup,
     pub trigger: Trigger,
     pub ip_log: bool,
     pub progress: bool,
@@ -236,8 +240,11 @@ impl Tracer {
     /// A tracer of a process that cannot exist (pids stay below 2^22), for
     /// the tests of its bookkeeping: nothing it does reaches a process.
     fn for_tests(per_cpu: bool) -> Tracer {
+        use crate::emulated::settings;
+        let cfg = settings::emulated_config(None).unwrap();
         let opts = TracerOptions {
-            settings: crate::emulated::settings::pt_settings(1 << 16),
+            settings: settings::pt_settings(&cfg, 1 << 16, Arc::from([])),
+            pt: settings::pt_setup(&cfg),
             trigger: Trigger::ProcessExit,
             ip_log: true,
             progress: false,

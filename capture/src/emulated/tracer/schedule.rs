@@ -33,10 +33,10 @@ impl Tracer {
 
     pub(super) fn unit(&mut self, tid: i32) -> &mut ThreadPt {
         let key = self.unit_key(tid);
-        let (settings, now) = (self.opts.settings, self.now);
+        let (settings, now) = (&self.opts.settings, self.now);
         self.units
             .entry(key)
-            .or_insert_with(|| ThreadPt::new(settings, now))
+            .or_insert_with(|| ThreadPt::new(settings.clone(), now))
     }
 
     /// Whether `tid`'s user code is being traced right now.

@@ -124,7 +124,7 @@ impl Tracer {
             wall,
             exit_code: None,
             child: None,
-            pt: crate::emulated::settings::pt_setup(),
+            pt: self.opts.pt.clone(),
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: self.warnings.clone(),
         }
@@ -172,7 +172,7 @@ impl Tracer {
             wall: wall.elapsed(),
             exit_code: self.exit_code,
             child,
-            pt: crate::emulated::settings::pt_setup(),
+            pt: self.opts.pt.clone(),
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: std::mem::take(&mut self.warnings),
         }
