@@ -1,0 +1,196 @@
+//! End to end: every timing dialect the emulated PT unit writes, and its
+//! overflows, decode to the same instructions in libipt, `perf script` and
+//! ptscope, and ptscope's times are real and never run backwards.
+//!
+//! Each test records a program with the emulated backend and `--timing`,
+//! then compares, per thread, libipt's instruction decoder, perf's
+//! (`--itrace=i1i`) and ours (`decode --level insns`): any difference
+//! fails the test.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::support::*;
+
+/// Our decoder's instructions per thread, with each one's start time.
+fn our_instructions(snap: &Path) -> BTreeMap<i32, Vec<(u64, u64)>> {
+    let out = ptscope()
+        .arg("decode")
+        .arg(snap)
+        .args(["--level", "insns", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope decode --level insns: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut per: BTreeMap<i32, Vec<(u64, u64)>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let tid = json_field(line, "tid").parse().unwrap();
+        let ip = json_field(line, "ip").parse().unwrap();
+        let start = json_field(line, "start_ns").parse().unwrap();
+        per.entry(tid).or_default().push((ip, start));
+    }
+    per
+}
+
+/// What a dialect's trace should give.
+struct Expect {
+    /// The trace carries time: our times must span more than zero.
+    timed: bool,
+    /// Packets were lost to overflows: the decoders must agree, but only
+    /// on a part of the ground truth.
+    overflows: bool,
+}
+
+/// Records `program` with `--timing timing` (and `extra`), then checks
+/// that libipt, perf and ptscope decode the same instructions per thread,
+/// and what `expect` says of the ground truth and the times.
+fn check_dialect(name: &str, program: &str, timing: &str, extra: &[&str], expect: Expect) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), program);
+    let mut args = vec!["--backend", "emulated", "--timing", timing];
+    args.extend(extra);
+    let (snap, log) = record(dir.path(), name, &args, &[exe.to_str().unwrap()]);
+    let truth = read_ip_log(&log);
+    let info = ptscope().arg("info").arg(&snap).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout).into_owned();
+
+    let (ipt, ipt_errors) = libipt_instructions(&snap);
+    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
+    let ours = our_instructions(&snap);
+    let our_ips: BTreeMap<i32, Vec<u64>> = ours
+        .iter()
+        .map(|(t, v)| (*t, v.iter().map(|(ip, _)| *ip).collect()))
+        .collect();
+    for (tid, want) in &ipt {
+        assert!(
+            want.len() > 1000,
+            "{name}: tid {tid}: {} instructions",
+            want.len()
+        );
+        for (who, got) in [("perf", perf.get(tid)), ("ptscope", our_ips.get(tid))] {
+            let got = got.map_or(&[][..], |v| &v[..]);
+            if let Some(i) = (0..want.len().max(got.len())).find(|&i| want.get(i) != got.get(i)) {
+                panic!(
+                    "{name}: tid {tid}: {who} differs from libipt at instruction {i} of {}/{}: \
+                     libipt {:x?}, {who} {:x?}\n{info}\nlibipt errors: {ipt_errors:?}\nperf: {perf_errors}",
+                    want.len(),
+                    got.len(),
+                    want.get(i.saturating_sub(2)..(i + 3).min(want.len())),
+                    got.get(i.saturating_sub(2)..(i + 3).min(got.len())),
+                );
+            }
+        }
+    }
+    assert_eq!(
+        ipt.keys().collect::<Vec<_>>(),
+        perf.keys().collect::<Vec<_>>(),
+        "{name}: threads"
+    );
+    assert_eq!(
+        ipt.keys().collect::<Vec<_>>(),
+        ours.keys().collect::<Vec<_>>(),
+        "{name}: threads"
+    );
+    if expect.overflows {
+        // perf reports each (libipt takes it as an event, not an error),
+        // and every decoder decodes past it.
+        assert!(ipt_errors.is_empty(), "{name}: libipt: {ipt_errors:?}");
+        let overflows = perf_errors.matches("Overflow packet").count();
+        assert_eq!(overflows, 3, "{name}: perf: {perf_errors}");
+        for (tid, got) in &ipt {
+            let all = &truth[tid];
+            assert!(got.len() < all.len(), "{name}: packets were lost");
+            assert!(all.ends_with(&got[got.len() - 1000..]), "{name}: the tail");
+        }
+    } else {
+        assert!(ipt_errors.is_empty(), "{name}: libipt: {ipt_errors:?}");
+        assert!(perf_errors.trim().is_empty(), "{name}: perf: {perf_errors}");
+        assert_eq!(ipt, truth, "{name}: libipt against the ground truth");
+    }
+    for (tid, insns) in &ours {
+        let times: Vec<u64> = insns.iter().map(|(_, t)| *t).collect();
+        if let Some(w) = times.windows(2).position(|w| w[1] < w[0]) {
+            panic!(
+                "{name}: tid {tid}: time runs backwards at instruction {w}: {:?}",
+                &times[w.saturating_sub(3)..(w + 3).min(times.len())]
+            );
+        }
+        let span = times.last().unwrap() - times[0];
+        if expect.timed {
+            // The virtual clock: 1 ns per instruction, more in syscalls.
+            assert!(
+                span >= insns.len() as u64 / 2,
+                "{name}: tid {tid}: {} instructions in {span} ns",
+                insns.len()
+            );
+        }
+    }
+}
+
+const TIMED: Expect = Expect {
+    timed: true,
+    overflows: false,
+};
+
+#[test]
+fn timing_low_decodes_alike_everywhere() {
+    check_dialect("low", "calls.c", "low", &[], TIMED);
+}
+
+#[test]
+fn timing_normal_decodes_alike_everywhere() {
+    check_dialect("normal", "threads.c", "normal", &[], TIMED);
+}
+
+#[test]
+fn timing_high_decodes_alike_everywhere() {
+    check_dialect("high", "calls.c", "high", &[], TIMED);
+}
+
+#[test]
+fn custom_timing_terms_decode_alike_everywhere() {
+    check_dialect(
+        "custom",
+        "calls.c",
+        "cyc=1,cyc_thresh=4,mtc_period=6,psb_period=0,noretcomp=1",
+        &[],
+        TIMED,
+    );
+}
+
+#[test]
+fn mtc_alone_gives_real_times() {
+    // TSC, TMA and MTC without CYC, an MTC every crystal tick.
+    check_dialect("mtc", "calls.c", "mtc_period=0", &[], TIMED);
+}
+
+#[test]
+fn a_trace_without_timing_decodes_alike_everywhere() {
+    check_dialect(
+        "untimed",
+        "calls.c",
+        "tsc=0",
+        &[],
+        Expect {
+            timed: false,
+            overflows: false,
+        },
+    );
+}
+
+#[test]
+fn overflows_decode_alike_everywhere() {
+    check_dialect(
+        "overflow",
+        "calls.c",
+        "normal",
+        &["--overflow-at", "5000,20000,40000"],
+        Expect {
+            timed: true,
+            overflows: true,
+        },
+    );
+}
