@@ -57,6 +57,32 @@ fn check_dialect(name: &str, program: &str, timing: &str, extra: &[&str], expect
     let info = ptscope().arg("info").arg(&snap).output().unwrap();
     let info = String::from_utf8_lossy(&info.stdout).into_owned();
 
+    // Every output names what its times count.
+    let unit = if expect.timed { "ns" } else { "insns" };
+    assert_eq!(
+        info.contains("timing:  none (tsc=0)"),
+        !expect.timed,
+        "{name}: {info}"
+    );
+    let spans = ptscope()
+        .args(["decode", "--format", "json"])
+        .arg(&snap)
+        .output()
+        .unwrap();
+    let spans = String::from_utf8(spans.stdout).unwrap();
+    assert!(spans.lines().count() > 10, "{name}: {spans}");
+    for line in spans.lines() {
+        assert_eq!(json_string(line, "unit"), unit, "{name}: {line}");
+    }
+    let stats = ptscope().arg("stats").arg(&snap).output().unwrap();
+    let stats = String::from_utf8(stats.stdout).unwrap();
+    assert!(stats.contains(&format!("total {unit}")), "{name}: {stats}");
+    assert_eq!(
+        stats.contains("has no timing"),
+        !expect.timed,
+        "{name}: {stats}"
+    );
+
     let (ipt, ipt_errors) = libipt_instructions(&snap);
     let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
     let ours = our_instructions(&snap);
@@ -119,6 +145,15 @@ fn check_dialect(name: &str, program: &str, timing: &str, extra: &[&str], expect
             );
         }
         let span = times.last().unwrap() - times[0];
+        if !expect.timed {
+            // Without timing, an instruction's time is its position.
+            if let Some(i) = (0..times.len()).find(|&i| times[i] - times[0] != i as u64) {
+                panic!(
+                    "{name}: tid {tid}: instruction {i} at {}, the first at {}",
+                    times[i], times[0]
+                );
+            }
+        }
         if expect.timed {
             // The virtual clock: 1 ns per instruction, more in syscalls.
             assert!(

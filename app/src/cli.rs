@@ -656,6 +656,12 @@ fn info(path: &Path) -> Result<ExitCode> {
         if p.snapshot_mode { "snapshot mode" } else { "full trace" },
         if p.per_cpu_mmaps { ", per-cpu" } else { ", per-thread" },
     )?;
+    if ptscope_decoder::decode::time_unit(&trace) == ptscope_decoder::model::TimeUnit::Insns {
+        writeln!(
+            out,
+            "  timing:  none (tsc=0): decoded times count instructions retired, not ns"
+        )?;
+    }
     if let Some((lo, hi)) = trace.time_range {
         writeln!(
             out,

@@ -130,6 +130,7 @@ pub(crate) mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         }
     }
 
