@@ -24,9 +24,9 @@
 //!   0) only once 2^(N-1) cycles have passed since the last CYC;
 //! - TSC only when enabled (`tsc`), in PSB+ and when tracing resumes after
 //!   the thread was off the CPU; with MTC on, a TMA follows every TSC with
-//!   the crystal clock's CTC[15:0] and the TSC ticks since its last tick
+//!   the crystal clock's `CTC[15:0]` and the TSC ticks since its last tick
 //!   (FastCounter);
-//! - an MTC whenever the CTC bits [mtc_period+7:mtc_period] change, with
+//! - an MTC whenever the CTC bits `[mtc_period+7:mtc_period]` change, with
 //!   those bits as payload;
 //! - at the instruction counts `overflows` lists, the unit's internal
 //!   buffer overflows: the packets of the next [`OVERFLOW_INSNS`]
@@ -373,7 +373,7 @@ impl ThreadPt {
         (now / ratio, now % ratio)
     }
 
-    /// TMA after a TSC at `now`, with MTC on: CTC[15:0] and FastCounter.
+    /// TMA after a TSC at `now`, with MTC on: `CTC[15:0]` and FastCounter.
     fn tma(&mut self, now: u64) {
         let Some(period) = self.cfg.mtc_period else {
             return;
