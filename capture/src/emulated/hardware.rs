@@ -1,8 +1,9 @@
 //! This module emulates one PT unit (a thread's, or in per-CPU mode the one
 //! virtual CPU's): it is told of each retired user-space instruction and each
 //! trip into the kernel, and writes the packets an Intel PT unit configured
-//! as [`PtSettings`] says (the emulated event, `settings::EMULATED_CONFIG_STR`:
-//! branch tracing, return compression on, CYC) would write into its ring.
+//! as [`PtSettings`] says (the event `settings::emulated_config` resolves
+//! from `--timing`: branch tracing, with or without return compression, TSC,
+//! MTC and CYC) would write into its ring.
 //!
 //! The rules it follows (Intel SDM Vol. 3C, "Intel Processor Trace"):
 //! - conditional branches and compressed near returns are TNT bits, six to a
