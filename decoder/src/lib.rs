@@ -15,7 +15,8 @@
 //! - [`block`]: what both engines report ([`block::BlockItem`]), their
 //!   configuration and libipt's error codes;
 //! - [`timing`]: timing packets to times, and times spread over the
-//!   branches between them;
+//!   branches between them (or, for a trace without TSC, instruction
+//!   counts as times: the model's [`model::TimeUnit`]);
 //! - [`image`], [`symbols`] and [`resolve`]: the process image from MMAP2
 //!   sideband and the bundled binaries, ELF/DWARF symbols, and which
 //!   function an address is in;
