@@ -384,7 +384,7 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
             ]) {
                 let mut req = Request::new(target.clone(), trigger.clone());
                 req.backend = backend;
-                req.opts.timing = timing.clone();
+                req.opts.timing = Some(timing.clone());
                 req.opts.size = 64 << 10;
                 req.opts.snapshots = 2;
                 let args = req.cli_args(&out);

@@ -6,6 +6,8 @@
 //! - [`faults`]: the traced process exiting, killed or exec'ing mid-capture;
 //! - [`hardware`]: the Intel PT backend, as far as it runs without the PMU;
 //! - [`decode`]: snapshots decoded against libipt and `perf script`;
+//! - [`dialects`]: every timing dialect and overflow of the emulated unit,
+//!   decoded alike by libipt, perf and ptscope;
 //! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
@@ -28,6 +30,7 @@ mod fuzz_targets;
 mod bad_input;
 mod capture;
 mod decode;
+mod dialects;
 mod faults;
 mod filter;
 mod fuzz_regressions;

@@ -50,6 +50,7 @@ use ptscope_decoder::ffi::{BlockDecoder, Image, SectionCache};
 use ptscope_decoder::flow::FlowDecoder;
 use ptscope_decoder::image::{sections, Section};
 use ptscope_decoder::memory::{FileCache, Memory};
+use ptscope_decoder::model::TimeUnit;
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::resolve::{ProcessSymbols, SymbolCache};
 use ptscope_formats::snapshot::{Snapshot, Trace};
@@ -278,7 +279,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
                 &image,
                 &mut resolver,
                 &mut funcs,
-                &to_ns,
+                (&to_ns, TimeUnit::Ns),
                 &psbs,
                 (pid, tid, String::new()),
                 None,
@@ -314,7 +315,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
                 &mems[&pid],
                 &mut resolver,
                 &mut funcs,
-                &to_ns,
+                (&to_ns, TimeUnit::Ns),
                 &psbs,
                 (pid, tid, String::new()),
                 None,

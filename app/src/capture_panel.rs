@@ -247,7 +247,7 @@ impl CapturePanel {
         };
         let mut req = Request::new(target, trigger);
         req.opts.size = crate::size::parse_ring_size(&self.size)?;
-        req.opts.timing = self.timing.clone();
+        req.opts.timing = Some(self.timing.clone());
         req.backend = self.backend;
         req.opts.snapshots = self.snapshots.max(1);
         Ok(req)

@@ -78,10 +78,18 @@ pub struct CaptureOpts {
     /// Intel PT timing: low (perf's defaults, smallest trace), normal
     /// (cycle-accurate, cyc_thresh=1, an MTC per crystal tick), high
     /// (normal plus a timed packet at every return), or config terms over
-    /// perf's defaults such as `cyc=1,cyc_thresh=2,mtc_period=0`. Checked
-    /// against the CPU's caps. intel-pt backend only.
-    #[arg(long, default_value = "normal", value_name = "PRESET|TERMS")]
-    pub timing: Timing,
+    /// perf's defaults such as `cyc=1,cyc_thresh=2,mtc_period=0`; `tsc=0`
+    /// for no timing at all. Checked against the CPU's caps (the emulated
+    /// backend's are a Skylake's). Default: normal on Intel PT; on the
+    /// emulated backend cycle-accurate without MTC, a PSB every 4 KiB
+    /// (`cyc=1,mtc=0,psb_period=1`).
+    #[arg(long, value_name = "PRESET|TERMS")]
+    pub timing: Option<Timing>,
+    /// Make the emulated PT unit's buffer overflow at these instruction
+    /// counts of each unit (comma-separated): OVF as hardware writes it,
+    /// for testing decoders. Emulated backend only.
+    #[arg(long, value_name = "N,...", value_delimiter = ',', hide = true)]
+    pub overflow_at: Vec<u64>,
     /// Trace the kernel too (intel-pt backend; needs
     /// kernel.perf_event_paranoid ≤ 1 or CAP_PERFMON).
     #[arg(long)]
@@ -453,6 +461,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.backend = opts.backend;
     req.opts.size = opts.size;
     req.opts.timing = opts.timing.clone();
+    req.overflow_at = opts.overflow_at.clone();
     req.opts.kernel = opts.kernel;
     req.opts.per_cpu = opts.per_cpu;
     req.cpus = opts.cpus;
@@ -722,6 +731,12 @@ fn info(path: &Path) -> Result<ExitCode> {
     )?;
     if !p.filter.is_empty() {
         writeln!(out, "           IP filter: {}", p.filter)?;
+    }
+    if ptscope_decoder::decode::time_unit(&trace) == ptscope_decoder::model::TimeUnit::Insns {
+        writeln!(
+            out,
+            "  timing:  none (tsc=0): decoded times count instructions retired, not ns"
+        )?;
     }
     if let Some((lo, hi)) = trace.time_range {
         writeln!(

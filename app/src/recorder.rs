@@ -79,6 +79,9 @@ pub struct Request {
     pub progress: bool,
     /// The emulated backend's virtual CPUs in per-CPU mode.
     pub cpus: u32,
+    /// Instruction counts at which the emulated PT unit's buffer
+    /// overflows (emulated only; for tests of decoders).
+    pub overflow_at: Vec<u64>,
 }
 
 impl Request {
@@ -90,6 +93,7 @@ impl Request {
             ip_log: false,
             progress: false,
             cpus: DEFAULT_CPUS,
+            overflow_at: Vec::new(),
         }
     }
 
@@ -125,7 +129,9 @@ impl Request {
             args.push(opt("backend", &b.get_name()));
         }
         args.push(opt("size", &self.opts.size.to_string()));
-        args.push(opt("timing", &self.opts.timing.to_string()));
+        if let Some(timing) = &self.opts.timing {
+            args.push(opt("timing", &timing.to_string()));
+        }
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
         if self.opts.kernel {
             args.push("--kernel".into());
@@ -266,7 +272,10 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         clock: if emulated {
             "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
         } else {
-            format!("TSC, timing {}", req.opts.timing)
+            format!(
+                "TSC, timing {}",
+                req.opts.timing.clone().unwrap_or_default()
+            )
         },
         command: cap.cmdline.clone(),
         pid: cap.pid,
@@ -379,9 +388,11 @@ pub fn run(
                 settings::cpu::NUM_ADDRESS_RANGES,
             )
             .context("the emulated CPU's IP filter")?;
-            let settings = settings::pt_settings(req.opts.size as usize);
+            let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
+            let overflows = req.overflow_at.iter().copied().collect();
             let opts = TracerOptions {
-                settings,
+                settings: settings::pt_settings(&cfg, req.opts.size as usize, overflows),
+                pt: settings::pt_setup(&cfg),
                 trigger: req.opts.trigger.clone(),
                 ip_log: req.ip_log,
                 progress: req.progress,

@@ -13,7 +13,7 @@ use clap::ValueEnum;
 
 use ptscope_decoder::event::{FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
-use ptscope_decoder::model::Model;
+use ptscope_decoder::model::{Model, TimeUnit};
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -69,6 +69,9 @@ struct JsonSpan<'a> {
     depth: usize,
     start_ns: u64,
     end_ns: u64,
+    /// What `start_ns` and `end_ns` count: `ns`, or `insns` (instructions
+    /// retired) for a trace without timing.
+    unit: &'static str,
     name: &'a str,
     kind: &'a str,
     estimated: bool,
@@ -87,6 +90,9 @@ struct JsonLine<'a> {
     depth: u32,
     start_ns: u64,
     end_ns: u64,
+    /// What `start_ns` and `end_ns` count: `ns`, or `insns` (instructions
+    /// retired) for a trace without timing.
+    unit: &'static str,
     file: &'a str,
     line: u32,
     function: &'a str,
@@ -101,6 +107,9 @@ struct JsonInsn<'a> {
     depth: u32,
     start_ns: u64,
     end_ns: u64,
+    /// What `start_ns` and `end_ns` count: `ns`, or `insns` (instructions
+    /// retired) for a trace without timing.
+    unit: &'static str,
     ip: u64,
     asm: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +118,10 @@ struct JsonInsn<'a> {
     line: Option<u32>,
     exact: bool,
 }
+
+/// What text output says first when times count instructions.
+pub const UNTIMED_NOTE: &str =
+    "# the trace has no timing (tsc=0): times count instructions retired, not ns";
 
 /// `value` as one line of JSON.
 fn json_line(out: &mut impl Write, value: &impl serde::Serialize) -> Result<()> {
@@ -143,6 +156,9 @@ pub fn decode(
     if m.threads.is_empty() {
         bail!("no thread has any trace to decode");
     }
+    if format == Format::Text && m.unit == TimeUnit::Insns {
+        writeln!(out, "{UNTIMED_NOTE}")?;
+    }
     for t in &m.threads {
         if format == Format::Text {
             writeln!(
@@ -174,6 +190,7 @@ pub fn decode(
                         depth: d,
                         start_ns: start - base,
                         end_ns: end - base,
+                        unit: m.unit.as_str(),
                         name: &f.name,
                         kind: f.kind.as_str(),
                         estimated: s.is_estimated(),
@@ -241,6 +258,9 @@ pub fn decode_fine(
     if hi < lo {
         bail!("--to is before --from");
     }
+    if format == Format::Text && m.unit == TimeUnit::Insns {
+        writeln!(out, "{UNTIMED_NOTE}")?;
+    }
     for t in &m.threads {
         let mut segs = Vec::new();
         // The buffer each segment is in.
@@ -276,6 +296,7 @@ pub fn decode_fine(
                             depth: l.depth,
                             start_ns: start,
                             end_ns: end,
+                            unit: m.unit.as_str(),
                             file: &l.frame.file,
                             line: l.frame.line,
                             function: &l.frame.function,
@@ -313,6 +334,7 @@ pub fn decode_fine(
                             depth: i.depth,
                             start_ns: start,
                             end_ns: i.end - base.min(i.end),
+                            unit: m.unit.as_str(),
                             ip: i.ip,
                             asm: &asm,
                             file: frame.map(|f| &*f.file),
@@ -370,10 +392,19 @@ pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Writ
                 .then_with(|| m.funcs.name(a.0).cmp(m.funcs.name(b.0)))
         });
     }
+    if m.unit == TimeUnit::Insns {
+        writeln!(out, "{UNTIMED_NOTE}")?;
+    }
+    let u = m.unit.as_str();
     writeln!(
         out,
         "{:>10} {:>14} {:>14} {:>12} {:>12} {:>12}  function",
-        "calls", "total ns", "self ns", "min ns", "avg ns", "max ns"
+        "calls",
+        format!("total {u}"),
+        format!("self {u}"),
+        format!("min {u}"),
+        format!("avg {u}"),
+        format!("max {u}")
     )?;
     for (id, s, call) in rows.iter().take(limit.unwrap_or(usize::MAX)) {
         let f = m.funcs.get(*id);
@@ -476,6 +507,7 @@ mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         }
     }
 

@@ -22,7 +22,7 @@ use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections, Section};
 use crate::memory::{FileCache, Memory};
-use crate::model::{Model, ThreadModel};
+use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::packet::{find_psb, psb_offsets};
 use crate::progress::DecodeProgress;
 use crate::resolve::{ProcessSymbols, SymbolCache};
@@ -212,6 +212,18 @@ fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
         .collect()
 }
 
+/// What a trace's times can count: nanoseconds when it has TSC packets,
+/// else instructions. The recorded config says (a raw dump has none, and
+/// keeps nanoseconds).
+pub fn time_unit(trace: &Trace) -> TimeUnit {
+    let tsc_bit = trace.params.tsc_bit;
+    if tsc_bit != 0 && trace.pt_attr.config & tsc_bit == 0 {
+        TimeUnit::Insns
+    } else {
+        TimeUnit::Ns
+    }
+}
+
 pub fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
@@ -242,8 +254,12 @@ pub fn decode_trace(
             .map(|t| t.comm.clone())
             .unwrap_or_default()
     };
+    let unit = time_unit(trace);
     let params = trace.params.clone();
-    let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+    let to_ns = move |tsc: u64| match unit {
+        TimeUnit::Ns => params.tsc_to_ns(tsc),
+        TimeUnit::Insns => tsc,
+    };
     let mut threads = Vec::new();
     let progress = opts.progress.as_deref();
     let psbs_of =
@@ -289,7 +305,15 @@ pub fn decode_trace(
                 let image = new_image(&loaders.cache, isids).map_err(libipt)?;
                 let dec = BlockDecoder::new(&s.data, &cfg).map_err(libipt)?;
                 decode_thread(
-                    dec, s.idx, &image, resolver, &mut funcs, &to_ns, psbs, thread, progress,
+                    dec,
+                    s.idx,
+                    &image,
+                    resolver,
+                    &mut funcs,
+                    (&to_ns, unit),
+                    psbs,
+                    thread,
+                    progress,
                 )
             }
             ProcImage::Flow(mem) => {
@@ -306,6 +330,7 @@ pub fn decode_trace(
                     thread_procs: &[0],
                     schedule: &[],
                     to_ns: &to_ns,
+                    unit,
                     psbs,
                     stop_at_psb: false,
                     progress,
@@ -332,6 +357,7 @@ pub fn decode_trace(
                             missing_binaries: missing_binaries.clone(),
                             warnings: Vec::new(),
                             lines: None,
+                            unit,
                         }
                     });
                     if published {
@@ -366,6 +392,7 @@ pub fn decode_trace(
                 missing_binaries: missing_binaries.clone(),
                 warnings: Vec::new(),
                 lines: None,
+                unit,
             });
         }
     }
@@ -483,7 +510,7 @@ pub fn decode_trace(
                     &thread_procs,
                     &schedule,
                     &mut funcs,
-                    &to_ns,
+                    (&to_ns, unit),
                     psbs,
                     &mut items,
                     progress,
@@ -497,6 +524,7 @@ pub fn decode_trace(
                         thread_procs: &thread_procs,
                         schedule: &schedule,
                         to_ns: &to_ns,
+                        unit,
                         psbs,
                         stop_at_psb: false,
                         progress,
@@ -585,10 +613,9 @@ pub fn decode_trace(
             schedule: schedules.remove(&s.idx).unwrap_or_default(),
         })
         .collect();
-    let params = trace.params.clone();
     let lines = LineSource::new(
         cfg,
-        Box::new(move |tsc| params.tsc_to_ns(tsc)),
+        (Box::new(to_ns), unit),
         fine_queues,
         fine_procs,
         cpu_slots,
@@ -603,6 +630,7 @@ pub fn decode_trace(
         warnings: [input_warnings(trace, &wanted), stack_warnings(&threads)].concat(),
         threads,
         lines: Some(Arc::new(lines)),
+        unit,
     })
 }
 
@@ -677,7 +705,7 @@ pub fn decode_raw(
                 &image,
                 &mut resolver,
                 &mut funcs,
-                &|tsc| tsc,
+                (&|tsc| tsc, TimeUnit::Ns),
                 &psbs,
                 thread,
                 None,
@@ -691,7 +719,7 @@ pub fn decode_raw(
                 &mem,
                 &mut resolver,
                 &mut funcs,
-                &|tsc| tsc,
+                (&|tsc| tsc, TimeUnit::Ns),
                 &psbs,
                 thread,
                 None,
@@ -701,7 +729,7 @@ pub fn decode_raw(
     .map_err(libipt)?;
     let lines = LineSource::new(
         *cfg,
-        Box::new(|tsc| tsc),
+        (Box::new(|tsc| tsc), TimeUnit::Ns),
         vec![QueueParts {
             idx: 0,
             tid: Some(0),
@@ -720,6 +748,7 @@ pub fn decode_raw(
         warnings: stack_warnings(&threads),
         threads,
         lines: Some(Arc::new(lines)),
+        unit: TimeUnit::Ns,
     })
 }
 
@@ -750,6 +779,7 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         warnings: stack_warnings(&threads),
         threads,
         lines: None,
+        unit: TimeUnit::Ns,
     }
 }
 
@@ -870,6 +900,47 @@ mod tests {
             .err()
             .expect("an error");
         assert!(err.to_string().contains("context-switch"), "{err}");
+    }
+
+    /// A trace whose config has no TSC (`tsc=0`) is placed by instruction
+    /// count, by both engines, in one walk and in chunks: every span
+    /// within the instructions walked, and the model says so.
+    #[test]
+    fn a_trace_without_tsc_counts_instructions() {
+        let snap = demo();
+        let timed = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+        assert_eq!(timed.unit, TimeUnit::Ns);
+        let mut trace = snap.trace().unwrap();
+        trace.pt_attr.config &= !trace.params.tsc_bit;
+        assert_eq!(time_unit(&trace), TimeUnit::Insns);
+        let mut canon = Vec::new();
+        for (engine, parallel) in [
+            (Engine::Flow, Parallel::sequential()),
+            (Engine::Flow, Parallel::default()),
+            (Engine::Libipt, Parallel::sequential()),
+        ] {
+            let opts = DecodeOptions {
+                engine,
+                parallel,
+                ..DecodeOptions::default()
+            };
+            let m = decode_trace(&snap, &trace, &opts).unwrap();
+            assert_eq!(m.unit, TimeUnit::Insns);
+            assert_eq!(m.span_count(), timed.span_count());
+            let t = &m.threads[0];
+            let (lo, hi) = m.time_range().unwrap();
+            assert!(lo < 10 && hi > t.walk.instructions / 2, "{lo}..{hi}");
+            assert!(hi <= t.walk.instructions, "{hi} > {}", t.walk.instructions);
+            // The fine pass counts the same instructions.
+            let lines = m.lines.as_ref().unwrap();
+            let seg = lines.decode_segment(t, 1, None).unwrap();
+            let first = seg.insns.first().unwrap();
+            let last = seg.insns.last().unwrap();
+            assert_eq!(first.start, t.checkpoints[1].time);
+            assert_eq!(last.start - first.start, seg.insns.len() as u64 - 1);
+            canon.push(m.canonical());
+        }
+        assert_same(&canon[0], &canon[1]);
     }
 
     #[test]

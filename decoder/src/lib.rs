@@ -17,7 +17,8 @@
 //! - [`errata`]: the CPU errata that affect decoding, worked around as
 //!   libipt does;
 //! - [`timing`]: timing packets to times, and times spread over the
-//!   branches between them;
+//!   branches between them (or, for a trace without TSC, instruction
+//!   counts as times: the model's [`model::TimeUnit`]);
 //! - [`image`], [`symbols`] and [`resolve`]: the process image from MMAP2
 //!   sideband and the bundled binaries, ELF/DWARF symbols, and which
 //!   function an address is in;

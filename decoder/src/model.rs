@@ -112,6 +112,28 @@ impl ThreadModel {
     }
 }
 
+/// What a model's times count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Nanoseconds of perf time, from the trace's timing packets.
+    #[default]
+    Ns,
+    /// Instructions retired since the trace (a thread's, or a CPU's)
+    /// began: the trace has no timing packets (`tsc=0`, as fuzzers
+    /// often record), so spans are placed by instruction count.
+    Insns,
+}
+
+impl TimeUnit {
+    /// The unit's short name, as JSON output and labels give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeUnit::Ns => "ns",
+            TimeUnit::Insns => "insns",
+        }
+    }
+}
+
 /// The decoded snapshot: what the viewer draws.
 pub struct Model {
     pub funcs: FuncTable,
@@ -124,6 +146,9 @@ pub struct Model {
     /// What the fine pass re-decodes from; `None` for inputs without an
     /// instruction trace (perf-script text) and for partial models.
     pub lines: Option<Arc<LineSource>>,
+    /// What every time of the model (span starts and ends, checkpoints,
+    /// the fine pass's instructions) counts.
+    pub unit: TimeUnit,
 }
 
 impl Model {

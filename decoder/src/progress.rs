@@ -101,6 +101,7 @@ mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         };
         p.offer(empty);
         assert!(p.take_partial().is_some());

@@ -7,8 +7,21 @@
 //! so a label reads exactly even 10^15 ns into a trace, where floats would
 //! round neighbouring ticks together. The timeline draws the axis; this
 //! module only says what goes on it.
+//!
+//! A trace without timing (`tsc=0`) has times that count instructions
+//! retired ([`TimeUnit::Insns`]): the same scale then reads in insns,
+//! k insns, M insns and G insns (the `_in` functions take the unit).
 
 use crate::time_window::TimeWindow;
+pub use ptscope_decoder::model::TimeUnit;
+
+/// The names of `unit` at 1, 10^3, 10^6 and 10^9.
+fn magnitudes(unit: TimeUnit) -> [&'static str; 4] {
+    match unit {
+        TimeUnit::Ns => ["ns", "µs", "ms", "s"],
+        TimeUnit::Insns => ["insns", "k insns", "M insns", "G insns"],
+    }
+}
 
 /// What tick labels count from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -49,15 +62,21 @@ pub fn nice_step(min_ns: f64) -> u64 {
 /// `step` are told apart: the unit follows the value's magnitude and the
 /// decimals follow the step.
 pub fn format_tick(v: i128, step: u64) -> String {
+    format_tick_in(TimeUnit::Ns, v, step)
+}
+
+/// [`format_tick`] for times that count `unit`.
+pub fn format_tick_in(unit: TimeUnit, v: i128, step: u64) -> String {
+    let names = magnitudes(unit);
     let mag = v.unsigned_abs().max(step as u128);
     let (unit, div_exp) = if mag >= 1_000_000_000 {
-        ("s", 9)
+        (names[3], 9)
     } else if mag >= 1_000_000 {
-        ("ms", 6)
+        (names[2], 6)
     } else if mag >= 1_000 {
-        ("µs", 3)
+        (names[1], 3)
     } else {
-        ("ns", 0)
+        (names[0], 0)
     };
     // Decimals: enough for the step's last significant digit.
     let step_exp = (step as f64).log10().floor() as i32;
@@ -90,17 +109,24 @@ pub fn format_duration(ns: u64) -> String {
 
 /// [`format_duration`] for fractional durations (window widths).
 pub fn format_duration_f(ns: f64) -> String {
+    format_duration_in(TimeUnit::Ns, ns)
+}
+
+/// [`format_duration_f`] for durations that count `unit`.
+pub fn format_duration_in(unit: TimeUnit, ns: f64) -> String {
+    let names = magnitudes(unit);
     let (v, unit) = if ns >= 1e9 {
-        (ns / 1e9, "s")
+        (ns / 1e9, names[3])
     } else if ns >= 1e6 {
-        (ns / 1e6, "ms")
+        (ns / 1e6, names[2])
     } else if ns >= 1e3 {
-        (ns / 1e3, "µs")
+        (ns / 1e3, names[1])
     } else {
+        let unit = names[0];
         return if ns.fract() == 0.0 {
-            format!("{ns} ns")
+            format!("{ns} {unit}")
         } else {
-            format!("{ns:.1} ns")
+            format!("{ns:.1} {unit}")
         };
     };
     if v >= 100.0 {
@@ -124,6 +150,17 @@ pub fn format_time(t: u64, origin: u64, mode: TimeMode) -> String {
 /// The ticks of `win` over `width_px` pixels. `origin` is time zero in
 /// relative mode. Labels are spaced for their own length.
 pub fn ticks(win: &TimeWindow, width_px: f32, origin: u64, mode: TimeMode) -> Vec<Tick> {
+    ticks_in(TimeUnit::Ns, win, width_px, origin, mode)
+}
+
+/// [`ticks`] labelled in `unit`.
+pub fn ticks_in(
+    unit: TimeUnit,
+    win: &TimeWindow,
+    width_px: f32,
+    origin: u64,
+    mode: TimeMode,
+) -> Vec<Tick> {
     let ppn = win.px_per_ns(width_px);
     let base = match mode {
         TimeMode::Relative => origin as i128,
@@ -135,7 +172,7 @@ pub fn ticks(win: &TimeWindow, width_px: f32, origin: u64, mode: TimeMode) -> Ve
     let mut step = nice_step(90.0 / ppn);
     for _ in 0..4 {
         let right = left + win.width.ceil() as i128;
-        let len = format_tick(right, step).chars().count().max(6) as f64;
+        let len = format_tick_in(unit, right, step).chars().count().max(6) as f64;
         if (step as f64) * ppn >= len * 7.0 + 16.0 {
             break;
         }
@@ -156,7 +193,7 @@ pub fn ticks(win: &TimeWindow, width_px: f32, origin: u64, mode: TimeMode) -> Ve
         if x >= -1.0 {
             out.push(Tick {
                 x: x as f32,
-                label: format_tick(v, step),
+                label: format_tick_in(unit, v, step),
             });
         }
         v += s;
@@ -195,6 +232,25 @@ mod tests {
         assert_eq!(format_duration(1_234), "1.234 µs");
         assert_eq!(format_duration(56_780_000), "56.78 ms");
         assert_eq!(format_duration(3_000_000_000), "3.000 s");
+    }
+
+    #[test]
+    fn a_trace_without_timing_reads_in_instructions() {
+        assert_eq!(format_tick_in(TimeUnit::Insns, 500, 100), "500 insns");
+        assert_eq!(
+            format_tick_in(TimeUnit::Insns, 1_500_000, 500_000),
+            "1.5 M insns"
+        );
+        assert_eq!(format_duration_in(TimeUnit::Insns, 12.0), "12 insns");
+        assert_eq!(
+            format_duration_in(TimeUnit::Insns, 1_234.0),
+            "1.234 k insns"
+        );
+        let w = TimeWindow::new(0, 1_000_000.0);
+        let t = ticks_in(TimeUnit::Insns, &w, 1000.0, 0, TimeMode::Relative);
+        assert!(t.len() >= 3);
+        assert_eq!(t[0].label, "0 k insns");
+        assert!(t.iter().all(|k| k.label.ends_with("insns")), "{t:?}");
     }
 
     #[test]

@@ -419,6 +419,7 @@ mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         };
         let c = func_calls(&m, UNTRACED);
         assert!(!c.is_call);

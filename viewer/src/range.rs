@@ -263,6 +263,7 @@ mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         };
         let r = RangeStats::compute(&m, 0, 1000);
         let row = |f: FuncId| r.rows.iter().find(|x| x.func == f).unwrap().clone();

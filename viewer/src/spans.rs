@@ -208,6 +208,7 @@ pub(crate) mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         }
     }
 
@@ -258,6 +259,7 @@ pub(crate) mod tests {
             missing_binaries: Vec::new(),
             warnings: Vec::new(),
             lines: None,
+            unit: Default::default(),
         };
         let calls = calls_per_func(&m);
         assert_eq!(calls[f as usize], 3);

@@ -182,6 +182,7 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
         missing_binaries: Vec::new(),
         warnings: Vec::new(),
         lines: None,
+        unit: Default::default(),
     }
 }
 

@@ -21,7 +21,7 @@ use ptscope_decoder::fine::LineSource;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
 
-use crate::axis::{self, format_duration, format_duration_f, TimeMode};
+use crate::axis::{self, format_duration, format_duration_in, TimeMode, TimeUnit};
 use crate::color::{text_on, FuncStyle, MERGED};
 use crate::frame_mesh::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
 use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
@@ -129,6 +129,8 @@ pub struct TimelineInput<'a> {
 pub struct Timeline {
     pub window: TimeWindow,
     pub mode: TimeMode,
+    /// What times count: ns, or instructions for a trace without timing.
+    pub unit: TimeUnit,
     /// Trace bounds, `[first start, last end]`.
     pub bounds: Option<(u64, u64)>,
     /// Collapsed threads, by tid (stable across model updates).
@@ -159,6 +161,7 @@ impl Default for Timeline {
         Timeline {
             window: TimeWindow::new(0, 1_000_000.0),
             mode: TimeMode::Relative,
+            unit: TimeUnit::Ns,
             bounds: None,
             collapsed: HashSet::new(),
             scroll_y: 0.0,
@@ -845,8 +848,9 @@ impl Timeline {
         let dur = t.duration(d, b.first as usize);
         resp.clone().on_hover_ui_at_pointer(|ui| {
             ui.strong(&f.name);
-            ui.label(format!("Duration: {}", format_duration(dur)));
-            ui.label(format!("Self: {}", format_duration(self_ns)));
+            let d = |v: u64| format_duration_in(self.unit, v as f64);
+            ui.label(format!("Duration: {}", d(dur)));
+            ui.label(format!("Self: {}", d(self_ns)));
             if !f.module.is_empty() {
                 ui.label(format!("Module: {}", f.module));
             }
@@ -870,7 +874,7 @@ impl Timeline {
         painter.rect_filled(rect, 0.0, ui.visuals().faint_bg_color);
         let origin = self.bounds.map_or(0, |b| b.0);
         let stroke = Stroke::new(1.0, ui.visuals().weak_text_color());
-        for t in axis::ticks(&self.window, rect.width(), origin, self.mode) {
+        for t in axis::ticks_in(self.unit, &self.window, rect.width(), origin, self.mode) {
             let x = rect.left() + t.x;
             painter.vline(x, rect.bottom() - 6.0..=rect.bottom(), stroke);
             painter.text(
@@ -885,7 +889,7 @@ impl Timeline {
         painter.text(
             pos2(rect.right() - 4.0, rect.top() + 2.0),
             Align2::RIGHT_TOP,
-            format!("view {}", format_duration_f(self.window.width)),
+            format!("view {}", format_duration_in(self.unit, self.window.width)),
             FontId::proportional(11.0),
             ui.visuals().weak_text_color(),
         );

@@ -23,7 +23,7 @@ use ptscope_decoder::fine::worker::SegmentWorker;
 use ptscope_decoder::fine::Segment;
 use ptscope_decoder::model::Model;
 
-use crate::axis::{format_duration_f, TimeMode};
+use crate::axis::{format_duration_in, TimeMode, TimeUnit};
 use crate::color::{extend_styles, FuncStyle};
 use crate::details_panel::{details_ui, group_ui, step_call, Details, DetailsAction};
 use crate::flame_graph::flame_ui;
@@ -162,6 +162,7 @@ impl TraceView {
         }) {
             self.group = None;
         }
+        self.timeline.unit = self.model.unit;
         self.timeline.set_bounds(self.model.time_range());
         self.refresh_search(true);
         self.details = self.selected.and_then(|r| Details::new(&self.model, r));
@@ -850,8 +851,12 @@ impl TraceView {
             }
             ui.label(format!(
                 "view {}",
-                format_duration_f(self.timeline.window.width)
+                format_duration_in(self.timeline.unit, self.timeline.window.width)
             ));
+            if self.timeline.unit == TimeUnit::Insns {
+                ui.colored_label(ui.visuals().warn_fg_color, UNTIMED_LABEL)
+                    .on_hover_text(UNTIMED_HOVER);
+            }
             ui.separator();
             self.line_controls(ui);
             if !self.model.warnings.is_empty() {
@@ -997,6 +1002,11 @@ impl TraceView {
     }
 }
 
+/// The toolbar's note for a trace without timing, and its explanation.
+pub const UNTIMED_LABEL: &str = "no timing: axis in instructions";
+const UNTIMED_HOVER: &str = "This trace has no timing packets (recorded with tsc=0), so \
+    spans are placed by the instructions each thread (or CPU) retired, not by time.";
+
 fn empty_model() -> Model {
     Model {
         funcs: Default::default(),
@@ -1004,5 +1014,6 @@ fn empty_model() -> Model {
         missing_binaries: Vec::new(),
         warnings: Vec::new(),
         lines: None,
+        unit: Default::default(),
     }
 }

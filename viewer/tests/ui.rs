@@ -7,7 +7,7 @@ use egui::{Event, Key, Modifiers, PointerButton, Pos2};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope_decoder::event::{FuncTable, SpanKind};
-use ptscope_decoder::model::{Model, ThreadModel};
+use ptscope_decoder::model::{Model, ThreadModel, TimeUnit};
 use ptscope_decoder::store::{flag, ThreadSpans};
 use ptscope_viewer::{PanelTab, TraceView};
 
@@ -53,6 +53,7 @@ fn model() -> Model {
         missing_binaries: Vec::new(),
         warnings: Vec::new(),
         lines: None,
+        unit: TimeUnit::Ns,
     }
 }
 
@@ -90,6 +91,26 @@ fn thread_tracks_are_labelled_and_collapse() {
     h.get_by_label("101 worker").click();
     h.run();
     assert!(h.state().is_thread_collapsed(101));
+}
+
+/// A trace without timing: the toolbar says its axis counts instructions,
+/// and the view's width reads in them; a timed one says neither.
+#[test]
+fn a_trace_without_timing_says_its_axis_counts_instructions() {
+    let mut h = harness();
+    assert!(h
+        .query_by_label(ptscope_viewer::view::UNTIMED_LABEL)
+        .is_none());
+    assert!(h.query_by_label_contains("insns").is_none());
+    let untimed = Model {
+        unit: TimeUnit::Insns,
+        ..model()
+    };
+    h.state_mut().set_model(Arc::new(untimed));
+    h.run();
+    h.get_by_label(ptscope_viewer::view::UNTIMED_LABEL);
+    // The view's width, about 10 µs in ns, reads as k instructions.
+    h.get_by_label_contains("k insns");
 }
 
 #[test]
@@ -286,6 +307,7 @@ fn burst_model() -> Model {
         missing_binaries: Vec::new(),
         warnings: Vec::new(),
         lines: None,
+        unit: Default::default(),
     }
 }
 

@@ -100,8 +100,13 @@ mod tests {
             psb_period: 1 << 20,
             ret_compression: true,
             cyc: false,
+            cyc_thresh: 0,
+            tsc: true,
+            mtc_period: None,
+            tsc_per_ctc: 40,
             cbr: 10,
             ring_size: 1 << 20,
+            overflows: std::sync::Arc::from([]),
         };
         let i = |class, len| Insn {
             len,

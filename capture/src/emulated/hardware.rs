@@ -1,8 +1,9 @@
 //! This module emulates one PT unit (a thread's, or in per-CPU mode the one
 //! virtual CPU's): it is told of each retired user-space instruction and each
 //! trip into the kernel, and writes the packets an Intel PT unit configured
-//! as [`PtSettings`] says (the emulated event, `settings::EMULATED_CONFIG_STR`:
-//! branch tracing, return compression on, CYC) would write into its ring.
+//! as [`PtSettings`] says (the event `settings::emulated_config` resolves
+//! from `--timing`: branch tracing, with or without return compression, TSC,
+//! MTC and CYC) would write into its ring.
 //!
 //! The rules it follows (Intel SDM Vol. 3C, "Intel Processor Trace"):
 //! - conditional branches and compressed near returns are TNT bits, six to a
@@ -22,7 +23,19 @@
 //!   instruction boundary; it resets the last IP to zero;
 //! - a CYC with the cycles since the previous one precedes every packet that
 //!   marks an instruction's time, and immediately precedes each TSC, so that
-//!   perf can anchor cycle counts to it.
+//!   perf can anchor cycle counts to it; with a threshold (`cyc_thresh` N >
+//!   0) only once 2^(N-1) cycles have passed since the last CYC;
+//! - TSC only when enabled (`tsc`), in PSB+ and when tracing resumes after
+//!   the thread was off the CPU; with MTC on, a TMA follows every TSC with
+//!   the crystal clock's `CTC[15:0]` and the TSC ticks since its last tick
+//!   (FastCounter);
+//! - an MTC whenever the CTC bits `[mtc_period+7:mtc_period]` change, with
+//!   those bits as payload;
+//! - at the instruction counts `overflows` lists, the unit's internal
+//!   buffer overflows: the packets of the next [`OVERFLOW_INSNS`]
+//!   instructions are lost, then OVF, and FUP with the next IP (last IP
+//!   reset, so in full) if tracing is on, else the TIP.PGE that re-enables
+//!   it; the compressed-return stack starts empty again.
 //!
 //! One deliberate difference: a return is compressed only if libipt's
 //! decoder, which does not pop its stack on uncompressed returns, would also
@@ -30,6 +43,8 @@
 //! longjmp), we send a TIP, which every decoder reads correctly.
 
 use super::filter::{self, IpFilter};
+use std::sync::Arc;
+
 use super::insn::{Insn, InsnClass};
 use super::packets::{self, IpCompression, IpPacket};
 use super::ring::Ring;
@@ -37,16 +52,30 @@ use super::ring::Ring;
 /// Depth of the hardware's compressed-return stack.
 const RETSTACK_DEPTH: usize = 64;
 
+/// How many instructions' packets an overflow loses.
+pub const OVERFLOW_INSNS: u64 = 64;
+
 /// What the emulated PT unit is configured to do.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PtSettings {
     /// Bytes between PSBs (2^(psb_period+11)).
     pub psb_period: u64,
     pub ret_compression: bool,
     pub cyc: bool,
+    /// CYC at most every 2^(cyc_thresh-1) cycles; 0: no threshold.
+    pub cyc_thresh: u8,
+    /// TSC packets (and TMA with them when MTC is on).
+    pub tsc: bool,
+    /// MTC every 2^n crystal-clock ticks; `None`: no MTC.
+    pub mtc_period: Option<u8>,
+    /// TSC ticks per crystal-clock tick (CPUID.15H EBX/EAX).
+    pub tsc_per_ctc: u64,
     /// Core-to-bus ratio reported in CBR packets.
     pub cbr: u8,
     pub ring_size: usize,
+    /// The unit's instruction counts (its `insn_count`, from 1) at which
+    /// its internal buffer overflows, ascending; for tests of decoders.
+    pub overflows: Arc<[u64]>,
 }
 
 /// A bounded stack that drops its oldest entry when full, like the hardware's.
@@ -102,6 +131,13 @@ pub struct ThreadPt {
     since_psb: u64,
     pub psb_count: u64,
     pub insn_count: u64,
+    /// CTC >> mtc_period at the last MTC or TMA.
+    mtc_seen: u64,
+    /// Overflowing: packets are lost until `insn_count` reaches this.
+    dropping: Option<u64>,
+    /// The next of `cfg.overflows` to come.
+    next_overflow: usize,
+    pub overflow_count: u64,
 }
 
 impl ThreadPt {
@@ -110,7 +146,7 @@ impl ThreadPt {
     /// in traced code.
     pub fn new(cfg: PtSettings, now: u64) -> ThreadPt {
         let mut t = ThreadPt {
-            cfg,
+            cfg: cfg.clone(),
             ring: Ring::new(cfg.ring_size),
             out: Vec::with_capacity(256),
             last_ip: 0,
@@ -127,6 +163,10 @@ impl ThreadPt {
             since_psb: 0,
             psb_count: 0,
             insn_count: 0,
+            mtc_seen: 0,
+            dropping: None,
+            next_overflow: 0,
+            overflow_count: 0,
         };
         t.psb_plus(None, now);
         t.commit();
@@ -158,6 +198,7 @@ impl ThreadPt {
         if resync {
             self.tsc(now);
         }
+        self.mtc(now);
         if !self.filter.allows(ip) {
             self.filtered_out = true;
             self.expected_ip = ip;
@@ -181,6 +222,8 @@ impl ThreadPt {
             return;
         }
         self.insn_count += 1;
+        self.overflow_starts();
+        self.mtc(now);
         let fallthrough = insn.next_ip(ip);
         let left = self.leaves_filter(ip, insn, next_ip, now);
         match insn.class {
@@ -219,10 +262,12 @@ impl ThreadPt {
                 self.packet_en = false;
             }
         }
-        if self.since_psb + self.out.len() as u64 >= self.cfg.psb_period {
+        if self.since_psb + self.out.len() as u64 >= self.cfg.psb_period && self.dropping.is_none()
+        {
             let ip = self.packet_en.then_some(next_ip);
             self.psb_plus(ip, now);
         }
+        self.overflow_resolves(next_ip);
         self.commit();
     }
 
@@ -235,6 +280,7 @@ impl ThreadPt {
             self.filtered_out = false;
             return;
         }
+        self.mtc(now);
         self.cyc_now(now);
         self.flush_tnt();
         self.ip_packet(IpPacket::Fup, Some(ip));
@@ -319,14 +365,19 @@ impl ThreadPt {
         }
     }
 
-    /// CYC then TSC, so decoders anchor cycle counting at the TSC.
+    /// CYC then TSC, so decoders anchor cycle counting at the TSC (unless
+    /// the CYC threshold holds the CYC back); TMA after it with MTC on.
     fn tsc(&mut self, now: u64) {
+        if !self.cfg.tsc {
+            return;
+        }
         self.flush_tnt();
-        if self.cfg.cyc {
+        if self.cfg.cyc && (self.cfg.cyc_thresh == 0 || self.cyc_due(now)) {
             packets::cyc(&mut self.out, now - self.last_cyc);
+            self.last_cyc = now;
         }
         packets::tsc(&mut self.out, now);
-        self.last_cyc = now;
+        self.tma(now);
     }
 
     fn tip(&mut self, now: u64, target: u64) {
@@ -338,7 +389,7 @@ impl ThreadPt {
     /// Emits a CYC for the cycles since the last one, if any passed. Pending
     /// TNT bits go first: they belong to the earlier time.
     fn cyc_now(&mut self, now: u64) {
-        if self.cfg.cyc && now > self.last_cyc {
+        if self.cfg.cyc && self.cyc_due(now) {
             self.flush_tnt();
             packets::cyc(&mut self.out, now - self.last_cyc);
             self.last_cyc = now;
@@ -383,6 +434,11 @@ impl ThreadPt {
     }
 
     fn commit(&mut self) {
+        if self.dropping.is_some() {
+            // The internal buffer overflowed: these packets are lost.
+            self.out.clear();
+            return;
+        }
         self.since_psb += self.out.len() as u64;
         self.ring.write(&self.out);
         self.out.clear();
@@ -395,6 +451,87 @@ impl ThreadPt {
     }
 }
 
+/// Timing packets beyond CYC (TMA, MTC) and overflows.
+impl ThreadPt {
+    /// Whether a CYC may go out at `now`: cycles have passed, at least as
+    /// many as the threshold asks.
+    fn cyc_due(&self, now: u64) -> bool {
+        let threshold = match self.cfg.cyc_thresh {
+            0 => 1,
+            n => 1u64 << (n - 1),
+        };
+        now > self.last_cyc && now - self.last_cyc >= threshold
+    }
+
+    /// The crystal clock at `now`, and the TSC ticks since its last tick.
+    fn ctc(&self, now: u64) -> (u64, u64) {
+        let ratio = self.cfg.tsc_per_ctc.max(1);
+        (now / ratio, now % ratio)
+    }
+
+    /// TMA after a TSC at `now`, with MTC on: `CTC[15:0]` and FastCounter.
+    fn tma(&mut self, now: u64) {
+        let Some(period) = self.cfg.mtc_period else {
+            return;
+        };
+        let (ctc, fc) = self.ctc(now);
+        packets::tma(&mut self.out, ctc as u16, fc as u16);
+        self.mtc_seen = ctc >> period;
+    }
+
+    /// An MTC if the watched CTC bits changed by `now`. Pending TNT bits
+    /// stay pending, as in hardware: MTC is not a CYC-eligible packet.
+    fn mtc(&mut self, now: u64) {
+        let Some(period) = self.cfg.mtc_period else {
+            return;
+        };
+        let watched = self.ctc(now).0 >> period;
+        if watched != self.mtc_seen {
+            self.mtc_seen = watched;
+            packets::mtc(&mut self.out, watched as u8);
+        }
+    }
+
+    /// The instruction just retired is one where the internal buffer
+    /// overflows: what is pending goes out, then packets are lost.
+    fn overflow_starts(&mut self) {
+        let Some(&at) = self.cfg.overflows.get(self.next_overflow) else {
+            return;
+        };
+        if self.insn_count < at || self.dropping.is_some() {
+            return;
+        }
+        self.next_overflow += 1;
+        self.flush_tnt();
+        self.commit();
+        self.dropping = Some(self.insn_count + OVERFLOW_INSNS);
+        self.overflow_count += 1;
+    }
+
+    /// The overflow resolves after this instruction: its packets are lost
+    /// too, then OVF, then FUP at the next instruction if tracing is on
+    /// (else the TIP.PGE of [`ThreadPt::enter_user`] follows). Decoders
+    /// reset at OVF, so the last IP starts from zero and the
+    /// compressed-return stack empty, as after a PSB.
+    fn overflow_resolves(&mut self, next_ip: u64) {
+        if self.dropping != Some(self.insn_count) {
+            return;
+        }
+        self.dropping = None;
+        self.out.clear();
+        self.tnt_bits = 0;
+        self.tnt_count = 0;
+        self.out.extend_from_slice(&packets::OVF);
+        self.last_ip = 0;
+        self.retstack.clear();
+        self.decoder_retstack.clear();
+        self.mode_exec_sent = false;
+        if self.packet_en {
+            self.ip_packet(IpPacket::Fup, Some(next_ip));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,9 +541,18 @@ mod tests {
             psb_period: 4096,
             ret_compression: true,
             cyc: false,
+            cyc_thresh: 0,
+            tsc: true,
+            mtc_period: None,
+            tsc_per_ctc: 40,
             cbr: 10,
             ring_size: 1 << 20,
+            overflows: Arc::from([]),
         }
+    }
+
+    fn nop() -> Insn {
+        insn(InsnClass::Other, 1)
     }
 
     fn insn(class: InsnClass, len: u8) -> Insn {
@@ -477,5 +623,140 @@ mod tests {
         // ... TIP.PGD, then TSC + TIP.PGE (2-byte update), then FUP + PGD.
         assert_eq!(&b[b.len() - 4..], &[0x3d, 0x02, 0x10, 0x01]);
         assert_eq!(b[b.len() - 15], 0x19);
+    }
+    /// The packets after the unit's start (its PSB+).
+    fn written(t: &ThreadPt, start: usize) -> Vec<u8> {
+        t.ring().snapshot()[start..].to_vec()
+    }
+
+    #[test]
+    fn tma_follows_tsc_and_mtc_marks_each_watched_ctc_change() {
+        let mtc = PtSettings {
+            mtc_period: Some(0),
+            ..cfg()
+        };
+        // TSC 1000 = CTC 25 exactly; 1013 is 13 ticks into CTC 25.
+        let t = ThreadPt::new(mtc.clone(), 1013);
+        let b = t.ring().snapshot();
+        // PSB, TSC 1013, TMA (CTC 25, FC 13), CBR, PSBEND.
+        assert_eq!(&b[16..24], &[0x19, 0xf5, 0x03, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[24..31], &[0x02, 0x73, 25, 0, 0, 13, 0]);
+        let mut t = ThreadPt::new(mtc, 1013);
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x1000, 1013, false);
+        // 1013..1039 stays in CTC 25; 1040 is CTC 26: one MTC, payload 26.
+        for now in 1014..=1040 {
+            t.retire(0x1000, &nop(), 0x1001, now);
+        }
+        let b = written(&t, start);
+        assert_eq!(&b[b.len() - 2..], &[0x59, 26]);
+        assert_eq!(b.iter().filter(|&&x| x == 0x59).count(), 1);
+        // MTC period 3: the payload is CTC[10:3], sent as it changes.
+        let mut t = ThreadPt::new(
+            PtSettings {
+                mtc_period: Some(3),
+                ..cfg()
+            },
+            0,
+        );
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x1000, 0, false);
+        for now in 1..=40 * 8 * 3 {
+            t.retire(0x1000, &nop(), 0x1001, now);
+        }
+        let b = written(&t, start);
+        let mtcs: Vec<u8> = b
+            .windows(2)
+            .filter(|w| w[0] == 0x59)
+            .map(|w| w[1])
+            .collect();
+        assert_eq!(mtcs, [1, 2, 3]);
+    }
+
+    #[test]
+    fn without_tsc_there_is_no_timing_packet() {
+        let mut t = ThreadPt::new(
+            PtSettings {
+                tsc: false,
+                ..cfg()
+            },
+            500,
+        );
+        let b = t.ring().snapshot();
+        // PSB, CBR, PSBEND only.
+        assert_eq!(b.len(), 16 + 4 + 2);
+        t.enter_user(0x1000, 600, true);
+        let after = t.ring().snapshot().len();
+        assert!(!t.ring().snapshot()[22..after].contains(&0x19));
+    }
+
+    #[test]
+    fn cyc_waits_for_its_threshold() {
+        // cyc_thresh=3: at most one CYC per 4 cycles.
+        let mut t = ThreadPt::new(
+            PtSettings {
+                cyc: true,
+                cyc_thresh: 3,
+                ..cfg()
+            },
+            0,
+        );
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x1000, 0, false);
+        // An indirect jump every cycle: each is a TIP, CYC-eligible.
+        for now in 1..=8 {
+            t.retire(0x1000, &insn(InsnClass::IndirectJump, 2), 0x1000, now);
+        }
+        let b = written(&t, start);
+        // CYC(4) before the 4th TIP, CYC(4) before the 8th.
+        let cycs: Vec<u8> = b.iter().copied().filter(|x| x & 3 == 3).collect();
+        assert_eq!(cycs, [0x23, 0x23], "{b:x?}");
+    }
+
+    #[test]
+    fn overflow_loses_packets_then_ovf_and_fup() {
+        let mut t = ThreadPt::new(
+            PtSettings {
+                overflows: Arc::from([3]),
+                ..cfg()
+            },
+            0,
+        );
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x40_1000, 0, false);
+        for i in 1..=OVERFLOW_INSNS + 5 {
+            t.retire(0x40_1000, &insn(InsnClass::IndirectJump, 2), 0x40_1000, i);
+        }
+        assert_eq!(t.overflow_count, 1);
+        let b = written(&t, start);
+        // MODE.Exec, PGE, TIP, TIP (the 1st and 2nd jumps); then OVF and
+        // FUP 0x401000 against a last IP of zero (decoders reset it at
+        // OVF too), then the TIPs of the two jumps after the overflow.
+        let mut want = vec![
+            0x99, 0x01, 0x51, 0x00, 0x10, 0x40, 0, 0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10,
+        ];
+        want.extend([0x02, 0xf3, 0x5d, 0x00, 0x10, 0x40, 0]);
+        want.extend([0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10]);
+        assert_eq!(b, want);
+        // An overflow that resolves in the kernel: OVF alone, and TIP.PGE
+        // (with MODE.Exec) re-enables.
+        let mut t = ThreadPt::new(
+            PtSettings {
+                overflows: Arc::from([1]),
+                ..cfg()
+            },
+            0,
+        );
+        t.enter_user(0x1000, 0, false);
+        for i in 1..OVERFLOW_INSNS + 1 {
+            t.retire(0x1000, &nop(), 0x1001, i);
+        }
+        let start = t.ring().snapshot().len();
+        t.retire(0x1000, &insn(InsnClass::KernelEntry, 2), 0x1002, 100);
+        t.enter_user(0x1002, 101, false);
+        assert_eq!(
+            written(&t, start),
+            [0x02, 0xf3, 0x99, 0x01, 0x31, 0x02, 0x10]
+        );
     }
 }

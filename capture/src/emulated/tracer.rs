@@ -58,11 +58,15 @@ use crate::procfs::Mapping;
 use crate::trigger::{SymbolTrigger, Trigger};
 use threads::Thread;
 
-use crate::recording::{Capture, Sideband, SidebandEvent, StopReason, Target, ThreadTrace};
+use crate::recording::{
+    Capture, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
+};
 use crate::tracee::reap_later;
 
 pub struct TracerOptions {
     pub settings: PtSettings,
+    /// The PT event the snapshot claims: the config `settings` came from.
+    pub pt: PtSetup,
     pub trigger: Trigger,
     pub ip_log: bool,
     pub progress: bool,
@@ -192,7 +196,7 @@ impl Tracer {
 
     /// The PT event the snapshot records, with the filter perf reads.
     fn pt_setup(&self) -> crate::recording::PtSetup {
-        let mut setup = super::settings::pt_setup();
+        let mut setup = self.opts.pt.clone();
         setup.params.filter = filter::kernel_string(&self.opts.filter);
         setup
     }
@@ -294,8 +298,11 @@ impl Tracer {
 
     /// [`Tracer::for_tests`] with `cpus` virtual CPUs in per-CPU mode.
     fn for_tests_on(per_cpu: bool, cpus: u32) -> Tracer {
+        use crate::emulated::settings;
+        let cfg = settings::emulated_config(None).unwrap();
         let opts = TracerOptions {
-            settings: crate::emulated::settings::pt_settings(1 << 16),
+            settings: settings::pt_settings(&cfg, 1 << 16, Arc::from([])),
+            pt: settings::pt_setup(&cfg),
             trigger: Trigger::ProcessExit,
             ip_log: true,
             progress: false,

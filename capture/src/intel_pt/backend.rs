@@ -40,7 +40,9 @@ const DATA_PAGES: usize = 16;
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub timing: Timing,
+    /// The timing asked for; `None`: the backend's default (`normal` on
+    /// Intel PT, [`crate::emulated::settings::DEFAULT_TIMING`] emulated).
+    pub timing: Option<Timing>,
     /// AUX bytes per thread (or per CPU); rounded down to a power-of-two
     /// number of pages.
     pub size: u64,
@@ -62,7 +64,7 @@ pub struct Options {
 impl Options {
     pub fn new(trigger: Trigger) -> Options {
         Options {
-            timing: Timing::default(),
+            timing: None,
             size: 4 << 20,
             trigger,
             kernel: false,
@@ -132,11 +134,12 @@ pub fn aux_size(size: u64) -> usize {
 pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig, Vec<String>), CaptureError> {
     let pmu = Pmu::read(&opts.pmu_dir)?;
     let mut warnings = Vec::new();
-    let cfg = match opts.timing.resolve(&pmu) {
+    let timing = opts.timing.clone().unwrap_or_default();
+    let cfg = match timing.resolve(&pmu) {
         Ok(cfg) => cfg,
         // A preset this CPU cannot do (no cycle-accurate mode before
         // Skylake) falls back to perf's defaults, as magic-trace does.
-        Err(e) if matches!(opts.timing, Timing::Normal | Timing::High) => {
+        Err(e) if matches!(timing, Timing::Normal | Timing::High) => {
             warnings.push(format!("{e}; using timing `low`"));
             Timing::Low.resolve(&pmu)?
         }

@@ -184,7 +184,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         // Likewise if the replay panics: no worker stays parked.
         let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
         let mut replay = Replay {
-            clock: Clock::default(),
+            clock: Clock::for_unit(q.unit),
             pos: 0,
             tracing: false,
             orphans: Vec::new(),

@@ -12,6 +12,7 @@
 
 use crate::block::{Block, PtError};
 use crate::event::{Event, FuncId, FuncTable};
+use crate::model::TimeUnit;
 use crate::progress::DecodeProgress;
 use crate::resolve::Resolve;
 use crate::stack::StackStats;
@@ -121,7 +122,7 @@ pub fn scheduled(schedule: &Schedule, time: u64) -> Option<usize> {
 
 /// Runs the coarse pass over one thread's trace (AUX queue `queue`).
 /// `psbs` are the trace's PSB offsets (for checkpoints); `to_ns` converts
-/// TSC to perf time.
+/// TSC to perf time, or the times count instructions (`unit`).
 #[allow(clippy::too_many_arguments)]
 pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
     dec: D,
@@ -129,7 +130,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
     image: &'i D::Image,
     resolver: R,
     funcs: &mut FuncTable,
-    to_ns: &(dyn Fn(u64) -> u64 + Sync),
+    (to_ns, unit): (&(dyn Fn(u64) -> u64 + Sync), TimeUnit),
     psbs: &[u64],
     thread: (i32, i32, String),
     progress: Option<&DecodeProgress>,
@@ -150,7 +151,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
         &[0],
         &[],
         funcs,
-        to_ns,
+        (to_ns, unit),
         psbs,
         &mut sink,
         progress,
@@ -175,7 +176,7 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     thread_procs: &[usize],
     schedule: &Schedule,
     funcs: &mut FuncTable,
-    to_ns: &(dyn Fn(u64) -> u64 + Sync),
+    (to_ns, unit): (&(dyn Fn(u64) -> u64 + Sync), TimeUnit),
     psbs: &[u64],
     sink: &mut dyn Sink,
     progress: Option<&DecodeProgress>,
@@ -186,6 +187,7 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
         thread_procs,
         schedule,
         to_ns,
+        unit,
         psbs,
         stop_at_psb: false,
         progress,
@@ -200,6 +202,9 @@ pub struct QueueWalk<'a, 'i, I> {
     pub thread_procs: &'a [usize],
     pub schedule: &'a Schedule,
     pub to_ns: &'a (dyn Fn(u64) -> u64 + Sync),
+    /// What times count: with [`TimeUnit::Insns`] the clocks count
+    /// instructions, and `to_ns` is the identity.
+    pub unit: TimeUnit,
     /// Checkpoint offsets; or, with `stop_at_psb`, where to stop.
     pub psbs: &'a [u64],
     pub stop_at_psb: bool,

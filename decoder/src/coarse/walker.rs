@@ -111,6 +111,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         thread_procs,
         schedule,
         to_ns,
+        unit,
         psbs,
         stop_at_psb,
         progress,
@@ -137,7 +138,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         last_tsc: None,
         funcs,
         to_ns,
-        clock: Clock::default(),
+        clock: Clock::for_unit(unit),
         sink,
         queue,
         figures: vec![WalkFigures::default(); thread_procs.len().max(1)],
@@ -322,6 +323,11 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     }
 
     fn anchor(&mut self, tsc: u64) {
+        if self.clock.counts_instructions() {
+            // Times count instructions: a stray timing packet in a trace
+            // without TSC (as its config says) cannot time anything.
+            return;
+        }
         self.last_tsc = Some(tsc);
         self.obs.anchor(self.pos, tsc);
         if let Some(r) = &mut self.record {

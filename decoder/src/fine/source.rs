@@ -14,7 +14,7 @@ use crate::coarse::{walk_queue, NoSink, Observe, QueueWalk};
 use crate::event::FuncTable;
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
-use crate::model::ThreadModel;
+use crate::model::{ThreadModel, TimeUnit};
 use crate::progress::DecodeProgress;
 use crate::resolve::ProcessSymbols;
 
@@ -57,6 +57,8 @@ pub struct LineSource {
     cfg: DecoderConfig,
     /// TSC to perf time.
     to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
+    /// What times count: instructions for a trace without timing.
+    unit: TimeUnit,
     queues: Vec<Queue>,
     /// Processes by index: pid and code.
     pids: Vec<i32>,
@@ -86,7 +88,7 @@ pub(crate) struct QueueParts {
 impl LineSource {
     pub(crate) fn new(
         cfg: DecoderConfig,
-        to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
+        (to_ns, unit): (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
         queues: Vec<QueueParts>,
         procs: Vec<(i32, Memory, ProcessSymbols)>,
         cpu: CpuSlots,
@@ -103,6 +105,7 @@ impl LineSource {
         LineSource {
             cfg,
             to_ns,
+            unit,
             queues: queues
                 .into_iter()
                 .map(|q| Queue {
@@ -218,6 +221,7 @@ impl LineSource {
             thread_procs: &thread_procs,
             schedule: &queue.schedule,
             to_ns: &to_ns,
+            unit: self.unit,
             psbs: &stop,
             stop_at_psb: true,
             progress: cancel,
@@ -265,7 +269,7 @@ impl LineSource {
             frames_at,
             funcs,
             &self.memories[proc],
-            &to_ns,
+            (&to_ns, self.unit),
             (pid, tid),
         );
         seg.checkpoint = index;

@@ -95,7 +95,7 @@ impl Recorder {
         frames: &[(FuncId, u64)],
         funcs: &FuncTable,
         memory: &Memory,
-        to_ns: &dyn Fn(u64) -> u64,
+        (to_ns, unit): (&dyn Fn(u64) -> u64, crate::model::TimeUnit),
         (pid, tid): (i32, i32),
     ) -> Segment {
         // Where the coarse pass's checkpoint is: the first block at its IP.
@@ -147,7 +147,7 @@ impl Recorder {
         let mut insns: Vec<Insn> = Vec::new();
         let mut positions: Vec<u64> = Vec::new();
         let mut exact: Vec<(u64, u64)> = Vec::new();
-        let mut clock: crate::timing::Clock<u32> = crate::timing::Clock::default();
+        let mut clock: crate::timing::Clock<u32> = crate::timing::Clock::for_unit(unit);
         let mut times: Vec<u64> = Vec::new();
         let mut lvl = 0usize;
         let mut decoded = Instruction::default();

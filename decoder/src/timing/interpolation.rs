@@ -18,6 +18,8 @@ pub struct Clock<T> {
     rate: u64,
     /// TSC ticks and instructions between the last two anchors.
     rate_from: Option<(u64, u64)>,
+    /// Time is the instruction count: one tick per instruction.
+    counts_insns: bool,
 }
 
 impl<T> Default for Clock<T> {
@@ -27,6 +29,7 @@ impl<T> Default for Clock<T> {
             anchor: None,
             rate: 0,
             rate_from: None,
+            counts_insns: false,
         }
     }
 }
@@ -43,6 +46,30 @@ pub struct Stamp {
 }
 
 impl<T> Clock<T> {
+    /// A clock for a trace without timing: it has no anchors of its own,
+    /// so every item's time is its instruction position (plus the last
+    /// anchor's, for a stretch that starts from one).
+    pub fn counting_instructions() -> Clock<T> {
+        Clock {
+            counts_insns: true,
+            ..Clock::default()
+        }
+    }
+
+    /// A clock for `unit`: [`Clock::counting_instructions`] for
+    /// instructions, else one timed by its anchors.
+    pub fn for_unit(unit: crate::model::TimeUnit) -> Clock<T> {
+        match unit {
+            crate::model::TimeUnit::Insns => Clock::counting_instructions(),
+            crate::model::TimeUnit::Ns => Clock::default(),
+        }
+    }
+
+    /// Whether times count instructions ([`Clock::counting_instructions`]).
+    pub fn counts_instructions(&self) -> bool {
+        self.counts_insns
+    }
+
     pub fn push(&mut self, pos: u64, item: T) {
         self.pending.push((pos, item));
     }
@@ -121,6 +148,9 @@ impl<T> Clock<T> {
         if let Some((span, n)) = self.rate_from {
             self.rate = ((span as u128) << 32).div_ceil(n as u128) as u64;
         }
+        if self.counts_insns {
+            self.rate = 1 << 32;
+        }
         for (p, item) in self.pending.drain(..) {
             let dt = ((p.saturating_sub(p0) as u128 * self.rate as u128) >> 32) as u64;
             release(
@@ -189,6 +219,25 @@ mod tests {
         c.push(10, 2);
         run(&mut c, 20, 800, &mut out);
         assert_eq!(out, [(1, 100, true), (2, 700, false)]);
+    }
+
+    #[test]
+    fn without_timing_an_item_is_timed_by_its_instruction_position() {
+        // The coarse pass: no anchor at all.
+        let mut c = Clock::counting_instructions();
+        c.push(0, 1);
+        c.push(17, 2);
+        let mut out = Vec::new();
+        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        assert_eq!(out, [(1, 0, false), (2, 17, false)]);
+        // The fine pass: from a checkpoint at instruction 1000.
+        let mut c = Clock::counting_instructions();
+        let mut out = Vec::new();
+        run(&mut c, 4, 1000, &mut out);
+        c.push(4, 1);
+        c.push(9, 2);
+        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        assert_eq!(out, [(1, 1000, false), (2, 1005, false)]);
     }
 
     #[test]

@@ -54,9 +54,9 @@ impl Tracer {
     /// The PT unit that traces `tid` now: its own, or its CPU's.
     pub(super) fn unit(&mut self, tid: i32) -> &mut ThreadPt {
         let key = self.unit_key(tid);
-        let (settings, now, filter) = (self.opts.settings, self.now, &self.ip_filter);
+        let (settings, now, filter) = (&self.opts.settings, self.now, &self.ip_filter);
         self.units.entry(key).or_insert_with(|| {
-            let mut unit = ThreadPt::new(settings, now);
+            let mut unit = ThreadPt::new(settings.clone(), now);
             unit.set_filter(filter.clone());
             unit
         })
@@ -110,9 +110,9 @@ impl Tracer {
         if self.units.contains_key(&cpu_unit(cpu)) {
             // Not the CPU's first thread: its event is already tracing.
         } else {
-            let (settings, now) = (self.opts.settings, self.now);
-            self.units
-                .insert(cpu_unit(cpu), ThreadPt::new(settings, now));
+            let mut unit = ThreadPt::new(self.opts.settings.clone(), self.now);
+            unit.set_filter(self.ip_filter.clone());
+            self.units.insert(cpu_unit(cpu), unit);
             self.emit_on(cpu, SidebandEvent::ItraceStart { pid, tid });
         }
         self.on_cpu[cpu as usize] = Some(tid);
