@@ -1074,6 +1074,55 @@ mod tests {
         assert_same(&one.canonical(), &many.canonical());
     }
 
+    /// A PSB+ cut short by the next PSB (damaged, or the buffer wrapped)
+    /// with tracing on: one walk reads both as one PSB+ and checkpoints
+    /// both at once, owing no trace-begin. A chunk that starts at the
+    /// first owes the begin its sync asks for at both, and mended only
+    /// its first checkpoint; a chunk that holds that PSB alone told the
+    /// next that tracing was off.
+    #[test]
+    fn a_psb_plus_cut_short_by_a_psb_at_a_seam_begins_nothing() {
+        let snap = demo();
+        let mut trace = snap.trace().unwrap();
+        let s = &mut trace.streams[0];
+        let psbs = psb_offsets(&s.data);
+        assert!(psbs.len() > 4);
+        let at = psbs[psbs.len() / 2];
+        let mut data = s.data[..at].to_vec();
+        // PSB, PAD (a PSB right after a PSB is where the pattern ends).
+        data.extend_from_slice(&crate::packet::PSB_BYTES);
+        data.push(0);
+        let real = data.len();
+        data.extend_from_slice(&s.data[at..]);
+        s.data = data.into();
+        let (cut, real) = (at as u64, real as u64);
+        let decode = |parallel| {
+            let opts = DecodeOptions {
+                parallel,
+                ..DecodeOptions::default()
+            };
+            decode_trace(&snap, &trace, &opts).unwrap()
+        };
+        let one = decode(Parallel::sequential());
+        let begins = |m: &Model, off| {
+            let c = m.threads.iter().flat_map(|t| &t.checkpoints);
+            let c = c.filter(|c| c.queue == 0).find(|c| c.offset == off);
+            c.expect("a checkpoint at each PSB").begins
+        };
+        assert!(!begins(&one, cut) && !begins(&one, real));
+        // Chunks cut at both PSBs, and at the first alone.
+        for bytes in [1, (real - cut + 1) as usize] {
+            let many = decode(Parallel {
+                workers: 2,
+                chunk_bytes: bytes,
+                first_chunk_bytes: bytes,
+                retime: false,
+                in_order: true,
+            });
+            assert_same(&one.canonical(), &many.canonical());
+        }
+    }
+
     #[test]
     fn progress_counts_every_segment_and_publishes_the_model_so_far() {
         let progress = DecodeProgress::new();

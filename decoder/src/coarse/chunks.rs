@@ -358,7 +358,9 @@ impl Replay {
         self.orphans
             .extend(orphans_next.into_iter().map(|o| o + start));
         self.pos += end_pos;
-        self.tracing = !end_need_begin;
+        if let Some(need_begin) = end_need_begin {
+            self.tracing = !need_begin;
+        }
         if self.figures.len() < figures.len() {
             self.figures.resize(figures.len(), WalkFigures::default());
         }
@@ -443,7 +445,7 @@ impl Fix {
                     ip,
                     insn: insn + self.base,
                     slot,
-                    begins: begins && !(self.mend && first),
+                    begins: begins && !(self.mend && e.seam & seam::SYNC_CHECKPOINT != 0),
                 };
                 if first && !self.orphans.is_empty() {
                     for o in std::mem::take(&mut self.orphans) {

@@ -26,6 +26,9 @@ pub(crate) mod seam {
     pub const SYNC_BEGIN: u8 = 1;
     /// Its first checkpoint (at the chunk's own PSB).
     pub const FIRST_CHECKPOINT: u8 = 2;
+    /// A checkpoint taken while the chunk owes only the trace-begin its
+    /// sync asks for: where one walk had tracing on, it begins nothing.
+    pub const SYNC_CHECKPOINT: u8 = 4;
 }
 
 /// A recorded item at its instruction position, with the time the chunk's
@@ -53,9 +56,10 @@ pub(crate) struct Recording {
     /// The clock at the end: last anchor, and the rate before it.
     pub end_anchor: Option<(u64, u64)>,
     pub end_rate: Option<(u64, u64)>,
-    /// At the end: instructions walked, and whether tracing was off.
+    /// At the end: instructions walked, and whether tracing was off
+    /// (`None`: the chunk did not tell, it owes only its sync's begin).
     pub end_pos: u64,
-    pub end_need_begin: bool,
+    pub end_need_begin: Option<bool>,
     /// Its PSBs that wait for the next chunk's first checkpoint.
     pub orphans: Vec<u64>,
     pub(super) any_checkpoint: bool,
@@ -108,7 +112,7 @@ impl Recording {
         });
     }
 
-    pub(super) fn finish(&mut self, pos: u64, need_begin: bool) {
+    pub(super) fn finish(&mut self, pos: u64, need_begin: Option<bool>) {
         self.tail = self
             .clock
             .take_pending()

@@ -167,7 +167,9 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         w.flush_branch(None);
     }
     if let Some(rec) = &mut w.record {
-        rec.finish(w.pos, w.need_begin);
+        // A chunk that still owes only its sync's trace-begin has not told
+        // whether one walk owes one: as the chunk before left it.
+        rec.finish(w.pos, (!w.from_sync).then_some(w.need_begin));
     }
     let Walker {
         mut clock,
@@ -497,11 +499,17 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     fn hold_checkpoint(&mut self, held: Held) {
         match &mut self.record {
             Some(r) => {
-                let seam = if r.any_checkpoint {
+                let mut seam = if r.any_checkpoint {
                     0
                 } else {
                     seam::FIRST_CHECKPOINT
                 };
+                // Its trace-begin is the chunk's sync's, not one walk's:
+                // every checkpoint taken before that begin is made (a PSB+
+                // cut short by the next PSB checkpoints both at once).
+                if self.from_sync && self.need_begin {
+                    seam |= seam::SYNC_CHECKPOINT;
+                }
                 r.any_checkpoint = true;
                 r.push(self.pos, Item::Held(held), seam);
             }
