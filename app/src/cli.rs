@@ -207,7 +207,8 @@ pub enum Command {
         limit: Option<usize>,
     },
     /// Decode into call spans per thread, with stacks rebuilt and times in
-    /// ns since the input's first timestamp.
+    /// ns since the input's first timestamp (in instructions retired, for a
+    /// trace recorded without timing).
     Decode {
         #[command(flatten)]
         input: InputOpts,
