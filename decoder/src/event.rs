@@ -77,9 +77,13 @@ pub const UNTRACED: FuncId = 0;
 pub const SYSCALL: FuncId = 1;
 pub const UNKNOWN: FuncId = 2;
 
+/// Where the kernel's (upper) half of the x86-64 address space begins:
+/// code there is the kernel's or its modules', whatever the sideband maps.
+pub const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
 /// `addr` is in the kernel's (upper) half of the x86-64 address space.
 pub fn is_kernel_addr(addr: u64) -> bool {
-    addr >= 0xffff_8000_0000_0000
+    addr >= KERNEL_START
 }
 
 impl Default for FuncTable {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::block::PtError;
-use crate::event::{FuncId, FuncTable, SpanKind, UNKNOWN};
+use crate::event::{is_kernel_addr, FuncId, FuncTable, SpanKind, KERNEL_START, UNKNOWN};
 use crate::image::Section;
 use crate::symbols::ModuleSymbols;
 
@@ -189,14 +189,10 @@ impl ProcessSymbols {
     }
 }
 
-/// Where the kernel's half of the x86-64 address space begins: code there
-/// is the kernel's or its modules', whatever the sideband maps.
-pub const KERNEL_START: u64 = 0xffff_8000_0000_0000;
-
 /// What names the code of a mapping whose binary we lack: `[kernel]` for
 /// the kernel and its modules, else `[no binary: path]`.
 fn missing_func(m: &Mapping, funcs: &mut FuncTable) -> FuncId {
-    if m.start >= KERNEL_START || m.path.starts_with("[kernel.kallsyms]") {
+    if is_kernel_addr(m.start) || m.path.starts_with("[kernel.kallsyms]") {
         funcs.kernel()
     } else {
         funcs.no_binary(&m.path)
@@ -210,7 +206,7 @@ fn basename(path: &str) -> &str {
 impl Resolve for ProcessSymbols {
     fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
         let Some(mi) = self.mapping(addr) else {
-            if addr >= KERNEL_START {
+            if is_kernel_addr(addr) {
                 return Resolved {
                     func: funcs.kernel(),
                     lo: KERNEL_START.max(self.maps.last().map_or(0, |m| m.end)),
@@ -316,7 +312,7 @@ impl Resolve for ProcessSymbols {
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
         match ip.and_then(|ip| self.mapping(ip).map(|mi| (ip, mi))) {
             Some((_, mi)) if self.maps[mi].missing => missing_func(&self.maps[mi], funcs),
-            None if ip.is_some_and(|ip| ip >= KERNEL_START) => funcs.kernel(),
+            None if ip.is_some_and(is_kernel_addr) => funcs.kernel(),
             _ => funcs.decode_error(&error.message()),
         }
     }

@@ -211,7 +211,7 @@ impl Features {
                         pid,
                         build_id: id[..n].to_vec(),
                         filename,
-                        cpumode: misc_ & 7,
+                        cpumode: misc_ & misc::CPUMODE_MASK,
                     });
                 }
             }

@@ -81,6 +81,8 @@ pub mod kind {
 
 /// perf_event_header.misc bits.
 pub mod misc {
+    /// The bits that hold a record's cpumode (PERF_RECORD_MISC_CPUMODE_MASK).
+    pub const CPUMODE_MASK: u16 = 7;
     /// The cpumode of a record from the kernel (PERF_RECORD_MISC_KERNEL).
     pub const KERNEL: u16 = 1;
     pub const USER: u16 = 2;

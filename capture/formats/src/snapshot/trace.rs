@@ -217,7 +217,7 @@ impl<'a> Trace<'a> {
                         pgoff,
                         path: filename.to_string(),
                         build_id,
-                        kernel: pid as i32 == -1 || misc & 7 == crate::perf_data::misc::KERNEL,
+                        kernel: pid as i32 == -1 || misc & crate::perf_data::misc::CPUMODE_MASK == crate::perf_data::misc::KERNEL,
                     });
                 }
                 Record::SwitchCpuWide {
