@@ -807,11 +807,7 @@ fn info(path: &Path) -> Result<ExitCode> {
             continue;
         }
         let found = snap.find_binary(m.build_id.as_deref(), &m.path);
-        let id = m
-            .build_id
-            .as_deref()
-            .map(ptscope_formats::buildid::to_hex)
-            .unwrap_or_else(|| "no build id".into());
+        let id = build_id_text(m);
         writeln!(
             out,
             "    {:<10} {:#014x} {} [{}] {}",
@@ -838,11 +834,7 @@ fn info(path: &Path) -> Result<ExitCode> {
             if !seen.insert((m.start, m.path.clone())) {
                 continue;
             }
-            let id = m
-                .build_id
-                .as_deref()
-                .map(ptscope_formats::buildid::to_hex)
-                .unwrap_or_else(|| "no build id".into());
+            let id = build_id_text(m);
             writeln!(
                 out,
                 "    {:#018x}-{:#018x} {} [{}]",
@@ -854,6 +846,14 @@ fn info(path: &Path) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A mapping's build id as `info` prints it.
+fn build_id_text(m: &ptscope_formats::snapshot::MmapEvent) -> String {
+    m.build_id
+        .as_deref()
+        .map(ptscope_formats::buildid::to_hex)
+        .unwrap_or_else(|| "no build id".into())
 }
 
 fn packets(
