@@ -277,6 +277,14 @@ pub struct InputOpts {
     /// the cpuid a perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "F/M[/S]")]
     pub cpu: Option<ptscope_decoder::block::Cpu>,
+    /// The IP filter the trace was written under, as runtime address
+    /// ranges inclusive at both ends, comma-separated: FIRST-LAST for a
+    /// range traced (FilterEn), stop:FIRST-LAST for one that stops tracing
+    /// (at most 4). Needed for CPUs with erratum SKL014 to bind a TIP.PGD
+    /// without IP to the branch that left the filter. Over the filter a
+    /// perf.data or snapshot records; a raw dump records none.
+    #[arg(long, value_name = "RANGES")]
+    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -390,6 +398,7 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     let opts = OpenOptions {
         raw_images: input.raw.clone(),
         cpu: input.cpu,
+        ip_filter: input.ip_filter,
         threads,
         engine,
         parallel,
@@ -732,6 +741,14 @@ fn info(path: &Path) -> Result<ExitCode> {
     )?;
     if !p.filter.is_empty() {
         writeln!(out, "           IP filter: {}", p.filter)?;
+        match ptscope_decoder::ip_filter::IpFilter::recorded(&trace) {
+            Ok(f) if f.is_configured() => writeln!(out, "           placed at: {f}")?,
+            Ok(_) => writeln!(
+                out,
+                "           placed at: nowhere (its files are not mapped)"
+            )?,
+            Err(e) => writeln!(out, "           {e}")?,
+        }
     }
     if ptscope_decoder::decode::time_unit(&trace) == ptscope_decoder::model::TimeUnit::Insns {
         writeln!(

@@ -10,8 +10,9 @@
 //! (a file offset, as the kernel reads it) or a function's name (then
 //! `<size>` defaults to the function's size). A
 //! filter without a file applies to the traced program's own binary.
-//! `start`, `stop` and `tracestop` filters are perf syntax too, but ptscope
-//! traces ranges only, so they are refused by name.
+//! `stop` and `tracestop` filters are perf syntax too, but ptscope traces
+//! ranges only, so they are refused by name. The syntax itself is read by
+//! [`ptscope_formats::filter`], which decoders use to read it back.
 //!
 //! A resolved filter is a file offset and size in a file, as the kernel takes
 //! it (`PERF_EVENT_IOC_SET_FILTER`) and as perf records it in
@@ -42,106 +43,28 @@ pub enum FilterError {
     Empty(String),
 }
 
-/// Where a filter range starts, as the user wrote it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FilterStart {
-    /// An offset in the file, as the kernel and perf read it, or a
-    /// runtime address when the filter names no file.
-    Address(u64),
-    Symbol(String),
-}
+pub use ptscope_formats::filter::{
+    kernel_string, FilterAction, FilterRange, FilterSpec, FilterStart, FilterSyntaxError,
+};
 
-/// One `filter` of a `--filter`, as written.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterSpec {
-    pub start: FilterStart,
-    pub size: Option<u64>,
-    pub file: Option<String>,
-}
-
-/// A filter range resolved in its file: `size` bytes from file offset
-/// `offset` of `file`. Without a file, `offset` is a runtime address.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterRange {
-    pub offset: u64,
-    pub size: u64,
-    pub file: Option<String>,
-}
-
-fn parse_number(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
+impl From<FilterSyntaxError> for FilterError {
+    fn from(e: FilterSyntaxError) -> FilterError {
+        match e {
+            FilterSyntaxError::Syntax { filter, why } => FilterError::Syntax { filter, why },
+            FilterSyntaxError::Action(a) => FilterError::Action(a),
+            FilterSyntaxError::Empty(f) => FilterError::Empty(f),
+        }
     }
 }
 
-/// Parses a `--filter` value: one or more filters separated by commas.
+/// Parses a `--filter` value: one or more `filter` ranges separated by
+/// commas.
 pub fn parse(text: &str) -> Result<Vec<FilterSpec>, FilterError> {
-    let mut out = Vec::new();
-    for one in text.split(',').map(str::trim) {
-        if one.is_empty() {
-            continue;
-        }
-        out.push(parse_one(one)?);
+    let specs = ptscope_formats::filter::parse(text)?;
+    if specs.iter().any(|s| s.action == FilterAction::Stop) {
+        return Err(FilterError::Action("stop".into()));
     }
-    if out.is_empty() {
-        return Err(FilterError::Syntax {
-            filter: text.into(),
-            why: "no filter given".into(),
-        });
-    }
-    Ok(out)
-}
-
-fn parse_one(text: &str) -> Result<FilterSpec, FilterError> {
-    let syntax = |why: &str| FilterError::Syntax {
-        filter: text.into(),
-        why: why.into(),
-    };
-    let (action, rest) = text
-        .split_once(char::is_whitespace)
-        .ok_or_else(|| syntax("expected `filter <start> [/ <size>] [@<file>]`"))?;
-    match action {
-        "filter" => {}
-        "start" | "stop" | "tracestop" => return Err(FilterError::Action(action.into())),
-        _ => return Err(syntax("it must begin with `filter`")),
-    }
-    let (range, file) = match rest.split_once('@') {
-        Some((r, f)) if f.trim().is_empty() => {
-            let _ = r;
-            return Err(syntax("no file name after `@`"));
-        }
-        Some((r, f)) => (r, Some(f.trim().to_string())),
-        None => (rest, None),
-    };
-    let (start, size) = match range.split_once('/') {
-        Some((s, size)) => (
-            s.trim(),
-            Some(parse_number(size).ok_or_else(|| syntax("the size is not a number"))?),
-        ),
-        None => (range.trim(), None),
-    };
-    if start.is_empty() {
-        return Err(syntax("no start address or symbol"));
-    }
-    let start = match parse_number(start) {
-        Some(a) => FilterStart::Address(a),
-        None if start.starts_with(|c: char| c.is_ascii_digit()) => {
-            return Err(syntax("the start is not a number"))
-        }
-        None if start.contains(char::is_whitespace) => {
-            return Err(syntax("the start is not one symbol"))
-        }
-        None => FilterStart::Symbol(start.into()),
-    };
-    if start == FilterStart::Address(0) && size.is_none() || size == Some(0) {
-        return Err(FilterError::Empty(text.into()));
-    }
-    if matches!(start, FilterStart::Address(_)) && size.is_none() {
-        return Err(syntax("an address range needs a size (`<start>/<size>`)"));
-    }
-    Ok(FilterSpec { start, size, file })
+    Ok(specs)
 }
 
 /// The file offset and size of the function `name` in the ELF file at
@@ -248,38 +171,24 @@ pub fn resolve(
         .collect()
 }
 
-/// The filter as the kernel takes it and perf records it in AUXTRACE_INFO:
-/// `filter 0x<offset>/0x<size>@<file>`, comma-separated.
-pub fn kernel_string(ranges: &[FilterRange]) -> String {
+/// Where `ranges` lie in a process mapped as `maps`: [start, end) runtime
+/// address ranges (see [`ptscope_formats::filter::place`]).
+pub fn runtime_ranges(ranges: &[FilterRange], maps: &[Mapping]) -> Vec<(u64, u64)> {
     ranges
         .iter()
-        .map(|r| match &r.file {
-            Some(f) => format!("filter {:#x}/{:#x}@{f}", r.offset, r.size),
-            None => format!("filter {:#x}/{:#x}", r.offset, r.size),
+        .flat_map(|r| {
+            let mapped =
+                maps.iter()
+                    .filter(|m| m.exec)
+                    .map(|m| ptscope_formats::filter::MappedFile {
+                        start: m.start,
+                        len: m.len(),
+                        offset: m.offset,
+                        path: &m.path,
+                    });
+            ptscope_formats::filter::place(r.offset, r.size, r.file.as_deref(), mapped)
         })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Where `ranges` lie in a process mapped as `maps`: [start, end) runtime
-/// address ranges, as the kernel places a file filter in every mapping of
-/// its file that covers the offset. A range whose file is not mapped yet
-/// has no addresses.
-pub fn runtime_ranges(ranges: &[FilterRange], maps: &[Mapping]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for r in ranges {
-        let Some(file) = &r.file else {
-            out.push((r.offset, r.offset.saturating_add(r.size)));
-            continue;
-        };
-        for m in maps.iter().filter(|m| m.exec && &m.path == file) {
-            if r.offset >= m.offset && r.offset < m.offset + m.len() {
-                let start = m.start + (r.offset - m.offset);
-                out.push((start, start.saturating_add(r.size)));
-            }
-        }
-    }
-    out
+        .collect()
 }
 
 #[cfg(test)]
@@ -287,51 +196,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_perf_syntax() {
-        let f = parse("filter main @ /bin/true, filter 0x1000/0x20@/lib/x.so").unwrap();
+    fn only_filter_ranges_are_taken() {
+        assert_eq!(parse("filter main").unwrap().len(), 1);
         assert_eq!(
-            f,
-            [
-                FilterSpec {
-                    start: FilterStart::Symbol("main".into()),
-                    size: None,
-                    file: Some("/bin/true".into())
-                },
-                FilterSpec {
-                    start: FilterStart::Address(0x1000),
-                    size: Some(0x20),
-                    file: Some("/lib/x.so".into())
-                }
-            ]
+            parse("filter main, tracestop foo").unwrap_err(),
+            FilterError::Action("stop".into())
         );
-        assert_eq!(
-            parse("filter foo/64").unwrap()[0],
-            FilterSpec {
-                start: FilterStart::Symbol("foo".into()),
-                size: Some(64),
-                file: None
-            }
-        );
-    }
-
-    #[test]
-    fn bad_syntax_is_named() {
-        for (text, want) in [
-            ("main", "expected"),
-            ("filter", "expected"),
-            ("filter 0x1000", "needs a size"),
-            ("filter main/zz", "size is not a number"),
-            ("filter main @", "no file name"),
-            ("frob main", "must begin"),
-            ("", "no filter"),
-        ] {
-            let e = parse(text).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
-        assert_eq!(
-            parse("tracestop main").unwrap_err(),
-            FilterError::Action("tracestop".into())
-        );
+        assert!(parse("frob main")
+            .unwrap_err()
+            .to_string()
+            .contains("must begin"));
         assert!(matches!(parse("filter 0x10/0"), Err(FilterError::Empty(_))));
     }
 

@@ -8,6 +8,8 @@
 use libipt_sys as sys;
 use ptscope_formats::snapshot::Trace;
 
+use crate::ip_filter::IpFilter;
+
 /// A libipt error code with its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PtError(pub i32);
@@ -56,6 +58,8 @@ pub struct DecoderConfig {
     pub cpuid_0x15_ebx: u32,
     pub mtc_freq: u8,
     pub nom_freq: u8,
+    /// The IP filter the trace was written under (for SKL014).
+    pub filter: IpFilter,
 }
 
 /// A CPU by family, model and stepping, as CPUID gives them: what decides
@@ -112,6 +116,12 @@ impl DecoderConfig {
             stepping: cpu.stepping,
             ..self
         }
+    }
+
+    /// The same configuration with the user's `--ip-filter`, over what the
+    /// input records.
+    pub fn with_filter(self, filter: IpFilter) -> DecoderConfig {
+        DecoderConfig { filter, ..self }
     }
 }
 
@@ -210,6 +220,9 @@ pub fn decoder_config(trace: &Trace) -> DecoderConfig {
         cpuid_0x15_ebx: u32::try_from(p.tsc_ctc_ratio_n).unwrap_or(0),
         mtc_freq: u8::try_from(p.mtc_period(trace.pt_attr.config)).unwrap_or(0),
         nom_freq: u8::try_from(p.max_nonturbo_ratio).unwrap_or(0),
+        // A filter that cannot be placed is as none: SKL014 is then not
+        // worked around, as libipt does without a filter configuration.
+        filter: IpFilter::recorded(trace).unwrap_or_default(),
     }
 }
 

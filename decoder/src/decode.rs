@@ -63,6 +63,8 @@ pub struct DecodeOptions {
     pub parallel: Parallel,
     /// The CPU whose errata to work around, over the trace's cpuid.
     pub cpu: Option<crate::block::Cpu>,
+    /// The IP filter the trace was written under, over the one it records.
+    pub ip_filter: Option<crate::ip_filter::IpFilter>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -236,6 +238,14 @@ pub fn decode_trace(
     let mut cfg = decoder_config(trace);
     if let Some(cpu) = opts.cpu {
         cfg = cfg.with_cpu(cpu);
+    }
+    let mut filter_warning = Vec::new();
+    match (opts.ip_filter, crate::ip_filter::IpFilter::recorded(trace)) {
+        (Some(f), _) => cfg = cfg.with_filter(f),
+        (None, Err(e)) => filter_warning.push(format!(
+            "{e}; SKL014 is not worked around (give the ranges with --ip-filter)"
+        )),
+        (None, Ok(_)) => {}
     }
     let mut loaders = Loaders {
         engine: opts.engine,
@@ -627,7 +637,12 @@ pub fn decode_trace(
     Ok(Model {
         funcs,
         missing_binaries,
-        warnings: [input_warnings(trace, &wanted), stack_warnings(&threads)].concat(),
+        warnings: [
+            filter_warning,
+            input_warnings(trace, &wanted),
+            stack_warnings(&threads),
+        ]
+        .concat(),
         threads,
         lines: Some(Arc::new(lines)),
         unit,

@@ -63,6 +63,21 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
         c.cpuid_0x15_ebx = cfg.cpuid_0x15_ebx;
         c.mtc_freq = cfg.mtc_freq;
         c.nom_freq = cfg.nom_freq;
+        let f = &mut c.addr_filter;
+        let mut addr_cfg = 0u64;
+        let slots = [
+            (&mut f.addr0_a, &mut f.addr0_b),
+            (&mut f.addr1_a, &mut f.addr1_b),
+            (&mut f.addr2_a, &mut f.addr2_b),
+            (&mut f.addr3_a, &mut f.addr3_b),
+        ];
+        for (n, (r, (a, b))) in cfg.filter.ranges().iter().zip(slots).enumerate() {
+            // ADDRn_CFG: 1 FilterEn, 2 TraceStop, four bits each.
+            addr_cfg |= (if r.stop { 2 } else { 1 }) << (4 * n);
+            *a = r.first;
+            *b = r.last;
+        }
+        f.config.addr_cfg = addr_cfg;
         c
     }
 }

@@ -1639,12 +1639,34 @@ impl<'a> FlowDecoder<'a> {
         &mut self,
         f: &mut F,
     ) -> Result<(), Halt> {
+        self.bind_disable_at(None, f)
+    }
+
+    /// Whether the pending TIP.PGD without an IP binds to a direct branch
+    /// to `target`: under SKL014 a direct call or jump that leaves the IP
+    /// filter's ranges writes its TIP.PGD without the IP, so where the
+    /// filter is known the branch out of it is where tracing stopped (as
+    /// libipt and perf bind it).
+    fn skl014_binds(&self, target: u64) -> bool {
+        matches!(self.ev, Ev::Pgd(None))
+            && self.errata.skl014
+            && self.cfg.filter.is_configured()
+            && !self.cfg.filter.traces(target)
+    }
+
+    /// Binds the pending disable here; `to` is where the flow went, when
+    /// the branch that left the filter says (SKL014).
+    fn bind_disable_at<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        to: Option<u64>,
+        f: &mut F,
+    ) -> Result<(), Halt> {
         self.end_block(f)?;
         let tsc = self.ev_time();
         self.emit(
             f,
             BlockItem::Disabled {
-                ip: None,
+                ip: to,
                 tsc,
                 status_update: false,
             },
@@ -1675,10 +1697,16 @@ impl<'a> FlowDecoder<'a> {
                 Class::Call => {
                     push_call(self, r.next, r.target);
                     self.ip = r.target;
+                    if self.skl014_binds(r.target) {
+                        return self.bind_disable_at(Some(r.target), f);
+                    }
                     return self.end_block(f);
                 }
                 Class::Jump => {
                     self.ip = r.target;
+                    if self.skl014_binds(r.target) {
+                        return self.bind_disable_at(Some(r.target), f);
+                    }
                     return self.end_block(f);
                 }
                 Class::CondJump => match self.ev {
@@ -3144,5 +3172,129 @@ mod conformance {
             ],
             "{got:#?}"
         );
+    }
+
+    /// libipt's instruction decoder's instructions for `trace` over
+    /// `code`: the reference for flows libipt's block decoder gets wrong.
+    fn libipt_insns(trace: &T, code: &[(u64, &[u8])], cfg: &DecoderConfig) -> Vec<u64> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut dec = crate::ffi::InsnDecoder::new(&trace.0, cfg).unwrap();
+        for (i, (vaddr, bytes)) in code.iter().enumerate() {
+            let path = dir.path().join(format!("code{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            dec.add_file(&path, 0, bytes.len() as u64, *vaddr).unwrap();
+        }
+        let mut ips = Vec::new();
+        dec.walk(|i| ips.push(i.ip));
+        ips
+    }
+
+    /// Our blocks cover exactly `insns`, in order (instruction by
+    /// instruction where a block's ends fall).
+    fn blocks_cover(items: &[String], insns: &[u64]) {
+        let mut at = 0;
+        for item in items.iter().filter(|i| i.starts_with("block ")) {
+            let mut words = item.split_whitespace().skip(1);
+            let (first, last) = words.next().unwrap().split_once("..").unwrap();
+            let hex = |s: &str| u64::from_str_radix(&s[2..], 16).unwrap();
+            let n: usize = words.next().unwrap().parse().unwrap();
+            assert_eq!(insns.get(at), Some(&hex(first)), "{item} in {insns:x?}");
+            assert_eq!(
+                insns.get(at + n - 1),
+                Some(&hex(last)),
+                "{item} in {insns:x?}"
+            );
+            at += n;
+        }
+        assert_eq!(at, insns.len(), "{items:#?} against {insns:x?}");
+    }
+
+    /// The filter of the SKL014 cases: 0x1000..=0x10ff traced.
+    fn skl014_cpu() -> DecoderConfig {
+        on("6/0x4e").with_filter("0x1000-0x10ff".parse().unwrap())
+    }
+
+    #[test]
+    fn skl014_a_jump_out_of_the_filter_takes_the_disable_without_an_ip() {
+        // 0x1000 nop; jmp 0x3000 (out of the filter); 0x3000 nop; nop; hlt.
+        // A Skylake writes the TIP.PGD of that jump without its IP; the
+        // jump is where tracing stopped, and the flow went to 0x3000.
+        let code: &[u8] = &[0x90, 0xe9, 0xfa, 0x1f, 0, 0];
+        let out: &[u8] = &[0x90, 0x90, 0xf4];
+        let image = [(0x1000, code), (0x3000, out)];
+        let t = T::default().psb_at(0x1000).pgd_noip();
+        let (got, libipt) = both(&t, &image, &skl014_cpu());
+        let want = [
+            "sync",
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1001 2 branch",
+            "Disabled { ip: Some(12288), tsc: None, status_update: false }",
+        ];
+        assert_eq!(got, want, "{got:#?}");
+        // libipt binds it at the same jump, without naming the target.
+        assert_eq!(libipt[..3], want[..3], "{libipt:#?}");
+        assert!(libipt[3].starts_with("Disabled { ip: None"), "{libipt:#?}");
+        blocks_cover(&got, &libipt_insns(&t, &image, &skl014_cpu()));
+        // Without the erratum (or without a filter) the flow runs on out
+        // of the filter to the hlt, where it needs trace.
+        for cfg in [
+            on("6/0x4e"),
+            DecoderConfig::default().with_filter(skl014_cpu().filter),
+        ] {
+            let (without, _) = both(&t, &image, &cfg);
+            assert_ne!(without, want, "{without:#?}");
+        }
+    }
+
+    #[test]
+    fn skl014_a_call_inside_the_filter_does_not_take_the_disable() {
+        // 0x1000 call 0x1010 (inside); 0x1005 hlt; 0x1010 nop; call 0x3000
+        // (out of the filter): the second call is where tracing stopped.
+        // libipt's instruction decoder agrees; its block decoder, asked to
+        // end blocks at calls as ptscope's libipt engine asks it, binds
+        // the disable at the first direct call (ROBUSTNESS.md).
+        let mut code = vec![0x90u8; 0x20];
+        code[..6].copy_from_slice(&[0xe8, 0x0b, 0, 0, 0, 0xf4]);
+        code[0x10] = 0x90;
+        code[0x11..0x16].copy_from_slice(&[0xe8, 0xea, 0x1f, 0, 0]);
+        let out: &[u8] = &[0x90, 0xc3];
+        let image = [(0x1000, &code[..]), (0x3000, out)];
+        let t = T::default().psb_at(0x1000).pgd_noip();
+        let got = ours(&t, &image);
+        let got_skl = {
+            let mut dec = FlowDecoder::new(&t.0, &skl014_cpu());
+            let mut mem = Memory::default();
+            for (vaddr, bytes) in image {
+                mem.map(vaddr, bytes.len() as u64, Arc::new(bytes.to_vec()), 0);
+            }
+            dec.set_image(&mem).unwrap();
+            let mut items = Vec::new();
+            dec.walk(|_, item| {
+                items.push(item);
+                true
+            });
+            joined(items)
+        };
+        assert_eq!(
+            got_skl[2..],
+            [
+                "block 0x1000..0x1000 1 Call",
+                "block 0x1010..0x1011 2 Call",
+                "Disabled { ip: Some(12288), tsc: None, status_update: false }",
+            ],
+            "{got_skl:#?}"
+        );
+        blocks_cover(&got_skl, &libipt_insns(&t, &image, &skl014_cpu()));
+        let (_, block_decoder) = both(&t, &image, &skl014_cpu());
+        assert_eq!(
+            block_decoder[2..],
+            [
+                "block 0x1000..0x1000 1 Call",
+                "Disabled { ip: None, tsc: None, status_update: false }",
+            ],
+            "{block_decoder:#?}"
+        );
+        // Without the erratum the flow runs into the callee.
+        assert_ne!(got[1..], got_skl[1..], "{got:#?}");
     }
 }

@@ -15,7 +15,8 @@
 //! - [`block`]: what both engines report ([`block::BlockItem`]), their
 //!   configuration and libipt's error codes;
 //! - [`errata`]: the CPU errata that affect decoding, worked around as
-//!   libipt does;
+//!   libipt does, and [`ip_filter`]: the IP filter a trace was written
+//!   under, which one of them needs;
 //! - [`timing`]: timing packets to times, and times spread over the
 //!   branches between them (or, for a trace without TSC, instruction
 //!   counts as times: the model's [`model::TimeUnit`]);
@@ -52,6 +53,7 @@ pub mod ffi;
 pub mod fine;
 pub mod flow;
 pub mod image;
+pub mod ip_filter;
 // Maps binaries: its one unsafe block says why it is sound.
 #[allow(unsafe_code)]
 pub mod memory;

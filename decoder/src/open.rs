@@ -21,6 +21,7 @@ use ptscope_formats::FileError;
 use crate::block::{Cpu, DecoderConfig};
 use crate::coarse::chunks::Parallel;
 use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Engine};
+use crate::ip_filter::IpFilter;
 use crate::model::Model;
 use crate::perf_script;
 use crate::progress::DecodeProgress;
@@ -53,6 +54,10 @@ pub struct OpenOptions {
     /// The CPU whose errata to work around, over what the input says (a raw
     /// dump says nothing; a perf.data or snapshot records its cpuid).
     pub cpu: Option<Cpu>,
+    /// The IP filter the trace was written under (the user's
+    /// `--ip-filter`), over what the input records; a raw dump records
+    /// none.
+    pub ip_filter: Option<IpFilter>,
     /// Only these threads (all when `None`).
     pub threads: Option<Vec<i32>>,
     pub engine: Engine,
@@ -150,10 +155,13 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
         InputKind::RawPt if opts.raw_images.is_empty() => Err(input(path, RAW_NEEDS_IMAGES)),
         InputKind::RawPt => {
             let pt = read_raw(path)?;
-            let cfg = match opts.cpu {
+            let mut cfg = match opts.cpu {
                 Some(cpu) => opts.raw_config.with_cpu(cpu),
                 None => opts.raw_config,
             };
+            if let Some(f) = opts.ip_filter {
+                cfg = cfg.with_filter(f);
+            }
             decode_raw(path, &pt, &opts.raw_images, &cfg, opts.engine)
         }
         InputKind::PerfScript => {
@@ -178,6 +186,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     engine: opts.engine,
                     parallel: opts.parallel,
                     cpu: opts.cpu,
+                    ip_filter: opts.ip_filter,
                 },
             )
         }

@@ -10,6 +10,8 @@
 //!   streams per thread or CPU, sideband and parameters.
 //! - [`pt_params`]: the Intel PT parameters perf stores for decoders
 //!   (AUXTRACE_INFO) and the PMU term bits they refer to.
+//! - [`filter`]: IP filters in perf's syntax, as `--filter` takes them and
+//!   AUXTRACE_INFO records them, and where they land in a process.
 //! - [`buildid`]: ELF build ids and perf's build-id cache layout.
 //! - [`demangle`]: mangled symbol names (Rust, C++, OCaml) made readable;
 //!   the one demangler of ptscope, so a name shown is a name a trigger takes.
@@ -21,6 +23,7 @@
 pub mod buildid;
 pub mod demangle;
 mod error;
+pub mod filter;
 pub mod perf_data;
 pub mod pt_params;
 pub mod snapshot;
