@@ -170,6 +170,12 @@ fn a_filter_on_the_main_binary_traces_it_alone_and_decodes_clean() {
         info.contains(&format!("IP filter: {}", params.filter)),
         "{info}"
     );
+    // And where the trace's mappings place it, the ranges SKL014 needs.
+    let (lo, hi) = runtime_range(&snap, &exe, off, size);
+    assert!(
+        info.contains(&format!("placed at: {lo:#x}-{:#x}", hi - 1)),
+        "{info}"
+    );
     let traced = three_decoders_agree("main", &snap, dir.path());
     let range = runtime_range(&snap, &exe, off, size);
     let truth = inside(&read_ip_log(&log), range);
@@ -254,6 +260,53 @@ fn a_symbol_filter_traces_that_function() {
             .iter()
             .any(|g| g.kind == "untraced" && parent(&spans, g) == Some(leaf)));
     }
+}
+
+#[test]
+fn skl014_disables_without_an_ip_bind_to_the_branch_that_left() {
+    // The emulated unit writes as a Skylake with erratum SKL014: work's
+    // direct calls to leaf leave the filter with a TIP.PGD that has no
+    // IP. The snapshot records the filter (and a Skylake's cpuid), from
+    // which perf, libipt's instruction decoder and ours bind each to its
+    // call; without the filter our flow would run on into leaf.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _log) = record(
+        dir.path(),
+        "work-skl014",
+        &[
+            "--backend",
+            "emulated",
+            "--filter",
+            "filter work",
+            "--emulate-skl014",
+        ],
+        &[exe.to_str().unwrap()],
+    );
+    let (libipt, errors) = libipt_instructions(&snap);
+    assert!(errors.is_empty(), "libipt: {errors:?}");
+    let extracted = extract(&snap, dir.path());
+    let (perf, perf_errors) = perf_instructions(&extracted);
+    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
+    let ours = our_instructions(&snap, &[]);
+    assert!(libipt.values().map(Vec::len).sum::<usize>() > 100);
+    assert_eq!(perf, libipt, "perf and libipt differ");
+    assert_eq!(ours, libipt, "we and libipt differ");
+    // The span tree is the one a filter without the erratum gives: each
+    // call to leaf one span with its untraced gap.
+    let spans = decode_json(&snap, &[]);
+    let leaves: Vec<&JsonSpan> = spans.iter().filter(|s| s.name == "leaf").collect();
+    assert_eq!(leaves.len(), 17, "{spans:?}");
+    for leaf in leaves {
+        assert!(spans
+            .iter()
+            .any(|g| g.kind == "untraced" && parent(&spans, g) == Some(leaf)));
+    }
+    // A filter given by hand over what the snapshot records, one that
+    // traces everywhere, leaves the disables unbound: the flow runs on
+    // into leaf.
+    let everywhere = our_instructions(&snap, &["--ip-filter", "0-0xffffffffffffffff"]);
+    assert!(everywhere != libipt, "--ip-filter changed nothing");
 }
 
 #[test]

@@ -90,6 +90,11 @@ pub struct CaptureOpts {
     /// for testing decoders. Emulated backend only.
     #[arg(long, value_name = "N,...", value_delimiter = ',', hide = true)]
     pub overflow_at: Vec<u64>,
+    /// Make the emulated PT unit write as erratum SKL014 makes Skylakes
+    /// write: a direct call or jump out of the IP filter gets its TIP.PGD
+    /// without the IP. Emulated backend only; for testing decoders.
+    #[arg(long, hide = true)]
+    pub emulate_skl014: bool,
     /// Trace the kernel too (intel-pt backend; needs
     /// kernel.perf_event_paranoid ≤ 1 or CAP_PERFMON).
     #[arg(long)]
@@ -472,6 +477,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.opts.size = opts.size;
     req.opts.timing = opts.timing.clone();
     req.overflow_at = opts.overflow_at.clone();
+    req.emulate_skl014 = opts.emulate_skl014;
     req.opts.kernel = opts.kernel;
     req.opts.per_cpu = opts.per_cpu;
     req.cpus = opts.cpus;

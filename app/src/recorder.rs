@@ -82,6 +82,9 @@ pub struct Request {
     /// Instruction counts at which the emulated PT unit's buffer
     /// overflows (emulated only; for tests of decoders).
     pub overflow_at: Vec<u64>,
+    /// The emulated PT unit writes as erratum SKL014 makes Skylakes write
+    /// (emulated only; for tests of decoders).
+    pub emulate_skl014: bool,
 }
 
 impl Request {
@@ -94,6 +97,7 @@ impl Request {
             progress: false,
             cpus: DEFAULT_CPUS,
             overflow_at: Vec::new(),
+            emulate_skl014: false,
         }
     }
 
@@ -390,8 +394,10 @@ pub fn run(
             .context("the emulated CPU's IP filter")?;
             let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
             let overflows = req.overflow_at.iter().copied().collect();
+            let mut settings = settings::pt_settings(&cfg, req.opts.size as usize, overflows);
+            settings.skl014 = req.emulate_skl014;
             let opts = TracerOptions {
-                settings: settings::pt_settings(&cfg, req.opts.size as usize, overflows),
+                settings,
                 pt: settings::pt_setup(&cfg),
                 trigger: req.opts.trigger.clone(),
                 ip_log: req.ip_log,

@@ -62,7 +62,13 @@ impl From<FilterSyntaxError> for FilterError {
 pub fn parse(text: &str) -> Result<Vec<FilterSpec>, FilterError> {
     let specs = ptscope_formats::filter::parse(text)?;
     if specs.iter().any(|s| s.action == FilterAction::Stop) {
-        return Err(FilterError::Action("stop".into()));
+        // Named as the user wrote it (`stop` or `tracestop`).
+        let word = text
+            .split(',')
+            .filter_map(|f| f.split_whitespace().next())
+            .find(|w| w.ends_with("stop"))
+            .unwrap_or("stop");
+        return Err(FilterError::Action(word.into()));
     }
     Ok(specs)
 }
@@ -200,7 +206,7 @@ mod tests {
         assert_eq!(parse("filter main").unwrap().len(), 1);
         assert_eq!(
             parse("filter main, tracestop foo").unwrap_err(),
-            FilterError::Action("stop".into())
+            FilterError::Action("tracestop".into())
         );
         assert!(parse("frob main")
             .unwrap_err()

@@ -22,11 +22,19 @@
 //!   corrupted that branch's trace: where the code cannot get from the
 //!   branch's target to the abort without another branch, the branch led
 //!   to the abort.
+//! - SKL014: a direct call or jump out of the IP filter's ranges may write
+//!   its TIP.PGD without the IP: where the filter is known
+//!   ([`crate::ip_filter`]: recorded, or `--ip-filter`), the first direct
+//!   branch whose target the filter does not trace takes the disable, as
+//!   libipt's instruction decoder and perf bind it. (libipt's block
+//!   decoder, asked to end blocks at calls as ptscope's libipt engine asks
+//!   it, binds it at the first direct call instead.)
 //!
-//! Not worked around by the flow decoder (libipt does): SKL014 (applies
-//! only with IP filters, which ptscope's captures do not set and whose
-//! configuration no input records; libipt too skips it without one) and
-//! SKL168 (timing packets: the timing module's concern).
+//! SKL168 (a CYC dropped just before a PSB) needs nothing: libipt works
+//! around it where it calibrates CYC against MTC, while ptscope converts
+//! CYC to time with CBR and the nominal ratio, and the PSB's TSC restates
+//! the time after it. (Without CBR, the rate learned between two TSCs
+//! misses the dropped packet's cycles: at most 4,095 over a PSB period.)
 
 use crate::block::DecoderConfig;
 

@@ -95,18 +95,10 @@ mod tests {
     /// back; a conditional branch out leaves a suppressed TIP.PGD.
     #[test]
     fn leaving_and_reentering_the_range() {
-        use crate::emulated::hardware::{PtSettings, ThreadPt};
+        use crate::emulated::hardware::{tests, PtSettings, ThreadPt};
         let cfg = PtSettings {
             psb_period: 1 << 20,
-            ret_compression: true,
-            cyc: false,
-            cyc_thresh: 0,
-            tsc: true,
-            mtc_period: None,
-            tsc_per_ctc: 40,
-            cbr: 10,
-            ring_size: 1 << 20,
-            overflows: std::sync::Arc::from([]),
+            ..tests::cfg()
         };
         let i = |class, len| Insn {
             len,
@@ -182,6 +174,46 @@ mod tests {
                 0x01, // TIP.PGD, IP suppressed
                 0x31, 0x00, 0x11, // TIP.PGE 0x401100 (16-bit update)
             ][..]
+        );
+    }
+
+    /// With erratum SKL014 a direct call or jump out of the range writes
+    /// its TIP.PGD without the IP; an indirect one still names it.
+    #[test]
+    fn skl014_suppresses_the_ip_of_a_direct_branch_out() {
+        use crate::emulated::hardware::{tests::cfg, PtSettings, ThreadPt};
+        let i = |class, len| Insn {
+            len,
+            class,
+            repeats: false,
+        };
+        let exits = |skl014: bool| {
+            let mut t = ThreadPt::new(PtSettings { skl014, ..cfg() }, 0);
+            t.set_filter(IpFilter::ranges(vec![(0x40_1000, 0x40_2000)]));
+            let start = t.ring().snapshot().len();
+            t.enter_user(0x40_1000, 0, false);
+            let call = InsnClass::DirectCall { target: 0x50_0000 };
+            t.retire(0x40_1000, &i(call, 5), 0x50_0000, 1);
+            t.retire(0x50_0000, &i(InsnClass::Return, 1), 0x40_1005, 2);
+            let jump = InsnClass::DirectJump { target: 0x50_0000 };
+            t.retire(0x40_1005, &i(jump, 5), 0x50_0000, 3);
+            t.enter_user(0x40_1100, 4, false);
+            t.retire(0x40_1100, &i(InsnClass::IndirectJump, 2), 0x50_0000, 5);
+            t.ring().snapshot()[start..].to_vec()
+        };
+        let pgd_50 = [0x41, 0x00, 0x00, 0x50, 0x00]; // TIP.PGD 0x500000
+        let mut want = vec![0x99, 0x01, 0x51, 0x00, 0x10, 0x40, 0x00];
+        want.extend([0x01]); // the call's TIP.PGD, IP suppressed
+        want.extend([0x31, 0x05, 0x10]); // TIP.PGE 0x401005 (16-bit update)
+        want.extend([0x01]); // the jump's
+        want.extend([0x31, 0x00, 0x11]); // TIP.PGE 0x401100
+        want.extend(pgd_50); // the indirect jump's, with its IP
+        assert_eq!(exits(true), want);
+        let plain = exits(false);
+        assert_eq!(
+            plain.windows(5).filter(|w| *w == pgd_50).count(),
+            3,
+            "{plain:x?}"
         );
     }
 }

@@ -76,6 +76,10 @@ pub struct PtSettings {
     /// The unit's instruction counts (its `insn_count`, from 1) at which
     /// its internal buffer overflows, ascending; for tests of decoders.
     pub overflows: Arc<[u64]>,
+    /// Write the TIP.PGD of a direct call or jump that leaves the IP
+    /// filter without its IP, as Skylakes do (erratum SKL014: decoders
+    /// then bind it by the filter); for tests of decoders.
+    pub skl014: bool,
 }
 
 /// A bounded stack that drops its oldest entry when full, like the hardware's.
@@ -306,6 +310,12 @@ impl ThreadPt {
         self.flush_tnt();
         let payload = match insn.class {
             InsnClass::CondBranch { .. } => None,
+            InsnClass::DirectCall { .. } | InsnClass::DirectJump { .. } if self.cfg.skl014 => {
+                if matches!(insn.class, InsnClass::DirectCall { target } if target != fallthrough) {
+                    self.retstack.push(fallthrough);
+                }
+                None
+            }
             InsnClass::DirectCall { target } if target == fallthrough => Some(next_ip),
             InsnClass::DirectCall { .. } | InsnClass::IndirectCall => {
                 self.retstack.push(fallthrough);
@@ -533,10 +543,12 @@ impl ThreadPt {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn cfg() -> PtSettings {
+    /// The unit's settings for tests: TSC, no CYC or MTC, a PSB every
+    /// 4 KiB.
+    pub(crate) fn cfg() -> PtSettings {
         PtSettings {
             psb_period: 4096,
             ret_compression: true,
@@ -548,6 +560,7 @@ mod tests {
             cbr: 10,
             ring_size: 1 << 20,
             overflows: Arc::from([]),
+            skl014: false,
         }
     }
 

@@ -195,6 +195,7 @@ pub fn pt_settings(cfg: &PtConfig, ring_size: usize, overflows: Arc<[u64]>) -> P
         cbr: cpu::MAX_NONTURBO_RATIO,
         ring_size,
         overflows,
+        skl014: false,
     }
 }
 
