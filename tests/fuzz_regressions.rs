@@ -87,6 +87,12 @@ fn pt_decode_inputs_with_the_demo_prefix_decode_as_the_demo_was_captured() {
     let other = decoder_config(&configured);
     assert_eq!((other.family, other.mtc_freq, other.nom_freq), (0, 1, 0));
     assert_eq!((other.cpuid_0x15_ebx, other.cpuid_0x15_eax), (3, 2));
+    assert!(!other.filter.is_configured());
+    // The high bits record a filter and a TraceStop range in it.
+    targets::configure_pt(&mut configured, [0xc3, 10, 40, 1]);
+    let filtered = decoder_config(&configured).filter;
+    assert_eq!(filtered.ranges().len(), 2, "{filtered}");
+    assert!(filtered.ranges()[1].stop);
 }
 
 #[test]

@@ -305,7 +305,10 @@ pub const DEMO_PT_CONFIG: [u8; PT_CONFIG_BYTES] = [0x03, 10, 40, 1];
 /// path (MTC periods, CYC without a nominal ratio, TSC:CTC ratios) and
 /// libipt's errata for other CPUs, not only the demo's:
 /// - byte 0, bits 0-3: the MTC period; bits 4-5: the CPU (the demo's
-///   Skylake-SP, none stated, a Broadwell, a Goldmont);
+///   Skylake-SP, none stated, a Broadwell, a Goldmont); bit 6: an IP
+///   filter recorded over the start of the first mapping's code (since
+///   round 13, so that SKL014's binding is reached); bit 7: and a TraceStop
+///   range inside it;
 /// - byte 1: the max non-turbo ratio (0: not stated);
 /// - bytes 2 and 3: TSC:CTC numerator and denominator (0: not stated).
 pub fn configure_pt(trace: &mut Trace, cfg: [u8; PT_CONFIG_BYTES]) {
@@ -324,6 +327,15 @@ pub fn configure_pt(trace: &mut Trace, cfg: [u8; PT_CONFIG_BYTES]) {
         2 => Some("GenuineIntel,6,61,4".into()),
         _ => Some("GenuineIntel,6,92,9".into()),
     };
+    p.filter.clear();
+    if let Some(m) = trace.mmaps.iter().find(|m| !m.kernel) {
+        if flags & 0x40 != 0 {
+            p.filter = format!("filter {:#x}/0x800@{}", m.pgoff, m.path);
+        }
+        if flags & 0x80 != 0 {
+            p.filter += &format!(",stop {:#x}/0x100@{}", m.pgoff + 0x400, m.path);
+        }
+    }
 }
 
 /// Random and mutated PT over the demo's real image: the first bytes
