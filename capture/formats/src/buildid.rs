@@ -39,6 +39,23 @@ pub fn cache_path(id: &[u8], vdso: bool) -> String {
     )
 }
 
+/// The path of a debug file in perf's build-id cache (and in a
+/// snapshot), relative to the cache root: `.build-id/xx/yyyy…/debug`.
+pub fn debug_cache_path(id: &[u8]) -> String {
+    let hex = to_hex(id);
+    let (head, tail) = hex.split_at(2.min(hex.len()));
+    format!(".build-id/{head}/{tail}/debug")
+}
+
+/// The path of a debug file in a debug directory (`/usr/lib/debug`),
+/// relative to it: `.build-id/xx/yyyy….debug`, as Debian's `-dbg` and
+/// `-dbgsym` packages install it.
+pub fn debug_dir_path(id: &[u8]) -> String {
+    let hex = to_hex(id);
+    let (head, tail) = hex.split_at(2.min(hex.len()));
+    format!(".build-id/{head}/{tail}.debug")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +71,11 @@ mod tests {
             ".build-id/ab/cdef/elf"
         );
         assert_eq!(cache_path(&[0xab, 0xcd], true), ".build-id/ab/cd/vdso");
+        assert_eq!(debug_cache_path(&[0xab, 0xcd]), ".build-id/ab/cd/debug");
+        assert_eq!(
+            debug_dir_path(&[0xab, 0xcd, 0xef]),
+            ".build-id/ab/cdef.debug"
+        );
         assert_ne!(content_id(b"a"), content_id(b"b"));
         assert_eq!(content_id(b"a").len(), 20);
     }

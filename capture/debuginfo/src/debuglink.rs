@@ -1,0 +1,101 @@
+//! The `.gnu_debuglink` section: the name of a binary's separate debug
+//! file and the CRC-32 of that file's contents, which tells a file of the
+//! same name from another build's. Written by `objcopy
+//! --add-gnu-debuglink`; read as gdb and elfutils read it.
+
+use std::io::Read;
+use std::path::Path;
+
+use object::{Object, ObjectSection};
+
+/// A binary's debuglink: the debug file's name and its CRC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Debuglink {
+    pub name: String,
+    pub crc: u32,
+}
+
+/// The debuglink of the ELF image `data`, if it has a sound one.
+pub fn read(data: &[u8]) -> Option<Debuglink> {
+    let file = object::File::parse(data).ok()?;
+    let section = file.section_by_name(".gnu_debuglink")?;
+    let bytes = section.data().ok()?;
+    parse(bytes, file.is_little_endian())
+}
+
+/// The section's contents: the name, NUL-terminated and padded to four
+/// bytes, then the CRC in the file's byte order.
+fn parse(bytes: &[u8], little_endian: bool) -> Option<Debuglink> {
+    let nul = bytes.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&bytes[..nul]).ok()?;
+    // A name is a file name, never a path: one that climbs out of the
+    // directories searched is not followed.
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    let at = (nul + 1).next_multiple_of(4);
+    let crc: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    let crc = if little_endian {
+        u32::from_le_bytes(crc)
+    } else {
+        u32::from_be_bytes(crc)
+    };
+    Some(Debuglink {
+        name: name.to_string(),
+        crc,
+    })
+}
+
+/// The CRC-32 (the zlib polynomial, as the debuglink records it) of the
+/// file at `path`.
+pub fn file_crc(path: &Path) -> std::io::Result<u32> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_name_and_the_crc_after_the_padding() {
+        let mut s = b"libfoo.so.debug\0".to_vec();
+        s.extend(0x1234_5678u32.to_le_bytes());
+        let link = parse(&s, true).unwrap();
+        assert_eq!(
+            (link.name.as_str(), link.crc),
+            ("libfoo.so.debug", 0x1234_5678)
+        );
+        // "ab\0" pads to 4 bytes before the CRC.
+        let mut s = b"ab\0\0".to_vec();
+        s.extend(7u32.to_be_bytes());
+        assert_eq!(parse(&s, false).unwrap().crc, 7);
+    }
+
+    #[test]
+    fn damaged_or_climbing_links_are_none() {
+        assert_eq!(parse(b"", true), None);
+        assert_eq!(parse(b"name-without-nul", true), None);
+        assert_eq!(parse(b"x\0\0\0\x01\x02", true), None);
+        let mut s = b"../../etc/x\0".to_vec();
+        s.extend(0u32.to_le_bytes());
+        assert_eq!(parse(&s, true), None);
+    }
+
+    #[test]
+    fn the_crc_is_zlibs() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"123456789").unwrap();
+        // The standard check value of CRC-32 (IEEE).
+        assert_eq!(file_crc(&p).unwrap(), 0xcbf4_3926);
+    }
+}
