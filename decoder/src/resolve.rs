@@ -591,14 +591,14 @@ mod tests {
 
     /// Little-endian fields of an ELF64 file, to damage the demo's binary
     /// as fuzzing did.
-    fn field(b: &[u8], at: usize, len: usize) -> u64 {
+    pub(super) fn field(b: &[u8], at: usize, len: usize) -> u64 {
         let mut v = [0u8; 8];
         v[..len].copy_from_slice(&b[at..at + len]);
         u64::from_le_bytes(v)
     }
 
     /// The demo's binary with `damage` done to its bytes, written to `dir`.
-    fn damaged_demo(dir: &Path, damage: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    pub(super) fn damaged_demo(dir: &Path, damage: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
         let mut bytes = std::fs::read(demo_path()).unwrap();
         damage(&mut bytes);
         let path = dir.join("demo");
@@ -608,7 +608,7 @@ mod tests {
 
     /// File offsets of the `.symtab` entry named `name`: its `st_size`,
     /// and its name in `.strtab`.
-    fn symbol_fields(b: &[u8], name: &str) -> (usize, usize) {
+    pub(super) fn symbol_fields(b: &[u8], name: &str) -> (usize, usize) {
         let (shoff, shentsize, shnum) = (field(b, 0x28, 8), field(b, 0x3a, 2), field(b, 0x3c, 2));
         let header = |i: u64| (shoff + i * shentsize) as usize;
         let symtab = (0..shnum)
@@ -633,7 +633,7 @@ mod tests {
     }
 
     /// File offset of the `p_filesz` of the demo's executable PT_LOAD.
-    fn text_filesz_field(b: &[u8]) -> usize {
+    pub(super) fn text_filesz_field(b: &[u8]) -> usize {
         let (phoff, phentsize, phnum) = (field(b, 0x20, 8), field(b, 0x36, 2), field(b, 0x38, 2));
         (0..phnum)
             .map(|i| (phoff + i * phentsize) as usize)
@@ -722,5 +722,155 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// One walk and chunks over hand-encoded trace of the demo's code, in a
+/// damaged copy of its binary: what the resolver gives must not depend on
+/// what it was asked before, or the two differ.
+#[cfg(test)]
+mod walk_and_chunks {
+    use super::tests::{damaged_demo, field, symbol_fields, text_filesz_field};
+    use super::*;
+    use crate::block::DecoderConfig;
+    use crate::coarse::chunks::{decode_queue_chunked, Parallel};
+    use crate::coarse::{QueueThread, QueueWalk, ThreadBuilders};
+    use crate::memory::{FileCache, Memory};
+    use crate::model::{Model, ThreadModel, TimeUnit};
+    use crate::packet::{psb_offsets, PSB_BYTES};
+
+    /// Where the binary is mapped.
+    const BASE: u64 = 0x5555_0000_0000;
+
+    /// PSB+ with tracing on at `svma`: FUP, MODE.Exec 64-bit, PSBEND.
+    fn psb_at(pt: &mut Vec<u8>, svma: u64) {
+        pt.extend_from_slice(&PSB_BYTES);
+        pt.push(0xdd);
+        pt.extend_from_slice(&(BASE + svma).to_le_bytes());
+        pt.extend_from_slice(&[0x99, 0x01, 0x02, 0x23]);
+    }
+
+    /// `pt` over `demo` mapped whole at [`BASE`], as one walk and as a
+    /// chunk per PSB: both canonical models.
+    fn one_walk_and_chunks(demo: &Path, pt: &[u8]) -> (Vec<String>, Vec<String>) {
+        let secs = [Section {
+            file: demo.to_path_buf(),
+            offset: 0,
+            size: std::fs::metadata(demo).unwrap().len(),
+            vaddr: BASE,
+            mapped_path: "/demo".into(),
+        }];
+        let psbs: Vec<u64> = psb_offsets(pt).into_iter().map(|o| o as u64).collect();
+        assert!(psbs.len() > 1, "{psbs:?}");
+        let decode = |parallel: Parallel| {
+            let mut procs = [ProcessSymbols::new(&secs, &[], &mut SymbolCache::default())];
+            let mem = Memory::new(&secs, &mut FileCache::default()).unwrap();
+            let mut funcs = FuncTable::default();
+            let threads = [QueueThread {
+                pid: 1,
+                tid: 1,
+                comm: "t".into(),
+                proc: 0,
+            }];
+            let mut sink = ThreadBuilders::new(&threads);
+            let walk = QueueWalk {
+                queue: 0,
+                images: &[&mem],
+                thread_procs: &[0],
+                schedule: &[],
+                to_ns: &|tsc| tsc,
+                unit: TimeUnit::Ns,
+                psbs: &psbs,
+                stop_at_psb: false,
+                progress: None,
+            };
+            let cfg = DecoderConfig::default();
+            let figures = decode_queue_chunked(
+                pt,
+                &cfg,
+                walk,
+                &mut procs,
+                &mut funcs,
+                &mut sink,
+                &parallel,
+                |_, _| {},
+            )
+            .unwrap();
+            sink.add_figures(figures);
+            let d = sink.finish().pop().unwrap();
+            Model {
+                funcs,
+                threads: vec![ThreadModel::new(d, Some(0))],
+                missing_binaries: Vec::new(),
+                warnings: Vec::new(),
+                lines: None,
+                unit: TimeUnit::Ns,
+            }
+            .canonical()
+        };
+        let chunks = Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+            in_order: true,
+        };
+        (decode(Parallel::sequential()), decode(chunks))
+    }
+
+    /// The text segment of a damaged demo ends inside `hash_key`'s loop (at
+    /// 0x1170), and a PSB's IP lies past that end. One walk met `hash_key`
+    /// before the PSB and cached its range, which ran past the end, so the
+    /// loop's `jne` there stayed inside it; the chunk that starts at the
+    /// PSB met that code first, as unnamed, and made the `jne` a jump out
+    /// of it.
+    #[test]
+    fn code_past_a_segment_end_resolves_alike_in_one_walk_and_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = damaged_demo(dir.path(), |b| {
+            let at = text_filesz_field(b);
+            let shorter = 0x1170 - field(b, at - 0x10, 8);
+            b[at..at + 8].copy_from_slice(&shorter.to_le_bytes());
+        });
+        // hash_key: 0x115e je (not taken), 0x1179 jne 0x1165 (taken); the
+        // PSB at 0x1174, where the flow gets by itself; the loop once more
+        // and out.
+        let mut pt = Vec::new();
+        psb_at(&mut pt, 0x1159);
+        pt.push(0b101 << 1);
+        psb_at(&mut pt, 0x1174);
+        pt.push(0b110 << 1);
+        let (one, chunks) = one_walk_and_chunks(&demo, &pt);
+        assert!(one.iter().any(|l| l.contains("hash_key")), "{one:#?}");
+        assert_eq!(one, chunks);
+    }
+
+    /// `hash_key`'s symbol, renamed `hash_kez`, covers only its first 9
+    /// bytes; its DWARF subprogram names the rest, with the same entry. One
+    /// walk met the symbol first and, keyed by entry, named the rest after
+    /// it; the chunk that starts at a PSB in the rest met DWARF's name
+    /// first, and named the return from there after that.
+    #[test]
+    fn functions_sharing_an_entry_are_named_alike_in_one_walk_and_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = damaged_demo(dir.path(), |b| {
+            let (size, name) = symbol_fields(b, "hash_key");
+            b[size..size + 8].copy_from_slice(&9u64.to_le_bytes());
+            b[name + 7] = b'z';
+        });
+        // As above, then out of the loop, back to lookup (0x1239) and on
+        // to its `je` at 0x1243 (not taken).
+        let mut pt = Vec::new();
+        psb_at(&mut pt, 0x1159);
+        pt.push(0b101 << 1);
+        psb_at(&mut pt, 0x1174);
+        pt.push(0b110 << 1);
+        pt.push(0xcd);
+        pt.extend_from_slice(&(BASE + 0x1239).to_le_bytes());
+        pt.push(0b10 << 1);
+        let (one, chunks) = one_walk_and_chunks(&demo, &pt);
+        assert!(one.iter().any(|l| l.contains("hash_kez")), "{one:#?}");
+        assert!(one.iter().any(|l| l.contains("hash_key@")), "{one:#?}");
+        assert_eq!(one, chunks);
     }
 }
