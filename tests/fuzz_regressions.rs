@@ -29,26 +29,10 @@ fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
 
 /// Runs `run` on every file, each on a thread of its own so that a hang
 /// is reported as one; returns how many ran.
-/// Committed inputs on which one walk and chunks are known to differ
-/// (ROBUSTNESS.md, "Not done yet"): 5 of the 2,812 `snapshot` corpus
-/// inputs, since the walk resumes at the next packet with a full IP after
-/// an error (before, it resumed at the next PSB, where chunks are cut, and
-/// they agreed). They still must not panic or hang.
-const CHUNKS_DIFFER: &[&str] = &[
-    "666e283de1c30b037bfaf1e2a90a787c73ac7bdb",
-    "6911e0dea326b2d7da7c8b4a8ead999f46b1c8a9",
-    "7c0e8d378e73eae3473363d2bfc00d668baa40fe",
-    "981c9a872c49be41721e3f69a49b6fb082a61c8e",
-    "b4f83654ee185bdcf34b00423a6e9485def2782c",
-];
-
 fn replay(target: &str, run: targets::Target, files: &[PathBuf]) -> usize {
+    // One walk and chunks agree on every committed input.
+    targets::compare_ways(true);
     for file in files {
-        // One walk and chunks agree on every other committed input.
-        let known = file
-            .file_name()
-            .is_some_and(|n| CHUNKS_DIFFER.iter().any(|k| n == *k));
-        targets::compare_ways(!known);
         let data = std::fs::read(file).unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

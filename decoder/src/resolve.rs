@@ -121,9 +121,18 @@ impl Mapping {
         self.pgoff.saturating_add(addr - self.start)
     }
 
-    /// The module's extent `(lo, hi)` around `svma` (which is `addr`) as
-    /// addresses in this mapping, holding `addr`.
-    fn extent(&self, addr: u64, svma: u64, (lo, hi): (u64, u64)) -> (u64, u64) {
+    /// The stretch around `addr` (at `svma` in module `md`) that resolves
+    /// as one, as addresses in this mapping, holding `addr`: the function's
+    /// piece or the gap between functions there ([`ModuleSymbols::extent`]),
+    /// as far as the segment that maps `addr` maps its neighbours too
+    /// ([`ModuleSymbols::svma_run`]): past it no svma is known, and an
+    /// address there resolves otherwise.
+    fn extent(&self, addr: u64, md: &ModuleSymbols, svma: u64) -> (u64, u64) {
+        let (lo, hi) = md.extent(svma);
+        let (lo, hi) = match md.svma_run(self.file_offset(addr)) {
+            Some((a, b)) => (lo.max(a), hi.min(b)),
+            None => (svma, svma.saturating_add(1)),
+        };
         let lo = addr.saturating_sub(svma.saturating_sub(lo)).max(self.start);
         let hi = addr.saturating_add(hi.saturating_sub(svma)).min(self.end);
         (lo.min(addr), hi.max(addr + 1))
@@ -134,8 +143,11 @@ impl Mapping {
 #[derive(Clone)]
 pub struct ProcessSymbols {
     maps: Vec<Mapping>,
-    /// Function ids by (mapping, entry svma), so lookups intern once.
-    ids: HashMap<(usize, u64), FuncId>,
+    /// Function ids by (mapping, the module's function index), so lookups
+    /// intern once. Not by entry: functions that share one would take the
+    /// id of whichever was met first, and what an address resolves to would
+    /// depend on the walk's history (a chunk walked alone would differ).
+    ids: HashMap<(usize, u32), FuncId>,
     /// Call targets in code no symbol covers: each starts a function that
     /// runs to the next one, named `[unknown] module+0xoffset`.
     learned: std::collections::BTreeMap<u64, FuncId>,
@@ -244,7 +256,7 @@ impl Resolve for ProcessSymbols {
         let m = &self.maps[mi];
         // The unnamed code around `addr`, between the known functions.
         let (gap_lo, gap_hi) = match (&m.module, self.svma(mi, addr)) {
-            (Some(md), Some(svma)) => m.extent(addr, svma, md.extent(svma)),
+            (Some(md), Some(svma)) => m.extent(addr, md, svma),
             // The module knows its functions, but not this address (no
             // section holds it): how far its unnamed code runs is unknown,
             // and the whole mapping would take in the known functions too.
@@ -268,7 +280,7 @@ impl Resolve for ProcessSymbols {
         }
         // Code no symbol covers: one `[unknown]` per module, named by the
         // module offset where we first met it.
-        let id = *self.ids.entry((mi, u64::MAX)).or_insert_with(|| {
+        let id = *self.ids.entry((mi, u32::MAX)).or_insert_with(|| {
             funcs.intern(
                 &format!("[unknown] {}+{:#x}", basename(&m.path), file_off),
                 &m.path,
@@ -343,8 +355,8 @@ impl ProcessSymbols {
         if let (Some(md), Some(svma)) = (module, svma) {
             if let Some(f) = md.function(svma) {
                 let entry = addr.saturating_sub(svma.saturating_sub(f.entry));
-                let (lo, hi) = m.extent(addr, svma, md.extent(svma));
-                let id = *self.ids.entry((mi, f.entry)).or_insert_with(|| {
+                let (lo, hi) = m.extent(addr, md, svma);
+                let id = *self.ids.entry((mi, f.index)).or_insert_with(|| {
                     // Unwind-table functions are named after the module
                     // as mapped, not the cached file's name.
                     if f.source == crate::symbols::SymbolSource::Unwind {
@@ -448,9 +460,18 @@ mod tests {
         resolver: ProcessSymbols,
     }
 
+    fn demo_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo")
+    }
+
     impl DemoMapping {
         fn new() -> DemoMapping {
-            let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+            DemoMapping::of(&demo_path())
+        }
+
+        /// `demo` (the demo's binary, or a damaged copy) mapped whole.
+        fn of(demo: &Path) -> DemoMapping {
+            let demo = demo.to_path_buf();
             let mut cache = SymbolCache::default();
             let md = cache.get(&demo).unwrap();
             let mut funcs: Vec<_> = md.functions().map(|f| (f.entry, f.end)).collect();
@@ -566,5 +587,290 @@ mod tests {
         assert_eq!((before.lo, before.hi), (base - 0x1000, base));
         let inside = resolver.resolve(base + 0x10, &mut table);
         assert_ne!(inside.func, before.func);
+    }
+
+    /// Little-endian fields of an ELF64 file, to damage the demo's binary
+    /// as fuzzing did.
+    pub(super) fn field(b: &[u8], at: usize, len: usize) -> u64 {
+        let mut v = [0u8; 8];
+        v[..len].copy_from_slice(&b[at..at + len]);
+        u64::from_le_bytes(v)
+    }
+
+    /// The demo's binary with `damage` done to its bytes, written to `dir`.
+    pub(super) fn damaged_demo(dir: &Path, damage: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+        let mut bytes = std::fs::read(demo_path()).unwrap();
+        damage(&mut bytes);
+        let path = dir.join("demo");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// File offsets of the `.symtab` entry named `name`: its `st_size`,
+    /// and its name in `.strtab`.
+    pub(super) fn symbol_fields(b: &[u8], name: &str) -> (usize, usize) {
+        let (shoff, shentsize, shnum) = (field(b, 0x28, 8), field(b, 0x3a, 2), field(b, 0x3c, 2));
+        let header = |i: u64| (shoff + i * shentsize) as usize;
+        let symtab = (0..shnum)
+            .map(header)
+            .find(|&h| field(b, h + 4, 4) == 2)
+            .expect("the demo has a .symtab");
+        let strtab = field(b, header(field(b, symtab + 0x28, 4)) + 0x18, 8) as usize;
+        let (off, size, entsize) = (
+            field(b, symtab + 0x18, 8),
+            field(b, symtab + 0x20, 8),
+            field(b, symtab + 0x38, 8),
+        );
+        (off..off + size)
+            .step_by(entsize as usize)
+            .map(|sym| sym as usize)
+            .find_map(|sym| {
+                let at = strtab + field(b, sym, 4) as usize;
+                let end = at + b[at..].iter().position(|&c| c == 0)?;
+                (&b[at..end] == name.as_bytes()).then_some((sym + 16, at))
+            })
+            .unwrap_or_else(|| panic!("no symbol {name}"))
+    }
+
+    /// File offset of the `p_filesz` of the demo's executable PT_LOAD.
+    pub(super) fn text_filesz_field(b: &[u8]) -> usize {
+        let (phoff, phentsize, phnum) = (field(b, 0x20, 8), field(b, 0x36, 2), field(b, 0x38, 2));
+        (0..phnum)
+            .map(|i| (phoff + i * phentsize) as usize)
+            .find(|&h| field(b, h, 4) == 1 && field(b, h + 4, 4) & 1 != 0)
+            .expect("the demo has an executable PT_LOAD")
+            + 0x20
+    }
+
+    /// Two functions can share an entry: a symbol sized to cover only the
+    /// start of its function, whose rest the function's DWARF subprogram
+    /// names (fuzzing's damaged `.symtab`). Each keeps its own name
+    /// whatever was resolved first: keyed by entry, the first met named
+    /// both, so a chunk walked alone, which met the other first, named a
+    /// frame otherwise than one walk.
+    #[test]
+    fn functions_that_share_an_entry_keep_their_names_whatever_came_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = damaged_demo(dir.path(), |b| {
+            let (size, name) = symbol_fields(b, "hash_key");
+            assert!(field(b, size, 8) > 9);
+            b[size..size + 8].copy_from_slice(&9u64.to_le_bytes());
+            // hash_kez: what the symbol says, no longer what DWARF says.
+            b[name + 7] = b'z';
+        });
+        let m = DemoMapping::of(&demo);
+        let entry = m.md.functions().find(|f| f.name == "hash_kez").unwrap();
+        let rest = m.md.function(entry.end).expect("DWARF names the rest");
+        assert_eq!((rest.name, rest.entry), ("hash_key", entry.entry));
+        let (at_entry, in_rest) = (m.addr(entry.entry), m.addr(entry.end));
+        let name = |r: &mut ProcessSymbols, addr, table: &mut FuncTable| {
+            let f = r.resolve(addr, table).func;
+            table.name(f).to_string()
+        };
+        for order in [[at_entry, in_rest], [in_rest, at_entry]] {
+            let mut r = m.resolver.clone();
+            let mut table = FuncTable::default();
+            let names = order.map(|a| (a, name(&mut r, a, &mut table)));
+            for (a, got) in names {
+                let want = if a == at_entry {
+                    "hash_kez"
+                } else {
+                    "hash_key"
+                };
+                assert_eq!(got, want, "{a:#x}, resolved in the order {order:x?}");
+            }
+        }
+    }
+
+    /// A damaged program header can end the text segment inside a function
+    /// or inside the padding between two (fuzzing's inputs): the addresses
+    /// past its end have no svma, and resolve as unnamed code. The range an
+    /// address resolves to must stop there, or a walk that cached it named
+    /// them after the function (or after the one learned from a call into
+    /// the padding), while a chunk that met them first did not. Every
+    /// address of every range handed out resolves to that range.
+    #[test]
+    fn a_resolved_range_stops_where_its_segment_ends() {
+        let m = DemoMapping::new();
+        let main = m.md.functions().find(|f| f.name == "main").unwrap();
+        let (gap, next) = m.gap;
+        assert!(next - gap >= 2, "{gap:#x}..{next:#x}");
+        for end in [main.entry + 4, gap + 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let demo = damaged_demo(dir.path(), |b| {
+                let at = text_filesz_field(b);
+                let filesz = field(b, at, 8);
+                let shorter = end - field(b, at - 0x10, 8);
+                assert!(shorter < filesz, "{shorter:#x} of {filesz:#x}");
+                b[at..at + 8].copy_from_slice(&shorter.to_le_bytes());
+            });
+            let mut d = DemoMapping::of(&demo);
+            assert!(d.md.svma_to_file_offset(end).is_none());
+            let mut table = FuncTable::default();
+            assert!(d.resolver.learn_entry(d.addr(gap), &mut table));
+            let text = m.addr(main.entry) & !0xfff;
+            for a in text..text + 0x1000 {
+                let r = d.resolver.resolve(a, &mut table);
+                assert!(r.lo <= a && a < r.hi, "{a:#x}: {r:x?}");
+                for b in r.lo.max(text)..r.hi.min(text + 0x1000) {
+                    let rb = d.resolver.resolve(b, &mut table);
+                    assert_eq!(
+                        (rb.func, rb.lo, rb.hi),
+                        (r.func, r.lo, r.hi),
+                        "{b:#x} in the range of {a:#x} (segment ends at {end:#x})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One walk and chunks over hand-encoded trace of the demo's code, in a
+/// damaged copy of its binary: what the resolver gives must not depend on
+/// what it was asked before, or the two differ.
+#[cfg(test)]
+mod walk_and_chunks {
+    use super::tests::{damaged_demo, field, symbol_fields, text_filesz_field};
+    use super::*;
+    use crate::block::DecoderConfig;
+    use crate::coarse::chunks::{decode_queue_chunked, Parallel};
+    use crate::coarse::{QueueThread, QueueWalk, ThreadBuilders};
+    use crate::memory::{FileCache, Memory};
+    use crate::model::{Model, ThreadModel, TimeUnit};
+    use crate::packet::{psb_offsets, PSB_BYTES};
+
+    /// Where the binary is mapped.
+    const BASE: u64 = 0x5555_0000_0000;
+
+    /// PSB+ with tracing on at `svma`: FUP, MODE.Exec 64-bit, PSBEND.
+    fn psb_at(pt: &mut Vec<u8>, svma: u64) {
+        pt.extend_from_slice(&PSB_BYTES);
+        pt.push(0xdd);
+        pt.extend_from_slice(&(BASE + svma).to_le_bytes());
+        pt.extend_from_slice(&[0x99, 0x01, 0x02, 0x23]);
+    }
+
+    /// `pt` over `demo` mapped whole at [`BASE`], as one walk and as a
+    /// chunk per PSB: both canonical models.
+    fn one_walk_and_chunks(demo: &Path, pt: &[u8]) -> (Vec<String>, Vec<String>) {
+        let secs = [Section {
+            file: demo.to_path_buf(),
+            offset: 0,
+            size: std::fs::metadata(demo).unwrap().len(),
+            vaddr: BASE,
+            mapped_path: "/demo".into(),
+        }];
+        let psbs: Vec<u64> = psb_offsets(pt).into_iter().map(|o| o as u64).collect();
+        assert!(psbs.len() > 1, "{psbs:?}");
+        let decode = |parallel: Parallel| {
+            let mut procs = [ProcessSymbols::new(&secs, &[], &mut SymbolCache::default())];
+            let mem = Memory::new(&secs, &mut FileCache::default()).unwrap();
+            let mut funcs = FuncTable::default();
+            let threads = [QueueThread {
+                pid: 1,
+                tid: 1,
+                comm: "t".into(),
+                proc: 0,
+            }];
+            let mut sink = ThreadBuilders::new(&threads);
+            let walk = QueueWalk {
+                queue: 0,
+                images: &[&mem],
+                thread_procs: &[0],
+                schedule: &[],
+                to_ns: &|tsc| tsc,
+                unit: TimeUnit::Ns,
+                psbs: &psbs,
+                stop_at_psb: false,
+                progress: None,
+            };
+            let cfg = DecoderConfig::default();
+            let figures = decode_queue_chunked(
+                pt,
+                &cfg,
+                walk,
+                &mut procs,
+                &mut funcs,
+                &mut sink,
+                &parallel,
+                |_, _| {},
+            )
+            .unwrap();
+            sink.add_figures(figures);
+            let d = sink.finish().pop().unwrap();
+            Model {
+                funcs,
+                threads: vec![ThreadModel::new(d, Some(0))],
+                missing_binaries: Vec::new(),
+                warnings: Vec::new(),
+                lines: None,
+                unit: TimeUnit::Ns,
+            }
+            .canonical()
+        };
+        let chunks = Parallel {
+            workers: 2,
+            chunk_bytes: 1,
+            first_chunk_bytes: 1,
+            retime: false,
+            in_order: true,
+        };
+        (decode(Parallel::sequential()), decode(chunks))
+    }
+
+    /// The text segment of a damaged demo ends inside `hash_key`'s loop (at
+    /// 0x1170), and a PSB's IP lies past that end. One walk met `hash_key`
+    /// before the PSB and cached its range, which ran past the end, so the
+    /// loop's `jne` there stayed inside it; the chunk that starts at the
+    /// PSB met that code first, as unnamed, and made the `jne` a jump out
+    /// of it.
+    #[test]
+    fn code_past_a_segment_end_resolves_alike_in_one_walk_and_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = damaged_demo(dir.path(), |b| {
+            let at = text_filesz_field(b);
+            let shorter = 0x1170 - field(b, at - 0x10, 8);
+            b[at..at + 8].copy_from_slice(&shorter.to_le_bytes());
+        });
+        // hash_key: 0x115e je (not taken), 0x1179 jne 0x1165 (taken); the
+        // PSB at 0x1174, where the flow gets by itself; the loop once more
+        // and out.
+        let mut pt = Vec::new();
+        psb_at(&mut pt, 0x1159);
+        pt.push(0b101 << 1);
+        psb_at(&mut pt, 0x1174);
+        pt.push(0b110 << 1);
+        let (one, chunks) = one_walk_and_chunks(&demo, &pt);
+        assert!(one.iter().any(|l| l.contains("hash_key")), "{one:#?}");
+        assert_eq!(one, chunks);
+    }
+
+    /// `hash_key`'s symbol, renamed `hash_kez`, covers only its first 9
+    /// bytes; its DWARF subprogram names the rest, with the same entry. One
+    /// walk met the symbol first and, keyed by entry, named the rest after
+    /// it; the chunk that starts at a PSB in the rest met DWARF's name
+    /// first, and named the return from there after that.
+    #[test]
+    fn functions_sharing_an_entry_are_named_alike_in_one_walk_and_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = damaged_demo(dir.path(), |b| {
+            let (size, name) = symbol_fields(b, "hash_key");
+            b[size..size + 8].copy_from_slice(&9u64.to_le_bytes());
+            b[name + 7] = b'z';
+        });
+        // As above, then out of the loop, back to lookup (0x1239) and on
+        // to its `je` at 0x1243 (not taken).
+        let mut pt = Vec::new();
+        psb_at(&mut pt, 0x1159);
+        pt.push(0b101 << 1);
+        psb_at(&mut pt, 0x1174);
+        pt.push(0b110 << 1);
+        pt.push(0xcd);
+        pt.extend_from_slice(&(BASE + 0x1239).to_le_bytes());
+        pt.push(0b10 << 1);
+        let (one, chunks) = one_walk_and_chunks(&demo, &pt);
+        assert!(one.iter().any(|l| l.contains("hash_kez")), "{one:#?}");
+        assert!(one.iter().any(|l| l.contains("hash_key@")), "{one:#?}");
+        assert_eq!(one, chunks);
     }
 }

@@ -118,6 +118,10 @@ pub struct FunctionSym<'a> {
     /// range over which `function()` answers the same.
     pub end: u64,
     pub source: SymbolSource,
+    /// Which of the module's functions it is: two can share an entry (a
+    /// symbol sized to cover only the start of a DWARF subprogram, whose
+    /// rest DWARF names), and only this tells them apart.
+    pub index: u32,
 }
 
 /// A line-table position.
@@ -225,6 +229,28 @@ struct Segment {
     vaddr: u64,
 }
 
+impl Segment {
+    /// Whether file offset `offset` is one of its bytes.
+    fn holds(&self, offset: u64) -> bool {
+        offset >= self.offset && offset - self.offset < self.filesz
+    }
+
+    /// Its bytes as file offsets `[lo, hi)`.
+    fn bytes(&self) -> (u64, u64) {
+        (self.offset, self.offset.saturating_add(self.filesz))
+    }
+
+    /// The file offsets before its first byte on that byte's page, which
+    /// are mapped with it, as far as they have an svma: `[lo, hi)`.
+    fn page_lead(&self) -> (u64, u64) {
+        let page_start = self.offset - self.offset % PAGE;
+        (
+            page_start.max(self.offset.saturating_sub(self.vaddr)),
+            self.offset,
+        )
+    }
+}
+
 /// The symbols, segments and debug info of one ELF file.
 pub struct ModuleSymbols {
     path: PathBuf,
@@ -316,21 +342,67 @@ impl ModuleSymbols {
     /// Maps a file offset (as in an MMAP2 record's pgoff + (addr - start))
     /// to the stated virtual address (svma) using the PT_LOAD program headers.
     pub fn file_offset_to_svma(&self, offset: u64) -> Option<u64> {
-        let exact = self
-            .segments
-            .iter()
-            .find(|s| offset >= s.offset && offset - s.offset < s.filesz);
-        if let Some(s) = exact {
-            return s.vaddr.checked_add(offset - s.offset);
+        let (k, paged) = self.segment_of(offset)?;
+        let s = &self.segments[k];
+        if paged {
+            s.vaddr.checked_sub(s.offset - offset)
+        } else {
+            s.vaddr.checked_add(offset - s.offset)
         }
-        // The start of the page holding a segment's first byte is mapped
-        // with it.
-        self.segments.iter().find_map(|s| {
-            let page_start = s.offset - s.offset % PAGE;
-            (offset >= page_start && offset < s.offset)
-                .then(|| s.vaddr.checked_sub(s.offset - offset))
-                .flatten()
-        })
+    }
+
+    /// The segment that maps file offset `offset`: the first that holds it
+    /// among its bytes, else the first that maps it as the start of the
+    /// page holding its first byte (`true`).
+    fn segment_of(&self, offset: u64) -> Option<(usize, bool)> {
+        if let Some(k) = self.segments.iter().position(|s| s.holds(offset)) {
+            return Some((k, false));
+        }
+        let in_lead = |s: &Segment| {
+            let (lo, hi) = s.page_lead();
+            offset >= lo && offset < hi
+        };
+        let k = self.segments.iter().position(in_lead)?;
+        Some((k, true))
+    }
+
+    /// The svmas `[lo, hi)` around file offset `offset`'s over which
+    /// [`file_offset_to_svma`](Self::file_offset_to_svma) maps the offsets
+    /// next to it one for one, as it maps `offset`: the stretch of the
+    /// segment that maps it which no other rule or earlier segment takes.
+    /// What resolves as one range of addresses must stay inside it: past a
+    /// segment's end (a damaged header can end one inside a function) no
+    /// svma is known, and an address there resolves otherwise. `None` where
+    /// no segment maps `offset`.
+    pub fn svma_run(&self, offset: u64) -> Option<(u64, u64)> {
+        let svma = self.file_offset_to_svma(offset)?;
+        let (k, paged) = self.segment_of(offset)?;
+        let s = &self.segments[k];
+        let (mut lo, mut hi) = if paged {
+            s.page_lead()
+        } else {
+            // Up to where the svma would overflow, which maps to none.
+            let last = s.offset.saturating_add(u64::MAX - s.vaddr);
+            (s.offset, s.bytes().1.min(last.saturating_add(1)))
+        };
+        // What maps before this rule does: earlier segments' bytes, and
+        // for a page's start, every segment's bytes and earlier pages.
+        let first = self.segments.iter().enumerate().flat_map(|(j, t)| {
+            let bytes = (paged || j < k).then(|| t.bytes());
+            let page = (paged && j < k).then(|| t.page_lead());
+            bytes.into_iter().chain(page)
+        });
+        for (a, b) in first.filter(|(a, b)| a < b) {
+            if b <= offset {
+                lo = lo.max(b);
+            } else if a > offset {
+                hi = hi.min(a);
+            }
+        }
+        Some((
+            svma.saturating_sub(offset.saturating_sub(lo)),
+            svma.saturating_add(hi.saturating_sub(offset)),
+        ))
     }
 
     /// The inverse of [`file_offset_to_svma`](Self::file_offset_to_svma),
@@ -392,6 +464,7 @@ impl ModuleSymbols {
             entry: f.entry,
             end: f.end,
             source: f.source,
+            index,
         })
     }
 
@@ -528,6 +601,10 @@ mod tests {
                         Some(vaddr + delta),
                         "{name}"
                     );
+                    // Mapped one for one with the rest of its segment.
+                    let (lo, hi) = syms.svma_run(offset + delta).unwrap();
+                    assert!(lo <= vaddr + delta && vaddr + delta < hi, "{name}");
+                    assert!(vaddr <= lo && hi <= vaddr + filesz, "{name}");
                 }
             }
             // As the decoder computes it from an MMAP2 record: the text
