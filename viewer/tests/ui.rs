@@ -11,6 +11,9 @@ use ptscope_decoder::model::{Model, ThreadModel, TimeUnit};
 use ptscope_decoder::store::{flag, ThreadSpans};
 use ptscope_viewer::{PanelTab, TraceView};
 
+mod common;
+use common::{click, harness_of};
+
 fn thread(spans: ThreadSpans) -> ThreadModel {
     ThreadModel {
         spans,
@@ -58,25 +61,7 @@ fn model() -> Model {
 }
 
 fn harness() -> Harness<'static, TraceView> {
-    let view = TraceView::new(Arc::new(model()));
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(1200.0, 800.0))
-        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
-    h.run();
-    h
-}
-
-fn click(h: &mut Harness<'_, TraceView>, pos: Pos2, modifiers: Modifiers) {
-    h.hover_at(pos);
-    for pressed in [true, false] {
-        h.event(Event::PointerButton {
-            pos,
-            button: PointerButton::Primary,
-            pressed,
-            modifiers,
-        });
-    }
-    h.run();
+    harness_on(model())
 }
 
 #[test]
@@ -312,10 +297,7 @@ fn burst_model() -> Model {
 }
 
 fn harness_on(model: Model) -> Harness<'static, TraceView> {
-    let view = TraceView::new(Arc::new(model));
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(1200.0, 800.0))
-        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
+    let mut h = harness_of(TraceView::new(Arc::new(model)), egui::vec2(1200.0, 800.0));
     h.run();
     h
 }
