@@ -764,12 +764,8 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
             }
             let (spans, stack) = b.finish();
             ThreadModel {
-                spans,
                 stack,
-                walk: WalkFigures::default(),
-                checkpoints: Vec::new(),
-                checkpoint_frames: Vec::new(),
-                stream: None,
+                ..ThreadModel::from_spans(spans)
             }
         })
         .collect::<Vec<_>>();

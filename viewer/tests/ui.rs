@@ -14,17 +14,6 @@ use ptscope_viewer::{PanelTab, TraceView};
 mod common;
 use common::{click, harness_of};
 
-fn thread(spans: ThreadSpans) -> ThreadModel {
-    ThreadModel {
-        spans,
-        stack: Default::default(),
-        walk: Default::default(),
-        checkpoints: Vec::new(),
-        checkpoint_frames: Vec::new(),
-        stream: None,
-    }
-}
-
 /// Two threads, times deep in a perf clock: main calls compute twice and
 /// a parser; a worker runs a loop with a syscall gap.
 fn model() -> Model {
@@ -52,11 +41,8 @@ fn model() -> Model {
     b.push(0, base + 5_000, base + 9_500, work, 0);
     Model {
         funcs,
-        threads: vec![thread(a), thread(b)],
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: TimeUnit::Ns,
+        threads: vec![ThreadModel::from_spans(a), ThreadModel::from_spans(b)],
+        ..Default::default()
     }
 }
 
@@ -288,11 +274,8 @@ fn burst_model() -> Model {
     }
     Model {
         funcs,
-        threads: vec![thread(a)],
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: Default::default(),
+        threads: vec![ThreadModel::from_spans(a)],
+        ..Default::default()
     }
 }
 
@@ -382,7 +365,7 @@ fn pseudo_spans_are_not_counted_as_calls() {
 #[test]
 fn an_almost_empty_track_says_why() {
     let mut m = model();
-    let mut empty = thread(ThreadSpans::new(100, 102, "starved".into()));
+    let mut empty = ThreadModel::from_spans(ThreadSpans::new(100, 102, "starved".into()));
     // Its own trace, but the walk never synchronized: no PSB.
     empty.stream = Some(2);
     m.threads.push(empty);

@@ -95,25 +95,13 @@ mod tests {
     /// back; a conditional branch out leaves a suppressed TIP.PGD.
     #[test]
     fn leaving_and_reentering_the_range() {
+        use crate::emulated::hardware::tests::{cfg, insn as i};
         use crate::emulated::hardware::{PtSettings, ThreadPt};
-        let cfg = PtSettings {
+        let settings = PtSettings {
             psb_period: 1 << 20,
-            ret_compression: true,
-            cyc: false,
-            cyc_thresh: 0,
-            tsc: true,
-            mtc_period: None,
-            tsc_per_ctc: 40,
-            cbr: 10,
-            ring_size: 1 << 20,
-            overflows: std::sync::Arc::from([]),
+            ..cfg()
         };
-        let i = |class, len| Insn {
-            len,
-            class,
-            repeats: false,
-        };
-        let mut t = ThreadPt::new(cfg, 0);
+        let mut t = ThreadPt::new(settings, 0);
         t.set_filter(IpFilter::ranges(vec![(0x40_1000, 0x40_2000)]));
         let start = t.ring().snapshot().len();
         t.enter_user(0x40_1000, 0, false);

@@ -533,10 +533,13 @@ impl ThreadPt {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn cfg() -> PtSettings {
+    /// The settings the unit's tests start from: user-mode tracing with
+    /// return compression and TSC, a 4 KiB PSB period, no CYC or MTC, a
+    /// 1 MiB ring and no overflow.
+    pub(crate) fn cfg() -> PtSettings {
         PtSettings {
             psb_period: 4096,
             ret_compression: true,
@@ -555,7 +558,7 @@ mod tests {
         insn(InsnClass::Other, 1)
     }
 
-    fn insn(class: InsnClass, len: u8) -> Insn {
+    pub(crate) fn insn(class: InsnClass, len: u8) -> Insn {
         Insn {
             len,
             class,
