@@ -14,7 +14,7 @@ use crate::block::decoder_config;
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
-    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems, WalkFigures,
+    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
 };
 use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
