@@ -473,28 +473,8 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     // The demo's trace as a raw PT dump, and each mapped piece of its
     // binaries as a raw image at its address (what ptxed's --raw takes).
     let dir = tempfile::tempdir().unwrap();
-    let demo = demo_snapshot();
-    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
-    let trace = snap.trace().unwrap();
-    let pt = dir.path().join("demo.pt");
-    std::fs::write(&pt, &trace.streams[0].data).unwrap();
-    let mut args: Vec<String> = Vec::new();
-    for (i, m) in trace.mmaps.iter().enumerate() {
-        let Some(file) = snap.find_binary(m.build_id.as_deref(), &m.path) else {
-            continue;
-        };
-        let bytes = std::fs::read(&file).unwrap();
-        let start = m.pgoff as usize;
-        let end = (start + m.len as usize).min(bytes.len());
-        if start >= end {
-            continue;
-        }
-        let img = dir.path().join(format!("image{i}.bin"));
-        std::fs::write(&img, &bytes[start..end]).unwrap();
-        args.push("--raw".into());
-        args.push(format!("{}:{:#x}", img.display(), m.start));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (pt, images) = raw_demo(dir.path());
+    let args = raw_args(&images);
     let raw = decode_json(&pt, &args);
     assert!(raw.len() > 100, "{} spans", raw.len());
     // Raw images carry no symbols: functions are known by call targets.
@@ -544,6 +524,7 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let n = text.lines().filter(|l| l.contains("\"asm\":")).count();
+    let snap = ptscope_formats::snapshot::Snapshot::open(&demo_snapshot()).unwrap();
     let m = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
     let first = m.threads[0].checkpoints[0].insn;
     assert_eq!(n as u64, m.threads[0].walk.instructions - first);

@@ -3,44 +3,13 @@
 //! are missing, and the window takes the binaries in the dump's tab and
 //! opens it again with them. No native dialog opens: paths are typed in.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope::gui::App;
 
-use crate::support::{demo_snapshot, ptscope};
-
-/// The demo's trace as a raw PT dump, and each mapped piece of its
-/// binaries as a raw image, as `IMAGE:ADDR` (what ptxed's --raw takes).
-fn raw_demo(dir: &Path) -> (PathBuf, Vec<String>) {
-    let demo = demo_snapshot();
-    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
-    let trace = snap.trace().unwrap();
-    let pt = dir.join("demo.pt");
-    std::fs::write(&pt, &trace.streams[0].data).unwrap();
-    let mut images = Vec::new();
-    for (i, m) in trace.mmaps.iter().enumerate() {
-        let Some(file) = snap.find_binary(m.build_id.as_deref(), &m.path) else {
-            continue;
-        };
-        let bytes = std::fs::read(&file).unwrap();
-        let start = m.pgoff as usize;
-        let end = (start + m.len as usize).min(bytes.len());
-        if start >= end {
-            continue;
-        }
-        let img = dir.join(format!("image{i}.bin"));
-        std::fs::write(&img, &bytes[start..end]).unwrap();
-        images.push(format!("{}:{:#x}", img.display(), m.start));
-    }
-    assert!(!images.is_empty());
-    (pt, images)
-}
-
-fn raw_args(images: &[String]) -> Vec<&str> {
-    images.iter().flat_map(|i| ["--raw", i.as_str()]).collect()
-}
+use crate::support::{ptscope, raw_args, raw_demo};
 
 fn run(args: &[&str], file: &Path) -> (bool, String, String) {
     let out = ptscope().args(args).arg(file).output().unwrap();

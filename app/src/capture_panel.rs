@@ -157,24 +157,17 @@ impl CapturePanel {
             .collect()
     }
 
+    /// The file the command's program names, found as the capture will
+    /// find it when it runs the command.
     fn program_path(&self) -> Option<PathBuf> {
         let prog = self.program.trim();
         if prog.is_empty() {
             return None;
         }
-        let p = Path::new(prog);
-        if prog.contains('/') {
-            return Some(if p.is_relative() && !self.cwd.trim().is_empty() {
-                Path::new(self.cwd.trim()).join(p)
-            } else {
-                p.to_path_buf()
-            });
-        }
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(prog))
-                .find(|c| c.is_file())
-        })
+        let cwd = Some(self.cwd.trim())
+            .filter(|d| !d.is_empty())
+            .map(Path::new);
+        ptscope_capture::tracee::resolve_program(prog, cwd)
     }
 
     /// Loads the target's functions when the target changed.
@@ -754,4 +747,29 @@ fn supervise_capture(
         )
     };
     let _ = tx.send(Message::Done(Err(why)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_panel_finds_the_program_the_capture_will_run() {
+        let mut panel = CapturePanel::new();
+        panel.program = " bin/sh ".into();
+        panel.cwd = "/".into();
+        assert_eq!(panel.program_path(), Some(PathBuf::from("/bin/sh")));
+        // A file that cannot run is no program, so its functions are not
+        // offered as triggers.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("data"), "").unwrap();
+        panel.program = "./data".into();
+        panel.cwd = dir.path().display().to_string();
+        assert_eq!(panel.program_path(), None);
+        panel.program = "sh".into();
+        assert_eq!(
+            panel.program_path(),
+            ptscope_capture::tracee::resolve_program("sh", None)
+        );
+    }
 }

@@ -496,18 +496,8 @@ mod tests {
         t.push(1, 50, 70, f, 0);
         Model {
             funcs,
-            threads: vec![ThreadModel {
-                spans: t,
-                stack: Default::default(),
-                walk: Default::default(),
-                checkpoints: Vec::new(),
-                checkpoint_frames: Vec::new(),
-                stream: None,
-            }],
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
         }
     }
 

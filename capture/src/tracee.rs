@@ -102,7 +102,23 @@ pub fn spawn_stopped(argv: &[String], cwd: Option<&std::path::Path>) -> Result<i
 }
 
 /// The file `name` runs: a path (relative to `cwd`), or a name on the PATH.
+/// Either must be an executable regular file, as execvp takes it: a
+/// directory or a file without execute permission of that name earlier on
+/// the PATH is passed over for a later one. Whatever resolves a program
+/// the user names (the capture's spawn, the filter's default binary, the
+/// window's Capture panel) resolves it here, so all agree on which file
+/// runs.
 pub fn resolve_program(name: &str, cwd: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    resolve_program_on(name, cwd, std::env::var_os("PATH").as_deref())
+}
+
+/// [`resolve_program`] over the search path `path` (the PATH's value;
+/// `None` when it is unset, and then only paths resolve).
+fn resolve_program_on(
+    name: &str,
+    cwd: Option<&std::path::Path>,
+    path: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let is_exec = |p: &std::path::Path| {
         p.metadata()
@@ -117,11 +133,9 @@ pub fn resolve_program(name: &str, cwd: Option<&std::path::Path>) -> Option<std:
         };
         return is_exec(&p).then_some(p);
     }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| is_exec(p))
-    })
+    std::env::split_paths(path?)
+        .map(|d| d.join(name))
+        .find(|p| is_exec(p))
 }
 
 /// Lets a command stopped before its exec (by [`spawn_stopped`]) run to
@@ -256,6 +270,45 @@ mod tests {
         assert_eq!(resolve_program("./data", Some(dir.path())), None);
         assert_eq!(resolve_program("/bin", None), None);
         assert_eq!(resolve_program("ptscope-no-such-program", None), None);
+    }
+
+    #[test]
+    fn a_name_on_the_path_is_the_first_executable_regular_file_of_that_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<_> = ["dir", "data", "exec", "later"]
+            .iter()
+            .map(|d| {
+                let d = root.path().join(d);
+                std::fs::create_dir(&d).unwrap();
+                d
+            })
+            .collect();
+        // Passed over: a directory of the name, and a file without
+        // execute permission.
+        std::fs::create_dir(dirs[0].join("tool")).unwrap();
+        std::fs::write(dirs[1].join("tool"), "#!/bin/sh\n").unwrap();
+        // Taken: the first executable one; a later one is shadowed.
+        for d in &dirs[2..] {
+            let f = d.join("tool");
+            std::fs::write(&f, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = std::env::join_paths(&dirs).unwrap();
+        assert_eq!(
+            resolve_program_on("tool", None, Some(&path)),
+            Some(dirs[2].join("tool"))
+        );
+        // Without an executable one there is none, and without a PATH only
+        // paths resolve.
+        let path = std::env::join_paths(&dirs[..2]).unwrap();
+        assert_eq!(resolve_program_on("tool", None, Some(&path)), None);
+        assert_eq!(resolve_program_on("tool", None, None), None);
+        let exec = dirs[2].join("tool");
+        assert_eq!(
+            resolve_program_on(exec.to_str().unwrap(), None, None),
+            Some(exec)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::block::decoder_config;
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
-    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems, WalkFigures,
+    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
 };
 use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
@@ -779,12 +779,8 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
             }
             let (spans, stack) = b.finish();
             ThreadModel {
-                spans,
                 stack,
-                walk: WalkFigures::default(),
-                checkpoints: Vec::new(),
-                checkpoint_frames: Vec::new(),
-                stream: None,
+                ..ThreadModel::from_spans(spans)
             }
         })
         .collect::<Vec<_>>();

@@ -35,6 +35,20 @@ impl ThreadModel {
             stream,
         }
     }
+
+    /// A thread of `spans` alone: no stack figures, walk figures,
+    /// checkpoints or stream. What synthetic models and tests hold; the
+    /// fine pass has nothing to restart from in it.
+    pub fn from_spans(spans: ThreadSpans) -> ThreadModel {
+        ThreadModel {
+            spans,
+            stack: StackStats::default(),
+            walk: WalkFigures::default(),
+            checkpoints: Vec::new(),
+            checkpoint_frames: Vec::new(),
+            stream: None,
+        }
+    }
 }
 
 /// A thread with fewer calls than this decoded to almost nothing, and
@@ -134,7 +148,10 @@ impl TimeUnit {
     }
 }
 
-/// The decoded snapshot: what the viewer draws.
+/// The decoded snapshot: what the viewer draws. Its default is the empty
+/// model (no threads, nothing missing, times in nanoseconds); synthetic
+/// and test models fill in `funcs` and `threads` over it.
+#[derive(Default)]
 pub struct Model {
     pub funcs: FuncTable,
     pub threads: Vec<ThreadModel>,
@@ -213,12 +230,9 @@ mod tests {
 
     fn thread(spans: ThreadSpans, stream: Option<u32>, walk: WalkFigures) -> ThreadModel {
         ThreadModel {
-            spans,
-            stack: StackStats::default(),
             walk,
-            checkpoints: Vec::new(),
-            checkpoint_frames: Vec::new(),
             stream,
+            ..ThreadModel::from_spans(spans)
         }
     }
 

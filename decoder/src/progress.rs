@@ -95,15 +95,7 @@ mod tests {
     #[test]
     fn partial_models_are_throttled_and_taken_once() {
         let p = DecodeProgress::new();
-        let empty = || Model {
-            funcs: Default::default(),
-            threads: Vec::new(),
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
-        };
-        p.offer(empty);
+        p.offer(Model::default);
         assert!(p.take_partial().is_some());
         assert!(p.take_partial().is_none());
         // Too soon after the last one: not even built.

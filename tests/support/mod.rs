@@ -20,6 +20,39 @@ pub fn demo_snapshot() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
 }
 
+/// The demo's trace as a raw PT dump `demo.pt` in `dir`, and each mapped
+/// piece of its binaries as a raw image there, as `IMAGE:ADDR` (what
+/// ptxed's --raw takes).
+pub fn raw_demo(dir: &Path) -> (PathBuf, Vec<String>) {
+    let demo = demo_snapshot();
+    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
+    let trace = snap.trace().unwrap();
+    let pt = dir.join("demo.pt");
+    std::fs::write(&pt, &trace.streams[0].data).unwrap();
+    let mut images = Vec::new();
+    for (i, m) in trace.mmaps.iter().enumerate() {
+        let Some(file) = snap.find_binary(m.build_id.as_deref(), &m.path) else {
+            continue;
+        };
+        let bytes = std::fs::read(&file).unwrap();
+        let start = m.pgoff as usize;
+        let end = (start + m.len as usize).min(bytes.len());
+        if start >= end {
+            continue;
+        }
+        let img = dir.join(format!("image{i}.bin"));
+        std::fs::write(&img, &bytes[start..end]).unwrap();
+        images.push(format!("{}:{:#x}", img.display(), m.start));
+    }
+    assert!(!images.is_empty());
+    (pt, images)
+}
+
+/// `--raw IMAGE:ADDR` for each of `images`, as arguments.
+pub fn raw_args(images: &[String]) -> Vec<&str> {
+    images.iter().flat_map(|i| ["--raw", i.as_str()]).collect()
+}
+
 pub fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs")
 }

@@ -402,8 +402,8 @@ mod tests {
 
     #[test]
     fn pseudo_spans_are_counted_as_spans_not_calls() {
-        use crate::spans::tests::thread_model;
         use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_decoder::model::ThreadModel;
         use ptscope_decoder::store::ThreadSpans;
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
@@ -415,11 +415,8 @@ mod tests {
         t.push(0, 30, 50, UNTRACED, 0);
         let m = Model {
             funcs,
-            threads: vec![thread_model(t)],
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
         };
         let c = func_calls(&m, UNTRACED);
         assert!(!c.is_call);

@@ -255,7 +255,7 @@ mod tests {
         t.file_under(1, 1, 1);
         let mut m = small_model();
         m.funcs = funcs;
-        m.threads = vec![crate::spans::tests::thread_model(t)];
+        m.threads = vec![ptscope_decoder::model::ThreadModel::from_spans(t)];
         let r = RangeStats::compute(&m, 0, 100);
         let path = |leaf: FuncId| {
             let mut n = r.flame.iter().position(|n| n.func == leaf).unwrap();

@@ -246,8 +246,8 @@ mod tests {
 
     #[test]
     fn pseudo_spans_add_time_but_no_calls() {
-        use crate::spans::tests::thread_model;
         use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_decoder::model::ThreadModel;
         use ptscope_decoder::store::ThreadSpans;
         let mut funcs = FuncTable::default();
         let main = funcs.intern("main", "/bin/prog", 0x1000, SpanKind::Call);
@@ -259,11 +259,8 @@ mod tests {
         t.push(1, 30, 40, UNTRACED, 0);
         let m = Model {
             funcs,
-            threads: vec![thread_model(t)],
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
         };
         let r = RangeStats::compute(&m, 0, 1000);
         let row = |f: FuncId| r.rows.iter().find(|x| x.func == f).unwrap().clone();

@@ -179,17 +179,6 @@ pub(crate) mod tests {
     use ptscope_decoder::event::{FuncTable, SpanKind};
     use ptscope_decoder::model::ThreadModel;
 
-    pub(crate) fn thread_model(spans: ThreadSpans) -> ThreadModel {
-        ThreadModel {
-            spans,
-            stack: Default::default(),
-            walk: Default::default(),
-            checkpoints: Vec::new(),
-            checkpoint_frames: Vec::new(),
-            stream: None,
-        }
-    }
-
     /// main(0-100) { a(10-40) { b(20-30) } a(50-60) }, main(200-300).
     pub(crate) fn small_model() -> Model {
         let mut funcs = FuncTable::default();
@@ -204,11 +193,8 @@ pub(crate) mod tests {
         t.push(2, 20, 30, b, 0);
         Model {
             funcs,
-            threads: vec![thread_model(t)],
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
         }
     }
 
@@ -255,11 +241,8 @@ pub(crate) mod tests {
         }
         let m = Model {
             funcs,
-            threads: vec![thread_model(t)],
-            missing_binaries: Vec::new(),
-            warnings: Vec::new(),
-            lines: None,
-            unit: Default::default(),
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
         };
         let calls = calls_per_func(&m);
         assert_eq!(calls[f as usize], 3);

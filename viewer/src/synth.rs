@@ -167,22 +167,12 @@ pub fn synthetic_model(spec: &SynthSpec) -> Model {
             now += gap;
         }
         t.shrink_to_fit();
-        threads.push(ThreadModel {
-            spans: t,
-            stack: Default::default(),
-            walk: Default::default(),
-            checkpoints: Vec::new(),
-            checkpoint_frames: Vec::new(),
-            stream: None,
-        });
+        threads.push(ThreadModel::from_spans(t));
     }
     Model {
         funcs,
         threads,
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: Default::default(),
+        ..Default::default()
     }
 }
 

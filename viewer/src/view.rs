@@ -103,7 +103,7 @@ pub struct TraceView {
 impl TraceView {
     pub fn new(model: Arc<Model>) -> TraceView {
         let mut v = TraceView {
-            model: Arc::new(empty_model()),
+            model: Arc::new(Model::default()),
             capture_info: None,
             styles: Vec::new(),
             calls: Vec::new(),
@@ -1006,14 +1006,3 @@ impl TraceView {
 pub const UNTIMED_LABEL: &str = "no timing: axis in instructions";
 const UNTIMED_HOVER: &str = "This trace has no timing packets (recorded with tsc=0), so \
     spans are placed by the instructions each thread (or CPU) retired, not by time.";
-
-fn empty_model() -> Model {
-    Model {
-        funcs: Default::default(),
-        threads: Vec::new(),
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: Default::default(),
-    }
-}

@@ -6,13 +6,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use egui::{Event, Modifiers, PointerButton, Pos2};
+use egui::Modifiers;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope_decoder::model::Model;
 use ptscope_viewer::lines::Disasm;
 use ptscope_viewer::source::{SourceEnv, SourceMode, SourcePane, SourceTarget};
 use ptscope_viewer::{PanelTab, TraceView, VisibleLine};
+
+mod common;
+use common::{click, harness_of};
 
 fn demo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo")
@@ -26,25 +29,9 @@ fn demo() -> Arc<Model> {
 fn harness() -> Harness<'static, TraceView> {
     let mut view = TraceView::new(demo());
     view.set_source_dir(Some(demo_dir()));
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(1280.0, 800.0))
-        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
+    let mut h = harness_of(view, egui::vec2(1280.0, 800.0));
     h.run_steps(2);
     h
-}
-
-fn click(h: &mut Harness<'_, TraceView>, pos: Pos2) {
-    h.hover_at(pos);
-    h.run_steps(1);
-    for pressed in [true, false] {
-        h.event(Event::PointerButton {
-            pos,
-            button: PointerButton::Primary,
-            pressed,
-            modifiers: Modifiers::NONE,
-        });
-    }
-    h.run_steps(2);
 }
 
 /// Shows `slow_path` and waits for its line detail.
@@ -115,7 +102,7 @@ fn line_spans_appear_under_slow_path_and_a_click_opens_the_loop() {
     assert!(!lines.iter().any(|l| l.insn));
 
     let target = loop_lines[loop_lines.len() / 2];
-    click(&mut h, target.rect.center());
+    click(&mut h, target.rect.center(), Modifiers::NONE);
     assert_eq!(h.state().selected_line(), target.line);
     assert_eq!(h.state().tab(), PanelTab::Source);
     let t = h.state().source_pane().target().expect("a source target");
@@ -190,7 +177,7 @@ fn the_deepest_zoom_shows_instructions_and_a_click_disassembles() {
     h.get_by_label_contains("Instructions:");
 
     let i = insns[insns.len() / 2];
-    click(&mut h, i.rect.center());
+    click(&mut h, i.rect.center(), Modifiers::NONE);
     let t = h.state().source_pane().target().expect("a target").clone();
     assert!(t.ip.is_some());
     assert_eq!(h.state().source_pane().mode, SourceMode::Disassembly);

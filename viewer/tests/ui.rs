@@ -11,16 +11,8 @@ use ptscope_decoder::model::{Model, ThreadModel, TimeUnit};
 use ptscope_decoder::store::{flag, ThreadSpans};
 use ptscope_viewer::{PanelTab, TraceView};
 
-fn thread(spans: ThreadSpans) -> ThreadModel {
-    ThreadModel {
-        spans,
-        stack: Default::default(),
-        walk: Default::default(),
-        checkpoints: Vec::new(),
-        checkpoint_frames: Vec::new(),
-        stream: None,
-    }
-}
+mod common;
+use common::{click, harness_of};
 
 /// Two threads, times deep in a perf clock: main calls compute twice and
 /// a parser; a worker runs a loop with a syscall gap.
@@ -49,34 +41,13 @@ fn model() -> Model {
     b.push(0, base + 5_000, base + 9_500, work, 0);
     Model {
         funcs,
-        threads: vec![thread(a), thread(b)],
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: TimeUnit::Ns,
+        threads: vec![ThreadModel::from_spans(a), ThreadModel::from_spans(b)],
+        ..Default::default()
     }
 }
 
 fn harness() -> Harness<'static, TraceView> {
-    let view = TraceView::new(Arc::new(model()));
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(1200.0, 800.0))
-        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
-    h.run();
-    h
-}
-
-fn click(h: &mut Harness<'_, TraceView>, pos: Pos2, modifiers: Modifiers) {
-    h.hover_at(pos);
-    for pressed in [true, false] {
-        h.event(Event::PointerButton {
-            pos,
-            button: PointerButton::Primary,
-            pressed,
-            modifiers,
-        });
-    }
-    h.run();
+    harness_on(model())
 }
 
 #[test]
@@ -303,19 +274,13 @@ fn burst_model() -> Model {
     }
     Model {
         funcs,
-        threads: vec![thread(a)],
-        missing_binaries: Vec::new(),
-        warnings: Vec::new(),
-        lines: None,
-        unit: Default::default(),
+        threads: vec![ThreadModel::from_spans(a)],
+        ..Default::default()
     }
 }
 
 fn harness_on(model: Model) -> Harness<'static, TraceView> {
-    let view = TraceView::new(Arc::new(model));
-    let mut h = Harness::builder()
-        .with_size(egui::vec2(1200.0, 800.0))
-        .build_ui_state(|ui, view: &mut TraceView| view.ui(ui), view);
+    let mut h = harness_of(TraceView::new(Arc::new(model)), egui::vec2(1200.0, 800.0));
     h.run();
     h
 }
@@ -400,7 +365,7 @@ fn pseudo_spans_are_not_counted_as_calls() {
 #[test]
 fn an_almost_empty_track_says_why() {
     let mut m = model();
-    let mut empty = thread(ThreadSpans::new(100, 102, "starved".into()));
+    let mut empty = ThreadModel::from_spans(ThreadSpans::new(100, 102, "starved".into()));
     // Its own trace, but the walk never synchronized: no PSB.
     empty.stream = Some(2);
     m.threads.push(empty);

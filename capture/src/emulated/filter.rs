@@ -95,17 +95,13 @@ mod tests {
     /// back; a conditional branch out leaves a suppressed TIP.PGD.
     #[test]
     fn leaving_and_reentering_the_range() {
-        use crate::emulated::hardware::{tests, PtSettings, ThreadPt};
-        let cfg = PtSettings {
+        use crate::emulated::hardware::tests::{cfg, insn as i};
+        use crate::emulated::hardware::{PtSettings, ThreadPt};
+        let settings = PtSettings {
             psb_period: 1 << 20,
-            ..tests::cfg()
+            ..cfg()
         };
-        let i = |class, len| Insn {
-            len,
-            class,
-            repeats: false,
-        };
-        let mut t = ThreadPt::new(cfg, 0);
+        let mut t = ThreadPt::new(settings, 0);
         t.set_filter(IpFilter::ranges(vec![(0x40_1000, 0x40_2000)]));
         let start = t.ring().snapshot().len();
         t.enter_user(0x40_1000, 0, false);

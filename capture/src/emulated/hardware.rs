@@ -546,8 +546,9 @@ impl ThreadPt {
 pub(crate) mod tests {
     use super::*;
 
-    /// The unit's settings for tests: TSC, no CYC or MTC, a PSB every
-    /// 4 KiB.
+    /// The settings the unit's tests start from: user-mode tracing with
+    /// return compression and TSC, a 4 KiB PSB period, no CYC or MTC, a
+    /// 1 MiB ring and no overflow.
     pub(crate) fn cfg() -> PtSettings {
         PtSettings {
             psb_period: 4096,
@@ -568,7 +569,7 @@ pub(crate) mod tests {
         insn(InsnClass::Other, 1)
     }
 
-    fn insn(class: InsnClass, len: u8) -> Insn {
+    pub(crate) fn insn(class: InsnClass, len: u8) -> Insn {
         Insn {
             len,
             class,

@@ -15,7 +15,7 @@ mod writer;
 pub use attr::{EventAttr, PerfEventAttr, ATTR_SIZE};
 pub use features::{BuildIdEntry, Features};
 pub use reader::{PerfDataFile, RecordIter};
-pub use records::{AuxtraceInfo, IdIndexEntry, Record, SampleId, TimeConv};
+pub use records::{AuxtraceInfo, IdIndexEntry, MmapFields, Record, SampleId, TimeConv};
 pub use writer::PerfDataWriter;
 
 /// `PERFILE2`, read as a little-endian u64.

@@ -93,6 +93,20 @@ pub struct AuxtraceInfo {
     pub words: Vec<u64>,
 }
 
+/// What MMAP and MMAP2 records share: which thread mapped which piece
+/// (`pgoff`, `len`) of which file at `addr`. Both records begin with these
+/// numbers, and whoever reads mappings out of a file reads them here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapFields<'r> {
+    pub pid: u32,
+    pub tid: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    pub filename: &'r str,
+    pub sample_id: &'r SampleId,
+}
+
 /// A data-section record. Borrowed fields point into the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
@@ -245,31 +259,25 @@ impl Record<'_> {
     pub(crate) fn encode(&self, sample_type: u64, out: &mut Vec<u8>) {
         let start = out.len();
         out.resize(start + HEADER, 0);
+        // MMAP and MMAP2 begin alike; each writes the rest below.
+        if let Some(m) = self.mmap_fields() {
+            out.put_u32(m.pid);
+            out.put_u32(m.tid);
+            out.put_u64(m.addr);
+            out.put_u64(m.len);
+            out.put_u64(m.pgoff);
+        }
         let (kind, misc_bits, with_id) = match self {
             Record::Mmap {
-                pid,
-                tid,
-                addr,
-                len,
-                pgoff,
                 misc,
                 filename,
                 sample_id,
+                ..
             } => {
-                out.put_u32(*pid);
-                out.put_u32(*tid);
-                out.put_u64(*addr);
-                out.put_u64(*len);
-                out.put_u64(*pgoff);
                 out.put_padded_str(filename, 8);
                 (kind::MMAP, *misc, Some(sample_id))
             }
             Record::Mmap2 {
-                pid,
-                tid,
-                addr,
-                len,
-                pgoff,
                 build_id,
                 maj,
                 min,
@@ -278,12 +286,8 @@ impl Record<'_> {
                 flags,
                 filename,
                 sample_id,
+                ..
             } => {
-                out.put_u32(*pid);
-                out.put_u32(*tid);
-                out.put_u64(*addr);
-                out.put_u64(*len);
-                out.put_u64(*pgoff);
                 let mut m = misc::USER;
                 match build_id {
                     Some(id) => {
@@ -491,14 +495,8 @@ impl Record<'_> {
         let rec = match kind_ {
             kind::MMAP => {
                 let w = "MMAP record";
-                let pid = b.u32(w)?;
-                let tid = b.u32(w)?;
-                let addr = b.u64(w)?;
-                let len = b.u64(w)?;
-                let pgoff = b.u64(w)?;
-                let name_len = b.remaining().saturating_sub(id_len);
-                let name_off = b.offset();
-                let filename = cstr(b.take(name_len, w)?, w, name_off)?;
+                let (pid, tid, addr, len, pgoff) = mapping_start(&mut b, w)?;
+                let filename = name_before_trailer(&mut b, id_len, w)?;
                 Record::Mmap {
                     pid,
                     tid,
@@ -512,11 +510,7 @@ impl Record<'_> {
             }
             kind::MMAP2 => {
                 let w = "MMAP2 record";
-                let pid = b.u32(w)?;
-                let tid = b.u32(w)?;
-                let addr = b.u64(w)?;
-                let len = b.u64(w)?;
-                let pgoff = b.u64(w)?;
+                let (pid, tid, addr, len, pgoff) = mapping_start(&mut b, w)?;
                 let ids = b.take(24, w)?;
                 let (build_id, maj, min, ino) = if misc_ & misc::MMAP_BUILD_ID != 0 {
                     let n = (ids[0] as usize).min(20);
@@ -528,9 +522,7 @@ impl Record<'_> {
                 };
                 let prot = b.u32(w)?;
                 let flags = b.u32(w)?;
-                let name_len = b.remaining().saturating_sub(id_len);
-                let name_off = b.offset();
-                let filename = cstr(b.take(name_len, w)?, w, name_off)?;
+                let filename = name_before_trailer(&mut b, id_len, w)?;
                 Record::Mmap2 {
                     pid,
                     tid,
@@ -551,9 +543,7 @@ impl Record<'_> {
                 let w = "COMM record";
                 let pid = b.u32(w)?;
                 let tid = b.u32(w)?;
-                let name_len = b.remaining().saturating_sub(id_len);
-                let name_off = b.offset();
-                let comm = cstr(b.take(name_len, w)?, w, name_off)?;
+                let comm = name_before_trailer(&mut b, id_len, w)?;
                 Record::Comm {
                     pid,
                     tid,
@@ -713,6 +703,42 @@ impl Record<'_> {
         Ok((rec, 0))
     }
 
+    /// The fields of the mapping an MMAP or MMAP2 record describes; `None`
+    /// for any other record.
+    pub fn mmap_fields(&self) -> Option<MmapFields<'_>> {
+        match *self {
+            Record::Mmap {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                filename,
+                ref sample_id,
+                ..
+            }
+            | Record::Mmap2 {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                filename,
+                ref sample_id,
+                ..
+            } => Some(MmapFields {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                filename,
+                sample_id,
+            }),
+            _ => None,
+        }
+    }
+
     /// The sample-id trailer, where the record has one.
     pub fn sample_id(&self) -> Option<&SampleId> {
         match self {
@@ -731,6 +757,33 @@ impl Record<'_> {
     }
 }
 
+/// The numbers MMAP and MMAP2 records begin with: pid, tid, addr, len and
+/// pgoff (see [`MmapFields`]).
+fn mapping_start(
+    b: &mut Bytes<'_>,
+    what: &'static str,
+) -> Result<(u32, u32, u64, u64, u64), FormatError> {
+    Ok((
+        b.u32(what)?,
+        b.u32(what)?,
+        b.u64(what)?,
+        b.u64(what)?,
+        b.u64(what)?,
+    ))
+}
+
+/// The NUL-padded name that ends an MMAP, MMAP2 or COMM record's body,
+/// before its `id_len`-byte sample-id trailer.
+fn name_before_trailer<'a>(
+    b: &mut Bytes<'a>,
+    id_len: usize,
+    what: &'static str,
+) -> Result<&'a str, FormatError> {
+    let name_len = b.remaining().saturating_sub(id_len);
+    let name_off = b.offset();
+    cstr(b.take(name_len, what)?, what, name_off)
+}
+
 /// The header misc bits of a SWITCH or SWITCH_CPU_WIDE record.
 fn switch_misc(out: bool, preempt: bool) -> u16 {
     let mut m = 0;
@@ -747,4 +800,91 @@ fn write_header(out: &mut [u8], start: usize, kind: u32, misc: u16, size: usize)
     out[start..start + 4].copy_from_slice(&kind.to_le_bytes());
     out[start + 4..start + 6].copy_from_slice(&misc.to_le_bytes());
     out[start + 6..start + 8].copy_from_slice(&(size as u16).to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rec` encoded with its header and decoded again.
+    fn round_trip<'a>(rec: &Record<'_>, sample_type: u64, buf: &'a mut Vec<u8>) -> Record<'a> {
+        rec.encode(sample_type, buf);
+        let kind_ = u32::from_le_bytes(buf[0..4].try_into().unwrap());
+        let misc_ = u16::from_le_bytes(buf[4..6].try_into().unwrap());
+        let size = u16::from_le_bytes(buf[6..8].try_into().unwrap()) as usize;
+        assert_eq!(size, buf.len());
+        Record::decode(kind_, misc_, &buf[HEADER..], &[], sample_type, 0)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn mapping_records_round_trip_and_share_their_fields() {
+        let sample_type = sample::TID | sample::TIME;
+        let sample_id = SampleId {
+            pid: 7,
+            tid: 8,
+            time: 99,
+            ..SampleId::default()
+        };
+        let mmap = Record::Mmap {
+            pid: 7,
+            tid: 8,
+            addr: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0x2000,
+            misc: misc::KERNEL,
+            filename: "[kernel.kallsyms]_text",
+            sample_id,
+        };
+        let mmap2 = |build_id: Option<Vec<u8>>, (maj, min, ino)| Record::Mmap2 {
+            pid: 7,
+            tid: 8,
+            addr: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0x2000,
+            build_id,
+            maj,
+            min,
+            ino,
+            prot: 5,
+            flags: 2,
+            filename: "/bin/prog",
+            sample_id,
+        };
+        let comm = Record::Comm {
+            pid: 7,
+            tid: 8,
+            exec: true,
+            comm: "prog",
+            sample_id,
+        };
+        for rec in [
+            mmap.clone(),
+            mmap2(Some(vec![0xab; 20]), (0, 0, 0)),
+            mmap2(None, (8, 1, 1234)),
+            comm.clone(),
+        ] {
+            let mut buf = Vec::new();
+            assert_eq!(round_trip(&rec, sample_type, &mut buf), rec);
+        }
+        let want = MmapFields {
+            pid: 7,
+            tid: 8,
+            addr: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0x2000,
+            filename: "[kernel.kallsyms]_text",
+            sample_id: &sample_id,
+        };
+        assert_eq!(mmap.mmap_fields(), Some(want));
+        assert_eq!(
+            mmap2(None, (0, 0, 0)).mmap_fields(),
+            Some(MmapFields {
+                filename: "/bin/prog",
+                ..want
+            })
+        );
+        assert_eq!(comm.mmap_fields(), None);
+    }
 }

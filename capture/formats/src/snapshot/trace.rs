@@ -48,6 +48,41 @@ pub struct MmapEvent {
 }
 
 impl MmapEvent {
+    /// The code mapping an MMAP or MMAP2 record describes: an executable
+    /// MMAP2 mapping (its build id from the record, or else the one the
+    /// file's header lists for its path), or one of perf's synthesized
+    /// kernel and module MMAPs (any MMAP but a data mapping). `None` for
+    /// any other record, and for a mapping past the end of the address
+    /// space: a damaged record, no code can be there.
+    fn from_record(rec: &Record, build_ids_by_path: &BTreeMap<&str, Vec<u8>>) -> Option<MmapEvent> {
+        use crate::perf_data::misc;
+        let m = rec.mmap_fields()?;
+        m.addr.checked_add(m.len)?;
+        let by_path = || build_ids_by_path.get(m.filename).cloned();
+        let user = m.pid as i32 != -1;
+        let (build_id, kernel) = match rec {
+            Record::Mmap2 { prot, build_id, .. } if prot & PROT_EXEC != 0 => {
+                (build_id.clone().or_else(by_path), !user)
+            }
+            Record::Mmap { misc, .. } if misc & misc::MMAP_DATA == 0 => (
+                by_path(),
+                !user || misc & misc::CPUMODE_MASK == misc::KERNEL,
+            ),
+            _ => return None,
+        };
+        Some(MmapEvent {
+            pid: m.pid as i32,
+            tid: m.tid as i32,
+            time: m.sample_id.time,
+            start: m.addr,
+            len: m.len,
+            pgoff: m.pgoff,
+            path: m.filename.to_string(),
+            build_id,
+            kernel,
+        })
+    }
+
     /// How the mapping is named to a person: the kernel as perf names it
     /// (`[kernel.kallsyms]`), anything else by its path.
     pub fn display_name(&self) -> &str {
@@ -167,58 +202,8 @@ impl<'a> Trace<'a> {
                         t.exit_time = Some(time);
                     }
                 }
-                Record::Mmap2 {
-                    pid,
-                    tid,
-                    addr,
-                    len,
-                    pgoff,
-                    build_id,
-                    prot,
-                    filename,
-                    sample_id,
-                    ..
-                // A mapping past the end of the address space is a damaged
-                // record: no code can be there.
-                } if prot & PROT_EXEC != 0 && addr.checked_add(len).is_some() => {
-                    let build_id = build_id.or_else(|| build_ids_by_path.get(filename).cloned());
-                    mmaps.push(MmapEvent {
-                        pid: pid as i32,
-                        tid: tid as i32,
-                        time: sample_id.time,
-                        start: addr,
-                        len,
-                        pgoff,
-                        path: filename.to_string(),
-                        build_id,
-                        kernel: pid as i32 == -1,
-                    });
-                }
-                // perf's synthesized kernel and module mappings.
-                Record::Mmap {
-                    pid,
-                    tid,
-                    addr,
-                    len,
-                    pgoff,
-                    misc,
-                    filename,
-                    sample_id,
-                } if misc & crate::perf_data::misc::MMAP_DATA == 0
-                    && addr.checked_add(len).is_some() =>
-                {
-                    let build_id = build_ids_by_path.get(filename).cloned();
-                    mmaps.push(MmapEvent {
-                        pid: pid as i32,
-                        tid: tid as i32,
-                        time: sample_id.time,
-                        start: addr,
-                        len,
-                        pgoff,
-                        path: filename.to_string(),
-                        build_id,
-                        kernel: pid as i32 == -1 || misc & crate::perf_data::misc::CPUMODE_MASK == crate::perf_data::misc::KERNEL,
-                    });
+                Record::Mmap { .. } | Record::Mmap2 { .. } => {
+                    mmaps.extend(MmapEvent::from_record(&rec, &build_ids_by_path));
                 }
                 Record::SwitchCpuWide {
                     out,
@@ -344,6 +329,19 @@ mod tests {
     use crate::perf_data::{misc, sample, PerfDataWriter, SampleId};
     use std::io::Cursor;
 
+    /// The one intel_pt event (PMU type 8) of a test's perf.data.
+    fn pt_attrs(sample_type: u64) -> [EventAttr; 1] {
+        [EventAttr {
+            attr: PerfEventAttr {
+                kind: 8,
+                sample_type,
+                ..PerfEventAttr::default()
+            },
+            name: "intel_pt//".into(),
+            ids: vec![1],
+        }]
+    }
+
     /// A perf.data as `perf record -e intel_pt// CMD` writes it on two
     /// CPUs: AUXTRACE records name the command's pid and their CPU, the
     /// thread ran on both, and perf's MMAP records map the kernel.
@@ -404,16 +402,9 @@ mod tests {
             })
             .unwrap();
         }
-        let attrs = [EventAttr {
-            attr: PerfEventAttr {
-                kind: 8,
-                sample_type,
-                ..PerfEventAttr::default()
-            },
-            name: "intel_pt//".into(),
-            ids: vec![1],
-        }];
-        w.finish(&attrs, Features::default()).unwrap().into_inner()
+        w.finish(&pt_attrs(sample_type), Features::default())
+            .unwrap()
+            .into_inner()
     }
 
     #[test]
@@ -454,5 +445,112 @@ mod tests {
         let ran: Vec<_> = trace.switches.iter().map(|s| (s.cpu, s.tid)).collect();
         assert_eq!(ran, [(1, 100)]);
         assert!(trace.streams.iter().all(|s| s.tid.is_none()));
+    }
+
+    /// Of MMAP and MMAP2 records, the code mappings become mmaps: an
+    /// executable MMAP2 (its build id from the record, else from the
+    /// header's list by path) and any MMAP but a data one (the kernel by
+    /// pid -1 or its cpumode); not a data or damaged mapping.
+    #[test]
+    fn code_mappings_of_either_record_become_mmaps() {
+        let sample_type = sample::TID | sample::TIME;
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), sample_type).unwrap();
+        let params = PtParams {
+            pmu_type: 8,
+            ..PtParams::default()
+        };
+        w.write(&Record::AuxtraceInfo(params.to_info())).unwrap();
+        let sid = |time| SampleId {
+            pid: 7,
+            tid: 8,
+            time,
+            ..SampleId::default()
+        };
+        let mmap2 =
+            |addr: u64, prot: u32, build_id: Option<Vec<u8>>, filename, time| Record::Mmap2 {
+                pid: 7,
+                tid: 8,
+                addr,
+                len: 0x1000,
+                pgoff: 0x2000,
+                build_id,
+                maj: 0,
+                min: 0,
+                ino: 0,
+                prot,
+                flags: 0,
+                filename,
+                sample_id: sid(time),
+            };
+        let mmap = |addr: u64, misc: u16, filename, time| Record::Mmap {
+            pid: 7,
+            tid: 8,
+            addr,
+            len: 0x1000,
+            pgoff: 0,
+            misc,
+            filename,
+            sample_id: sid(time),
+        };
+        for rec in [
+            mmap2(0x40_0000, PROT_EXEC | 1, Some(vec![0xaa; 20]), "/bin/a", 1),
+            mmap2(0x50_0000, PROT_EXEC, None, "/lib/b.so", 2),
+            mmap2(0x60_0000, 1, None, "/data", 3),
+            mmap2(u64::MAX - 0xfff, PROT_EXEC, None, "/bin/damaged", 4),
+            mmap(0x70_0000, misc::USER | misc::MMAP_DATA, "/heap", 5),
+            mmap(0xffff_8000_0000_0000, misc::KERNEL, "/lib/modules/m.ko", 6),
+        ] {
+            w.write(&rec).unwrap();
+        }
+        let features = Features {
+            build_ids: vec![crate::perf_data::BuildIdEntry {
+                pid: 7,
+                build_id: vec![0xbb; 20],
+                filename: "/lib/b.so".into(),
+                cpumode: misc::USER,
+            }],
+            ..Features::default()
+        };
+        let bytes = w
+            .finish(&pt_attrs(sample_type), features)
+            .unwrap()
+            .into_inner();
+        let file = PerfDataFile::parse(&bytes).unwrap();
+        let trace = Trace::from_perf(&file).unwrap();
+        let got: Vec<_> = trace
+            .mmaps
+            .iter()
+            .map(|m| {
+                (
+                    (m.pid, m.tid, m.time, m.start, m.len, m.pgoff),
+                    m.path.as_str(),
+                    m.build_id.as_ref().map(|b| b[0]),
+                    m.kernel,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    (7, 8, 1, 0x40_0000, 0x1000, 0x2000),
+                    "/bin/a",
+                    Some(0xaa),
+                    false
+                ),
+                (
+                    (7, 8, 2, 0x50_0000, 0x1000, 0x2000),
+                    "/lib/b.so",
+                    Some(0xbb),
+                    false
+                ),
+                (
+                    (7, 8, 6, 0xffff_8000_0000_0000, 0x1000, 0),
+                    "/lib/modules/m.ko",
+                    None,
+                    true
+                ),
+            ]
+        );
     }
 }
