@@ -673,18 +673,21 @@ impl Client {
 /// elfutils), else `$XDG_CACHE_HOME/debuginfod_client`, else
 /// `~/.cache/debuginfod_client`.
 pub fn default_cache() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("DEBUGINFOD_CACHE_PATH").filter(|p| !p.is_empty()) {
+    cache_from(|name| std::env::var_os(name))
+}
+
+/// [`default_cache`] with the environment read through `var`.
+fn cache_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    if let Some(p) = var("DEBUGINFOD_CACHE_PATH").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
+    let home = var("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
     if let Some(old) = home.as_ref().map(|h| h.join(".debuginfod_client_cache")) {
         if old.exists() {
             return Some(old);
         }
     }
-    match std::env::var_os("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
+    match var("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
         Some(xdg) => Some(PathBuf::from(xdg).join("debuginfod_client")),
         None => Some(home?.join(".cache/debuginfod_client")),
     }
@@ -739,4 +742,79 @@ pub fn stderr_progress() -> Arc<ProgressFn> {
         };
         ControlFlow::Continue(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+    use std::io::BufRead;
+    use std::net::TcpListener;
+
+    #[test]
+    fn the_cache_is_where_elfutils_puts_it() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().to_path_buf();
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            let home = home.clone();
+            move |name: &str| -> Option<OsString> {
+                if name == "HOME" {
+                    return Some(home.clone().into());
+                }
+                vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.into())
+            }
+        };
+        assert_eq!(
+            cache_from(env(&[("DEBUGINFOD_CACHE_PATH", "/c")])),
+            Some(PathBuf::from("/c"))
+        );
+        assert_eq!(
+            cache_from(env(&[("XDG_CACHE_HOME", "/x")])),
+            Some(PathBuf::from("/x/debuginfod_client"))
+        );
+        assert_eq!(
+            cache_from(env(&[])),
+            Some(home.join(".cache/debuginfod_client"))
+        );
+        // An older elfutils' cache, where it exists, is kept.
+        std::fs::create_dir(home.join(".debuginfod_client_cache")).unwrap();
+        assert_eq!(
+            cache_from(env(&[("XDG_CACHE_HOME", "/x")])),
+            Some(home.join(".debuginfod_client_cache"))
+        );
+    }
+
+    #[test]
+    fn an_answer_that_is_not_the_file_asked_for_is_not_cached() {
+        // A loopback "server" that answers one request with a web page,
+        // as a misconfigured proxy or URL does.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answer = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let page = "<html>moved</html>";
+            write!(
+                &stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            )
+            .unwrap();
+        });
+        let t = tempfile::tempdir().unwrap();
+        let client = Client::new([url.clone()], t.path().to_path_buf());
+        let e = client.debuginfo(&[0xab, 0xcd]).unwrap_err();
+        answer.join().unwrap();
+        assert!(
+            matches!(&e, FetchError::Transfer { server, .. } if *server == url),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("not an ELF file"), "{e}");
+        let dir = t.path().join("abcd");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
 }
