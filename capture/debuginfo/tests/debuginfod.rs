@@ -162,8 +162,11 @@ impl Server {
     }
 }
 
+/// The reports kept: URL, bytes done, total.
+type Reports = Arc<Mutex<Vec<(String, u64, Option<u64>)>>>;
+
 /// A progress callback that keeps every report.
-fn recorder() -> (Arc<ProgressFn>, Arc<Mutex<Vec<(String, u64, Option<u64>)>>>) {
+fn recorder() -> (Arc<ProgressFn>, Reports) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let keep = seen.clone();
     let f: Arc<ProgressFn> = Arc::new(move |p: &Progress<'_>| {
