@@ -22,5 +22,6 @@ GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 l
 # real window for the screenshot test; xz unpacks the fuzzing corpus the
 # tests replay; desktop-file-utils and shared-mime-info judge what
 # scripts/install writes, and unshare (util-linux) hides the checkout from
-# the installed binary.
-TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux)
+# the installed binary; the debuginfod client's tests start a real
+# debuginfod server on loopback.
+TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux debuginfod)

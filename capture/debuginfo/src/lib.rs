@@ -15,13 +15,16 @@
 //!    ([`debuginfod`]).
 //!
 //! It also finds binaries that are not at their recorded paths, by build
-//! id and by name, in the user's `--binaries` directories.
+//! id and by name, in the user's `--binaries` directories, and last from
+//! debuginfod (its `executable`).
 //!
 //! The parts, one file each:
 //! - `search`: [`Search`], the order above, and what it found
 //!   ([`Found`], [`Origin`]);
 //! - [`debuglink`]: the `.gnu_debuglink` section and its CRC;
-//! - [`debuginfod`]: the debuginfod client and its cache.
+//! - [`debuginfod`]: the debuginfod client (HTTP through `ureq`), its
+//!   cache (elfutils' layout, shared with gdb and perf), timeouts and
+//!   progress reports.
 //!
 //! The decoder reads what is found (names, lines and inline frames from
 //! the debug file, code from the binary); the capture stores it in the

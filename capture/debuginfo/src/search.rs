@@ -121,7 +121,7 @@ impl Search {
             }
             if let Some(client) = &self.debuginfod {
                 match client.debuginfo(id) {
-                    Ok((path, url)) => return found(path, Origin::Debuginfod(url)),
+                    Ok(fetched) => return found(fetched.path, Origin::Debuginfod(fetched.source)),
                     Err(e) if e.is_not_found() => {}
                     Err(e) => notes.push(format!("{mapped_path}: {e}")),
                 }
@@ -155,8 +155,37 @@ impl Search {
     /// build id (`.build-id/xx/yyyy…/elf` or `.build-id/xx/yyyy`), then by
     /// name, the file's own or under the directory as under a sysroot, or
     /// anywhere a few levels below it. With a build id, only a file with
-    /// that id is taken.
+    /// that id is taken. Last, with a build id, the debuginfod servers'
+    /// `executable`; what went wrong there is dropped (see
+    /// [`Search::binary_noting`]).
     pub fn binary(&self, build_id: Option<&[u8]>, mapped_path: &str) -> Option<PathBuf> {
+        self.binary_noting(build_id, mapped_path, &mut Vec::new())
+    }
+
+    /// [`Search::binary`], adding to `notes` what went wrong asking
+    /// debuginfod (a server down), as [`Search::debug_file`] does.
+    pub fn binary_noting(
+        &self,
+        build_id: Option<&[u8]>,
+        mapped_path: &str,
+        notes: &mut Vec<String>,
+    ) -> Option<PathBuf> {
+        if let Some(p) = self.binary_in_dirs(build_id, mapped_path) {
+            return Some(p);
+        }
+        let id = build_id.filter(|id| !id.is_empty())?;
+        match self.debuginfod.as_ref()?.executable(id) {
+            Ok(fetched) => Some(fetched.path),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => {
+                notes.push(format!("{mapped_path}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// The `--binaries` part of [`Search::binary`].
+    fn binary_in_dirs(&self, build_id: Option<&[u8]>, mapped_path: &str) -> Option<PathBuf> {
         let id = build_id.filter(|id| !id.is_empty());
         let matches = |p: &Path| {
             p.is_file()
