@@ -32,13 +32,56 @@ pub(super) struct Candidate<'d> {
     pub(super) section_end: Option<u64>,
 }
 
+/// Whether the ELF file `data` has names of its own: a symbol table with
+/// symbols in it, and DWARF with contents (not the empty `NOBITS` shells
+/// `strip` leaves). `None` when it is not a sound ELF file.
+pub(super) fn own_names<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<(bool, bool)> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).ok()?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let symtab = file.elf_symbol_table().len() > 1;
+    let dwarf = sections
+        .section_by_name(endian, b".debug_info")
+        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0);
+    Some((symtab, dwarf))
+}
+
+/// Loads the ELF file `data` (named `path`). With `debug`, its separate
+/// debug file (named, and its bytes): the symbol table and DWARF the
+/// binary lacks are read from there, at the same addresses; code, program
+/// headers, `.dynsym`, the PLT and `.eh_frame` always from the binary,
+/// since the debug file holds no bytes for them.
 pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     data: &[u8],
+    debug: Option<(&Path, &[u8])>,
 ) -> Result<ModuleSymbols, SymbolError> {
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| SymbolError::malformed(path, e))?;
     let endian = file.endian();
     let sections = file.elf_section_table();
+    let machine = file.elf_header().e_machine(endian);
+    // A debug file that is not an ELF file of the binary's kind names
+    // nothing: it is set aside, and says why.
+    let mut debug_problem = None;
+    let debug_file = debug.and_then(|(dpath, ddata)| {
+        let parsed = ElfFile::<Elf, &[u8]>::parse(ddata)
+            .map_err(|e| e.to_string())
+            .and_then(|d| {
+                let dm = d.elf_header().e_machine(d.endian());
+                if dm == machine {
+                    Ok(d)
+                } else {
+                    Err(format!("it is for machine {dm}, the binary for {machine}"))
+                }
+            });
+        match parsed {
+            Ok(d) => Some((dpath, d)),
+            Err(e) => {
+                debug_problem = Some(format!("{}: not a usable debug file: {e}", dpath.display()));
+                None
+            }
+        }
+    });
 
     let segments: Vec<Segment> = file
         .elf_program_headers()
@@ -55,14 +98,24 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     let mut candidates = Vec::new();
     let symtab = file.elf_symbol_table();
     symbol_candidates(&file, symtab, SymbolSource::Symtab, &mut candidates);
-    let has_symtab = !candidates.is_empty();
+    let mut has_symtab = !candidates.is_empty();
+    let mut names_from_debug = false;
+    if let (false, Some((_, d))) = (has_symtab, &debug_file) {
+        symbol_candidates(
+            d,
+            d.elf_symbol_table(),
+            SymbolSource::Symtab,
+            &mut candidates,
+        );
+        has_symtab = !candidates.is_empty();
+        names_from_debug = has_symtab;
+    }
     symbol_candidates(
         &file,
         file.elf_dynamic_symbol_table(),
         SymbolSource::Dynsym,
         &mut candidates,
     );
-    let machine = file.elf_header().e_machine(endian);
     if machine == elf::EM_X86_64 || machine == elf::EM_386 {
         plt_candidates(&file, &mut candidates);
     }
@@ -71,11 +124,27 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     let intervals = dedup_candidates(candidates, &code, &mut funcs);
     let sym_pieces = flatten(intervals);
 
-    // DWARF: for functions with no symbol, and for lines and inlines.
-    let (dwarf, dwarf_problem) = match load_dwarf(&file, sections) {
-        Ok(Some(d)) => (Some(d), None),
-        Ok(None) => (None, None),
-        Err(problem) => (None, Some(problem)),
+    // DWARF: for functions with no symbol, and for lines and inlines;
+    // the debug file's when the binary has none.
+    let mut dwarf_from_debug = false;
+    let own = match (load_dwarf(&file, sections), &debug_file) {
+        (Ok(None), Some((dpath, d))) => {
+            dwarf_from_debug = true;
+            load_dwarf(d, d.elf_section_table())
+                .map_err(|problem| format!("{}: {problem}", dpath.display()))
+        }
+        (own, _) => own,
+    };
+    let (dwarf, dwarf_problem) = match own {
+        Ok(Some(d)) => (Some(d), debug_problem),
+        Ok(None) => {
+            dwarf_from_debug = false;
+            (None, debug_problem)
+        }
+        Err(problem) => {
+            dwarf_from_debug = false;
+            (None, Some(problem))
+        }
     };
     let mut pieces = sym_pieces.clone();
     let mut context = None;
@@ -103,14 +172,18 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         pieces.sort_by_key(|p| p.start);
     }
 
+    // The debug file counts only where it gave something.
+    let debug_used = debug_file
+        .filter(|_| names_from_debug || (dwarf_from_debug && context.is_some()))
+        .map(|(p, _)| p.to_path_buf());
     build(
         path,
         funcs,
         pieces,
         segments,
         has_symtab,
-        context,
-        dwarf_problem,
+        (context, dwarf_problem),
+        debug_used,
     )
 }
 
