@@ -526,6 +526,63 @@ mod tests {
         assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
     }
 
+    /// A stripped binary's debug file is found where the search says: by
+    /// its `.gnu_debuglink` beside it, and by build id in a debug
+    /// directory; only then are its static functions named. A debug file
+    /// that names nothing is a note, not an error.
+    #[test]
+    fn the_cache_reads_names_from_the_debug_file_the_search_finds() {
+        use crate::symbols::testutil::{compile, nm, split_debug, tempdir};
+        let dir = tempdir();
+        let bin = compile(dir.path(), "app", &[]);
+        let (sb, _) = nm(&bin)["sum_bumps"];
+        let debug = split_debug(&bin, &[]);
+        let mapped = bin.display().to_string();
+        let name = |search: Search| {
+            let mut cache = SymbolCache::new(search);
+            let m = cache.get_mapped(&bin, &mapped).unwrap();
+            let name = m.function(sb).map(|f| f.name.to_string());
+            (
+                name,
+                m.debug_file().map(Path::to_path_buf),
+                cache.notes().to_vec(),
+            )
+        };
+        // Not where the link says: the unwind table's boundaries only.
+        let aside = dir.path().join("aside");
+        std::fs::rename(&debug, &aside).unwrap();
+        let (n, file, notes) = name(Search::default());
+        assert!(n.unwrap().starts_with("[unknown] app+0x"));
+        assert_eq!((file, notes.len()), (None, 0));
+        std::fs::rename(&aside, &debug).unwrap();
+        // Beside the binary, by its debuglink.
+        assert_eq!(
+            name(Search::default()),
+            (Some("sum_bumps".into()), Some(debug.clone()), vec![])
+        );
+        // By build id in a debug directory, the debuglink's file gone.
+        let id = ptscope_formats::buildid::elf_build_id(&std::fs::read(&bin).unwrap()).unwrap();
+        let root = dir.path().join("usr/lib/debug");
+        let by_id = root.join(ptscope_formats::buildid::debug_dir_path(&id));
+        std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+        std::fs::rename(&debug, &by_id).unwrap();
+        let search = Search {
+            debug_dirs: vec![root],
+            ..Search::default()
+        };
+        assert_eq!(
+            name(search.clone()),
+            (Some("sum_bumps".into()), Some(by_id.clone()), vec![])
+        );
+        // A file there that names nothing.
+        std::fs::write(&by_id, b"junk").unwrap();
+        let (n, file, notes) = name(search);
+        assert!(n.unwrap().starts_with("[unknown]"));
+        assert_eq!(file, None);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("names nothing"), "{notes:?}");
+    }
+
     /// The demo's binary mapped whole at a fixed base, with its known
     /// functions `(entry, end)` in address order and the first padding
     /// between two of them: `(its start, the next entry)`, as svmas.

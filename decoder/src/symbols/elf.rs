@@ -306,7 +306,9 @@ pub(super) fn region_containing(code: &[(u64, u64)], addr: u64) -> Option<(u64, 
 }
 
 /// Function symbols of one symbol table: STT_FUNC and STT_GNU_IFUNC, and
-/// sized STT_NOTYPE in executable sections (hand-written assembly).
+/// STT_NOTYPE in executable sections (hand-written assembly's labels, as
+/// the loader's `_start` and `_dl_start_user`; perf names code by them
+/// too, a zero-size one up to the next symbol).
 fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     table: &object::read::elf::SymbolTable<'d, Elf, &'d [u8]>,
@@ -319,8 +321,7 @@ fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
         let st_type = sym.st_type();
         let size: u64 = sym.st_size(endian).into();
         let is_func = st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC;
-        let sized_notype = st_type == elf::STT_NOTYPE && size > 0;
-        if !is_func && !sized_notype {
+        if !is_func && st_type != elf::STT_NOTYPE {
             continue;
         }
         let Ok(Some(section_index)) = table.symbol_section(endian, sym, index) else {
@@ -337,36 +338,43 @@ fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
         let Ok(raw) = table.symbol_name(endian, sym) else {
             continue;
         };
-        if raw.is_empty() {
+        // `$x`/`$d` and the like mark code and data on other machines,
+        // and name nothing.
+        if raw.is_empty() || (!is_func && raw.starts_with(b"$")) {
             continue;
         }
+        // As perf chooses among aliases: a weak symbol last, a global
+        // one first.
         let bind = sym.st_bind();
-        let bind_rank = if bind == elf::STB_GLOBAL || bind == elf::STB_GNU_UNIQUE {
+        let bind_rank = if bind == elf::STB_GLOBAL {
             0
         } else if bind == elf::STB_WEAK {
-            1
-        } else {
             2
+        } else {
+            1
         };
         out.push(Candidate {
             start: sym.st_value(endian).into(),
             size,
             name: String::from_utf8_lossy(raw),
             plt: false,
-            rank: bind_rank * 4 + source_rank(source),
+            rank: source_rank(source) + bind_rank,
             source,
             section_end,
         });
     }
 }
 
+/// The rank of a candidate from `source`, before its binding's (0 to 2)
+/// is added: the symbol table's names before any other, as perf reads
+/// `.dynsym` only without one.
 pub(super) fn source_rank(source: SymbolSource) -> u8 {
     match source {
         SymbolSource::Symtab => 0,
-        SymbolSource::Dynsym => 1,
-        SymbolSource::Plt => 2,
-        SymbolSource::Dwarf => 3,
-        SymbolSource::Unwind => 4,
+        SymbolSource::Dynsym => 4,
+        SymbolSource::Plt => 8,
+        SymbolSource::Dwarf => 12,
+        SymbolSource::Unwind => 16,
     }
 }
 
@@ -379,18 +387,24 @@ fn dedup_candidates<'d>(
     code: &[(u64, u64)],
     funcs: &mut Vec<PendingFunc<'d>>,
 ) -> Vec<Interval> {
-    // Among aliases of one rank, the plainest name: `malloc` over
-    // `__libc_malloc`, then the shorter, then any fixed order.
+    // Among aliases from one source, the name perf gives (its
+    // `choose_best_symbol`), so that both tools name a function alike: a
+    // sized symbol over a label, then by binding, then the fewest leading
+    // underscores (`malloc` over `__libc_malloc`), then the longest name
+    // (`memmove` over `memcpy`, `fstat64` over `fstat`), then the first in
+    // the table (the sort is stable).
     let underscores = |c: &Candidate<'_>| c.name.bytes().take_while(|&b| b == b'_').count();
-    candidates.sort_by(|a, b| {
-        (a.start, a.rank, underscores(a), a.name.len(), &a.name).cmp(&(
-            b.start,
-            b.rank,
-            underscores(b),
-            b.name.len(),
-            &b.name,
-        ))
-    });
+    let key = |c: &Candidate<'_>| {
+        (
+            c.start,
+            c.rank / 4,
+            c.size == 0,
+            c.rank,
+            underscores(c),
+            std::cmp::Reverse(c.name.len()),
+        )
+    };
+    candidates.sort_by_key(key);
     // (winner, size) per distinct start.
     let mut chosen: Vec<(Candidate<'d>, u64)> = Vec::new();
     for c in candidates {
@@ -447,6 +461,7 @@ fn dedup_candidates<'d>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::process::Command;
 
     use crate::symbols::testutil::*;
@@ -481,5 +496,141 @@ mod tests {
             let _ = syms.function(a);
             assert!(syms.location(a).is_none());
         }
+    }
+
+    /// The addresses of every function `nm` knows in `bin`, end to end.
+    fn code_span(nm: &std::collections::HashMap<String, (u64, u64)>) -> std::ops::Range<u64> {
+        let lo = nm.values().map(|f| f.0).min().unwrap();
+        let hi = nm.values().map(|f| f.0 + f.1).max().unwrap();
+        lo..hi
+    }
+
+    fn load_split(bin: &Path, debug: &Path) -> ModuleSymbols {
+        let file = std::fs::File::open(bin).unwrap();
+        let dfile = std::fs::File::open(debug).unwrap();
+        ModuleSymbols::load_split(bin, &file, Some((debug, &dfile))).unwrap()
+    }
+
+    /// A binary split as distributions split theirs (`objcopy
+    /// --only-keep-debug`, `strip`, `--add-gnu-debuglink`) answers, with
+    /// its debug file, every lookup as it did whole: names, lines and
+    /// inlined frames from the debug file, at the binary's addresses.
+    /// Without it, the static functions were `[unknown]`.
+    #[test]
+    fn a_stripped_binary_is_named_from_its_separate_debug_file() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "split", &[]);
+        assert!(!ModuleSymbols::lacks_own_names(
+            &std::fs::read(&bin).unwrap()
+        ));
+        let whole = ModuleSymbols::load(&bin).unwrap();
+        let nm = nm(&bin);
+        let debug = split_debug(&bin, &[]);
+        assert!(ModuleSymbols::lacks_own_names(
+            &std::fs::read(&bin).unwrap()
+        ));
+        // The debug file's own code sections are empty.
+        let text = sections(&debug)
+            .into_iter()
+            .find(|s| s.0 == ".text")
+            .unwrap();
+        assert!(run(Command::new("readelf").arg("-SW").arg(&debug)).contains("NOBITS"));
+        assert!(text.3 > 0);
+        let alone = ModuleSymbols::load(&bin).unwrap();
+        let (sb, _) = nm["sum_bumps"];
+        assert_eq!(alone.function(sb).unwrap().source, SymbolSource::Unwind);
+        assert_eq!(alone.debug_file(), None);
+
+        let split = load_split(&bin, &debug);
+        assert!(split.has_symbols() && split.has_debug_info());
+        assert_eq!(split.debug_file(), Some(debug.as_path()));
+        assert_eq!(split.debug_info_problem(), None);
+        let f = split.function(sb).unwrap();
+        assert_eq!((f.name, f.source), ("sum_bumps", SymbolSource::Symtab));
+        let mut inlined = 0;
+        for a in code_span(&nm) {
+            assert_eq!(split.function(a), whole.function(a), "{a:#x}");
+            assert_eq!(split.location(a), whole.location(a), "{a:#x}");
+            let frames = split.inline_frames(a);
+            inlined += usize::from(!frames.is_empty());
+            assert_eq!(frames, whole.inline_frames(a), "{a:#x}");
+            assert_eq!(split.file_offset_to_svma(a), whole.file_offset_to_svma(a));
+        }
+        assert!(inlined > 0, "the test program inlines nothing");
+    }
+
+    /// Debian's debug files compress their DWARF (`SHF_COMPRESSED`, zlib);
+    /// others use zstd. Both read as the plain sections do. They were
+    /// refused as "compressed, which is not supported".
+    #[test]
+    fn compressed_debug_sections_are_read() {
+        let dir = tempdir();
+        for how in ["zlib", "zstd"] {
+            let bin = compile(dir.path(), how, &[]);
+            let whole = ModuleSymbols::load(&bin).unwrap();
+            let nm = nm(&bin);
+            let debug = split_debug(&bin, &[&format!("--compress-debug-sections={how}")]);
+            let flags = run(Command::new("readelf").arg("-SW").arg(&debug));
+            let info = flags.lines().find(|l| l.contains(".debug_info")).unwrap();
+            assert!(info.contains(" C "), "{how}: not compressed: {info}");
+            let split = load_split(&bin, &debug);
+            assert!(
+                split.has_debug_info(),
+                "{how}: {:?}",
+                split.debug_info_problem()
+            );
+            for a in code_span(&nm).step_by(3) {
+                assert_eq!(split.location(a), whole.location(a), "{how} {a:#x}");
+            }
+        }
+    }
+
+    /// A compressed section whose header claims far more than its bytes
+    /// can inflate to turns the debug info off with a reason, without the
+    /// allocation it asks for; the names stay.
+    #[test]
+    fn a_compressed_section_claiming_too_much_is_refused() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "bomb", &[]);
+        let debug = split_debug(&bin, &["--compress-debug-sections=zlib"]);
+        let (_, _, offset, _) = sections(&debug)
+            .into_iter()
+            .find(|s| s.0 == ".debug_info")
+            .unwrap();
+        // Elf64_Chdr: ch_type, ch_reserved, then ch_size.
+        let mut data = std::fs::read(&debug).unwrap();
+        let at = offset as usize + 8;
+        data[at..at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        std::fs::write(&debug, &data).unwrap();
+        let split = load_split(&bin, &debug);
+        assert!(!split.has_debug_info());
+        let problem = split.debug_info_problem().unwrap();
+        assert!(
+            problem.contains("inflate") && problem.contains("bomb.debug"),
+            "{problem}"
+        );
+        assert!(split.has_symbols());
+        let (main, _) = nm(&bin)["main"];
+        assert_eq!(split.function(main).unwrap().name, "main");
+    }
+
+    /// A debug file that is no ELF file names nothing and says why; the
+    /// binary's own names stay.
+    #[test]
+    fn a_debug_file_that_is_not_elf_is_set_aside() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "junk", &["-rdynamic"]);
+        let debug = split_debug(&bin, &[]);
+        std::fs::write(&debug, b"not an ELF file").unwrap();
+        let split = load_split(&bin, &debug);
+        assert_eq!(split.debug_file(), None);
+        assert!(!split.has_symbols());
+        let problem = split.debug_info_problem().unwrap();
+        assert!(problem.contains("junk.debug"), "{problem}");
+        assert!(split.functions().any(|f| f.name == "main"));
+        // An empty one likewise.
+        std::fs::write(&debug, b"").unwrap();
+        let split = load_split(&bin, &debug);
+        assert!(split.debug_info_problem().unwrap().contains("empty"));
     }
 }

@@ -49,7 +49,7 @@ mod elf;
 mod intervals;
 mod plt;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use self::elf::parse_elf;
 use self::intervals::Interval;
