@@ -12,7 +12,11 @@
 //! do), and DWARF `DW_TAG_subprogram` ranges for code no symbol covers (a
 //! stripped symbol table with debug info kept). Line numbers and inline
 //! chains come from DWARF through `addr2line`, lazily, since only the views
-//! that show source need them.
+//! that show source need them. A stripped binary's `.symtab` and DWARF come
+//! from its separate debug file ([`ModuleSymbols::load_split`]; which file,
+//! [`crate::names`] decides), at the binary's addresses; code, `.dynsym`,
+//! the PLT and `.eh_frame` always from the binary. Among aliases at one
+//! address the name perf chooses wins, so both tools name code alike.
 //!
 //! Binaries arrive inside snapshot files from other machines, so nothing
 //! here trusts the file: every offset and size is bounds-checked by
