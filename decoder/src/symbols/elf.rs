@@ -592,6 +592,7 @@ mod tests {
     fn a_compressed_section_claiming_too_much_is_refused() {
         let dir = tempdir();
         let bin = compile(dir.path(), "bomb", &[]);
+        let (main, _) = nm(&bin)["main"];
         let debug = split_debug(&bin, &["--compress-debug-sections=zlib"]);
         let (_, _, offset, _) = sections(&debug)
             .into_iter()
@@ -610,7 +611,6 @@ mod tests {
             "{problem}"
         );
         assert!(split.has_symbols());
-        let (main, _) = nm(&bin)["main"];
         assert_eq!(split.function(main).unwrap().name, "main");
     }
 
