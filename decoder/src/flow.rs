@@ -3253,7 +3253,7 @@ mod conformance {
         // libipt's instruction decoder agrees; its block decoder, asked to
         // end blocks at calls as ptscope's libipt engine asks it, binds
         // the disable at the first direct call (ROBUSTNESS.md).
-        let mut code = vec![0x90u8; 0x20];
+        let mut code = [0x90u8; 0x20];
         code[..6].copy_from_slice(&[0xe8, 0x0b, 0, 0, 0, 0xf4]);
         code[0x10] = 0x90;
         code[0x11..0x16].copy_from_slice(&[0xe8, 0xea, 0x1f, 0, 0]);
