@@ -224,10 +224,13 @@ fn a_filter_on_the_main_binary_traces_it_alone_and_decodes_clean() {
                 .any(|g| g.kind == "untraced" && parent(&spans, g) == Some(s))),
         "no __cxa_finalize span with its untraced gap"
     );
-    // main, called from untraced libc, is one span under __libc_start_main.
+    // main, called from untraced libc, is one span under __libc_start_main
+    // (named by its versioned symbol where libc's debug file is found, as
+    // perf names it).
     let mains: Vec<&JsonSpan> = spans.iter().filter(|s| s.name == "main").collect();
     assert_eq!(mains.len(), 1, "{mains:?}");
-    assert_eq!(parent(&spans, mains[0]).unwrap().name, "__libc_start_main");
+    let caller = &parent(&spans, mains[0]).unwrap().name;
+    assert!(caller.starts_with("__libc_start_main"), "{caller}");
 }
 
 #[test]
