@@ -198,6 +198,8 @@ pub enum Command {
         /// that starts with a PSB is taken as a raw dump without it.
         #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
         raw: Vec<(PathBuf, u64)>,
+        #[command(flatten)]
+        kernel: KernelOpts,
     },
     /// List the PT packets of one thread, like libipt's ptdump. A raw PT
     /// dump (a file that starts with a PSB, or any file with --raw) lists
@@ -257,6 +259,22 @@ pub enum Command {
     },
 }
 
+/// Where the kernel's symbols come from, for a trace that includes the
+/// kernel (a snapshot captured with --kernel carries them).
+#[derive(clap::Args, Debug, Default)]
+pub struct KernelOpts {
+    /// Name kernel code from FILE, a copy of /proc/kallsyms taken on the
+    /// machine and boot that recorded the trace (as `perf report
+    /// --kallsyms`); over the snapshot's own.
+    #[arg(long, value_name = "FILE")]
+    pub kallsyms: Option<PathBuf>,
+    /// Name kernel code from FILE, the vmlinux (with symbols) of the
+    /// kernel that recorded the trace, moved to where the trace says it ran
+    /// (as `perf report --vmlinux`); over --kallsyms.
+    #[arg(long, value_name = "FILE")]
+    pub vmlinux: Option<PathBuf>,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct InputOpts {
     /// A `.ptscope` snapshot, a perf.data recorded with intel_pt, a text
@@ -297,6 +315,8 @@ pub struct InputOpts {
     /// perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "RANGES")]
     pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    #[command(flatten)]
+    pub kernel: KernelOpts,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -349,8 +369,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Info { file, raw }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
-        Some(Command::Info { file, .. }) => info(&file),
+        Some(Command::Info { file, raw, .. }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
+        Some(Command::Info { file, kernel, .. }) => info(&file, &kernel),
         Some(Command::Packets {
             file,
             raw,
@@ -414,6 +434,8 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         threads,
         engine,
         parallel,
+        kallsyms: input.kernel.kallsyms.clone(),
+        vmlinux: input.kernel.vmlinux.clone(),
         ..OpenOptions::default()
     };
     let model = ptscope_decoder::open::open(&input.file, &opts)?;
@@ -677,7 +699,7 @@ fn check() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path) -> Result<ExitCode> {
+fn info(path: &Path, kernel_opts: &KernelOpts) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
     let mut out = std::io::stdout().lock();
@@ -839,27 +861,86 @@ fn info(path: &Path) -> Result<ExitCode> {
         }
         let found = snap.find_binary(m.build_id.as_deref(), &m.path);
         let id = build_id_text(m);
+        let in_snapshot = |p: &Path| snap.buildid_dir().is_some_and(|d| p.starts_with(d));
+        let binary = match &found {
+            Some(p) if in_snapshot(p) => "(in snapshot".to_string(),
+            Some(p) => format!("-> {}", p.display()),
+            None => String::new(),
+        };
+        // What a snapshot carries beside the binary: its debug file.
+        let debug = m
+            .build_id
+            .as_deref()
+            .zip(snap.buildid_dir())
+            .filter(|(id, dir)| {
+                dir.join(ptscope_formats::buildid::debug_cache_path(id))
+                    .is_file()
+            })
+            .map(|(id, _)| {
+                let hex = ptscope_formats::buildid::to_hex(id);
+                match snap
+                    .metadata
+                    .as_ref()
+                    .and_then(|md| md.debug_files.get(&hex))
+                {
+                    Some(origin) => format!("debug file from {origin}"),
+                    None => "debug file".to_string(),
+                }
+            });
+        let carried = match (found.as_deref().is_some_and(in_snapshot), debug) {
+            (true, Some(d)) => format!(" + {d})"),
+            (true, None) => ")".to_string(),
+            (false, Some(d)) => format!(" (in snapshot: {d})"),
+            (false, None) if snap.buildid_dir().is_some() => " (not in snapshot)".to_string(),
+            (false, None) => String::new(),
+        };
         writeln!(
             out,
-            "    {:<10} {:#014x} {} [{}] {}",
+            "    {:<10} {:#014x} {} [{}] {binary}{carried}",
             if found.is_some() { "found" } else { "MISSING" },
             m.start,
             m.path,
             id,
-            match found {
-                Some(p) if snap.buildid_dir().is_some_and(|d| p.starts_with(d)) => {
-                    "(in snapshot)".to_string()
-                }
-                Some(p) => format!("-> {}", p.display()),
-                None => String::new(),
-            },
         )?;
     }
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.
     let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();
+    let (symbols, why) = ptscope_decoder::symbols::kallsyms::for_trace(
+        &snap,
+        &trace,
+        kernel_opts.kallsyms.as_deref(),
+        kernel_opts.vmlinux.as_deref(),
+    );
+    let source = match (&kernel_opts.vmlinux, &kernel_opts.kallsyms) {
+        (Some(v), _) => v.display().to_string(),
+        (None, Some(k)) => k.display().to_string(),
+        (None, None) => "the snapshot's kallsyms".to_string(),
+    };
+    match (&symbols, &why) {
+        (Some(k), _) => writeln!(
+            out,
+            "  kernel symbols: {} functions from {source}{}",
+            k.len(),
+            if snap.modules.is_some() && kernel_opts.vmlinux.is_none() {
+                ", modules bounded by the snapshot's /proc/modules"
+            } else {
+                ""
+            }
+        )?,
+        (None, Some(why)) => writeln!(out, "  kernel symbols: none: {why}")?,
+        (None, None) => {}
+    }
     if !kernel.is_empty() {
-        writeln!(out, "  kernel (not decoded, shown as [kernel]):")?;
+        writeln!(
+            out,
+            "  kernel (not decoded, {}):",
+            if symbols.is_some() {
+                "named from its symbols"
+            } else {
+                "shown as [kernel]"
+            }
+        )?;
         let mut seen = std::collections::BTreeSet::new();
         for m in kernel {
             if !seen.insert((m.start, m.path.clone())) {

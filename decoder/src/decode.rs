@@ -65,6 +65,11 @@ pub struct DecodeOptions {
     pub cpu: Option<crate::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
     pub ip_filter: Option<crate::ip_filter::IpFilter>,
+    /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
+    /// a snapshot carries.
+    pub kallsyms: Option<PathBuf>,
+    /// A vmlinux whose symbols name kernel code (`--vmlinux`), over both.
+    pub vmlinux: Option<PathBuf>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -253,6 +258,13 @@ pub fn decode_trace(
         files: FileCache::default(),
     };
     let mut symbols = SymbolCache::default();
+    let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
+        snap,
+        trace,
+        opts.kallsyms.as_deref(),
+        opts.vmlinux.as_deref(),
+    );
+    symbols.kernel = kernel;
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
     let mut procs: HashMap<i32, Proc> = HashMap::new();
@@ -639,6 +651,7 @@ pub fn decode_trace(
         missing_binaries,
         warnings: [
             filter_warning,
+            kernel_warning.into_iter().collect(),
             input_warnings(trace, &wanted),
             stack_warnings(&threads),
         ]

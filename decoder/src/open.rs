@@ -65,6 +65,11 @@ pub struct OpenOptions {
     pub parallel: Parallel,
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
+    /// The kernel's symbols in kallsyms' format (`--kallsyms`), for a
+    /// perf.data or over what a snapshot carries.
+    pub kallsyms: Option<PathBuf>,
+    /// A vmlinux whose symbols name kernel code (`--vmlinux`).
+    pub vmlinux: Option<PathBuf>,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -187,6 +192,8 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     parallel: opts.parallel,
                     cpu: opts.cpu,
                     ip_filter: opts.ip_filter,
+                    kallsyms: opts.kallsyms.clone(),
+                    vmlinux: opts.vmlinux.clone(),
                 },
             )
         }
