@@ -191,6 +191,17 @@ pub enum Command {
         /// that starts with a PSB is taken as a raw dump without it.
         #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
         raw: Vec<(PathBuf, u64)>,
+        /// A directory of binaries that are not at the paths the trace
+        /// recorded, as for a perf.data from another machine (repeatable):
+        /// searched by build id (`.build-id/xx/yyyy…/elf`, `.build-id/xx/yyyy…`),
+        /// then by name, as under a sysroot, and a few levels down.
+        #[arg(long = "binaries", value_name = "DIR")]
+        binary_dirs: Vec<PathBuf>,
+        /// A debug directory searched for debug files after /usr/lib/debug
+        /// (repeatable): `.build-id/xx/yyyy….debug` and `.gnu_debuglink`
+        /// targets under the binary's path.
+        #[arg(long = "debug-dir", value_name = "DIR")]
+        debug_dirs: Vec<PathBuf>,
     },
     /// List the PT packets of one thread, like libipt's ptdump. A raw PT
     /// dump (a file that starts with a PSB, or any file with --raw) lists
@@ -290,6 +301,17 @@ pub struct InputOpts {
     /// perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "RANGES")]
     pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    /// A directory of binaries that are not at the paths the trace
+    /// recorded, as for a perf.data from another machine (repeatable):
+    /// searched by build id (`.build-id/xx/yyyy…/elf`, `.build-id/xx/yyyy…`),
+    /// then by name, as under a sysroot, and a few levels down.
+    #[arg(long = "binaries", value_name = "DIR")]
+    pub binary_dirs: Vec<PathBuf>,
+    /// A debug directory searched for debug files after /usr/lib/debug
+    /// (repeatable): `.build-id/xx/yyyy….debug` and `.gnu_debuglink`
+    /// targets under the binary's path.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -342,8 +364,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Info { file, raw }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
-        Some(Command::Info { file, .. }) => info(&file),
+        Some(Command::Info { file, raw, .. }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
+        Some(Command::Info {
+            file,
+            binary_dirs,
+            debug_dirs,
+            ..
+        }) => info(&file, &binary_dirs, &debug_dirs),
         Some(Command::Packets {
             file,
             raw,
@@ -407,6 +434,8 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         threads,
         engine,
         parallel,
+        binary_dirs: input.binary_dirs.clone(),
+        debug_dirs: input.debug_dirs.clone(),
         ..OpenOptions::default()
     };
     let model = ptscope_decoder::open::open(&input.file, &opts)?;
@@ -669,7 +698,7 @@ fn check() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path) -> Result<ExitCode> {
+fn info(path: &Path, binary_dirs: &[PathBuf], debug_dirs: &[PathBuf]) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
     let mut out = std::io::stdout().lock();
@@ -829,7 +858,8 @@ fn info(path: &Path) -> Result<ExitCode> {
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
-        let found = snap.find_binary(m.build_id.as_deref(), &m.path);
+        let found =
+            ptscope_decoder::image::find_binary(&snap, binary_dirs, m.build_id.as_deref(), &m.path);
         let id = build_id_text(m);
         writeln!(
             out,
@@ -847,6 +877,8 @@ fn info(path: &Path) -> Result<ExitCode> {
             },
         )?;
     }
+    let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, binary_dirs);
+    ptscope::missing::write_remedies(&mut out, &missing, debug_dirs)?;
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.
     let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();

@@ -16,6 +16,8 @@ use ptscope_decoder::model::Model;
 use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
 
+use crate::missing::SearchDirs;
+
 /// What a poll of a load found.
 pub enum Poll {
     /// Still decoding; maybe with a newer partial model.
@@ -39,6 +41,17 @@ impl Load {
         raw_images: Vec<(PathBuf, u64)>,
         wake: impl Fn() + Send + 'static,
     ) -> Load {
+        Load::start_with(path, raw_images, SearchDirs::default(), wake)
+    }
+
+    /// [`Load::start`], with binaries and debug files also looked for in
+    /// `dirs` (what the user supplied for missing binaries).
+    pub fn start_with(
+        path: &Path,
+        raw_images: Vec<(PathBuf, u64)>,
+        dirs: SearchDirs,
+        wake: impl Fn() + Send + 'static,
+    ) -> Load {
         let progress = DecodeProgress::new();
         let (tx, rx) = mpsc::channel();
         let p = progress.clone();
@@ -51,6 +64,8 @@ impl Load {
                     engine: Engine::Flow,
                     parallel: Parallel::default(),
                     progress: Some(p),
+                    binary_dirs: dirs.binary_dirs,
+                    debug_dirs: dirs.debug_dirs,
                     ..OpenOptions::default()
                 };
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());

@@ -20,7 +20,7 @@ use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
-use crate::image::{sections, Section};
+use crate::image::{sections_with, Section};
 use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::packet::{find_psb, psb_offsets};
@@ -65,6 +65,12 @@ pub struct DecodeOptions {
     pub cpu: Option<crate::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
     pub ip_filter: Option<crate::ip_filter::IpFilter>,
+    /// Directories of binaries not at their recorded paths (`--binaries`),
+    /// searched by build id and by name once the snapshot, perf's cache
+    /// and the path itself have not got them.
+    pub binary_dirs: Vec<std::path::PathBuf>,
+    /// Debug directories to search besides the system's (`--debug-dir`).
+    pub debug_dirs: Vec<std::path::PathBuf>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -98,6 +104,8 @@ struct Loaders {
     engine: Engine,
     cache: SectionCache,
     files: FileCache,
+    /// The user's directories of binaries (`--binaries`).
+    binary_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Builds the image and resolver of process `pid`, once.
@@ -110,7 +118,7 @@ fn add_proc<'p>(
     missing_binaries: &mut Vec<String>,
 ) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
-        let (secs, missing) = sections(snap, trace, Some(pid));
+        let (secs, missing) = sections_with(snap, trace, Some(pid), &loaders.binary_dirs);
         let image = match loaders.engine {
             Engine::Libipt => {
                 let mut isids = Vec::new();
@@ -251,6 +259,7 @@ pub fn decode_trace(
         engine: opts.engine,
         cache: SectionCache::new().map_err(libipt)?,
         files: FileCache::default(),
+        binary_dirs: opts.binary_dirs.clone(),
     };
     let mut symbols = SymbolCache::default();
     let mut funcs = FuncTable::default();
@@ -604,7 +613,7 @@ pub fn decode_trace(
         let memory = match image {
             ProcImage::Flow(mem) => mem,
             ProcImage::Libipt(_) => {
-                let (secs, _) = sections(snap, trace, Some(pid));
+                let (secs, _) = sections_with(snap, trace, Some(pid), &loaders.binary_dirs);
                 Memory::new(&secs, &mut loaders.files).unwrap_or_default()
             }
         };

@@ -1,5 +1,7 @@
 //! The memory image of a traced process: which file bytes sit at which
-//! address, from MMAP2 sideband and the binaries the snapshot carries.
+//! address, from MMAP2 sideband and the binaries the snapshot carries (or
+//! that are found on this machine, or in the user's `--binaries`
+//! directories).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,10 +39,44 @@ fn foreign_elf(file: &std::path::Path) -> bool {
     !matches!(machine, 3 | 62)
 }
 
+/// Where the binary mapped at `path` with `build_id` is: in the snapshot,
+/// perf's cache or at its path ([`Snapshot::find_binary`]), else in the
+/// user's `binary_dirs` (`--binaries`), by build id and by name. The vdso
+/// and other `[name]` mappings have no file to find in those.
+pub fn find_binary(
+    snap: &Snapshot,
+    binary_dirs: &[PathBuf],
+    build_id: Option<&[u8]>,
+    path: &str,
+) -> Option<PathBuf> {
+    snap.find_binary(build_id, path).or_else(|| {
+        if binary_dirs.is_empty() || path.starts_with('[') {
+            return None;
+        }
+        let search = ptscope_debuginfo::Search {
+            binary_dirs: binary_dirs.to_vec(),
+            ..Default::default()
+        };
+        search.binary(build_id, path)
+    })
+}
+
 /// The sections of process `pid` (all processes with `None`), and the
 /// mapped paths whose binaries could not be found (or are for another
 /// machine).
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
+    sections_with(snap, trace, pid, &[])
+}
+
+/// [`sections`], with binaries not found in the snapshot, perf's cache or
+/// at their paths looked for in `binary_dirs` (the user's `--binaries`),
+/// by build id and by name.
+pub fn sections_with(
+    snap: &Snapshot,
+    trace: &Trace,
+    pid: Option<i32>,
+    binary_dirs: &[PathBuf],
+) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
     // A binary is mapped several times (text, data, ...): look it up once.
@@ -53,8 +89,7 @@ pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Sectio
         let key = (m.build_id.as_deref(), m.path.as_str());
         let hit = found.entry(key).or_insert_with(|| {
             // Code for another machine cannot be what ran: as good as missing.
-            let file = snap
-                .find_binary(m.build_id.as_deref(), &m.path)
+            let file = find_binary(snap, binary_dirs, m.build_id.as_deref(), &m.path)
                 .filter(|f| !foreign_elf(f))?;
             let len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
             Some((file, len))

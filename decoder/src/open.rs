@@ -65,6 +65,11 @@ pub struct OpenOptions {
     pub parallel: Parallel,
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
+    /// Directories of binaries not at their recorded paths (the user's
+    /// `--binaries`), searched by build id and by name.
+    pub binary_dirs: Vec<PathBuf>,
+    /// Debug directories besides the system's (the user's `--debug-dir`).
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -187,6 +192,8 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     parallel: opts.parallel,
                     cpu: opts.cpu,
                     ip_filter: opts.ip_filter,
+                    binary_dirs: opts.binary_dirs.clone(),
+                    debug_dirs: opts.debug_dirs.clone(),
                 },
             )
         }
