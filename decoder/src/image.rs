@@ -42,7 +42,8 @@ fn foreign_elf(file: &std::path::Path) -> bool {
 /// Where the binary mapped at `path` with `build_id` is: in the snapshot,
 /// perf's cache or at its path ([`Snapshot::find_binary`]), else in the
 /// user's `binary_dirs` (`--binaries`), by build id and by name. The vdso
-/// and other `[name]` mappings have no file to find in those.
+/// is found there only by build id, in perf's cache layout (as `perf
+/// archive` packs it); other `[name]` mappings have no file to find.
 pub fn find_binary(
     snap: &Snapshot,
     binary_dirs: &[PathBuf],
@@ -50,6 +51,13 @@ pub fn find_binary(
     path: &str,
 ) -> Option<PathBuf> {
     snap.find_binary(build_id, path).or_else(|| {
+        if path == "[vdso]" {
+            let rel = ptscope_formats::buildid::cache_path(build_id?, true);
+            return binary_dirs
+                .iter()
+                .map(|d| d.join(&rel))
+                .find(|p| p.is_file());
+        }
         if binary_dirs.is_empty() || path.starts_with('[') {
             return None;
         }
