@@ -6,8 +6,6 @@
 //! - [`faults`]: the traced process exiting, killed or exec'ing mid-capture;
 //! - [`hardware`]: the Intel PT backend, as far as it runs without the PMU;
 //! - [`decode`]: snapshots decoded against libipt and `perf script`;
-//! - [`debug_names`]: stripped system libraries named from their separate
-//!   debug files, as perf names them;
 //! - [`dialects`]: every timing dialect and overflow of the emulated unit,
 //!   decoded alike by libipt, perf and ptscope;
 //! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
@@ -31,7 +29,6 @@ mod fuzz_targets;
 
 mod bad_input;
 mod capture;
-mod debug_names;
 mod decode;
 mod dialects;
 mod faults;
