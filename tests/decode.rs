@@ -368,7 +368,10 @@ fn emulated_clock_gives_exact_durations_for_a_known_loop() {
     let steps: Vec<&JsonSpan> = spans.iter().filter(|s| s.name == "step").collect();
     assert_eq!(steps.len(), 1000);
     // From the call's retirement to the ret's: step's own instructions.
-    // Known gap: a call that straddles a PSB+ can be off by a few ns.
+    // Known gap: a call that straddles a PSB+ can be off by a few ns (two
+    // calls a PSB). How many PSBs fall in the loop varies from run to run
+    // (the trace's bytes carry wall time spent in the kernel), so up to 1%
+    // of the calls may be off, none by more than 8 ns.
     let wrong: Vec<u64> = steps
         .iter()
         .map(|s| s.end - s.start)
@@ -376,7 +379,7 @@ fn emulated_clock_gives_exact_durations_for_a_known_loop() {
         .collect();
     println!("{} of 1000 calls exactly {k} ns", 1000 - wrong.len());
     assert!(
-        wrong.len() <= 5 && wrong.iter().all(|&d| d.abs_diff(k) <= 8),
+        wrong.len() <= 10 && wrong.iter().all(|&d| d.abs_diff(k) <= 8),
         "{} of 1000 calls are not {k} ns: {:?}",
         wrong.len(),
         &wrong[..wrong.len().min(10)]
