@@ -26,9 +26,10 @@
 //!   cache (elfutils' layout, shared with gdb and perf), timeouts and
 //!   progress reports.
 //!
-//! The decoder reads what is found (names, lines and inline frames from
-//! the debug file, code from the binary); the capture stores it in the
-//! snapshot so that another machine names what this one named.
+//! What it finds is meant for the decoder (names, lines and inline frames
+//! from the debug file, code from the binary) and for the capture, which
+//! will store it in the snapshot so that another machine names what this
+//! one named; neither uses it yet (issue 26 is in progress).
 
 pub mod debuginfod;
 pub mod debuglink;
