@@ -43,8 +43,7 @@ fn build_perf_data(
         if let SidebandEvent::Mmap { mapping, .. } = &sb.event {
             if mapping.is_file() && !binaries.contains_key(&mapping.path) {
                 if let Ok(data) = std::fs::read(&mapping.path) {
-                    let id =
-                        buildid::elf_build_id(&data).unwrap_or_else(|| buildid::content_id(&data));
+                    let id = buildid::id_of(&data);
                     binaries.insert(
                         mapping.path.clone(),
                         Binary {

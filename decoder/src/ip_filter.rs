@@ -124,14 +124,6 @@ impl IpFilter {
     }
 }
 
-fn number(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
 /// `FIRST-LAST` ranges of runtime addresses, inclusive as the MSRs are,
 /// separated by commas; `stop:FIRST-LAST` is a TraceStop range.
 impl FromStr for IpFilter {
@@ -151,7 +143,7 @@ impl FromStr for IpFilter {
             let (a, b) = span
                 .split_once('-')
                 .ok_or_else(|| bad("expected FIRST-LAST, e.g. 0x401000-0x4010ff"))?;
-            let (first, last) = match (number(a), number(b)) {
+            let (first, last) = match (filter::parse_number(a), filter::parse_number(b)) {
                 (Some(a), Some(b)) => (a, b),
                 _ => return Err(bad("an address is not a number")),
             };

@@ -190,10 +190,7 @@ impl Search {
         let matches = |p: &Path| {
             p.is_file()
                 && match id {
-                    Some(id) => std::fs::read(p).is_ok_and(|data| {
-                        buildid::elf_build_id(&data).unwrap_or_else(|| buildid::content_id(&data))
-                            == id
-                    }),
+                    Some(id) => std::fs::read(p).is_ok_and(|data| buildid::id_of(&data) == id),
                     None => true,
                 }
         };

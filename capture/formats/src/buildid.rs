@@ -8,6 +8,11 @@ pub fn elf_build_id(data: &[u8]) -> Option<Vec<u8>> {
     file.build_id().ok().flatten().map(|id| id.to_vec())
 }
 
+/// The id a file is known by: its GNU build id, else [`content_id`].
+pub fn id_of(data: &[u8]) -> Vec<u8> {
+    elf_build_id(data).unwrap_or_else(|| content_id(data))
+}
+
 /// A stand-in id for binaries built without one: 20 bytes derived from the
 /// contents (FNV-1a over four lanes), stable across captures.
 pub fn content_id(data: &[u8]) -> Vec<u8> {

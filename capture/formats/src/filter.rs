@@ -69,7 +69,8 @@ pub struct MappedFile<'a> {
     pub path: &'a str,
 }
 
-fn parse_number(s: &str) -> Option<u64> {
+/// An address or size as filters write them: decimal, or hex after `0x`.
+pub fn parse_number(s: &str) -> Option<u64> {
     let s = s.trim();
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),

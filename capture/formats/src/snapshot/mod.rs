@@ -286,7 +286,7 @@ impl Snapshot {
         // what ran.
         if let Some(id) = build_id {
             let data = std::fs::read(p).ok()?;
-            let local = buildid::elf_build_id(&data).unwrap_or_else(|| buildid::content_id(&data));
+            let local = buildid::id_of(&data);
             if local != id {
                 return None;
             }
