@@ -384,13 +384,15 @@ fn emulated_clock_gives_exact_durations_for_a_known_loop() {
         wrong.len(),
         &wrong[..wrong.len().min(10)]
     );
-    // And the loop around them repeats with a constant period.
+    // And the loop around them repeats with a constant period. A call that
+    // straddles a PSB+ may shift its own start, which changes the two
+    // periods either side of it and no others.
     let mut periods: BTreeMap<u64, usize> = BTreeMap::new();
     for w in steps.windows(2) {
         *periods.entry(w[1].start - w[0].start).or_insert(0) += 1;
     }
     let (_, most) = periods.iter().max_by_key(|p| p.1).unwrap();
-    assert!(*most >= 990, "{periods:?}");
+    assert!(*most >= 999 - 2 * wrong.len().max(5), "{periods:?}");
 }
 
 #[test]
