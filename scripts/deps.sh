@@ -23,5 +23,7 @@ GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 l
 # tests replay; desktop-file-utils and shared-mime-info judge what
 # scripts/install writes, and unshare (util-linux) hides the checkout from
 # the installed binary; the debuginfod client's tests start a real
-# debuginfod server on loopback.
-TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux debuginfod)
+# debuginfod server on loopback. libc6-dbg holds the symbols of the
+# stripped libc and loader (/usr/lib/debug/.build-id), which perf and
+# ptscope name them by.
+TEST_PACKAGES=(linux-perf binutils xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux debuginfod libc6-dbg)

@@ -6,6 +6,8 @@
 //! - [`faults`]: the traced process exiting, killed or exec'ing mid-capture;
 //! - [`hardware`]: the Intel PT backend, as far as it runs without the PMU;
 //! - [`decode`]: snapshots decoded against libipt and `perf script`;
+//! - [`debug_names`]: stripped system libraries named from their separate
+//!   debug files, as perf names them;
 //! - [`dialects`]: every timing dialect and overflow of the emulated unit,
 //!   decoded alike by libipt, perf and ptscope;
 //! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
@@ -29,6 +31,7 @@ mod fuzz_targets;
 
 mod bad_input;
 mod capture;
+mod debug_names;
 mod decode;
 mod dialects;
 mod faults;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+use ptscope::name_dirs::NameDirs;
 use ptscope::recorder::{self, Progress, Request};
 use ptscope::size::{parse_ring_size, parse_size};
 use ptscope_capture::intel_pt::Timing;
@@ -52,6 +53,8 @@ pub struct Args {
     /// when a raw dump is opened without them.
     #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
+    #[command(flatten)]
+    pub names: NameDirs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -191,6 +194,8 @@ pub enum Command {
         /// that starts with a PSB is taken as a raw dump without it.
         #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
         raw: Vec<(PathBuf, u64)>,
+        #[command(flatten)]
+        names: NameDirs,
     },
     /// List the PT packets of one thread, like libipt's ptdump. A raw PT
     /// dump (a file that starts with a PSB, or any file with --raw) lists
@@ -290,6 +295,8 @@ pub struct InputOpts {
     /// perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "RANGES")]
     pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    #[command(flatten)]
+    pub names: NameDirs,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -314,6 +321,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.source_maps,
             args.capture,
             args.raw,
+            args.names,
         ),
         Some(Command::Record { opts, command }) => capture(
             Target::Spawn {
@@ -342,8 +350,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Info { file, raw }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
-        Some(Command::Info { file, .. }) => info(&file),
+        Some(Command::Info { file, raw, .. }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
+        Some(Command::Info { file, names, .. }) => info(&file, &names),
         Some(Command::Packets {
             file,
             raw,
@@ -400,7 +408,7 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     }
     parallel.chunk_bytes = input.chunk;
     parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
-    let opts = OpenOptions {
+    let opts = input.names.apply(OpenOptions {
         raw_images: input.raw.clone(),
         cpu: input.cpu,
         ip_filter: input.ip_filter,
@@ -408,7 +416,7 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         engine,
         parallel,
         ..OpenOptions::default()
-    };
+    });
     let model = ptscope_decoder::open::open(&input.file, &opts)?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
@@ -669,9 +677,10 @@ fn check() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path) -> Result<ExitCode> {
+fn info(path: &Path, names: &NameDirs) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
+    let search = names.search(Some(&snap));
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", path.display())?;
     if let Some(m) = &snap.metadata {
@@ -829,7 +838,8 @@ fn info(path: &Path) -> Result<ExitCode> {
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
-        let found = snap.find_binary(m.build_id.as_deref(), &m.path);
+        let found =
+            ptscope_decoder::names::find_binary(&snap, &search, m.build_id.as_deref(), &m.path);
         let id = build_id_text(m);
         writeln!(
             out,

@@ -27,7 +27,8 @@ const RECENT_KEY: &str = "ptscope.recent";
 /// the demo). With `screenshot`, saves a PNG of the window once the first
 /// file is drawn, then exits (the Xvfb test and the README's images).
 /// `raw` (`--raw IMAGE:ADDR`) makes `files` raw PT dumps decoded with
-/// those binaries.
+/// those binaries; `names` says where debug files and binaries not at
+/// their paths are looked for.
 pub fn run(
     files: Vec<PathBuf>,
     screenshot: Option<PathBuf>,
@@ -35,6 +36,7 @@ pub fn run(
     source_maps: Vec<(String, String)>,
     capture: bool,
     raw: Vec<(PathBuf, u64)>,
+    names: crate::name_dirs::NameDirs,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
         vec![crate::demo::path()?]
@@ -62,6 +64,7 @@ pub fn run(
             let mut app = App::new(cc.storage);
             // Before opening: each tab's viewer takes the maps.
             app.source_maps = source_maps;
+            app.names = names;
             for f in &files {
                 app.open_raw(f, raw.clone(), &cc.egui_ctx);
             }
@@ -111,6 +114,8 @@ pub struct Tab {
     /// The file is a raw PT dump: what it is decoded with, and the form
     /// that changes it.
     pub raw: Option<RawForm>,
+    /// Where its decode looks for debug files and binaries.
+    pub names: crate::name_dirs::NameDirs,
     state: TabState,
 }
 
@@ -314,7 +319,7 @@ impl Tab {
         let Some(form) = &mut self.raw else { return };
         form.images = form.pending.clone();
         let ctx = ctx.clone();
-        let load = Load::start(&self.path, form.images.clone(), move || {
+        let load = Load::start(&self.path, form.images.clone(), &self.names, move || {
             ctx.request_repaint()
         });
         self.state = TabState::Loading { load, view: None };
@@ -349,6 +354,9 @@ pub struct App {
     pub source_maps: Vec<(String, String)>,
     /// The Capture panel (opened from the menu bar).
     pub capture: crate::capture_panel::CapturePanel,
+    /// Where files opened from now on look for debug files and binaries
+    /// (`--debug-dir`, `--binaries`, `--no-debuginfod`).
+    pub names: crate::name_dirs::NameDirs,
     /// The window title last asked for, so it is sent only on a change.
     title: String,
 }
@@ -373,6 +381,7 @@ impl App {
             title: String::new(),
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
+            names: crate::name_dirs::NameDirs::default(),
         }
     }
 
@@ -410,9 +419,10 @@ impl App {
             ..RawForm::default()
         });
         let ctx = ctx.clone();
-        let load = Load::start(path, raw_images, move || ctx.request_repaint());
+        let load = Load::start(path, raw_images, &self.names, move || ctx.request_repaint());
         self.tabs.push(Tab {
             path: path.to_path_buf(),
+            names: self.names.clone(),
             source_maps: self.source_maps.clone(),
             capture_info: capture_info(path),
             raw,

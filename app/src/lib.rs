@@ -8,6 +8,8 @@
 //! - [`capture_panel`]: the window's Capture panel, and [`recorder`], the
 //!   capture both it and `ptscope record`/`attach` run;
 //! - [`report`]: `ptscope decode` and `stats`;
+//! - [`name_dirs`]: the flags that say where debug files and binaries
+//!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
 //! - [`demo`]: the demo snapshot, built into the binary;
 //! - [`size`]: byte sizes as users type them.
@@ -19,6 +21,7 @@ pub mod capture_panel;
 pub mod demo;
 pub mod gui;
 pub mod loader;
+pub mod name_dirs;
 pub mod recorder;
 pub mod report;
 pub mod scale;

@@ -16,6 +16,8 @@ use ptscope_decoder::model::Model;
 use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
 
+use crate::name_dirs::NameDirs;
+
 /// What a poll of a load found.
 pub enum Poll {
     /// Still decoding; maybe with a newer partial model.
@@ -34,11 +36,15 @@ impl Load {
     /// Starts decoding `path`; `wake` runs when it is done (to repaint).
     /// `raw_images` are the binaries of a raw PT dump, at their load
     /// addresses (empty for any other input).
+    /// `names` says where debug files and binaries not at their paths are
+    /// looked for.
     pub fn start(
         path: &Path,
         raw_images: Vec<(PathBuf, u64)>,
+        names: &NameDirs,
         wake: impl Fn() + Send + 'static,
     ) -> Load {
+        let names = names.clone();
         let progress = DecodeProgress::new();
         let (tx, rx) = mpsc::channel();
         let p = progress.clone();
@@ -46,13 +52,13 @@ impl Load {
         let thread = std::thread::Builder::new()
             .name("ptscope-load".into())
             .spawn(move || {
-                let opts = OpenOptions {
+                let opts = names.apply(OpenOptions {
                     raw_images,
                     engine: Engine::Flow,
                     parallel: Parallel::default(),
                     progress: Some(p),
                     ..OpenOptions::default()
-                };
+                });
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);
                 wake();

@@ -20,7 +20,7 @@ use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
-use crate::image::{sections, Section};
+use crate::image::{sections_with, Section};
 use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::packet::{find_psb, psb_offsets};
@@ -65,6 +65,16 @@ pub struct DecodeOptions {
     pub cpu: Option<crate::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
     pub ip_filter: Option<crate::ip_filter::IpFilter>,
+    /// Debug directories to search after the system's (`--debug-dir`), by
+    /// build id and by `.gnu_debuglink` ([`crate::names`]).
+    pub debug_dirs: Vec<PathBuf>,
+    /// Directories of binaries that are not at their recorded paths
+    /// (`--binaries`), searched by build id and by name.
+    pub binary_dirs: Vec<PathBuf>,
+    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
+    /// Off by default; the command line and the window turn it on unless
+    /// told `--no-debuginfod`.
+    pub debuginfod: bool,
 }
 
 /// What walks the trace in the coarse pass.
@@ -110,7 +120,7 @@ fn add_proc<'p>(
     missing_binaries: &mut Vec<String>,
 ) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
-        let (secs, missing) = sections(snap, trace, Some(pid));
+        let (secs, missing) = sections_with(snap, trace, Some(pid), symbols.search());
         let image = match loaders.engine {
             Engine::Libipt => {
                 let mut isids = Vec::new();
@@ -252,7 +262,12 @@ pub fn decode_trace(
         cache: SectionCache::new().map_err(libipt)?,
         files: FileCache::default(),
     };
-    let mut symbols = SymbolCache::default();
+    let mut symbols = SymbolCache::new(crate::names::search(
+        Some(snap),
+        &opts.debug_dirs,
+        &opts.binary_dirs,
+        opts.debuginfod,
+    ));
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
     let mut procs: HashMap<i32, Proc> = HashMap::new();
@@ -604,7 +619,7 @@ pub fn decode_trace(
         let memory = match image {
             ProcImage::Flow(mem) => mem,
             ProcImage::Libipt(_) => {
-                let (secs, _) = sections(snap, trace, Some(pid));
+                let (secs, _) = sections_with(snap, trace, Some(pid), symbols.search());
                 Memory::new(&secs, &mut loaders.files).unwrap_or_default()
             }
         };
@@ -640,6 +655,7 @@ pub fn decode_trace(
         warnings: [
             filter_warning,
             input_warnings(trace, &wanted),
+            symbols.notes().to_vec(),
             stack_warnings(&threads),
         ]
         .concat(),

@@ -1,10 +1,13 @@
 //! The memory image of a traced process: which file bytes sit at which
-//! address, from MMAP2 sideband and the binaries the snapshot carries.
+//! address, from MMAP2 sideband and the binaries the snapshot carries (or
+//! this machine has, or the user's `--binaries` directories hold).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use ptscope_formats::snapshot::{Snapshot, Trace};
+
+use crate::names::Search;
 
 /// One mapped file section.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,8 +42,19 @@ fn foreign_elf(file: &std::path::Path) -> bool {
 
 /// The sections of process `pid` (all processes with `None`), and the
 /// mapped paths whose binaries could not be found (or are for another
-/// machine).
+/// machine), with the binaries the snapshot and this machine have.
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
+    sections_with(snap, trace, pid, &Search::default())
+}
+
+/// [`sections`], with the binaries not at their paths looked for in
+/// `search`'s binary directories as well ([`crate::names::find_binary`]).
+pub fn sections_with(
+    snap: &Snapshot,
+    trace: &Trace,
+    pid: Option<i32>,
+    search: &Search,
+) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
     // A binary is mapped several times (text, data, ...): look it up once.
@@ -53,8 +67,7 @@ pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Sectio
         let key = (m.build_id.as_deref(), m.path.as_str());
         let hit = found.entry(key).or_insert_with(|| {
             // Code for another machine cannot be what ran: as good as missing.
-            let file = snap
-                .find_binary(m.build_id.as_deref(), &m.path)
+            let file = crate::names::find_binary(snap, search, m.build_id.as_deref(), &m.path)
                 .filter(|f| !foreign_elf(f))?;
             let len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
             Some((file, len))

@@ -22,7 +22,9 @@
 //!   counts as times: the model's [`model::TimeUnit`]);
 //! - [`image`], [`symbols`] and [`resolve`]: the process image from MMAP2
 //!   sideband and the bundled binaries, ELF/DWARF symbols, and which
-//!   function an address is in;
+//!   function an address is in, with [`names`]: where a stripped
+//!   binary's separate debug file (and a binary not at its path) is
+//!   looked for;
 //! - [`coarse`]: the coarse pass, PT into timed branch [`event`]s, one walk
 //!   or in chunks on every core with the same result;
 //! - [`perf_script`]: the same events from `perf script` text;
@@ -58,6 +60,7 @@ pub mod ip_filter;
 #[allow(unsafe_code)]
 pub mod memory;
 pub mod model;
+pub mod names;
 pub mod open;
 pub mod packet;
 pub mod perf_script;

@@ -65,6 +65,16 @@ pub struct OpenOptions {
     pub parallel: Parallel,
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
+    /// Debug directories to search after the system's (`--debug-dir`), by
+    /// build id and by `.gnu_debuglink` ([`crate::names`]).
+    pub debug_dirs: Vec<PathBuf>,
+    /// Directories of binaries that are not at their recorded paths
+    /// (`--binaries`), searched by build id and by name.
+    pub binary_dirs: Vec<PathBuf>,
+    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
+    /// Off by default; the command line and the window turn it on unless
+    /// told `--no-debuginfod`.
+    pub debuginfod: bool,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -187,6 +197,9 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     parallel: opts.parallel,
                     cpu: opts.cpu,
                     ip_filter: opts.ip_filter,
+                    debug_dirs: opts.debug_dirs.clone(),
+                    binary_dirs: opts.binary_dirs.clone(),
+                    debuginfod: opts.debuginfod,
                 },
             )
         }

@@ -2,8 +2,9 @@
 //! [`Resolve`] for every branch target that leaves the cached range;
 //! [`ProcessSymbols`] answers over a process's mappings from each
 //! binary's symbols ([`SymbolCache`], loaded once and shared by every
-//! model of the same file), and names code no symbol covers by what calls
-//! into it.
+//! model of the same file, with the separate debug file of a binary that
+//! lacks names of its own, found as [`crate::names`] says), and names
+//! code no symbol covers by what calls into it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use crate::block::PtError;
 use crate::event::{is_kernel_addr, FuncId, FuncTable, SpanKind, KERNEL_START, UNKNOWN};
 use crate::image::Section;
+use crate::names::Search;
 use crate::symbols::ModuleSymbols;
 
 /// The function an address is in, and the address range that shares it.
@@ -56,37 +58,115 @@ impl<R: Resolve + ?Sized> Resolve for &mut R {
     }
 }
 
-/// Symbols of every binary, loaded once.
+/// Symbols of every binary, loaded once, with the separate debug files
+/// of those that lack names of their own, found by a [`Search`].
 #[derive(Default)]
 pub struct SymbolCache {
     modules: HashMap<PathBuf, Option<Arc<ModuleSymbols>>>,
+    /// Where debug files are looked for; the default looks nowhere.
+    search: Search,
+    /// What the user should hear of the search: a server down, a debug
+    /// file that could not be read.
+    notes: Vec<String>,
 }
 
 impl SymbolCache {
+    /// A cache that looks for debug files where `search` says.
+    pub fn new(search: Search) -> SymbolCache {
+        SymbolCache {
+            search,
+            ..SymbolCache::default()
+        }
+    }
+
+    /// Where this cache looks for debug files (and binaries).
+    pub fn search(&self) -> &Search {
+        &self.search
+    }
+
+    /// The symbols of the binary `file`, as if mapped at its own path.
     pub fn get(&mut self, file: &Path) -> Option<Arc<ModuleSymbols>> {
-        self.modules
-            .entry(file.to_path_buf())
-            .or_insert_with(|| shared_symbols(file))
-            .clone()
+        self.get_mapped(file, &file.display().to_string())
+    }
+
+    /// The symbols of the binary `file`, which the trace mapped as
+    /// `mapped_path` (where its `.gnu_debuglink` file is looked for).
+    pub fn get_mapped(&mut self, file: &Path, mapped_path: &str) -> Option<Arc<ModuleSymbols>> {
+        if let Some(m) = self.modules.get(file) {
+            return m.clone();
+        }
+        let m = shared_symbols(file, mapped_path, &self.search, &mut self.notes);
+        self.modules.insert(file.to_path_buf(), m.clone());
+        m
+    }
+
+    /// What the search met that the user should know, each once.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 }
 
 /// A file's identity: the same inode, unchanged.
 type FileId = (u64, u64, u64, i64, i64);
 
-/// Symbols any live model in the process already loaded from the same
-/// unchanged file: a re-decode (another engine, other threads) or a second
-/// model of the same snapshot shares them instead of parsing libc again.
-/// Weak, so they go with the last model that uses them.
-fn shared_symbols(path: &Path) -> Option<Arc<ModuleSymbols>> {
+fn file_id(file: &std::fs::File) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// The separate debug file of the binary `file` (at `path`, mapped as
+/// `mapped_path`), open, when the binary lacks names of its own and
+/// `search` finds one; what went wrong on the way goes to `notes`.
+fn debug_file(
+    path: &Path,
+    file: &std::fs::File,
+    mapped_path: &str,
+    search: &Search,
+    notes: &mut Vec<String>,
+) -> Option<(PathBuf, std::fs::File)> {
+    let map = crate::memory::map_binary(file).ok()?;
+    if !ModuleSymbols::lacks_own_names(&map) {
+        return None;
+    }
+    let build_id = ptscope_formats::buildid::elf_build_id(&map);
+    drop(map);
+    let found = search.debug_file(path, mapped_path, build_id.as_deref(), notes)?;
+    match std::fs::File::open(&found.path) {
+        Ok(f) => Some((found.path, f)),
+        Err(e) => {
+            notes.push(format!(
+                "{mapped_path}: its debug file {} (from {}) cannot be read: {e}",
+                found.path.display(),
+                found.origin
+            ));
+            None
+        }
+    }
+}
+
+/// Symbols any live model in the process already loaded from the same
+/// unchanged file (and debug file): a re-decode (another engine, other
+/// threads) or a second model of the same snapshot shares them instead of
+/// parsing libc again. Weak, so they go with the last model that uses
+/// them.
+fn shared_symbols(
+    path: &Path,
+    mapped_path: &str,
+    search: &Search,
+    notes: &mut Vec<String>,
+) -> Option<Arc<ModuleSymbols>> {
     use std::sync::{Mutex, Weak};
-    static SHARED: Mutex<Option<HashMap<FileId, Weak<ModuleSymbols>>>> = Mutex::new(None);
+    type Key = (FileId, Option<FileId>);
+    static SHARED: Mutex<Option<HashMap<Key, Weak<ModuleSymbols>>>> = Mutex::new(None);
     // Identified and read through one open file: a file replaced in
     // between cannot be cached under the other's identity.
     let file = std::fs::File::open(path).ok()?;
-    let m = file.metadata().ok()?;
-    let id = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+    let debug = debug_file(path, &file, mapped_path, search, notes);
+    let id = (
+        file_id(&file)?,
+        debug.as_ref().and_then(|(_, f)| file_id(f)),
+    );
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let map = shared.get_or_insert_with(HashMap::new);
     if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
@@ -94,7 +174,17 @@ fn shared_symbols(path: &Path) -> Option<Arc<ModuleSymbols>> {
     }
     map.retain(|_, w| w.strong_count() > 0);
     drop(shared);
-    let m = Arc::new(ModuleSymbols::load_file(path, &file).ok()?);
+    let debug_ref = debug.as_ref().map(|(p, f)| (p.as_path(), f));
+    let m = Arc::new(ModuleSymbols::load_split(path, &file, debug_ref).ok()?);
+    if let (Some((dpath, _)), None) = (&debug, m.debug_file()) {
+        let why = m
+            .debug_info_problem()
+            .unwrap_or("it holds no symbols or DWARF");
+        notes.push(format!(
+            "{mapped_path}: its debug file {} names nothing: {why}",
+            dpath.display()
+        ));
+    }
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     shared
         .get_or_insert_with(HashMap::new)
@@ -166,7 +256,7 @@ impl ProcessSymbols {
                 end: s.vaddr.saturating_add(s.size),
                 pgoff: s.offset,
                 path: s.mapped_path.clone(),
-                module: symbols.get(&s.file),
+                module: symbols.get_mapped(&s.file, &s.mapped_path),
                 missing: false,
             })
             .chain(missing.iter().map(|(start, len, path)| Mapping {
@@ -446,6 +536,63 @@ mod tests {
         std::fs::rename(dir.path().join("other"), &file).unwrap();
         let d = SymbolCache::default().get(&file).unwrap();
         assert!(!Arc::ptr_eq(&c, &d), "a replaced file keeps old symbols");
+    }
+
+    /// A stripped binary's debug file is found where the search says: by
+    /// its `.gnu_debuglink` beside it, and by build id in a debug
+    /// directory; only then are its static functions named. A debug file
+    /// that names nothing is a note, not an error.
+    #[test]
+    fn the_cache_reads_names_from_the_debug_file_the_search_finds() {
+        use crate::symbols::testutil::{compile, nm, split_debug, tempdir};
+        let dir = tempdir();
+        let bin = compile(dir.path(), "app", &[]);
+        let (sb, _) = nm(&bin)["sum_bumps"];
+        let debug = split_debug(&bin, &[]);
+        let mapped = bin.display().to_string();
+        let name = |search: Search| {
+            let mut cache = SymbolCache::new(search);
+            let m = cache.get_mapped(&bin, &mapped).unwrap();
+            let name = m.function(sb).map(|f| f.name.to_string());
+            (
+                name,
+                m.debug_file().map(Path::to_path_buf),
+                cache.notes().to_vec(),
+            )
+        };
+        // Not where the link says: the unwind table's boundaries only.
+        let aside = dir.path().join("aside");
+        std::fs::rename(&debug, &aside).unwrap();
+        let (n, file, notes) = name(Search::default());
+        assert!(n.unwrap().starts_with("[unknown] app+0x"));
+        assert_eq!((file, notes.len()), (None, 0));
+        std::fs::rename(&aside, &debug).unwrap();
+        // Beside the binary, by its debuglink.
+        assert_eq!(
+            name(Search::default()),
+            (Some("sum_bumps".into()), Some(debug.clone()), vec![])
+        );
+        // By build id in a debug directory, the debuglink's file gone.
+        let id = ptscope_formats::buildid::elf_build_id(&std::fs::read(&bin).unwrap()).unwrap();
+        let root = dir.path().join("usr/lib/debug");
+        let by_id = root.join(ptscope_formats::buildid::debug_dir_path(&id));
+        std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+        std::fs::rename(&debug, &by_id).unwrap();
+        let search = Search {
+            debug_dirs: vec![root],
+            ..Search::default()
+        };
+        assert_eq!(
+            name(search.clone()),
+            (Some("sum_bumps".into()), Some(by_id.clone()), vec![])
+        );
+        // A file there that names nothing.
+        std::fs::write(&by_id, b"junk").unwrap();
+        let (n, file, notes) = name(search);
+        assert!(n.unwrap().starts_with("[unknown]"));
+        assert_eq!(file, None);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("names nothing"), "{notes:?}");
     }
 
     /// The demo's binary mapped whole at a fixed base, with its known

@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use gimli::Reader as _;
-use object::elf;
 use object::read::elf::{ElfFile, FileHeader, SectionHeader};
 use object::Endianness;
 use ptscope_formats::demangle::demangle;
@@ -165,22 +164,42 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
         let found = needed
             .then(|| sections.section_by_name(endian, id.name().as_bytes()))
             .flatten();
-        let bytes: &[u8] = match found {
-            Some((_, s)) => {
-                if s.sh_flags(endian).contains(elf::SHF_COMPRESSED) {
-                    return Err(format!(
-                        "{} is compressed, which is not supported",
-                        id.name()
-                    ));
-                }
-                s.data(endian, file.data())
-                    .map_err(|e| format!("{}: {e}", id.name()))?
+        let bytes: Cow<'_, [u8]> = match found {
+            Some((index, _)) => {
+                section_bytes(file, index).map_err(|e| format!("{}: {e}", id.name()))?
             }
-            None => &[],
+            None => Cow::Borrowed(&[]),
         };
         Ok(gimli::EndianArcSlice::new(Arc::from(bytes), gimli_endian))
     })?;
     Ok(Some(dwarf))
+}
+
+/// The most a compressed section may claim to inflate to, per byte it
+/// holds: zlib reaches about 1032, and DWARF nowhere near that. A header
+/// claiming more lies, and is not worth the allocation it asks for.
+const MAX_INFLATION: u64 = 1100;
+
+/// The contents of section `index`, inflated if it is compressed
+/// (`SHF_COMPRESSED`, zlib or zstd, as distributions ship debug files).
+fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    index: object::SectionIndex,
+) -> Result<Cow<'d, [u8]>, String> {
+    use object::{CompressionFormat, Object, ObjectSection};
+    let section = file.section_by_index(index).map_err(|e| e.to_string())?;
+    let compressed = section.compressed_data().map_err(|e| e.to_string())?;
+    if compressed.format != CompressionFormat::None {
+        let packed = compressed.data.len() as u64;
+        let most = packed.saturating_mul(MAX_INFLATION).saturating_add(4096);
+        if compressed.uncompressed_size > most {
+            return Err(format!(
+                "its {packed} compressed bytes claim to inflate to {}",
+                compressed.uncompressed_size
+            ));
+        }
+    }
+    compressed.decompress().map_err(|e| e.to_string())
 }
 
 /// Padding between functions is under 16 bytes at the usual alignment: a

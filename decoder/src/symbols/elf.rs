@@ -32,13 +32,56 @@ pub(super) struct Candidate<'d> {
     pub(super) section_end: Option<u64>,
 }
 
+/// Whether the ELF file `data` has names of its own: a symbol table with
+/// symbols in it, and DWARF with contents (not the empty `NOBITS` shells
+/// `strip` leaves). `None` when it is not a sound ELF file.
+pub(super) fn own_names<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<(bool, bool)> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).ok()?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let symtab = file.elf_symbol_table().len() > 1;
+    let dwarf = sections
+        .section_by_name(endian, b".debug_info")
+        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0);
+    Some((symtab, dwarf))
+}
+
+/// Loads the ELF file `data` (named `path`). With `debug`, its separate
+/// debug file (named, and its bytes): the symbol table and DWARF the
+/// binary lacks are read from there, at the same addresses; code, program
+/// headers, `.dynsym`, the PLT and `.eh_frame` always from the binary,
+/// since the debug file holds no bytes for them.
 pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     data: &[u8],
+    debug: Option<(&Path, &[u8])>,
 ) -> Result<ModuleSymbols, SymbolError> {
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| SymbolError::malformed(path, e))?;
     let endian = file.endian();
     let sections = file.elf_section_table();
+    let machine = file.elf_header().e_machine(endian);
+    // A debug file that is not an ELF file of the binary's kind names
+    // nothing: it is set aside, and says why.
+    let mut debug_problem = None;
+    let debug_file = debug.and_then(|(dpath, ddata)| {
+        let parsed = ElfFile::<Elf, &[u8]>::parse(ddata)
+            .map_err(|e| e.to_string())
+            .and_then(|d| {
+                let dm = d.elf_header().e_machine(d.endian());
+                if dm == machine {
+                    Ok(d)
+                } else {
+                    Err(format!("it is for machine {dm}, the binary for {machine}"))
+                }
+            });
+        match parsed {
+            Ok(d) => Some((dpath, d)),
+            Err(e) => {
+                debug_problem = Some(format!("{}: not a usable debug file: {e}", dpath.display()));
+                None
+            }
+        }
+    });
 
     let segments: Vec<Segment> = file
         .elf_program_headers()
@@ -55,14 +98,24 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     let mut candidates = Vec::new();
     let symtab = file.elf_symbol_table();
     symbol_candidates(&file, symtab, SymbolSource::Symtab, &mut candidates);
-    let has_symtab = !candidates.is_empty();
+    let mut has_symtab = !candidates.is_empty();
+    let mut names_from_debug = false;
+    if let (false, Some((_, d))) = (has_symtab, &debug_file) {
+        symbol_candidates(
+            d,
+            d.elf_symbol_table(),
+            SymbolSource::Symtab,
+            &mut candidates,
+        );
+        has_symtab = !candidates.is_empty();
+        names_from_debug = has_symtab;
+    }
     symbol_candidates(
         &file,
         file.elf_dynamic_symbol_table(),
         SymbolSource::Dynsym,
         &mut candidates,
     );
-    let machine = file.elf_header().e_machine(endian);
     if machine == elf::EM_X86_64 || machine == elf::EM_386 {
         plt_candidates(&file, &mut candidates);
     }
@@ -71,11 +124,27 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     let intervals = dedup_candidates(candidates, &code, &mut funcs);
     let sym_pieces = flatten(intervals);
 
-    // DWARF: for functions with no symbol, and for lines and inlines.
-    let (dwarf, dwarf_problem) = match load_dwarf(&file, sections) {
-        Ok(Some(d)) => (Some(d), None),
-        Ok(None) => (None, None),
-        Err(problem) => (None, Some(problem)),
+    // DWARF: for functions with no symbol, and for lines and inlines;
+    // the debug file's when the binary has none.
+    let mut dwarf_from_debug = false;
+    let own = match (load_dwarf(&file, sections), &debug_file) {
+        (Ok(None), Some((dpath, d))) => {
+            dwarf_from_debug = true;
+            load_dwarf(d, d.elf_section_table())
+                .map_err(|problem| format!("{}: {problem}", dpath.display()))
+        }
+        (own, _) => own,
+    };
+    let (dwarf, dwarf_problem) = match own {
+        Ok(Some(d)) => (Some(d), debug_problem),
+        Ok(None) => {
+            dwarf_from_debug = false;
+            (None, debug_problem)
+        }
+        Err(problem) => {
+            dwarf_from_debug = false;
+            (None, Some(problem))
+        }
     };
     let mut pieces = sym_pieces.clone();
     let mut context = None;
@@ -103,14 +172,18 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         pieces.sort_by_key(|p| p.start);
     }
 
+    // The debug file counts only where it gave something.
+    let debug_used = debug_file
+        .filter(|_| names_from_debug || (dwarf_from_debug && context.is_some()))
+        .map(|(p, _)| p.to_path_buf());
     build(
         path,
         funcs,
         pieces,
         segments,
         has_symtab,
-        context,
-        dwarf_problem,
+        (context, dwarf_problem),
+        debug_used,
     )
 }
 
@@ -233,7 +306,9 @@ pub(super) fn region_containing(code: &[(u64, u64)], addr: u64) -> Option<(u64, 
 }
 
 /// Function symbols of one symbol table: STT_FUNC and STT_GNU_IFUNC, and
-/// sized STT_NOTYPE in executable sections (hand-written assembly).
+/// STT_NOTYPE in executable sections (hand-written assembly's labels, as
+/// the loader's `_start` and `_dl_start_user`; perf names code by them
+/// too, a zero-size one up to the next symbol).
 fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     table: &object::read::elf::SymbolTable<'d, Elf, &'d [u8]>,
@@ -246,8 +321,7 @@ fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
         let st_type = sym.st_type();
         let size: u64 = sym.st_size(endian).into();
         let is_func = st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC;
-        let sized_notype = st_type == elf::STT_NOTYPE && size > 0;
-        if !is_func && !sized_notype {
+        if !is_func && st_type != elf::STT_NOTYPE {
             continue;
         }
         let Ok(Some(section_index)) = table.symbol_section(endian, sym, index) else {
@@ -264,36 +338,43 @@ fn symbol_candidates<'d, Elf: FileHeader<Endian = Endianness>>(
         let Ok(raw) = table.symbol_name(endian, sym) else {
             continue;
         };
-        if raw.is_empty() {
+        // `$x`/`$d` and the like mark code and data on other machines,
+        // and name nothing.
+        if raw.is_empty() || (!is_func && raw.starts_with(b"$")) {
             continue;
         }
+        // As perf chooses among aliases: a weak symbol last, a global
+        // one first.
         let bind = sym.st_bind();
-        let bind_rank = if bind == elf::STB_GLOBAL || bind == elf::STB_GNU_UNIQUE {
+        let bind_rank = if bind == elf::STB_GLOBAL {
             0
         } else if bind == elf::STB_WEAK {
-            1
-        } else {
             2
+        } else {
+            1
         };
         out.push(Candidate {
             start: sym.st_value(endian).into(),
             size,
             name: String::from_utf8_lossy(raw),
             plt: false,
-            rank: bind_rank * 4 + source_rank(source),
+            rank: source_rank(source) + bind_rank,
             source,
             section_end,
         });
     }
 }
 
+/// The rank of a candidate from `source`, before its binding's (0 to 2)
+/// is added: the symbol table's names before any other, as perf reads
+/// `.dynsym` only without one.
 pub(super) fn source_rank(source: SymbolSource) -> u8 {
     match source {
         SymbolSource::Symtab => 0,
-        SymbolSource::Dynsym => 1,
-        SymbolSource::Plt => 2,
-        SymbolSource::Dwarf => 3,
-        SymbolSource::Unwind => 4,
+        SymbolSource::Dynsym => 4,
+        SymbolSource::Plt => 8,
+        SymbolSource::Dwarf => 12,
+        SymbolSource::Unwind => 16,
     }
 }
 
@@ -306,18 +387,24 @@ fn dedup_candidates<'d>(
     code: &[(u64, u64)],
     funcs: &mut Vec<PendingFunc<'d>>,
 ) -> Vec<Interval> {
-    // Among aliases of one rank, the plainest name: `malloc` over
-    // `__libc_malloc`, then the shorter, then any fixed order.
+    // Among aliases from one source, the name perf gives (its
+    // `choose_best_symbol`), so that both tools name a function alike: a
+    // sized symbol over a label, then by binding, then the fewest leading
+    // underscores (`malloc` over `__libc_malloc`), then the longest name
+    // (`memmove` over `memcpy`, `fstat64` over `fstat`), then the first in
+    // the table (the sort is stable).
     let underscores = |c: &Candidate<'_>| c.name.bytes().take_while(|&b| b == b'_').count();
-    candidates.sort_by(|a, b| {
-        (a.start, a.rank, underscores(a), a.name.len(), &a.name).cmp(&(
-            b.start,
-            b.rank,
-            underscores(b),
-            b.name.len(),
-            &b.name,
-        ))
-    });
+    let key = |c: &Candidate<'_>| {
+        (
+            c.start,
+            c.rank / 4,
+            c.size == 0,
+            c.rank,
+            underscores(c),
+            std::cmp::Reverse(c.name.len()),
+        )
+    };
+    candidates.sort_by_key(key);
     // (winner, size) per distinct start.
     let mut chosen: Vec<(Candidate<'d>, u64)> = Vec::new();
     for c in candidates {
@@ -374,6 +461,7 @@ fn dedup_candidates<'d>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::process::Command;
 
     use crate::symbols::testutil::*;
@@ -408,5 +496,141 @@ mod tests {
             let _ = syms.function(a);
             assert!(syms.location(a).is_none());
         }
+    }
+
+    /// The addresses of every function `nm` knows in `bin`, end to end.
+    fn code_span(nm: &std::collections::HashMap<String, (u64, u64)>) -> std::ops::Range<u64> {
+        let lo = nm.values().map(|f| f.0).min().unwrap();
+        let hi = nm.values().map(|f| f.0 + f.1).max().unwrap();
+        lo..hi
+    }
+
+    fn load_split(bin: &Path, debug: &Path) -> ModuleSymbols {
+        let file = std::fs::File::open(bin).unwrap();
+        let dfile = std::fs::File::open(debug).unwrap();
+        ModuleSymbols::load_split(bin, &file, Some((debug, &dfile))).unwrap()
+    }
+
+    /// A binary split as distributions split theirs (`objcopy
+    /// --only-keep-debug`, `strip`, `--add-gnu-debuglink`) answers, with
+    /// its debug file, every lookup as it did whole: names, lines and
+    /// inlined frames from the debug file, at the binary's addresses.
+    /// Without it, the static functions were `[unknown]`.
+    #[test]
+    fn a_stripped_binary_is_named_from_its_separate_debug_file() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "split", &[]);
+        assert!(!ModuleSymbols::lacks_own_names(
+            &std::fs::read(&bin).unwrap()
+        ));
+        let whole = ModuleSymbols::load(&bin).unwrap();
+        let nm = nm(&bin);
+        let debug = split_debug(&bin, &[]);
+        assert!(ModuleSymbols::lacks_own_names(
+            &std::fs::read(&bin).unwrap()
+        ));
+        // The debug file's own code sections are empty.
+        let text = sections(&debug)
+            .into_iter()
+            .find(|s| s.0 == ".text")
+            .unwrap();
+        assert!(run(Command::new("readelf").arg("-SW").arg(&debug)).contains("NOBITS"));
+        assert!(text.3 > 0);
+        let alone = ModuleSymbols::load(&bin).unwrap();
+        let (sb, _) = nm["sum_bumps"];
+        assert_eq!(alone.function(sb).unwrap().source, SymbolSource::Unwind);
+        assert_eq!(alone.debug_file(), None);
+
+        let split = load_split(&bin, &debug);
+        assert!(split.has_symbols() && split.has_debug_info());
+        assert_eq!(split.debug_file(), Some(debug.as_path()));
+        assert_eq!(split.debug_info_problem(), None);
+        let f = split.function(sb).unwrap();
+        assert_eq!((f.name, f.source), ("sum_bumps", SymbolSource::Symtab));
+        let mut inlined = 0;
+        for a in code_span(&nm) {
+            assert_eq!(split.function(a), whole.function(a), "{a:#x}");
+            assert_eq!(split.location(a), whole.location(a), "{a:#x}");
+            let frames = split.inline_frames(a);
+            inlined += usize::from(!frames.is_empty());
+            assert_eq!(frames, whole.inline_frames(a), "{a:#x}");
+            assert_eq!(split.file_offset_to_svma(a), whole.file_offset_to_svma(a));
+        }
+        assert!(inlined > 0, "the test program inlines nothing");
+    }
+
+    /// Debian's debug files compress their DWARF (`SHF_COMPRESSED`, zlib);
+    /// others use zstd. Both read as the plain sections do. They were
+    /// refused as "compressed, which is not supported".
+    #[test]
+    fn compressed_debug_sections_are_read() {
+        let dir = tempdir();
+        for how in ["zlib", "zstd"] {
+            let bin = compile(dir.path(), how, &[]);
+            let whole = ModuleSymbols::load(&bin).unwrap();
+            let nm = nm(&bin);
+            let debug = split_debug(&bin, &[&format!("--compress-debug-sections={how}")]);
+            let flags = run(Command::new("readelf").arg("-SW").arg(&debug));
+            let info = flags.lines().find(|l| l.contains(".debug_info")).unwrap();
+            assert!(info.contains(" C "), "{how}: not compressed: {info}");
+            let split = load_split(&bin, &debug);
+            assert!(
+                split.has_debug_info(),
+                "{how}: {:?}",
+                split.debug_info_problem()
+            );
+            for a in code_span(&nm).step_by(3) {
+                assert_eq!(split.location(a), whole.location(a), "{how} {a:#x}");
+            }
+        }
+    }
+
+    /// A compressed section whose header claims far more than its bytes
+    /// can inflate to turns the debug info off with a reason, without the
+    /// allocation it asks for; the names stay.
+    #[test]
+    fn a_compressed_section_claiming_too_much_is_refused() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "bomb", &[]);
+        let (main, _) = nm(&bin)["main"];
+        let debug = split_debug(&bin, &["--compress-debug-sections=zlib"]);
+        let (_, _, offset, _) = sections(&debug)
+            .into_iter()
+            .find(|s| s.0 == ".debug_info")
+            .unwrap();
+        // Elf64_Chdr: ch_type, ch_reserved, then ch_size.
+        let mut data = std::fs::read(&debug).unwrap();
+        let at = offset as usize + 8;
+        data[at..at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        std::fs::write(&debug, &data).unwrap();
+        let split = load_split(&bin, &debug);
+        assert!(!split.has_debug_info());
+        let problem = split.debug_info_problem().unwrap();
+        assert!(
+            problem.contains("inflate") && problem.contains("bomb.debug"),
+            "{problem}"
+        );
+        assert!(split.has_symbols());
+        assert_eq!(split.function(main).unwrap().name, "main");
+    }
+
+    /// A debug file that is no ELF file names nothing and says why; the
+    /// binary's own names stay.
+    #[test]
+    fn a_debug_file_that_is_not_elf_is_set_aside() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "junk", &["-rdynamic"]);
+        let debug = split_debug(&bin, &[]);
+        std::fs::write(&debug, b"not an ELF file").unwrap();
+        let split = load_split(&bin, &debug);
+        assert_eq!(split.debug_file(), None);
+        assert!(!split.has_symbols());
+        let problem = split.debug_info_problem().unwrap();
+        assert!(problem.contains("junk.debug"), "{problem}");
+        assert!(split.functions().any(|f| f.name == "main"));
+        // An empty one likewise.
+        std::fs::write(&debug, b"").unwrap();
+        let split = load_split(&bin, &debug);
+        assert!(split.debug_info_problem().unwrap().contains("empty"));
     }
 }

@@ -12,7 +12,11 @@
 //! do), and DWARF `DW_TAG_subprogram` ranges for code no symbol covers (a
 //! stripped symbol table with debug info kept). Line numbers and inline
 //! chains come from DWARF through `addr2line`, lazily, since only the views
-//! that show source need them.
+//! that show source need them. A stripped binary's `.symtab` and DWARF come
+//! from its separate debug file ([`ModuleSymbols::load_split`]; which file,
+//! [`crate::names`] decides), at the binary's addresses; code, `.dynsym`,
+//! the PLT and `.eh_frame` always from the binary. Among aliases at one
+//! address the name perf chooses wins, so both tools name code alike.
 //!
 //! Binaries arrive inside snapshot files from other machines, so nothing
 //! here trusts the file: every offset and size is bounds-checked by
@@ -49,7 +53,7 @@ mod elf;
 mod intervals;
 mod plt;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use self::elf::parse_elf;
 use self::intervals::Interval;
@@ -267,6 +271,8 @@ pub struct ModuleSymbols {
     /// the mutex lets one module be shared by decoding threads.
     dwarf: Option<Mutex<addr2line::Context<DwarfReader>>>,
     dwarf_problem: Option<String>,
+    /// The separate debug file its symbol table or DWARF came from.
+    debug_file: Option<PathBuf>,
 }
 
 impl fmt::Debug for ModuleSymbols {
@@ -276,6 +282,7 @@ impl fmt::Debug for ModuleSymbols {
             .field("functions", &self.funcs.len())
             .field("has_symtab", &self.has_symtab)
             .field("has_debug_info", &self.dwarf.is_some())
+            .field("debug_file", &self.debug_file)
             .finish()
     }
 }
@@ -295,35 +302,100 @@ impl ModuleSymbols {
 
     /// Reads `file`, already open; `path` names it.
     pub fn load_file(path: &Path, file: &std::fs::File) -> Result<ModuleSymbols, SymbolError> {
+        ModuleSymbols::load_split(path, file, None)
+    }
+
+    /// Reads the binary `file` (named `path`) with its separate debug file
+    /// `debug` (named, and open), whose symbol table and DWARF stand in for
+    /// those the binary lacks (a stripped binary's). The debug file's
+    /// problems never fail the load: the binary's own names stay, and
+    /// [`debug_info_problem`](Self::debug_info_problem) says what went
+    /// wrong.
+    pub fn load_split(
+        path: &Path,
+        file: &std::fs::File,
+        debug: Option<(&Path, &std::fs::File)>,
+    ) -> Result<ModuleSymbols, SymbolError> {
         let len = file.metadata().map_err(|e| SymbolError::io(path, e))?.len();
         if len == 0 {
             return Err(SymbolError::not_elf(path, "empty file"));
         }
-        // The map is dropped before returning: everything kept is copied
-        // out of it.
+        // The maps are dropped before returning: everything kept is copied
+        // out of them.
         let map = crate::memory::map_binary(file).map_err(|e| SymbolError::io(path, e))?;
-        ModuleSymbols::from_bytes(path, &map)
+        let debug_map = debug.map(|(dpath, dfile)| {
+            let map = dfile
+                .metadata()
+                .and_then(|m| match m.len() {
+                    0 => Err(std::io::Error::other("the file is empty")),
+                    _ => crate::memory::map_binary(dfile),
+                })
+                .map_err(|e| format!("{}: {e}", dpath.display()));
+            (dpath, map)
+        });
+        let (debug, problem) = match &debug_map {
+            Some((dpath, Ok(m))) => (Some((*dpath, &m[..])), None),
+            Some((_, Err(e))) => (None, Some(e.clone())),
+            None => (None, None),
+        };
+        let mut syms = ModuleSymbols::from_bytes_split(path, &map, debug)?;
+        if syms.dwarf_problem.is_none() {
+            syms.dwarf_problem = problem;
+        }
+        Ok(syms)
     }
 
     /// Parses an ELF image already in memory; `path` is only for messages
     /// and [`path`](Self::path).
     pub fn from_bytes(path: &Path, data: &[u8]) -> Result<ModuleSymbols, SymbolError> {
+        ModuleSymbols::from_bytes_split(path, data, None)
+    }
+
+    /// [`from_bytes`](Self::from_bytes) with a separate debug file's bytes
+    /// (and its name), as [`load_split`](Self::load_split) reads it.
+    pub fn from_bytes_split(
+        path: &Path,
+        data: &[u8],
+        debug: Option<(&Path, &[u8])>,
+    ) -> Result<ModuleSymbols, SymbolError> {
+        use object::elf::{FileHeader32, FileHeader64};
         if data.is_empty() {
             return Err(SymbolError::not_elf(path, "empty file"));
         }
         match FileKind::parse(data) {
-            Ok(FileKind::Elf32) => parse_elf::<object::elf::FileHeader32<Endianness>>(path, data),
-            Ok(FileKind::Elf64) => parse_elf::<object::elf::FileHeader64<Endianness>>(path, data),
+            Ok(FileKind::Elf32) => parse_elf::<FileHeader32<Endianness>>(path, data, debug),
+            Ok(FileKind::Elf64) => parse_elf::<FileHeader64<Endianness>>(path, data, debug),
             Ok(other) => Err(SymbolError::not_elf(path, format!("{other:?} file"))),
             Err(e) => Err(SymbolError::not_elf(path, e)),
         }
+    }
+
+    /// Whether the ELF binary `data` lacks names of its own, a symbol
+    /// table or DWARF, so that its separate debug file is worth looking
+    /// for (a distribution's stripped library). False for what is not a
+    /// sound ELF file: no debug file makes it one.
+    pub fn lacks_own_names(data: &[u8]) -> bool {
+        use object::elf::{FileHeader32, FileHeader64};
+        let own = match FileKind::parse(data) {
+            Ok(FileKind::Elf32) => elf::own_names::<FileHeader32<Endianness>>(data),
+            Ok(FileKind::Elf64) => elf::own_names::<FileHeader64<Endianness>>(data),
+            _ => None,
+        };
+        own.is_some_and(|(symtab, dwarf)| !symtab || !dwarf)
+    }
+
+    /// The separate debug file whose symbol table or DWARF this module's
+    /// names and lines come from, if any.
+    pub fn debug_file(&self) -> Option<&Path> {
+        self.debug_file.as_deref()
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Whether the full `.symtab` was there (not stripped).
+    /// Whether a full `.symtab` was there: the binary's (not stripped), or
+    /// its debug file's.
     pub fn has_symbols(&self) -> bool {
         self.has_symtab
     }
@@ -488,8 +560,11 @@ fn build(
     pieces: Vec<Interval>,
     segments: Vec<Segment>,
     has_symtab: bool,
-    dwarf: Option<Mutex<addr2line::Context<DwarfReader>>>,
-    dwarf_problem: Option<String>,
+    (dwarf, dwarf_problem): (
+        Option<Mutex<addr2line::Context<DwarfReader>>>,
+        Option<String>,
+    ),
+    debug_file: Option<PathBuf>,
 ) -> Result<ModuleSymbols, SymbolError> {
     // Only functions some piece still points at keep their name.
     let mut remap: Vec<Option<u32>> = vec![None; funcs.len()];
@@ -550,6 +625,7 @@ fn build(
         has_symtab,
         dwarf,
         dwarf_problem,
+        debug_file,
     })
 }
 

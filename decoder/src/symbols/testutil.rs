@@ -11,7 +11,7 @@ pub(super) fn source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/symbols.c")
 }
 
-pub(super) fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -24,7 +24,7 @@ pub(super) fn run(cmd: &mut Command) -> String {
 }
 
 /// Builds the test program with `flags` (after `-O2 -g`).
-pub(super) fn compile(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+pub(crate) fn compile(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
     run(Command::new("cc")
         .args(["-O2", "-g"])
@@ -35,12 +35,12 @@ pub(super) fn compile(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
-pub(super) fn tempdir() -> tempfile::TempDir {
+pub(crate) fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
 /// `nm -S`: name -> (address, size) of the defined text symbols.
-pub(super) fn nm(bin: &Path) -> HashMap<String, (u64, u64)> {
+pub(crate) fn nm(bin: &Path) -> HashMap<String, (u64, u64)> {
     run(Command::new("nm").args(["-S", "--defined-only"]).arg(bin))
         .lines()
         .filter_map(|l| {
@@ -128,4 +128,21 @@ pub(super) fn marker_line(marker: &str) -> u32 {
 
 pub(super) fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap()
+}
+
+/// Splits `bin` as distributions do: its symbols and DWARF into
+/// `<bin>.debug` (`objcopy --only-keep-debug`), the binary stripped and
+/// linked to it by `.gnu_debuglink`. Returns the debug file.
+pub(crate) fn split_debug(bin: &Path, extra: &[&str]) -> PathBuf {
+    let debug = bin.with_extension("debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .args(extra)
+        .arg(bin)
+        .arg(&debug));
+    run(Command::new("strip").arg(bin));
+    run(Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(bin));
+    debug
 }

@@ -1,0 +1,52 @@
+//! The flags that say where names and binaries are found beyond the
+//! snapshot and the machine's usual places (`--debug-dir`, `--binaries`,
+//! `--no-debuginfod`), shared by `decode`, `stats`, `info` and the window,
+//! and how they reach the decoder's [`OpenOptions`].
+
+use std::path::PathBuf;
+
+use ptscope_decoder::open::OpenOptions;
+
+/// Where to look for debug files and for binaries not at their paths.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameDirs {
+    /// A directory of debug files, searched after /usr/lib/debug: by build
+    /// id (DIR/.build-id/xx/yyyy.debug) and by .gnu_debuglink
+    /// (DIR/<binary's directory>/<link>). Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
+    /// A directory holding binaries that are not at their recorded paths
+    /// (a perf.data from another machine): searched by build id
+    /// (.build-id/xx/yyyy…/elf) and by name, a few levels deep. Repeatable.
+    #[arg(long = "binaries", value_name = "DIR")]
+    pub binary_dirs: Vec<PathBuf>,
+    /// Do not ask the debuginfod servers DEBUGINFOD_URLS names for debug
+    /// files.
+    #[arg(long)]
+    pub no_debuginfod: bool,
+}
+
+impl NameDirs {
+    /// `opts` with these places to look.
+    pub fn apply(&self, opts: OpenOptions) -> OpenOptions {
+        OpenOptions {
+            debug_dirs: self.debug_dirs.clone(),
+            binary_dirs: self.binary_dirs.clone(),
+            debuginfod: !self.no_debuginfod,
+            ..opts
+        }
+    }
+
+    /// The search `info` and the decoder use for `snap`.
+    pub fn search(
+        &self,
+        snap: Option<&ptscope_formats::snapshot::Snapshot>,
+    ) -> ptscope_decoder::names::Search {
+        ptscope_decoder::names::search(
+            snap,
+            &self.debug_dirs,
+            &self.binary_dirs,
+            !self.no_debuginfod,
+        )
+    }
+}

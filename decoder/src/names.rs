@@ -1,0 +1,66 @@
+//! Where a trace's names come from, beyond the binaries themselves: the
+//! places the decoder looks for a stripped binary's separate debug file
+//! (its names, DWARF lines and inline frames), and for binaries that are
+//! not at their recorded paths.
+//!
+//! The order, for each mapped binary:
+//! 1. its own `.symtab` and DWARF, when it has them;
+//! 2. the debug files a snapshot carries (its build-id cache);
+//! 3. the system's debug directory (`/usr/lib/debug`), then the user's
+//!    `--debug-dir`s, by build id;
+//! 4. `.gnu_debuglink`, its CRC checked, beside the binary, in its
+//!    `.debug/`, and under each debug directory;
+//! 5. perf's build-id cache (`~/.debug`);
+//! 6. debuginfod, through `DEBUGINFOD_URLS` (unless turned off).
+//!
+//! [`ptscope_debuginfo::Search`] does the looking; this module builds the
+//! one the decoder uses ([`search`]) and adds the binaries the user points
+//! at with `--binaries` to the snapshot's own lookup ([`find_binary`]).
+//! The debug file gives names and lines only: its code sections are empty
+//! (`NOBITS`), so code is always read from the binary.
+
+use std::path::PathBuf;
+
+pub use ptscope_debuginfo::Search;
+use ptscope_formats::snapshot::Snapshot;
+
+/// The search the decoder uses for `snap`: the debug files it carries
+/// first, then the machine's places ([`Search::system`]) with the user's
+/// `debug_dirs` after the system's, and the user's `binary_dirs`;
+/// debuginfod only with `debuginfod`.
+pub fn search(
+    snap: Option<&Snapshot>,
+    debug_dirs: &[PathBuf],
+    binary_dirs: &[PathBuf],
+    debuginfod: bool,
+) -> Search {
+    let mut s = Search::system();
+    s.carried = snap
+        .and_then(Snapshot::buildid_dir)
+        .map(|d| vec![d.to_path_buf()])
+        .unwrap_or_default();
+    s.debug_dirs.extend(debug_dirs.iter().cloned());
+    s.binary_dirs = binary_dirs.to_vec();
+    if !debuginfod {
+        s.debuginfod = None;
+    }
+    s
+}
+
+/// The file holding the binary a trace mapped at `path` (with `build_id`):
+/// the snapshot's copy, perf's build-id cache or the file at its path
+/// ([`Snapshot::find_binary`]), else one of the `--binaries` directories
+/// ([`Search::binary`]).
+pub fn find_binary(
+    snap: &Snapshot,
+    search: &Search,
+    build_id: Option<&[u8]>,
+    path: &str,
+) -> Option<PathBuf> {
+    snap.find_binary(build_id, path).or_else(|| {
+        // The vDSO is the kernel's: no directory of the user's holds it.
+        (path != "[vdso]")
+            .then(|| search.binary(build_id, path))
+            .flatten()
+    })
+}
