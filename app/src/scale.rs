@@ -86,7 +86,7 @@ pub fn find_period(model: &Model) -> Option<Period> {
             let a = c.stack_start as usize;
             t.checkpoint_frames
                 .get(a..a + c.stack_len as usize)
-                .map(|f| f.iter().map(|(func, _)| *func).collect::<Vec<_>>())
+                .map(|f| f.iter().map(|o| o.func).collect::<Vec<_>>())
         };
         for i in 1..cps.len() {
             if cps[i].begins {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::coarse::{Checkpoint, ThreadDecode, WalkFigures};
 use crate::event::{FuncId, FuncTable, SpanKind};
 use crate::fine::LineSource;
-use crate::stack::StackStats;
+use crate::stack::{OpenFrame, StackStats};
 use crate::store::ThreadSpans;
 
 /// One thread's decoded trace.
@@ -19,7 +19,7 @@ pub struct ThreadModel {
     pub stack: StackStats,
     pub walk: WalkFigures,
     pub checkpoints: Vec<Checkpoint>,
-    pub checkpoint_frames: Vec<(FuncId, u64)>,
+    pub checkpoint_frames: Vec<OpenFrame>,
     /// Index of the AUX stream it came from, if any.
     pub stream: Option<u32>,
 }
@@ -210,7 +210,7 @@ impl Model {
                     [c.stack_start as usize..(c.stack_start + c.stack_len) as usize];
                 let frames: Vec<String> = frames
                     .iter()
-                    .map(|&(f, t)| format!("{}:{t}", name(f)))
+                    .map(|f| format!("{}:{}", name(f.func), f.start))
                     .collect();
                 out.push(format!(
                     "cp {} {} {} {:x} {} {} {} {} {frames:?}",

@@ -91,6 +91,19 @@ pub const MAX_DEPTH: usize = 1 << 14;
 /// `Frame::call_site` of a frame entered by a syscall or interrupt.
 const KERNEL_ENTRY: u64 = u64::MAX;
 
+/// An open frame as a checkpoint keeps it, to seed a later walk with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFrame {
+    pub func: FuncId,
+    /// When it opened, on the walk's clock.
+    pub start: u64,
+    /// Address of the call that made it, 0 if not made by a call. A walk
+    /// seeded with it needs this to see a return to just after that call
+    /// under another name (`_start` going on as `_dl_start_user`) as the
+    /// same frame, as the walk that kept it did.
+    pub call_site: u64,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Frame {
     func: FuncId,
@@ -178,23 +191,27 @@ impl StackBuilder {
         self.out.span_count() + self.pending.len()
     }
 
-    /// The open frames, bottom first: function and start time.
-    pub fn frames(&self) -> impl Iterator<Item = (FuncId, u64)> + '_ {
-        self.stack.iter().map(|f| (f.func, f.start))
+    /// The open frames, bottom first.
+    pub fn frames(&self) -> impl Iterator<Item = OpenFrame> + '_ {
+        self.stack.iter().map(|f| OpenFrame {
+            func: f.func,
+            start: f.start,
+            call_site: f.call_site,
+        })
     }
 
     /// Restores open frames, as at a checkpoint, before the first event;
     /// `tracing`: whether tracing was on there (if not, the next enable
     /// lands rather than being a second one).
-    pub fn seed(&mut self, frames: &[(FuncId, u64)], time: u64, tracing: bool) {
+    pub fn seed(&mut self, frames: &[OpenFrame], time: u64, tracing: bool) {
         self.begin(time);
         self.tracing = tracing;
-        for &(func, start) in frames {
+        for f in frames {
             self.stack.push(Frame {
-                func,
-                start,
+                func: f.func,
+                start: f.start,
                 flags: 0,
-                call_site: 0,
+                call_site: f.call_site,
                 kernel: false,
             });
         }
@@ -1473,6 +1490,34 @@ mod tests {
                 "1 main 30-30",
             ]
         );
+    }
+
+    #[test]
+    fn a_walk_seeded_from_a_checkpoint_renames_past_a_label_too() {
+        // The fine pass seeds its builder with a checkpoint's frames taken
+        // inside _dl_start: its depths must follow the coarse pass's, which
+        // renamed _start to _dl_start_user rather than nesting it.
+        let mut coarse = Script::new();
+        coarse.call(10, "_start", "_dl_start");
+        let kept: Vec<OpenFrame> = coarse.b.frames().collect();
+        assert_eq!(kept[1].call_site, 0x1000 + 10 * 16);
+        let mut s = Script::new();
+        s.funcs = coarse.funcs;
+        s.b.seed(&kept, 15, true);
+        let ev = Event {
+            time: 20,
+            kind: EventKind::Return,
+            from: 0x5000,
+            to: 0x1000 + 10 * 16 + 5,
+            from_fn: s.f("_dl_start"),
+            to_fn: s.f("_dl_start_user"),
+            to_is_entry: false,
+            estimated: false,
+        };
+        s.b.event(&ev, &s.funcs);
+        assert_eq!(s.b.top_level(), 0);
+        s.call(30, "_dl_start_user", "main");
+        assert_eq!(s.b.top_level(), 1);
     }
 
     #[test]

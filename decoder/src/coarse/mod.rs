@@ -11,11 +11,11 @@
 //! - [`chunks`]: the pass on every core, the same result as one walk.
 
 use crate::block::{Block, PtError};
-use crate::event::{Event, FuncId, FuncTable};
+use crate::event::{Event, FuncTable};
 use crate::model::TimeUnit;
 use crate::progress::DecodeProgress;
 use crate::resolve::Resolve;
-use crate::stack::StackStats;
+use crate::stack::{OpenFrame, StackStats};
 use crate::store::ThreadSpans;
 
 mod blocks;
@@ -97,7 +97,7 @@ pub struct ThreadDecode {
     pub walk: WalkFigures,
     pub checkpoints: Vec<Checkpoint>,
     /// Frames of all checkpoints: function and start time (ns).
-    pub stacks: Vec<(FuncId, u64)>,
+    pub stacks: Vec<OpenFrame>,
 }
 
 /// A thread whose code appears in a queue's trace.

@@ -4,8 +4,8 @@
 //! What the clock holds until then ([`Held`]) is released into a sink here.
 
 use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
-use crate::event::{Event, FuncId, FuncTable};
-use crate::stack::StackBuilder;
+use crate::event::{Event, FuncTable};
+use crate::stack::{OpenFrame, StackBuilder};
 use crate::timing::Stamp;
 
 /// What the clock holds until it knows the time: an event of a thread
@@ -35,7 +35,7 @@ struct Out {
     checkpoints: Vec<Checkpoint>,
     /// The builder's (segment, base) at each checkpoint.
     marks: Vec<(usize, i32)>,
-    stacks: Vec<(FuncId, u64)>,
+    stacks: Vec<OpenFrame>,
     figures: WalkFigures,
 }
 

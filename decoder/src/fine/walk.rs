@@ -10,9 +10,9 @@ use iced_x86::{Decoder, DecoderOptions, Instruction};
 
 use crate::block::Block;
 use crate::coarse::{Checkpoint, Observe};
-use crate::event::{Event, EventKind, FuncId, FuncTable};
+use crate::event::{Event, EventKind, FuncTable};
 use crate::memory::Memory;
-use crate::stack::StackBuilder;
+use crate::stack::{OpenFrame, StackBuilder};
 
 use super::{Insn, Segment, NO_CHAIN};
 
@@ -92,7 +92,7 @@ impl Recorder {
         self,
         cp: &Checkpoint,
         ends: ((u64, u64), Option<(u64, u64)>),
-        frames: &[(FuncId, u64)],
+        frames: &[OpenFrame],
         funcs: &FuncTable,
         memory: &Memory,
         (to_ns, unit): (&dyn Fn(u64) -> u64, crate::model::TimeUnit),
@@ -121,7 +121,10 @@ impl Recorder {
         // Only its levels are used. The events carry the walk's raw times,
         // not the store's nanoseconds, so the seed starts at zero too: the
         // spans it files on the way stay in order.
-        let seed: Vec<(FuncId, u64)> = frames.iter().map(|&(f, _)| (f, 0)).collect();
+        let seed: Vec<OpenFrame> = frames
+            .iter()
+            .map(|&f| OpenFrame { start: 0, ..f })
+            .collect();
         builder.seed(&seed, 0, !cp.begins);
         let base = cp.depth as i32;
         // Past a restart of a stack deeper than `stack::MAX_DEPTH` this
