@@ -387,6 +387,8 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
                 req.opts.timing = Some(timing.clone());
                 req.opts.size = 64 << 10;
                 req.opts.snapshots = 2;
+                // `--no-debug-info` in half of them.
+                req.debug_info = matches!(backend, Backend::Auto);
                 let args = req.cli_args(&out);
                 let o = ptscope().args(&args).output().unwrap();
                 let stdout = String::from_utf8_lossy(&o.stdout);

@@ -102,6 +102,13 @@ pub struct CaptureOpts {
     /// kernel.perf_event_paranoid ≤ 1 or CAP_PERFMON).
     #[arg(long)]
     pub kernel: bool,
+    /// Do not store debug files in the snapshot. By default, each mapped
+    /// binary without its own symbols (a stripped system library) takes
+    /// along the debug file found for it (in /usr/lib/debug, by
+    /// .gnu_debuglink, in ~/.debug or from debuginfod), so that the
+    /// snapshot names its functions on any machine; this keeps files small.
+    #[arg(long)]
+    pub no_debug_info: bool,
     /// Trace only inside address ranges, in perf's syntax: `filter SYMBOL`,
     /// `filter SYMBOL @ FILE`, `filter OFFSET/SIZE @ FILE` (OFFSET a file
     /// offset), several separated by commas. A filter without a file is in
@@ -487,6 +494,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.overflow_at = opts.overflow_at.clone();
     req.emulate_skl014 = opts.emulate_skl014;
     req.opts.kernel = opts.kernel;
+    req.debug_info = !opts.no_debug_info;
     req.opts.per_cpu = opts.per_cpu;
     req.cpus = opts.cpus;
     req.opts.snapshots = opts.snapshots;

@@ -85,6 +85,9 @@ pub struct Request {
     /// The emulated PT unit writes as erratum SKL014 makes Skylakes write
     /// (emulated only; for tests of decoders).
     pub emulate_skl014: bool,
+    /// Store in the snapshot the debug file of each mapped binary that
+    /// lacks its own symbols (off with `--no-debug-info`).
+    pub debug_info: bool,
 }
 
 impl Request {
@@ -98,6 +101,7 @@ impl Request {
             cpus: DEFAULT_CPUS,
             overflow_at: Vec::new(),
             emulate_skl014: false,
+            debug_info: true,
         }
     }
 
@@ -139,6 +143,9 @@ impl Request {
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
         if self.opts.kernel {
             args.push("--kernel".into());
+        }
+        if !self.debug_info {
+            args.push("--no-debug-info".into());
         }
         if self.opts.per_cpu {
             args.push("--per-cpu".into());
@@ -286,6 +293,7 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         capture_wall_ms: cap.wall.as_millis() as u64,
         instructions: cap.threads.iter().map(|t| t.instructions).sum(),
         trigger_registers: cap.trigger_registers.clone(),
+        ..Metadata::default()
     }
 }
 
@@ -309,14 +317,20 @@ impl Saver<'_> {
         }
         let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
         let meta = metadata(&cap, self.req, self.backend);
-        let written = ptscope_capture::save::write_snapshot(&path, &cap, &meta)
-            .context("cannot write the snapshot")
-            .and_then(|()| ip_log(&cap));
-        if let Err(e) = written {
-            self.error = Some(e);
-            return;
-        }
-        for w in &cap.warnings {
+        let opts = ptscope_capture::save::SaveOptions {
+            debug_info: self.req.debug_info,
+            ..Default::default()
+        };
+        let written = ptscope_capture::save::write_snapshot(&path, &cap, &meta, &opts)
+            .context("cannot write the snapshot");
+        let notes = match written.and_then(|notes| ip_log(&cap).map(|()| notes)) {
+            Ok(notes) => notes,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
+        };
+        for w in cap.warnings.iter().chain(&notes) {
             progress(Progress::Warning(w.clone()));
         }
         progress(Progress::Saved {

@@ -12,6 +12,7 @@
 //! - [`filter`] reads and resolves IP filters (`--filter`), in perf's syntax.
 //! - [`trigger`] says when a capture takes its snapshot and finds a symbol's address.
 //! - [`procfs`] reads processes, threads, mappings and signal masks from `/proc`.
+//! - [`kernel_symbols`] copies `/proc/kallsyms` and `/proc/modules` for a kernel trace.
 //! - [`recording`] holds what a capture recorded, whichever backend took it.
 //! - [`save`] writes a recording, from either backend, as a `.ptscope` snapshot.
 //! - [`supervise`] runs captures in a child process, so a killed ptscope kills no tracee.
@@ -21,6 +22,7 @@ pub mod emulated;
 pub mod error;
 pub mod filter;
 pub mod intel_pt;
+pub mod kernel_symbols;
 pub mod perf_event;
 pub mod procfs;
 pub mod recording;

@@ -2,28 +2,118 @@
 //! records perf would have written for the same run (attrs, sideband, AUX and
 //! AUXTRACE records, features), and every binary the trace maps, read now and
 //! keyed by build id, so that the trace still decodes once the binaries have
-//! changed or on another machine. It serves captures from both backends,
+//! changed or on another machine. Beside each stripped binary goes the
+//! debug file the ecosystem's tools find for it ([`Search::system`]), and a
+//! kernel trace takes the kernel's symbols along ([`crate::kernel_symbols`]),
+//! so that another machine names what this one named. It serves captures
+//! from both backends,
 //! whose [`Capture`] says how the PT unit was set up; the file formats
 //! themselves are `ptscope_formats`'.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection};
+use ptscope_debuginfo::Search;
 
 use ptscope_formats::buildid;
 use ptscope_formats::perf_data::{
     self, flag, sample, BuildIdEntry, EventAttr, Features, IdIndexEntry, PerfDataWriter,
     PerfEventAttr, Record, SampleId, TimeConv,
 };
-use ptscope_formats::snapshot::{write_archive, Metadata, SAMPLE_TYPE};
+use ptscope_formats::snapshot::{
+    write_archive, Metadata, KALLSYMS_MEMBER, MODULES_MEMBER, SAMPLE_TYPE,
+};
 
 use crate::error::CaptureError;
+use crate::kernel_symbols::{self, KernelFiles};
 use crate::recording::{Capture, SidebandEvent};
 
 struct Binary {
     id: Vec<u8>,
     data: Vec<u8>,
     vdso: bool,
+    /// Whether the id is the ELF's own build id (not a content id), which
+    /// debug files are found by.
+    elf_id: bool,
+}
+
+/// What a snapshot takes along besides the trace and the binaries.
+#[derive(Clone, Debug)]
+pub struct SaveOptions {
+    /// Store the debug file of each binary that lacks its own symbols
+    /// (`--no-debug-info` turns this off).
+    pub debug_info: bool,
+    /// Where debug files are looked for ([`Search::system`]).
+    pub search: Search,
+    /// Where the kernel's symbols and modules are read for a kernel trace
+    /// ([`kernel_symbols::KALLSYMS`], [`kernel_symbols::MODULES`]).
+    pub kallsyms: PathBuf,
+    pub modules: PathBuf,
+}
+
+impl Default for SaveOptions {
+    fn default() -> SaveOptions {
+        SaveOptions {
+            debug_info: true,
+            search: Search::system(),
+            kallsyms: PathBuf::from(kernel_symbols::KALLSYMS),
+            modules: PathBuf::from(kernel_symbols::MODULES),
+        }
+    }
+}
+
+/// Whether an ELF image names its own functions: a `.symtab` or DWARF. A
+/// stripped one keeps only `.dynsym`, which names its exports alone.
+fn has_own_symbols(data: &[u8]) -> bool {
+    object::File::parse(data).is_ok_and(|f| {
+        f.sections()
+            .any(|s| matches!(s.name(), Ok(".symtab") | Ok(".debug_info")))
+    })
+}
+
+/// A debug file carried beside a binary: its archive member name, bytes,
+/// and where it was found.
+struct DebugFile {
+    member: String,
+    data: Vec<u8>,
+    origin: String,
+}
+
+/// The debug files of the binaries that lack their own symbols, as `search`
+/// finds them; what went wrong on the way goes to `notes`.
+fn debug_files(
+    binaries: &BTreeMap<String, Binary>,
+    search: &Search,
+    notes: &mut Vec<String>,
+) -> Vec<DebugFile> {
+    let mut out: Vec<DebugFile> = Vec::new();
+    for (path, b) in binaries {
+        if b.vdso || has_own_symbols(&b.data) {
+            continue;
+        }
+        let member = buildid::debug_cache_path(&b.id);
+        if out.iter().any(|d| d.member == member) {
+            continue;
+        }
+        let id = b.elf_id.then_some(b.id.as_slice());
+        let Some(found) = search.debug_file(Path::new(path), path, id, notes) else {
+            continue;
+        };
+        match std::fs::read(&found.path) {
+            Ok(data) => out.push(DebugFile {
+                member,
+                data,
+                origin: found.origin.to_string(),
+            }),
+            Err(e) => notes.push(format!(
+                "{path}: its debug file {} is not readable ({e}); the snapshot goes without it",
+                found.path.display()
+            )),
+        }
+    }
+    out
 }
 
 fn uname_field(path: &str) -> Option<String> {
@@ -36,18 +126,19 @@ fn uname_field(path: &str) -> Option<String> {
 fn build_perf_data(
     cap: &Capture,
     ring_size: u64,
-) -> Result<(Vec<u8>, Vec<Binary>), std::io::Error> {
+) -> Result<(Vec<u8>, BTreeMap<String, Binary>), std::io::Error> {
     // Binaries: every mapped file, read now, by build id.
     let mut binaries: BTreeMap<String, Binary> = BTreeMap::new();
     for sb in &cap.sideband {
         if let SidebandEvent::Mmap { mapping, .. } = &sb.event {
             if mapping.is_file() && !binaries.contains_key(&mapping.path) {
                 if let Ok(data) = std::fs::read(&mapping.path) {
-                    let id = buildid::id_of(&data);
+                    let elf_id = buildid::elf_build_id(&data);
                     binaries.insert(
                         mapping.path.clone(),
                         Binary {
-                            id,
+                            id: elf_id.clone().unwrap_or_else(|| buildid::content_id(&data)),
+                            elf_id: elf_id.is_some(),
                             data,
                             vdso: false,
                         },
@@ -57,13 +148,14 @@ fn build_perf_data(
         }
     }
     if let Some((_, data)) = &cap.vdso {
-        let id = buildid::elf_build_id(data).unwrap_or_else(|| buildid::content_id(data));
+        let id = buildid::id_of(data);
         binaries.insert(
             "[vdso]".into(),
             Binary {
                 id,
                 data: data.clone(),
                 vdso: true,
+                elf_id: false,
             },
         );
     }
@@ -386,16 +478,56 @@ fn build_perf_data(
         auxtrace_index: Vec::new(),
     };
     let bytes = w.finish(&attrs, features)?.into_inner();
-    Ok((bytes, binaries.into_values().collect()))
+    Ok((bytes, binaries))
 }
 
-/// Writes `cap` as a `.ptscope` file at `path`.
-pub fn write_snapshot(path: &Path, cap: &Capture, meta: &Metadata) -> Result<(), CaptureError> {
+/// Writes `cap` as a `.ptscope` file at `path`, with the debug files and
+/// kernel symbols `opts` asks for. Returns what the user should know: a
+/// debug file that could not be had, kernel symbols that were hidden.
+pub fn write_snapshot(
+    path: &Path,
+    cap: &Capture,
+    meta: &Metadata,
+    opts: &SaveOptions,
+) -> Result<Vec<String>, CaptureError> {
     let io = |e| CaptureError::io(path, e);
     let (perf_data, binaries) = build_perf_data(cap, meta.ring_size).map_err(io)?;
-    let members: Vec<(String, &[u8])> = binaries
-        .iter()
+    let mut notes = Vec::new();
+    let mut meta = meta.clone();
+    let mut members: Vec<(String, &[u8])> = binaries
+        .values()
         .map(|b| (buildid::cache_path(&b.id, b.vdso), b.data.as_slice()))
         .collect();
-    Ok(write_archive(path, &perf_data, &members, meta)?)
+    let debug = if opts.debug_info {
+        debug_files(&binaries, &opts.search, &mut notes)
+    } else {
+        Vec::new()
+    };
+    for d in &debug {
+        members.push((d.member.clone(), d.data.as_slice()));
+        // The member is `.build-id/xx/yyyy…/debug`: the id is its middle.
+        let hex: String = d
+            .member
+            .trim_start_matches(".build-id/")
+            .trim_end_matches("/debug")
+            .replace('/', "");
+        meta.debug_files.insert(hex, d.origin.clone());
+    }
+    let kernel = if cap.pt.kernel {
+        KernelFiles::read(&opts.kallsyms, &opts.modules)
+    } else {
+        KernelFiles::default()
+    };
+    if let Some(k) = &kernel.kallsyms {
+        members.push((KALLSYMS_MEMBER.to_string(), k.as_slice()));
+    }
+    if let Some(m) = &kernel.modules {
+        members.push((MODULES_MEMBER.to_string(), m.as_slice()));
+    }
+    if let Some(why) = &kernel.kallsyms_missing {
+        notes.push(why.clone());
+        meta.kallsyms_missing = Some(why.clone());
+    }
+    write_archive(path, &perf_data, &members, &meta)?;
+    Ok(notes)
 }

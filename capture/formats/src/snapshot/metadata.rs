@@ -29,4 +29,14 @@ pub struct Metadata {
     /// Registers at the trigger (rdi, rsi), for hardware triggers.
     #[serde(default)]
     pub trigger_registers: Vec<(String, u64)>,
+    /// The debug files the snapshot carries (at `.build-id/xx/yyyy…/debug`),
+    /// by build id in hex: where each was found at capture (a debug
+    /// directory, `.gnu_debuglink`, perf's cache, a debuginfod server).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub debug_files: std::collections::BTreeMap<String, String>,
+    /// A kernel trace whose symbols the snapshot does not carry
+    /// ([`super::KALLSYMS_MEMBER`]): why not (`/proc/kallsyms` hidden by
+    /// `kernel.kptr_restrict`, unreadable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kallsyms_missing: Option<String>,
 }

@@ -3,6 +3,14 @@
 //! build-id cache (`.build-id/xx/yyyy…/elf`, `…/vdso`), and `ptscope.json`.
 //! Untarred, `perf --buildid-dir DIR script -i DIR/perf.data` decodes it.
 //!
+//! Beside each stripped binary the snapshot carries the debug file found
+//! for it at capture (`.build-id/xx/yyyy…/debug`, as perf's cache keeps
+//! them; [`Metadata::debug_files`] says where each came from), so that
+//! another machine names what this one named. A kernel trace carries the
+//! kernel's symbols as `/proc/kallsyms` listed them ([`KALLSYMS_MEMBER`])
+//! and its modules as `/proc/modules` did ([`MODULES_MEMBER`]), or says in
+//! [`Metadata::kallsyms_missing`] why it could not.
+//!
 //! ptscope also opens plain perf.data files recorded by `perf record -e
 //! intel_pt//u`; their binaries are looked up by build id in `~/.debug`,
 //! then by path.
@@ -23,6 +31,15 @@ use crate::buildid;
 use crate::error::FileError;
 use crate::perf_data::{FormatError, PerfDataFile, MAGIC};
 
+/// The archive member holding a copy of `/proc/kallsyms` taken at
+/// capture: the kernel's and its modules' symbols at their run-time
+/// addresses.
+pub const KALLSYMS_MEMBER: &str = "kernel/kallsyms";
+
+/// The archive member holding a copy of `/proc/modules` taken at capture:
+/// each loaded module's name, size and address.
+pub const MODULES_MEMBER: &str = "kernel/modules";
+
 /// Largest member we extract from an archive; a larger one is an error,
 /// not an allocation.
 const MAX_MEMBER: u64 = 4 << 30;
@@ -33,6 +50,11 @@ pub struct Snapshot {
     pub path: PathBuf,
     pub perf_data: Vec<u8>,
     pub metadata: Option<Metadata>,
+    /// The kernel's symbols in `/proc/kallsyms`' format: the snapshot's
+    /// [`KALLSYMS_MEMBER`], or a file the user gave for a plain perf.data.
+    pub kallsyms: Option<Vec<u8>>,
+    /// The kernel's modules in `/proc/modules`' format ([`MODULES_MEMBER`]).
+    pub modules: Option<Vec<u8>>,
     /// The extracted build-id cache of a `.ptscope` file.
     cache: Option<tempfile::TempDir>,
 }
@@ -71,6 +93,8 @@ impl Snapshot {
                 path: path.to_path_buf(),
                 perf_data,
                 metadata: None,
+                kallsyms: None,
+                modules: None,
                 cache: None,
             });
         }
@@ -83,6 +107,8 @@ impl Snapshot {
             path: path.to_path_buf(),
             perf_data,
             metadata: None,
+            kallsyms: None,
+            modules: None,
             cache: None,
         }
     }
@@ -147,6 +173,8 @@ impl Snapshot {
             .map_err(|e| FileError::io(&std::env::temp_dir(), e))?;
         let mut perf_data = None;
         let mut metadata = None;
+        let mut kallsyms = None;
+        let mut modules = None;
         let mut members = 0usize;
         for entry in entries {
             let mut entry = entry.map_err(|e| {
@@ -209,6 +237,10 @@ impl Snapshot {
                         format!("{} is invalid: {e}", metadata::FILE_NAME),
                     )
                 })?);
+            } else if name_str == KALLSYMS_MEMBER {
+                kallsyms = Some(data);
+            } else if name_str == MODULES_MEMBER {
+                modules = Some(data);
             } else if name_str.starts_with(".build-id/") {
                 let dest = cache.path().join(&name);
                 if let Some(parent) = dest.parent() {
@@ -230,6 +262,8 @@ impl Snapshot {
             path: path.to_path_buf(),
             perf_data,
             metadata,
+            kallsyms,
+            modules,
             cache: Some(cache),
         })
     }

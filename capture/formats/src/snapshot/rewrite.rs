@@ -1,6 +1,7 @@
 //! Rewriting a snapshot with new trace bytes: every record is kept, the
-//! AUX data of each queue is replaced, and the binaries and metadata go
-//! along. The benchmark generator grows a small genuine capture this way.
+//! AUX data of each queue is replaced, and the binaries, debug files,
+//! kernel symbols and metadata go along. The benchmark generator grows a
+//! small genuine capture this way.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -88,6 +89,14 @@ pub fn with_aux(
     let mut members: Vec<(String, Vec<u8>)> = Vec::new();
     if let Some(root) = snap.buildid_dir() {
         collect(root, root, &mut members).map_err(|e| FileError::io(root, e))?;
+    }
+    for (name, data) in [
+        (super::KALLSYMS_MEMBER, &snap.kallsyms),
+        (super::MODULES_MEMBER, &snap.modules),
+    ] {
+        if let Some(data) = data {
+            members.push((name.to_string(), data.clone()));
+        }
     }
     let refs: Vec<(String, &[u8])> = members
         .iter()
