@@ -203,6 +203,8 @@ pub enum Command {
         raw: Vec<(PathBuf, u64)>,
         #[command(flatten)]
         names: NameDirs,
+        #[command(flatten)]
+        kernel: KernelOpts,
     },
     /// List the PT packets of one thread, like libipt's ptdump. A raw PT
     /// dump (a file that starts with a PSB, or any file with --raw) lists
@@ -262,6 +264,22 @@ pub enum Command {
     },
 }
 
+/// Where the kernel's symbols come from, for a trace that includes the
+/// kernel (a snapshot captured with --kernel carries them).
+#[derive(clap::Args, Debug, Default)]
+pub struct KernelOpts {
+    /// Name kernel code from FILE, a copy of /proc/kallsyms taken on the
+    /// machine and boot that recorded the trace (as `perf report
+    /// --kallsyms`); over the snapshot's own.
+    #[arg(long, value_name = "FILE")]
+    pub kallsyms: Option<PathBuf>,
+    /// Name kernel code from FILE, the vmlinux (with symbols) of the
+    /// kernel that recorded the trace, moved to where the trace says it ran
+    /// (as `perf report --vmlinux`); over --kallsyms.
+    #[arg(long, value_name = "FILE")]
+    pub vmlinux: Option<PathBuf>,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct InputOpts {
     /// A `.ptscope` snapshot, a perf.data recorded with intel_pt, a text
@@ -304,6 +322,8 @@ pub struct InputOpts {
     pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
     #[command(flatten)]
     pub names: NameDirs,
+    #[command(flatten)]
+    pub kernel: KernelOpts,
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -358,7 +378,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Info { file, raw, .. }) if is_raw(&file, &raw)? => raw_info(&file, &raw),
-        Some(Command::Info { file, names, .. }) => info(&file, &names),
+        Some(Command::Info {
+            file,
+            names,
+            kernel,
+            ..
+        }) => info(&file, &names, &kernel),
         Some(Command::Packets {
             file,
             raw,
@@ -422,6 +447,8 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         threads,
         engine,
         parallel,
+        kallsyms: input.kernel.kallsyms.clone(),
+        vmlinux: input.kernel.vmlinux.clone(),
         ..OpenOptions::default()
     });
     let model = ptscope_decoder::open::open(&input.file, &opts)?;
@@ -685,7 +712,7 @@ fn check() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path, names: &NameDirs) -> Result<ExitCode> {
+fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
     let search = names.search(Some(&snap));
@@ -849,27 +876,86 @@ fn info(path: &Path, names: &NameDirs) -> Result<ExitCode> {
         let found =
             ptscope_decoder::names::find_binary(&snap, &search, m.build_id.as_deref(), &m.path);
         let id = build_id_text(m);
+        let in_snapshot = |p: &Path| snap.buildid_dir().is_some_and(|d| p.starts_with(d));
+        let binary = match &found {
+            Some(p) if in_snapshot(p) => "(in snapshot".to_string(),
+            Some(p) => format!("-> {}", p.display()),
+            None => String::new(),
+        };
+        // What a snapshot carries beside the binary: its debug file.
+        let debug = m
+            .build_id
+            .as_deref()
+            .zip(snap.buildid_dir())
+            .filter(|(id, dir)| {
+                dir.join(ptscope_formats::buildid::debug_cache_path(id))
+                    .is_file()
+            })
+            .map(|(id, _)| {
+                let hex = ptscope_formats::buildid::to_hex(id);
+                match snap
+                    .metadata
+                    .as_ref()
+                    .and_then(|md| md.debug_files.get(&hex))
+                {
+                    Some(origin) => format!("debug file from {origin}"),
+                    None => "debug file".to_string(),
+                }
+            });
+        let carried = match (found.as_deref().is_some_and(in_snapshot), debug) {
+            (true, Some(d)) => format!(" + {d})"),
+            (true, None) => ")".to_string(),
+            (false, Some(d)) => format!(" (in snapshot: {d})"),
+            (false, None) if snap.buildid_dir().is_some() => " (not in snapshot)".to_string(),
+            (false, None) => String::new(),
+        };
         writeln!(
             out,
-            "    {:<10} {:#014x} {} [{}] {}",
+            "    {:<10} {:#014x} {} [{}] {binary}{carried}",
             if found.is_some() { "found" } else { "MISSING" },
             m.start,
             m.path,
             id,
-            match found {
-                Some(p) if snap.buildid_dir().is_some_and(|d| p.starts_with(d)) => {
-                    "(in snapshot)".to_string()
-                }
-                Some(p) => format!("-> {}", p.display()),
-                None => String::new(),
-            },
         )?;
     }
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.
     let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();
+    let (symbols, why) = ptscope_decoder::symbols::kallsyms::for_trace(
+        &snap,
+        &trace,
+        kernel_opts.kallsyms.as_deref(),
+        kernel_opts.vmlinux.as_deref(),
+    );
+    let source = match (&kernel_opts.vmlinux, &kernel_opts.kallsyms) {
+        (Some(v), _) => v.display().to_string(),
+        (None, Some(k)) => k.display().to_string(),
+        (None, None) => "the snapshot's kallsyms".to_string(),
+    };
+    match (&symbols, &why) {
+        (Some(k), _) => writeln!(
+            out,
+            "  kernel symbols: {} functions from {source}{}",
+            k.len(),
+            if snap.modules.is_some() && kernel_opts.vmlinux.is_none() {
+                ", modules bounded by the snapshot's /proc/modules"
+            } else {
+                ""
+            }
+        )?,
+        (None, Some(why)) => writeln!(out, "  kernel symbols: none: {why}")?,
+        (None, None) => {}
+    }
     if !kernel.is_empty() {
-        writeln!(out, "  kernel (not decoded, shown as [kernel]):")?;
+        writeln!(
+            out,
+            "  kernel (not decoded, {}):",
+            if symbols.is_some() {
+                "named from its symbols"
+            } else {
+                "shown as [kernel]"
+            }
+        )?;
         let mut seen = std::collections::BTreeSet::new();
         for m in kernel {
             if !seen.insert((m.start, m.path.clone())) {

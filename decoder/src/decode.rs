@@ -75,6 +75,11 @@ pub struct DecodeOptions {
     /// Off by default; the command line and the window turn it on unless
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
+    /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
+    /// a snapshot carries.
+    pub kallsyms: Option<PathBuf>,
+    /// A vmlinux whose symbols name kernel code (`--vmlinux`), over both.
+    pub vmlinux: Option<PathBuf>,
 }
 
 /// What walks the trace in the coarse pass.
@@ -268,6 +273,13 @@ pub fn decode_trace(
         &opts.binary_dirs,
         opts.debuginfod,
     ));
+    let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
+        snap,
+        trace,
+        opts.kallsyms.as_deref(),
+        opts.vmlinux.as_deref(),
+    );
+    symbols.kernel = kernel;
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
     let mut procs: HashMap<i32, Proc> = HashMap::new();
@@ -654,6 +666,7 @@ pub fn decode_trace(
         missing_binaries,
         warnings: [
             filter_warning,
+            kernel_warning.into_iter().collect(),
             input_warnings(trace, &wanted),
             symbols.notes().to_vec(),
             stack_warnings(&threads),

@@ -75,6 +75,11 @@ pub struct OpenOptions {
     /// Off by default; the command line and the window turn it on unless
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
+    /// The kernel's symbols in kallsyms' format (`--kallsyms`), for a
+    /// perf.data or over what a snapshot carries.
+    pub kallsyms: Option<PathBuf>,
+    /// A vmlinux whose symbols name kernel code (`--vmlinux`).
+    pub vmlinux: Option<PathBuf>,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -200,6 +205,8 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     debug_dirs: opts.debug_dirs.clone(),
                     binary_dirs: opts.binary_dirs.clone(),
                     debuginfod: opts.debuginfod,
+                    kallsyms: opts.kallsyms.clone(),
+                    vmlinux: opts.vmlinux.clone(),
                 },
             )
         }

@@ -4,7 +4,9 @@
 //! binary's symbols ([`SymbolCache`], loaded once and shared by every
 //! model of the same file, with the separate debug file of a binary that
 //! lacks names of its own, found as [`crate::names`] says), and names
-//! code no symbol covers by what calls into it.
+//! code no symbol covers by what calls into it. Kernel code, never
+//! decoded, is named by the kernel's symbols where a snapshot carries them
+//! or the user gave them ([`SymbolCache::kernel`]), else `[kernel]`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use crate::block::PtError;
 use crate::event::{is_kernel_addr, FuncId, FuncTable, SpanKind, KERNEL_START, UNKNOWN};
 use crate::image::Section;
 use crate::names::Search;
+use crate::symbols::kallsyms::KernelSymbols;
 use crate::symbols::ModuleSymbols;
 
 /// The function an address is in, and the address range that shares it.
@@ -68,6 +71,9 @@ pub struct SymbolCache {
     /// What the user should hear of the search: a server down, a debug
     /// file that could not be read.
     notes: Vec<String>,
+    /// The kernel's functions (kallsyms or vmlinux), which name kernel
+    /// code; `None`: it is `[kernel]`.
+    pub kernel: Option<Arc<KernelSymbols>>,
 }
 
 impl SymbolCache {
@@ -241,6 +247,10 @@ pub struct ProcessSymbols {
     /// Call targets in code no symbol covers: each starts a function that
     /// runs to the next one, named `[unknown] module+0xoffset`.
     learned: std::collections::BTreeMap<u64, FuncId>,
+    /// The kernel's functions, when known, and their ids by entry (kernel
+    /// symbols that share an entry are one function there).
+    kernel: Option<Arc<KernelSymbols>>,
+    kernel_ids: HashMap<u64, FuncId>,
 }
 
 impl ProcessSymbols {
@@ -282,7 +292,31 @@ impl ProcessSymbols {
             maps,
             ids: HashMap::new(),
             learned: std::collections::BTreeMap::new(),
+            kernel: symbols.kernel.clone(),
+            kernel_ids: HashMap::new(),
         }
+    }
+
+    /// The kernel function at `addr`, from the kernel's symbols, its range
+    /// kept inside `lo..hi` (what holds no other mapping).
+    fn kernel_symbol(
+        &mut self,
+        addr: u64,
+        (lo, hi): (u64, u64),
+        funcs: &mut FuncTable,
+    ) -> Option<Resolved> {
+        let s = self.kernel.as_ref()?.lookup(addr)?;
+        let func = *self
+            .kernel_ids
+            .entry(s.start)
+            .or_insert_with(|| funcs.intern(s.name, s.module, s.start, SpanKind::NoBinary));
+        Some(Resolved {
+            func,
+            lo: s.start.max(lo).min(addr),
+            hi: s.end.min(hi).max(addr + 1),
+            entry: s.start,
+            provisional: false,
+        })
     }
 
     fn mapping(&self, addr: u64) -> Option<usize> {
@@ -294,11 +328,16 @@ impl ProcessSymbols {
 /// What names the code of a mapping whose binary we lack: `[kernel]` for
 /// the kernel and its modules, else `[no binary: path]`.
 fn missing_func(m: &Mapping, funcs: &mut FuncTable) -> FuncId {
-    if is_kernel_addr(m.start) || m.path.starts_with("[kernel.kallsyms]") {
+    if is_kernel(m) {
         funcs.kernel()
     } else {
         funcs.no_binary(&m.path)
     }
+}
+
+/// Whether a mapping is the kernel's or one of its modules'.
+fn is_kernel(m: &Mapping) -> bool {
+    is_kernel_addr(m.start) || m.path.starts_with("[kernel.kallsyms]")
 }
 
 fn basename(path: &str) -> &str {
@@ -309,9 +348,16 @@ impl Resolve for ProcessSymbols {
     fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
         let Some(mi) = self.mapping(addr) else {
             if is_kernel_addr(addr) {
+                let i = self.maps.partition_point(|m| m.start <= addr);
+                let lo = KERNEL_START.max(self.maps.last().map_or(0, |m| m.end));
+                let below = if i > 0 { self.maps[i - 1].end } else { 0 };
+                let above = self.maps.get(i).map_or(u64::MAX, |m| m.start);
+                if let Some(r) = self.kernel_symbol(addr, (below, above), funcs) {
+                    return r;
+                }
                 return Resolved {
                     func: funcs.kernel(),
-                    lo: KERNEL_START.max(self.maps.last().map_or(0, |m| m.end)),
+                    lo,
                     hi: u64::MAX,
                     entry: 0,
                     provisional: false,
@@ -329,6 +375,13 @@ impl Resolve for ProcessSymbols {
                 provisional: false,
             };
         };
+        let m = &self.maps[mi];
+        if m.missing && is_kernel(m) {
+            let bounds = (m.start, m.end);
+            if let Some(r) = self.kernel_symbol(addr, bounds, funcs) {
+                return r;
+            }
+        }
         let m = &self.maps[mi];
         if m.missing {
             return Resolved {
@@ -412,6 +465,15 @@ impl Resolve for ProcessSymbols {
     /// Code that could not be read is named by what is missing: the
     /// kernel, or the binary the sideband maps there.
     fn error_func(&mut self, ip: Option<u64>, error: PtError, funcs: &mut FuncTable) -> FuncId {
+        // Kernel code, named by the kernel's symbols where they are known.
+        let kernel_code = ip.filter(|&ip| {
+            self.mapping(ip).map_or(is_kernel_addr(ip), |mi| {
+                self.maps[mi].missing && is_kernel(&self.maps[mi])
+            })
+        });
+        if let Some(r) = kernel_code.and_then(|ip| self.kernel_symbol(ip, (0, u64::MAX), funcs)) {
+            return r.func;
+        }
         match ip.and_then(|ip| self.mapping(ip).map(|mi| (ip, mi))) {
             Some((_, mi)) if self.maps[mi].missing => missing_func(&self.maps[mi], funcs),
             None if ip.is_some_and(is_kernel_addr) => funcs.kernel(),

@@ -37,6 +37,8 @@
 //!   [`ModuleSymbols::source_frames`], [`ModuleSymbols::inline_frames`]);
 //! - `intervals`: flattening, subtracting and gap-finding over the address
 //!   ranges the sources give, to decide which function owns each byte;
+//! - [`kallsyms`]: the kernel's functions, from a kallsyms listing or a
+//!   vmlinux, which name kernel code where no image of it is at hand;
 //! - `testutil` (tests only): compiling the test program and asking GNU
 //!   binutils about it.
 
@@ -51,6 +53,7 @@ use ptscope_formats::demangle::demangle;
 mod dwarf;
 mod elf;
 mod intervals;
+pub mod kallsyms;
 mod plt;
 #[cfg(test)]
 pub(crate) mod testutil;
