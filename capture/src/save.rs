@@ -531,3 +531,177 @@ pub fn write_snapshot(
     write_archive(path, &perf_data, &members, &meta)?;
     Ok(notes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procfs::Mapping;
+    use crate::recording::{PtSetup, Sideband, StopReason};
+    use ptscope_formats::snapshot::Snapshot;
+
+    fn mmap(path: &Path, start: u64) -> Sideband {
+        Sideband {
+            time: 1,
+            cpu: 0,
+            event: SidebandEvent::Mmap {
+                pid: 1,
+                tid: 1,
+                mapping: Mapping {
+                    start,
+                    end: start + 0x1000,
+                    read: true,
+                    write: false,
+                    exec: true,
+                    offset: 0,
+                    dev_major: 0,
+                    dev_minor: 0,
+                    inode: 0,
+                    path: path.display().to_string(),
+                },
+            },
+        }
+    }
+
+    fn capture(kernel: bool, maps: Vec<Sideband>) -> Capture {
+        Capture {
+            pid: 1,
+            threads: Vec::new(),
+            cpus: Vec::new(),
+            sideband: maps,
+            vdso: None,
+            start_time: 0,
+            end_time: 2,
+            stop: StopReason::ProcessExit,
+            cmdline: Vec::new(),
+            ip_log: Vec::new(),
+            wall: std::time::Duration::ZERO,
+            exit_code: None,
+            child: None,
+            pt: PtSetup {
+                pmu_type: 8,
+                config: 0,
+                event: "intel_pt//".into(),
+                params: Default::default(),
+                cpuid: String::new(),
+                cpu_desc: String::new(),
+                kernel,
+            },
+            inherit: false,
+            trigger_registers: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn objcopy(args: &[&std::ffi::OsStr]) {
+        let st = std::process::Command::new("objcopy")
+            .args(args)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(st.success(), "objcopy {args:?}");
+    }
+
+    /// A stripped binary takes its debug file along (found by build id in
+    /// a debug directory), one with its own symbols does not, and
+    /// `--no-debug-info` takes none.
+    #[test]
+    fn stripped_binaries_take_their_debug_files_along() {
+        let t = tempfile::tempdir().unwrap();
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        let data = std::fs::read(&demo).unwrap();
+        let id = buildid::elf_build_id(&data).unwrap();
+        let stripped = t.path().join("stripped");
+        let debug_dir = t.path().join("debug");
+        let debug = debug_dir.join(buildid::debug_dir_path(&id));
+        std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+        objcopy(&[
+            "--strip-all".as_ref(),
+            demo.as_os_str(),
+            stripped.as_os_str(),
+        ]);
+        objcopy(&[
+            "--only-keep-debug".as_ref(),
+            demo.as_os_str(),
+            debug.as_os_str(),
+        ]);
+        assert!(!has_own_symbols(&std::fs::read(&stripped).unwrap()));
+        assert!(has_own_symbols(&data));
+        let opts = SaveOptions {
+            search: Search {
+                debug_dirs: vec![debug_dir.clone()],
+                ..Search::default()
+            },
+            ..SaveOptions::default()
+        };
+        let member = buildid::debug_cache_path(&id);
+        for (bin, carried) in [(&stripped, true), (&demo, false)] {
+            let out = t.path().join("s.ptscope");
+            let cap = capture(false, vec![mmap(bin, 0x1000)]);
+            write_snapshot(&out, &cap, &Metadata::default(), &opts).unwrap();
+            let snap = Snapshot::open(&out).unwrap();
+            let dir = snap.buildid_dir().unwrap();
+            assert!(dir.join(buildid::cache_path(&id, false)).is_file());
+            assert_eq!(dir.join(&member).is_file(), carried, "{}", bin.display());
+            let origins = &snap.metadata.as_ref().unwrap().debug_files;
+            assert_eq!(
+                origins.get(&buildid::to_hex(&id)).cloned(),
+                carried.then(|| format!("{}/.build-id", debug_dir.display()))
+            );
+            if carried {
+                assert_eq!(
+                    std::fs::read(dir.join(&member)).unwrap(),
+                    std::fs::read(&debug).unwrap()
+                );
+            }
+        }
+        let out = t.path().join("none.ptscope");
+        let cap = capture(false, vec![mmap(&stripped, 0x1000)]);
+        let no_debug = SaveOptions {
+            debug_info: false,
+            ..opts
+        };
+        write_snapshot(&out, &cap, &Metadata::default(), &no_debug).unwrap();
+        let snap = Snapshot::open(&out).unwrap();
+        assert!(!snap.buildid_dir().unwrap().join(&member).exists());
+        assert!(snap.metadata.unwrap().debug_files.is_empty());
+    }
+
+    /// A kernel trace carries kallsyms and modules where readable; where
+    /// hidden it carries neither kallsyms nor a false copy, and says why.
+    #[test]
+    fn a_kernel_trace_carries_kallsyms_or_says_why_not() {
+        let t = tempfile::tempdir().unwrap();
+        let kallsyms = t.path().join("kallsyms");
+        let modules = t.path().join("modules");
+        std::fs::write(&kallsyms, "ffffffff81000000 T _text\n").unwrap();
+        std::fs::write(&modules, "foo 4096 0 - Live 0xffffffffc0000000\n").unwrap();
+        let opts = SaveOptions {
+            search: Search::default(),
+            kallsyms: kallsyms.clone(),
+            modules: modules.clone(),
+            ..SaveOptions::default()
+        };
+        let out = t.path().join("k.ptscope");
+        let notes =
+            write_snapshot(&out, &capture(true, vec![]), &Metadata::default(), &opts).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        let snap = Snapshot::open(&out).unwrap();
+        assert_eq!(
+            snap.kallsyms.as_deref(),
+            Some(&b"ffffffff81000000 T _text\n"[..])
+        );
+        assert!(snap.modules.is_some());
+        assert_eq!(snap.metadata.unwrap().kallsyms_missing, None);
+        // A user-space trace takes none.
+        write_snapshot(&out, &capture(false, vec![]), &Metadata::default(), &opts).unwrap();
+        assert_eq!(Snapshot::open(&out).unwrap().kallsyms, None);
+        // Hidden by kptr_restrict.
+        std::fs::write(&kallsyms, "0000000000000000 T _text\n").unwrap();
+        let notes =
+            write_snapshot(&out, &capture(true, vec![]), &Metadata::default(), &opts).unwrap();
+        let snap = Snapshot::open(&out).unwrap();
+        assert_eq!(snap.kallsyms, None);
+        let why = snap.metadata.unwrap().kallsyms_missing.unwrap();
+        assert!(why.contains("kptr_restrict"), "{why}");
+        assert_eq!(notes, [why]);
+    }
+}
