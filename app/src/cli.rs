@@ -918,6 +918,8 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
             id,
         )?;
     }
+    let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, &search);
+    ptscope::missing::write_remedies(&mut out, &missing, &names.debug_dirs)?;
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.
     let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();

@@ -7,7 +7,10 @@
 //! A file that cannot be read gets a tab saying why; the rest of the app
 //! carries on. A raw PT dump records no binaries: its tab has a form to
 //! give them as IMAGE:ADDR pairs and open it again (as `--raw` does on the
-//! command line).
+//! command line). A file whose binaries are missing gets a notice naming
+//! them with the remedies and a folder picker ([`crate::missing`]); the
+//! file is decoded again with the folder searched, and Save as adds what
+//! was found there to the snapshot.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -325,6 +328,27 @@ impl Tab {
         self.state = TabState::Loading { load, view: None };
     }
 
+    /// Searches `dir` too for missing binaries and debug files, and decodes
+    /// the file again; the view stays (and keeps its zoom) meanwhile.
+    pub fn add_search_folder(&mut self, dir: &Path, ctx: &egui::Context) {
+        self.names.add_folder(dir);
+        let images = self
+            .raw
+            .as_ref()
+            .map(|f| f.images.clone())
+            .unwrap_or_default();
+        let ctx = ctx.clone();
+        let load = Load::start(&self.path, images, &self.names, move || {
+            ctx.request_repaint()
+        });
+        let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
+        let view = match old {
+            TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => Some(v),
+            _ => None,
+        };
+        self.state = TabState::Loading { load, view };
+    }
+
     /// Blocks until the tab's file is decoded (the GUI tests).
     pub fn wait(&mut self) {
         if let TabState::Loading { load, .. } = &mut self.state {
@@ -359,6 +383,9 @@ pub struct App {
     pub names: crate::name_dirs::NameDirs,
     /// The window title last asked for, so it is sent only on a change.
     title: String,
+    /// Asks the user for a folder of binaries or debug files: a native
+    /// dialog; the GUI tests put a closure that answers in its place.
+    pub pick_folder: Box<dyn FnMut() -> Option<PathBuf>>,
 }
 
 impl App {
@@ -382,18 +409,33 @@ impl App {
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
             names: crate::name_dirs::NameDirs::default(),
+            pick_folder: Box::new(|| {
+                rfd::FileDialog::new()
+                    .set_title("A folder of binaries or debug files")
+                    .pick_folder()
+            }),
         }
     }
 
-    /// Saves a copy of the active tab's file at `dest` (File > Save as).
-    pub fn save_active_as(&self, dest: &Path) -> std::io::Result<()> {
+    /// Saves a copy of the active tab's file at `dest` (File > Save as),
+    /// as a snapshot that carries the binaries and debug files found in
+    /// the folders the user chose for it. Returns what could not be
+    /// carried, for the log.
+    pub fn save_active_as(&self, dest: &Path) -> std::io::Result<Vec<String>> {
         let Some(t) = self.active_tab() else {
             return Err(std::io::Error::other("no open file"));
         };
-        if t.path == dest {
-            return Ok(());
+        let mut notes = Vec::new();
+        if !t.names.is_empty()
+            && crate::missing::save_with_found(&t.path, dest, &t.names, &mut notes)
+                .map_err(std::io::Error::other)?
+        {
+            return Ok(notes);
         }
-        std::fs::copy(&t.path, dest).map(drop)
+        if t.path != dest {
+            std::fs::copy(&t.path, dest)?;
+        }
+        Ok(notes)
     }
 
     /// Opens `path` in a new tab (or shows its tab if it is open already)
@@ -550,10 +592,12 @@ impl App {
                     .add_filter("ptscope snapshot", &["ptscope"])
                     .save_file()
                 {
-                    if let Err(e) = self.save_active_as(&dest) {
-                        self.capture
+                    match self.save_active_as(&dest) {
+                        Ok(notes) => self.capture.log.extend(notes),
+                        Err(e) => self
+                            .capture
                             .log
-                            .push(format!("{}: cannot save: {e}", dest.display()));
+                            .push(format!("{}: cannot save: {e}", dest.display())),
                     }
                 }
             }
@@ -623,6 +667,7 @@ impl App {
     }
 
     fn body(&mut self, ui: &mut egui::Ui) {
+        let pick_folder = &mut self.pick_folder;
         let Some(tab) = self.tabs.get_mut(self.active) else {
             ui.centered_and_justified(|ui| {
                 ui.label("Open a snapshot with File > Open, or drop one on the window.");
@@ -654,6 +699,7 @@ impl App {
             }
         }
         let mut reopen = false;
+        let mut pick = false;
         match &mut tab.state {
             TabState::Failed(e) => {
                 ui.add_space(20.0);
@@ -678,12 +724,23 @@ impl App {
                         .show(ui, |ui| reopen = form.ui(ui));
                     });
                 }
+                let missing = &v.model().missing_binaries;
+                if !missing.is_empty() {
+                    egui::Panel::top("ptscope-missing-binaries").show(ui, |ui| {
+                        pick = crate::missing::notice_ui(ui, missing, &tab.names);
+                    });
+                }
                 v.ui(ui)
             }
             TabState::Loading { view: None, .. } => {}
         }
         if reopen {
             tab.reopen_raw(ui.ctx());
+        }
+        if pick {
+            if let Some(dir) = pick_folder() {
+                tab.add_search_folder(&dir, ui.ctx());
+            }
         }
     }
 

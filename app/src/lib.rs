@@ -5,6 +5,9 @@
 //!
 //! - [`gui`]: the window (tabs, open/recent/drop, the title) and [`loader`],
 //!   which decodes a file off the UI thread;
+//! - [`missing`]: binaries a trace maps that cannot be found, the remedies
+//!   `info` and the window offer, and what Save as adds of what the user
+//!   supplied;
 //! - [`capture_panel`]: the window's Capture panel, and [`recorder`], the
 //!   capture both it and `ptscope record`/`attach` run;
 //! - [`report`]: `ptscope decode` and `stats`;
@@ -21,6 +24,7 @@ pub mod capture_panel;
 pub mod demo;
 pub mod gui;
 pub mod loader;
+pub mod missing;
 pub mod name_dirs;
 pub mod recorder;
 pub mod report;

@@ -27,6 +27,21 @@ pub struct NameDirs {
 }
 
 impl NameDirs {
+    /// Whether the user named no directory.
+    pub fn is_empty(&self) -> bool {
+        self.binary_dirs.is_empty() && self.debug_dirs.is_empty()
+    }
+
+    /// A folder the user chose in the window: searched for binaries and
+    /// for debug files both, since a user's folder often holds either.
+    pub fn add_folder(&mut self, dir: &std::path::Path) {
+        for list in [&mut self.binary_dirs, &mut self.debug_dirs] {
+            if !list.iter().any(|d| d == dir) {
+                list.push(dir.to_path_buf());
+            }
+        }
+    }
+
     /// `opts` with these places to look.
     pub fn apply(&self, opts: OpenOptions) -> OpenOptions {
         OpenOptions {
