@@ -21,6 +21,8 @@
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
 //! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
 //! - [`kernel_maps`]: perf.data files mapping the kernel and its modules;
+//! - [`missing_binaries`]: binaries not at their paths, named with the
+//!   remedies, supplied by `--binaries` and in the window;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
 //!   checkout.
 
@@ -42,6 +44,7 @@ mod hardware;
 mod install;
 mod kernel_maps;
 mod lines;
+mod missing_binaries;
 mod peer_cases;
 mod per_cpu;
 mod raw_dumps;
