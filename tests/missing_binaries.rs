@@ -11,16 +11,31 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope::gui::App;
 
-/// A plain perf.data of calls.c, recorded with the emulated backend, and
-/// its program: (perf.data, the program at its recorded path).
-fn plain_perf_data(dir: &Path) -> (PathBuf, PathBuf) {
+/// A plain perf.data of calls.c, recorded with the emulated backend.
+struct Recorded {
+    data: PathBuf,
+    /// The program, at its recorded path.
+    exe: PathBuf,
+    /// The snapshot the perf.data comes from.
+    snap: PathBuf,
+    /// The snapshot untarred: its build-id cache, in perf's layout.
+    cache: PathBuf,
+}
+
+fn plain_perf_data(dir: &Path) -> Recorded {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let exe = build(&bin, "calls.c");
     let (snap, _) = record(dir, "calls", &[], &[exe.to_str().unwrap()]);
     let data = dir.join("calls.data");
-    std::fs::copy(extract(&snap, dir).join("perf.data"), &data).unwrap();
-    (data, exe)
+    let cache = extract(&snap, dir);
+    std::fs::copy(cache.join("perf.data"), &data).unwrap();
+    Recorded {
+        data,
+        exe,
+        snap,
+        cache,
+    }
 }
 
 /// `ptscope ARGS` with a `$HOME` of its own, whose empty `~/.debug` finds
@@ -46,7 +61,12 @@ fn binaries_supplied_by_directory_decode_as_at_their_paths() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let (data, exe) = plain_perf_data(dir.path());
+    let Recorded {
+        data,
+        exe,
+        snap,
+        cache,
+    } = plain_perf_data(dir.path());
     let exe_s = exe.to_str().unwrap();
     let data_s = data.to_str().unwrap();
 
@@ -92,6 +112,19 @@ fn binaries_supplied_by_directory_decode_as_at_their_paths() {
         "not found where it was moved:\n{info}"
     );
     assert!(!listed(&info), "{info}");
+    // The snapshot's own build-id cache, untarred (perf's layout, as
+    // `perf archive` packs it): the program and the vdso by build id, so
+    // the perf.data decodes as the snapshot does.
+    let with_cache = decode(&home, &data, &["--binaries", cache.to_str().unwrap()]);
+    assert!(
+        with_cache == decode(&home, &snap, &[]),
+        "decoded otherwise than the snapshot"
+    );
+    let info = run(
+        &home,
+        &["info", "--binaries", cache.to_str().unwrap(), data_s],
+    );
+    assert!(!info.contains("  missing: "), "{info}");
 }
 
 /// The window names the missing program with the remedies; a folder
@@ -102,7 +135,7 @@ fn binaries_supplied_by_directory_decode_as_at_their_paths() {
 #[test]
 fn the_window_lists_missing_binaries_and_takes_a_folder_of_them() {
     let dir = tempfile::tempdir().unwrap();
-    let (data, exe) = plain_perf_data(dir.path());
+    let Recorded { data, exe, .. } = plain_perf_data(dir.path());
     let supplied = dir.path().join("supplied");
     std::fs::create_dir_all(&supplied).unwrap();
     let moved = supplied.join("calls");

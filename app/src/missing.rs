@@ -28,7 +28,8 @@ pub fn remedies() -> Vec<(&'static str, String)> {
         (
             "--binaries DIR",
             "a directory holding the binaries, searched by build id \
-             (.build-id/xx/yyyy…/elf) and by name: their code is decoded"
+             (perf's .build-id/xx/yyyy…/elf, as `perf archive` packs them, the vdso too) \
+             and by name: their code is decoded"
                 .into(),
         ),
         (
@@ -58,9 +59,10 @@ pub fn write_remedies(
     writeln!(
         out,
         "  missing: {n} binar{} in neither the snapshot, perf's build-id cache (~/.debug) \
-         nor at {} path; {} code is not decoded:",
-        if n == 1 { "y" } else { "ies" },
+         nor at {} path{}; {} code is not decoded:",
+        if n == 1 { "y is" } else { "ies are" },
         if n == 1 { "its" } else { "their" },
+        if n == 1 { "" } else { "s" },
         if n == 1 { "its" } else { "their" },
     )?;
     for m in missing {
@@ -105,7 +107,9 @@ pub fn found_members(
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in trace.mmaps.iter().filter(|m| !m.kernel) {
-        if m.path.starts_with('[') || !seen.insert((m.build_id.clone(), m.path.clone())) {
+        let vdso = m.path == "[vdso]";
+        if (m.path.starts_with('[') && !vdso) || !seen.insert((m.build_id.clone(), m.path.clone()))
+        {
             continue;
         }
         let id = m.build_id.as_deref().filter(|id| !id.is_empty());
@@ -121,12 +125,12 @@ pub fn found_members(
             }
             continue;
         };
-        let elf = buildid::cache_path(id, false);
+        let elf = buildid::cache_path(id, vdso);
         if users(&binary) && !carried(&elf) {
             out.push((elf, binary.clone()));
         }
         let debug = buildid::debug_cache_path(id);
-        if !carried(&debug) {
+        if !vdso && !carried(&debug) {
             if let Some(found) = search.debug_file(&binary, &m.path, Some(id), notes) {
                 if users(&found.path) {
                     out.push((debug, found.path));

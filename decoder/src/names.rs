@@ -50,7 +50,8 @@ pub fn search(
 /// The file holding the binary a trace mapped at `path` (with `build_id`):
 /// the snapshot's copy, perf's build-id cache or the file at its path
 /// ([`Snapshot::find_binary`]), else one of the `--binaries` directories
-/// ([`Search::binary`]).
+/// ([`Search::binary`]). The vdso is found there only by build id, in
+/// perf's cache layout (as `perf archive` packs it).
 pub fn find_binary(
     snap: &Snapshot,
     search: &Search,
@@ -58,9 +59,14 @@ pub fn find_binary(
     path: &str,
 ) -> Option<PathBuf> {
     snap.find_binary(build_id, path).or_else(|| {
-        // The vDSO is the kernel's: no directory of the user's holds it.
-        (path != "[vdso]")
-            .then(|| search.binary(build_id, path))
-            .flatten()
+        if path == "[vdso]" {
+            let rel = ptscope_formats::buildid::cache_path(build_id?, true);
+            return search
+                .binary_dirs
+                .iter()
+                .map(|d| d.join(&rel))
+                .find(|p| p.is_file());
+        }
+        search.binary(build_id, path)
     })
 }
