@@ -171,7 +171,7 @@ fn the_window_lists_missing_binaries_and_takes_a_folder_of_them() {
         .click();
     h.run_steps(2);
     let tab = h.state_mut().active_tab_mut().unwrap();
-    assert_eq!(tab.search.binary_dirs, [supplied.clone()]);
+    assert_eq!(tab.names.binary_dirs, std::slice::from_ref(&supplied));
     tab.wait();
     h.run_steps(3);
     let model = view(&h).model().clone();
