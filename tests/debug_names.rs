@@ -166,3 +166,146 @@ fn system_libraries_are_named_as_perf_names_them() {
         "code of libc or the loader is still unnamed"
     );
 }
+
+/// `ptscope decode` of `snap` on a view of this machine without its debug
+/// files: an empty tmpfs over `/usr/lib/debug` (in a private mount
+/// namespace), an empty home (no `~/.debug`) and no debuginfod.
+fn decode_with_debug_hidden(snap: &Path, home: &Path) -> Vec<JsonSpan> {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs none /usr/lib/debug && test -z \"$(ls -A /usr/lib/debug)\" && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_ptscope"))
+        .args(["decode", "--format", "json", "--no-debuginfod"])
+        .arg(snap)
+        .env("HOME", home)
+        .env_remove("DEBUGINFOD_URLS");
+    decode_json_by(cmd, snap)
+}
+
+/// Names of the spans in libc and the loader, by entry.
+fn system_names(spans: &[JsonSpan]) -> BTreeMap<u64, String> {
+    spans
+        .iter()
+        .filter(|s| s.kind == "call")
+        .filter_map(|s| Some((s.entry?, s.name.clone())))
+        .collect()
+}
+
+#[test]
+fn a_snapshot_names_system_libraries_where_their_debug_files_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let exe = build(dir.path(), "exceptions.cpp");
+    let (snap, _) = record(dir.path(), "exceptions", &[], &[exe.to_str().unwrap()]);
+
+    // The snapshot carries libc's and the loader's debug files, and says so.
+    let out = run_ok(ptscope().arg("info").arg(&snap), "ptscope info");
+    let info = String::from_utf8_lossy(&out.stdout);
+    let carried = info
+        .lines()
+        .filter(|l| {
+            (l.contains("/libc.so") || l.contains("/ld-linux")) && l.contains("debug file from")
+        })
+        .count();
+    assert!(carried >= 2, "{info}");
+
+    // Where this machine has them, and where it has none: the same names.
+    let here = system_names(&decode_json(&snap, &["--no-debuginfod"]));
+    let hidden = system_names(&decode_with_debug_hidden(&snap, &home));
+    assert!(
+        ["_dl_start", "_dl_relocate_object", "do_lookup_x"]
+            .iter()
+            .all(|f| here.values().any(|n| n == f)),
+        "{here:?}"
+    );
+    assert_eq!(hidden, here);
+
+    // Without them (`--no-debug-info`), the same view names less: the
+    // names above came from what the snapshot carries.
+    let (bare, _) = record(
+        dir.path(),
+        "exceptions-bare",
+        &["--no-debug-info"],
+        &[exe.to_str().unwrap()],
+    );
+    let unnamed = decode_with_debug_hidden(&bare, &home);
+    assert!(
+        !unnamed.iter().any(|s| s.name == "_dl_relocate_object"),
+        "a snapshot without debug files still named the loader's internals"
+    );
+    assert!(unnamed
+        .iter()
+        .any(|s| s.name.starts_with("[unknown] ld-linux")));
+}
+
+#[test]
+fn a_stripped_program_is_named_from_debuginfod_with_its_progress_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&served).unwrap();
+    // The program stripped of every name, its debug file on the server
+    // only (no debuglink, nothing in /usr/lib/debug), as for a binary
+    // whose `-dbgsym` a distribution serves.
+    let exe = build(dir.path(), "calls.c");
+    let debug = served.join("calls.debug");
+    run_ok(
+        Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&exe)
+            .arg(&debug),
+        "objcopy --only-keep-debug",
+    );
+    run_ok(
+        Command::new("objcopy").arg("--strip-all").arg(&exe),
+        "objcopy --strip-all",
+    );
+    let snap = dir.path().join("calls.ptscope");
+    run_ok(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(&snap)
+            .arg("--")
+            .arg(&exe)
+            .env("HOME", &home)
+            .env_remove("DEBUGINFOD_URLS"),
+        "ptscope record",
+    );
+    let server = crate::debuginfod_server::Server::start(&served, 1, &dir.path().join("server"));
+    let decode = |extra: &[&str]| {
+        let mut cmd = ptscope();
+        cmd.args(["decode", "--format", "json"])
+            .args(extra)
+            .arg(&snap)
+            .env("HOME", &home)
+            .env("DEBUGINFOD_URLS", &server.url)
+            .env("DEBUGINFOD_CACHE_PATH", dir.path().join("client-cache"));
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let names: Vec<String> = decode_json_by(cmd, &snap)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        (names, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
+    // Told not to ask, the program's functions have no names.
+    let (names, _) = decode(&["--no-debuginfod"]);
+    assert!(!names.iter().any(|n| n == "fib"), "{names:?}");
+    // Asked, the server's debug file names them, and stderr says what
+    // was fetched from where.
+    let (names, stderr) = decode(&[]);
+    assert!(names.iter().any(|n| n == "fib"), "{names:?}");
+    assert!(names.iter().any(|n| n == "main"), "{names:?}");
+    assert!(
+        stderr.contains("debuginfod: ") && stderr.contains(&server.url),
+        "{stderr}"
+    );
+}

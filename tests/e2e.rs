@@ -31,6 +31,9 @@ mod support;
 #[path = "fuzz/targets.rs"]
 mod fuzz_targets;
 
+#[path = "../capture/debuginfo/tests/server/mod.rs"]
+mod debuginfod_server;
+
 mod bad_input;
 mod capture;
 mod debug_names;

@@ -162,3 +162,94 @@ fn the_kernel_is_listed_and_unreadable_code_is_named_by_what_is_missing() {
         "{names:?}"
     );
 }
+
+/// The kernel's symbols as `/proc/kallsyms` lists them, and its modules as
+/// `/proc/modules` does, for the kernel and module of [`write_perf_data`].
+const KALLSYMS: &str = "\
+ffffffff81000000 T _text
+ffffffff81000000 T _stext
+ffffffff81000100 T do_syscall_64
+ffffffff81000400 T syscall_exit_to_user_mode
+ffffffff81001000 D some_data
+ffffffffc0000000 t foo_read\t[foo]
+ffffffffc0000800 t foo_write\t[foo]
+";
+const MODULES: &str = "foo 4096 0 - Live 0xffffffffc0000000\n";
+
+/// The names a decode of `file` gives its spans.
+fn span_names(file: &Path, extra: &[&str]) -> Vec<String> {
+    decode_json(file, extra)
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
+#[test]
+fn kernel_code_is_named_by_the_kallsyms_given_or_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("perf.data");
+    write_perf_data(&file);
+    let ks = dir.path().join("kallsyms");
+    std::fs::write(&ks, KALLSYMS).unwrap();
+
+    // A plain perf.data: the user gives the kernel's symbols, as to perf.
+    let given = span_names(&file, &["--kallsyms", ks.to_str().unwrap()]);
+    assert!(given.iter().any(|n| n == "do_syscall_64"), "{given:?}");
+    assert!(given.iter().any(|n| n == "foo_read"), "{given:?}");
+    assert!(!given.iter().any(|n| n == "[kernel]"), "{given:?}");
+    let out = run_ok(
+        ptscope().arg("info").arg("--kallsyms").arg(&ks).arg(&file),
+        "ptscope info --kallsyms",
+    );
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains("  kernel symbols: "), "{info}");
+    assert!(info.contains(ks.to_str().unwrap()), "{info}");
+
+    // A snapshot that carries them, as a --kernel capture writes it, names
+    // the same code with nothing given.
+    let perf_data = std::fs::read(&file).unwrap();
+    let carried = dir.path().join("carried.ptscope");
+    let meta = ptscope_formats::snapshot::Metadata {
+        format: ptscope_formats::snapshot::metadata::FORMAT_VERSION,
+        backend: "intel-pt".into(),
+        ..Default::default()
+    };
+    ptscope_formats::snapshot::write_archive(
+        &carried,
+        &perf_data,
+        &[
+            (
+                ptscope_formats::snapshot::KALLSYMS_MEMBER.to_string(),
+                KALLSYMS.as_bytes(),
+            ),
+            (
+                ptscope_formats::snapshot::MODULES_MEMBER.to_string(),
+                MODULES.as_bytes(),
+            ),
+        ],
+        &meta,
+    )
+    .unwrap();
+    assert_eq!(span_names(&carried, &[]), given);
+
+    // One whose capture found kallsyms hidden says why its kernel code is
+    // `[kernel]`, in `info` and as a warning of the decode.
+    let hidden = dir.path().join("hidden.ptscope");
+    let why = "/proc/kallsyms lists every address as 0 (kernel.kptr_restrict is 1)";
+    let meta = ptscope_formats::snapshot::Metadata {
+        kallsyms_missing: Some(why.into()),
+        ..meta
+    };
+    ptscope_formats::snapshot::write_archive(&hidden, &perf_data, &[], &meta).unwrap();
+    let names = span_names(&hidden, &[]);
+    assert!(names.iter().any(|n| n == "[kernel]"), "{names:?}");
+    let out = run_ok(ptscope().arg("info").arg(&hidden), "ptscope info");
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains(why), "{info}");
+    let out = ptscope()
+        .args(["decode", "--format", "json"])
+        .arg(&hidden)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains(why));
+}

@@ -447,6 +447,7 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         threads,
         engine,
         parallel,
+        debuginfod_on_stderr: true,
         kallsyms: input.kernel.kallsyms.clone(),
         vmlinux: input.kernel.vmlinux.clone(),
         ..OpenOptions::default()

@@ -694,6 +694,9 @@ impl App {
                     ui.label("showing the threads decoded so far");
                 }
             });
+            if let Some(what) = load.waiting_on() {
+                ui.label(what);
+            }
             if cancel {
                 load.cancel();
             }

@@ -91,6 +91,11 @@ impl Load {
         self.progress.segments()
     }
 
+    /// What the decode waits on besides decoding (a debuginfod transfer).
+    pub fn waiting_on(&self) -> Option<String> {
+        self.progress.waiting_on()
+    }
+
     pub fn cancel(&self) {
         self.progress.cancel();
     }

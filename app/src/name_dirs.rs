@@ -52,16 +52,21 @@ impl NameDirs {
         }
     }
 
-    /// The search `info` and the decoder use for `snap`.
+    /// The search the decoder uses for `snap`, for `info`: debuginfod
+    /// transfers are reported on stderr.
     pub fn search(
         &self,
         snap: Option<&ptscope_formats::snapshot::Snapshot>,
     ) -> ptscope_decoder::names::Search {
-        ptscope_decoder::names::search(
+        let mut s = ptscope_decoder::names::search(
             snap,
             &self.debug_dirs,
             &self.binary_dirs,
             !self.no_debuginfod,
-        )
+        );
+        s.debuginfod = s
+            .debuginfod
+            .map(|c| ptscope_decoder::names::reporting(c, true, None));
+        s
     }
 }

@@ -75,6 +75,8 @@ pub struct DecodeOptions {
     /// Off by default; the command line and the window turn it on unless
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
+    /// Report debuginfod transfers on stderr as they go (the command line).
+    pub debuginfod_on_stderr: bool,
     /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
     /// a snapshot carries.
     pub kallsyms: Option<PathBuf>,
@@ -267,12 +269,16 @@ pub fn decode_trace(
         cache: SectionCache::new().map_err(libipt)?,
         files: FileCache::default(),
     };
-    let mut symbols = SymbolCache::new(crate::names::search(
+    let mut search = crate::names::search(
         Some(snap),
         &opts.debug_dirs,
         &opts.binary_dirs,
         opts.debuginfod,
-    ));
+    );
+    search.debuginfod = search
+        .debuginfod
+        .map(|c| crate::names::reporting(c, opts.debuginfod_on_stderr, opts.progress.clone()));
+    let mut symbols = SymbolCache::new(search);
     let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
         snap,
         trace,
@@ -336,6 +342,11 @@ pub fn decode_trace(
             &mut symbols,
             &mut missing_binaries,
         )?;
+        // Its debug files are in hand (or not to be had): no transfer is
+        // waited on any more, even one that failed midway.
+        if let Some(p) = progress {
+            p.set_waiting_on(None);
+        }
         let thread = (pid, tid, comm_of(tid));
         let d = match image {
             ProcImage::Libipt(isids) => {
@@ -502,6 +513,9 @@ pub fn decode_trace(
                 &mut symbols,
                 &mut missing_binaries,
             )?;
+        }
+        if let Some(p) = progress {
+            p.set_waiting_on(None);
         }
         let mut taken: Vec<(i32, Proc)> = pids
             .iter()

@@ -19,9 +19,14 @@
 //! The debug file gives names and lines only: its code sections are empty
 //! (`NOBITS`), so code is always read from the binary.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use ptscope_debuginfo::debuginfod::{stderr_progress, Client, Progress};
 pub use ptscope_debuginfo::Search;
+
+use crate::progress::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;
 
 /// The search the decoder uses for `snap`: the debug files it carries
@@ -45,6 +50,49 @@ pub fn search(
         s.debuginfod = None;
     }
     s
+}
+
+/// `client`, reporting its transfers on stderr (`on_stderr`) and to a
+/// window's `progress`, which shows what the decode waits on and whose
+/// Cancel stops a transfer.
+pub fn reporting(client: Client, on_stderr: bool, progress: Option<Arc<DecodeProgress>>) -> Client {
+    if !on_stderr && progress.is_none() {
+        return client;
+    }
+    let stderr = on_stderr.then(stderr_progress);
+    client.with_progress(Arc::new(move |p: &Progress<'_>| {
+        if let Some(f) = &stderr {
+            f(p)?;
+        }
+        let Some(progress) = &progress else {
+            return ControlFlow::Continue(());
+        };
+        progress.set_waiting_on((!p.is_complete()).then(|| {
+            let mib = |n: u64| n as f64 / (1u64 << 20) as f64;
+            match p.total {
+                Some(t) => format!(
+                    "fetching the {} of {} from {}: {:.1} of {:.1} MiB",
+                    p.artifact,
+                    p.build_id,
+                    p.server,
+                    mib(p.done),
+                    mib(t)
+                ),
+                None => format!(
+                    "fetching the {} of {} from {}: {:.1} MiB",
+                    p.artifact,
+                    p.build_id,
+                    p.server,
+                    mib(p.done)
+                ),
+            }
+        }));
+        if progress.is_cancelled() {
+            progress.set_waiting_on(None);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }))
 }
 
 /// The file holding the binary a trace mapped at `path` (with `build_id`):

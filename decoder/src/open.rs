@@ -75,6 +75,8 @@ pub struct OpenOptions {
     /// Off by default; the command line and the window turn it on unless
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
+    /// Report debuginfod transfers on stderr as they go (the command line).
+    pub debuginfod_on_stderr: bool,
     /// The kernel's symbols in kallsyms' format (`--kallsyms`), for a
     /// perf.data or over what a snapshot carries.
     pub kallsyms: Option<PathBuf>,
@@ -205,6 +207,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     debug_dirs: opts.debug_dirs.clone(),
                     binary_dirs: opts.binary_dirs.clone(),
                     debuginfod: opts.debuginfod,
+                    debuginfod_on_stderr: opts.debuginfod_on_stderr,
                     kallsyms: opts.kallsyms.clone(),
                     vmlinux: opts.vmlinux.clone(),
                 },

@@ -21,6 +21,9 @@ pub struct DecodeProgress {
     pub segments_total: AtomicU64,
     cancel: AtomicBool,
     partial: Mutex<Partial>,
+    /// What the decode waits on besides decoding, if anything: a debug
+    /// file coming from a debuginfod server.
+    waiting_on: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -51,6 +54,19 @@ impl DecodeProgress {
 
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Says what the decode waits on now (`None`: nothing).
+    pub fn set_waiting_on(&self, what: Option<String>) {
+        *self.waiting_on.lock().unwrap_or_else(|e| e.into_inner()) = what;
+    }
+
+    /// What the decode waits on besides decoding, for the window to show.
+    pub fn waiting_on(&self) -> Option<String> {
+        self.waiting_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// (segments done, segments in all).

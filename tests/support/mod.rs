@@ -272,12 +272,17 @@ impl JsonSpan {
 
 /// `ptscope decode FILE --format json [extra]`, one span per line.
 pub fn decode_json(file: &Path, extra: &[&str]) -> Vec<JsonSpan> {
-    let out = ptscope()
-        .args(["decode", "--format", "json"])
+    let mut cmd = ptscope();
+    cmd.args(["decode", "--format", "json"])
         .args(extra)
-        .arg(file)
-        .output()
-        .unwrap();
+        .arg(file);
+    decode_json_by(cmd, file)
+}
+
+/// The spans `cmd`, a `ptscope decode --format json` of `file` run some
+/// other way (in another mount namespace, say), prints.
+pub fn decode_json_by(mut cmd: Command, file: &Path) -> Vec<JsonSpan> {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}: ptscope decode failed: {}",
