@@ -26,10 +26,10 @@
 //!   cache (elfutils' layout, shared with gdb and perf), timeouts and
 //!   progress reports.
 //!
-//! What it finds is meant for the decoder (names, lines and inline frames
-//! from the debug file, code from the binary) and for the capture, which
-//! will store it in the snapshot so that another machine names what this
-//! one named; neither uses it yet (issue 26 is in progress).
+//! What it finds serves the decoder (`ptscope_decoder::names`: names,
+//! lines and inline frames from the debug file, code from the binary), the
+//! capture, which stores it in the snapshot so that another machine names
+//! what this one named, and the app's `info` and missing-binaries notice.
 
 pub mod debuginfod;
 pub mod debuglink;
