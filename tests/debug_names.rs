@@ -33,23 +33,13 @@ fn norm(name: &str) -> String {
 /// Every address perf's decoder names in the snapshot's branches (both
 /// ends of each), with perf's name and the binary it is in.
 fn perf_names(extracted: &Path) -> BTreeMap<u64, (String, String)> {
-    let out = Command::new("perf")
-        .arg("--buildid-dir")
-        .arg(extracted)
-        .args([
-            "script",
+    let out = perf_script(
+        extracted,
+        &[
             "--itrace=b",
             "-F",
             "pid,tid,time,flags,ip,addr,sym,symoff,dso",
-            "-i",
-        ])
-        .arg(extracted.join("perf.data"))
-        .output()
-        .expect("perf is not installed; the tests need linux-perf (see README)");
-    assert!(
-        out.status.success(),
-        "perf script failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     let mut names = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {

@@ -37,13 +37,7 @@ fn our_instructions(snap: &Path) -> BTreeMap<i32, Vec<(u64, u64)>> {
 
 /// perf's time of each instruction, per thread (`perf script --ns`).
 fn perf_times(extracted: &Path) -> BTreeMap<i32, Vec<u64>> {
-    let out = std::process::Command::new("perf")
-        .arg("--buildid-dir")
-        .arg(extracted)
-        .args(["script", "--ns", "--itrace=i1i", "-F", "tid,time", "-i"])
-        .arg(extracted.join("perf.data"))
-        .output()
-        .unwrap();
+    let out = perf_script(extracted, &["--ns", "--itrace=i1i", "-F", "tid,time"]);
     let mut per: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let mut it = line.split_whitespace();

@@ -23,6 +23,8 @@
 //! - [`kernel_maps`]: perf.data files mapping the kernel and its modules;
 //! - [`missing_binaries`]: binaries not at their paths, named with the
 //!   remedies, supplied by `--binaries` and in the window;
+//! - [`model_cache`]: decoded models kept on disk and read back on the
+//!   next open, never trusted when damaged;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
 //!   checkout.
 
@@ -48,6 +50,7 @@ mod install;
 mod kernel_maps;
 mod lines;
 mod missing_binaries;
+mod model_cache;
 mod peer_cases;
 mod per_cpu;
 mod raw_dumps;

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{build, decode_json, extract, libipt_instructions, ptscope, record};
+use crate::support::{
+    build, decode_json, extract, libipt_instructions, perf_script, ptscope, record,
+};
 
 /// One instruction of ours: address and innermost `file:line` (basename).
 struct OurInsn {
@@ -78,24 +80,7 @@ struct PerfInsn {
 }
 
 fn perf_insns(extracted: &Path) -> BTreeMap<i32, Vec<PerfInsn>> {
-    let out = Command::new("perf")
-        .arg("--buildid-dir")
-        .arg(extracted)
-        .args([
-            "script",
-            "--itrace=i1ie",
-            "-F",
-            "tid,ip,sym,symoff,dso",
-            "-i",
-        ])
-        .arg(extracted.join("perf.data"))
-        .output()
-        .expect("perf is not installed; the tests need linux-perf (see README)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = perf_script(extracted, &["--itrace=i1ie", "-F", "tid,ip,sym,symoff,dso"]);
     let mut per: BTreeMap<i32, Vec<PerfInsn>> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let line = line.trim();

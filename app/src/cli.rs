@@ -307,6 +307,10 @@ pub struct InputOpts {
     /// PT bytes per chunk of the parallel coarse pass (K, M suffixes).
     #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "128K")]
     pub chunk: usize,
+    /// Decode afresh: neither read the model a decode of this file with
+    /// these options kept in ~/.cache/ptscope/models, nor keep one.
+    #[arg(long)]
+    pub no_cache: bool,
     /// Decode as on this CPU (FAMILY/MODEL[/STEPPING], decimal or 0x hex,
     /// e.g. 6/0x8e/9): its errata are worked around as libipt does. Over
     /// the cpuid a perf.data or snapshot records; a raw dump records none.
@@ -447,16 +451,61 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         threads,
         engine,
         parallel,
-        debuginfod_on_stderr: true,
-        kallsyms: input.kernel.kallsyms.clone(),
-        vmlinux: input.kernel.vmlinux.clone(),
+        names: ptscope_decoder::names::NameOptions {
+            debuginfod_on_stderr: true,
+            kallsyms: input.kernel.kallsyms.clone(),
+            vmlinux: input.kernel.vmlinux.clone(),
+            ..Default::default()
+        },
+        cache: if input.no_cache {
+            None
+        } else {
+            ptscope_decoder::cache::ModelCache::user()
+        },
         ..OpenOptions::default()
     });
-    let model = ptscope_decoder::open::open(&input.file, &opts)?;
+    let model = with_decode_progress(opts, |opts| ptscope_decoder::open::open(&input.file, opts))?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
     }
     Ok(model)
+}
+
+/// Runs `decode` with `opts`; on a terminal, a line on stderr says how far
+/// it is, how fast it goes and the time left, rewritten twice a second
+/// once the decode has taken a second, and cleared at the end.
+fn with_decode_progress<T>(mut opts: OpenOptions, decode: impl FnOnce(&OpenOptions) -> T) -> T {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return decode(&opts);
+    }
+    let progress = ptscope_decoder::progress::DecodeProgress::counting();
+    opts.progress = Some(progress.clone());
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let reporter = std::thread::spawn(move || {
+        let mut shown = false;
+        let wait = |d| stopped.recv_timeout(d) != Err(std::sync::mpsc::RecvTimeoutError::Timeout);
+        if wait(std::time::Duration::from_secs(1)) {
+            return;
+        }
+        loop {
+            let (done, total) = progress.segments();
+            if let Some(r) = progress.rate() {
+                eprint!("\r\x1b[Kdecoding: {done} of {total} segments, {r}");
+                shown = true;
+            }
+            if wait(std::time::Duration::from_millis(500)) {
+                break;
+            }
+        }
+        if shown {
+            eprint!("\r\x1b[K");
+        }
+    });
+    let out = decode(&opts);
+    drop(stop);
+    let _ = reporter.join();
+    out
 }
 
 /// Where `--json-progress` reports go: a private copy of stdout, which a

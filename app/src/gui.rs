@@ -687,7 +687,10 @@ impl App {
                 ui.add(
                     egui::ProgressBar::new(frac)
                         .desired_width(240.0)
-                        .text(format!("decoding: {done} of {total} segments")),
+                        .text(match load.rate() {
+                            Some(r) => format!("decoding: {done} of {total} segments, {r}"),
+                            None => format!("decoding: {done} of {total} segments"),
+                        }),
                 );
                 cancel = ui.button("Cancel").clicked();
                 if view.is_some() {

@@ -57,6 +57,7 @@ impl Load {
                     engine: Engine::Flow,
                     parallel: Parallel::default(),
                     progress: Some(p),
+                    cache: ptscope_decoder::cache::ModelCache::user(),
                     ..OpenOptions::default()
                 });
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
@@ -89,6 +90,11 @@ impl Load {
     /// (segments decoded, segments in all).
     pub fn segments(&self) -> (u64, u64) {
         self.progress.segments()
+    }
+
+    /// How fast the decode goes and its time left, once known.
+    pub fn rate(&self) -> Option<ptscope_decoder::progress::Rate> {
+        self.progress.rate()
     }
 
     /// What the decode waits on besides decoding (a debuginfod transfer).

@@ -45,9 +45,12 @@ impl NameDirs {
     /// `opts` with these places to look.
     pub fn apply(&self, opts: OpenOptions) -> OpenOptions {
         OpenOptions {
-            debug_dirs: self.debug_dirs.clone(),
-            binary_dirs: self.binary_dirs.clone(),
-            debuginfod: !self.no_debuginfod,
+            names: ptscope_decoder::names::NameOptions {
+                debug_dirs: self.debug_dirs.clone(),
+                binary_dirs: self.binary_dirs.clone(),
+                debuginfod: !self.no_debuginfod,
+                ..opts.names
+            },
             ..opts
         }
     }

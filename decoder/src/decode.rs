@@ -65,23 +65,8 @@ pub struct DecodeOptions {
     pub cpu: Option<crate::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
     pub ip_filter: Option<crate::ip_filter::IpFilter>,
-    /// Debug directories to search after the system's (`--debug-dir`), by
-    /// build id and by `.gnu_debuglink` ([`crate::names`]).
-    pub debug_dirs: Vec<PathBuf>,
-    /// Directories of binaries that are not at their recorded paths
-    /// (`--binaries`), searched by build id and by name.
-    pub binary_dirs: Vec<PathBuf>,
-    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
-    /// Off by default; the command line and the window turn it on unless
-    /// told `--no-debuginfod`.
-    pub debuginfod: bool,
-    /// Report debuginfod transfers on stderr as they go (the command line).
-    pub debuginfod_on_stderr: bool,
-    /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
-    /// a snapshot carries.
-    pub kallsyms: Option<PathBuf>,
-    /// A vmlinux whose symbols name kernel code (`--vmlinux`), over both.
-    pub vmlinux: Option<PathBuf>,
+    /// Where names come from beyond the snapshot and the binaries.
+    pub names: crate::names::NameOptions,
 }
 
 /// What walks the trace in the coarse pass.
@@ -243,11 +228,18 @@ pub fn time_unit(trace: &Trace) -> TimeUnit {
     }
 }
 
-pub fn decode_trace(
-    snap: &Snapshot,
-    trace: &Trace,
-    opts: &DecodeOptions,
-) -> Result<Model, DecodeError> {
+/// What every decode of a trace sets up before it walks: the decoder's
+/// configuration, the code loaders and the symbols, and what the user
+/// should hear of setting them up.
+struct Prepared {
+    cfg: DecoderConfig,
+    loaders: Loaders,
+    symbols: SymbolCache,
+    filter_warning: Vec<String>,
+    kernel_warning: Option<String>,
+}
+
+fn prepare(snap: &Snapshot, trace: &Trace, opts: &DecodeOptions) -> Result<Prepared, DecodeError> {
     let libipt = |error| DecodeError::Libipt {
         path: snap.path.clone(),
         error,
@@ -264,28 +256,68 @@ pub fn decode_trace(
         )),
         (None, Ok(_)) => {}
     }
-    let mut loaders = Loaders {
+    let loaders = Loaders {
         engine: opts.engine,
         cache: SectionCache::new().map_err(libipt)?,
         files: FileCache::default(),
     };
     let mut search = crate::names::search(
         Some(snap),
-        &opts.debug_dirs,
-        &opts.binary_dirs,
-        opts.debuginfod,
+        &opts.names.debug_dirs,
+        &opts.names.binary_dirs,
+        opts.names.debuginfod,
     );
-    search.debuginfod = search
-        .debuginfod
-        .map(|c| crate::names::reporting(c, opts.debuginfod_on_stderr, opts.progress.clone()));
+    search.debuginfod = search.debuginfod.map(|c| {
+        crate::names::reporting(c, opts.names.debuginfod_on_stderr, opts.progress.clone())
+    });
     let mut symbols = SymbolCache::new(search);
     let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
         snap,
         trace,
-        opts.kallsyms.as_deref(),
-        opts.vmlinux.as_deref(),
+        opts.names.kallsyms.as_deref(),
+        opts.names.vmlinux.as_deref(),
     );
     symbols.kernel = kernel;
+    Ok(Prepared {
+        cfg,
+        loaders,
+        symbols,
+        filter_warning,
+        kernel_warning,
+    })
+}
+
+/// perf time of a TSC value, and what the model's times count.
+fn clock_of(trace: &Trace) -> (impl Fn(u64) -> u64 + Send + Sync + 'static, TimeUnit) {
+    let unit = time_unit(trace);
+    let params = trace.params.clone();
+    let to_ns = move |tsc: u64| match unit {
+        TimeUnit::Ns => params.tsc_to_ns(tsc),
+        TimeUnit::Insns => tsc,
+    };
+    (to_ns, unit)
+}
+
+fn psbs_of(data: &[u8]) -> Vec<u64> {
+    psb_offsets(data).into_iter().map(|o| o as u64).collect()
+}
+
+pub fn decode_trace(
+    snap: &Snapshot,
+    trace: &Trace,
+    opts: &DecodeOptions,
+) -> Result<Model, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: snap.path.clone(),
+        error,
+    };
+    let Prepared {
+        cfg,
+        mut loaders,
+        mut symbols,
+        filter_warning,
+        kernel_warning,
+    } = prepare(snap, trace, opts)?;
     let mut funcs = FuncTable::default();
     let mut missing_binaries = Vec::new();
     let mut procs: HashMap<i32, Proc> = HashMap::new();
@@ -297,16 +329,9 @@ pub fn decode_trace(
             .map(|t| t.comm.clone())
             .unwrap_or_default()
     };
-    let unit = time_unit(trace);
-    let params = trace.params.clone();
-    let to_ns = move |tsc: u64| match unit {
-        TimeUnit::Ns => params.tsc_to_ns(tsc),
-        TimeUnit::Insns => tsc,
-    };
+    let (to_ns, unit) = clock_of(trace);
     let mut threads = Vec::new();
     let progress = opts.progress.as_deref();
-    let psbs_of =
-        |data: &[u8]| -> Vec<u64> { psb_offsets(data).into_iter().map(|o| o as u64).collect() };
     let queue_psbs: Vec<Vec<u64>> = trace.streams.iter().map(|s| psbs_of(&s.data)).collect();
     if let Some(p) = progress {
         let total: usize = trace
@@ -316,8 +341,13 @@ pub fn decode_trace(
             .filter(|(s, _)| s.tid.is_none_or(wanted))
             .map(|(_, p)| p.len())
             .sum();
-        p.segments_total
-            .store(total as u64, std::sync::atomic::Ordering::Relaxed);
+        let bytes: usize = trace
+            .streams
+            .iter()
+            .filter(|s| s.tid.is_none_or(wanted))
+            .map(|s| s.data.len())
+            .sum();
+        p.begin(total as u64, bytes as u64);
     }
     let cancelled = || {
         progress
@@ -637,6 +667,52 @@ pub fn decode_trace(
         .collect();
     rest.sort_unstable();
     order.extend(rest);
+    let lines = line_source(
+        (snap, trace),
+        cfg,
+        (Box::new(to_ns), unit),
+        (order, &mut procs),
+        (&mut loaders, &symbols),
+        (queue_psbs, &wanted, schedules),
+        cpu_slots,
+        funcs.clone(),
+    );
+    // Keep the section cache alive until every image is gone.
+    drop(procs);
+    drop(loaders);
+    Ok(Model {
+        funcs,
+        missing_binaries,
+        warnings: [
+            filter_warning,
+            kernel_warning.into_iter().collect(),
+            input_warnings(trace, &wanted),
+            symbols.notes().to_vec(),
+            stack_warnings(&threads),
+        ]
+        .concat(),
+        threads,
+        lines: Some(Arc::new(lines)),
+        unit,
+    })
+}
+
+/// Per-CPU queue, who ran when: (perf ns, slot).
+type Schedules = HashMap<u32, Vec<(u64, usize)>>;
+
+/// The fine pass's source: the processes in `order` (taken out of
+/// `procs`), each queue's trace, PSBs and schedule.
+#[allow(clippy::too_many_arguments)]
+fn line_source(
+    (snap, trace): (&Snapshot, &Trace),
+    cfg: DecoderConfig,
+    clock: (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+    (order, procs): (Vec<i32>, &mut HashMap<i32, Proc>),
+    (loaders, symbols): (&mut Loaders, &SymbolCache),
+    (queue_psbs, wanted, mut schedules): (Vec<Vec<u64>>, &dyn Fn(i32) -> bool, Schedules),
+    cpu_slots: CpuSlots,
+    funcs: FuncTable,
+) -> LineSource {
     let mut fine_procs = Vec::new();
     for pid in order {
         let Some((image, resolver)) = procs.remove(&pid) else {
@@ -664,32 +740,67 @@ pub fn decode_trace(
             schedule: schedules.remove(&s.idx).unwrap_or_default(),
         })
         .collect();
-    let lines = LineSource::new(
+    LineSource::new(cfg, clock, fine_queues, fine_procs, cpu_slots, funcs)
+        .with_sources(symbols.sources())
+}
+
+/// The model of `snap` from what the model cache kept of an earlier
+/// decode with the same options: its spans as they were, and a fine-pass
+/// source built again from the snapshot and the cached recipe, without
+/// walking the trace. `None` if the cached model is stale: the binaries
+/// or debug files its names came from are not those found now.
+pub(crate) fn reopen(
+    snap: &Snapshot,
+    opts: &DecodeOptions,
+    cached: crate::cache::Cached,
+) -> Result<Option<Model>, DecodeError> {
+    let trace = snap.trace().map_err(DecodeError::File)?;
+    let trace = &trace;
+    let Prepared {
+        cfg,
+        mut loaders,
+        mut symbols,
+        ..
+    } = prepare(snap, trace, opts)?;
+    let recipe = cached.recipe;
+    let mut procs: HashMap<i32, Proc> = HashMap::new();
+    let mut missing_binaries = Vec::new();
+    for (&pid, learned) in recipe.pids.iter().zip(&recipe.learned) {
+        let (_, resolver) = add_proc(
+            &mut procs,
+            pid,
+            (snap, trace),
+            &mut loaders,
+            &mut symbols,
+            &mut missing_binaries,
+        )?;
+        resolver.relearn(learned.iter().copied());
+    }
+    let mut missing_then = cached.model.missing_binaries.clone();
+    missing_then.sort();
+    missing_binaries.sort();
+    if symbols.sources() != recipe.sources || missing_binaries != missing_then {
+        return Ok(None);
+    }
+    let (to_ns, unit) = clock_of(trace);
+    let wanted = |tid: i32| opts.threads.as_ref().is_none_or(|t| t.contains(&tid));
+    let queue_psbs: Vec<Vec<u64>> = trace.streams.iter().map(|s| psbs_of(&s.data)).collect();
+    let lines = line_source(
+        (snap, trace),
         cfg,
         (Box::new(to_ns), unit),
-        fine_queues,
-        fine_procs,
-        cpu_slots,
-        funcs.clone(),
+        (recipe.pids.clone(), &mut procs),
+        (&mut loaders, &symbols),
+        (queue_psbs, &wanted, recipe.schedules()),
+        recipe.cpu_slots(),
+        cached.model.funcs.clone(),
     );
-    // Keep the section cache alive until every image is gone.
     drop(procs);
     drop(loaders);
-    Ok(Model {
-        funcs,
-        missing_binaries,
-        warnings: [
-            filter_warning,
-            kernel_warning.into_iter().collect(),
-            input_warnings(trace, &wanted),
-            symbols.notes().to_vec(),
-            stack_warnings(&threads),
-        ]
-        .concat(),
-        threads,
+    Ok(Some(Model {
         lines: Some(Arc::new(lines)),
-        unit,
-    })
+        ..cached.model
+    }))
 }
 
 /// Decodes a raw PT dump against raw binary images loaded at fixed

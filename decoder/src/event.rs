@@ -12,7 +12,7 @@ pub type FuncId = u32;
 
 /// What kind of thing a function-table entry is. Pseudo-functions label
 /// the spans that are not calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
 pub enum SpanKind {
     /// A real function (or an `[unknown]` code region).
@@ -52,7 +52,7 @@ impl SpanKind {
 }
 
 /// One function (or pseudo-function) that spans can name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Func {
     pub name: String,
     /// The module (binary path) it lives in, empty when unknown.
@@ -179,6 +179,36 @@ impl FuncTable {
 
     pub fn iter(&self) -> impl Iterator<Item = (FuncId, &Func)> {
         self.funcs.iter().enumerate().map(|(i, f)| (i as FuncId, f))
+    }
+
+    /// Every function, by id.
+    pub fn funcs(&self) -> &[Func] {
+        &self.funcs
+    }
+
+    /// The table whose functions are `funcs`, by id, as
+    /// [`funcs`](Self::funcs) gave them (from the model cache): the
+    /// pseudo-functions first, no function twice, no more than a span can
+    /// name.
+    pub fn from_funcs(funcs: Vec<Func>) -> Result<FuncTable, String> {
+        let fresh = FuncTable::default();
+        if funcs.len() < fresh.len() || funcs[..fresh.len()] != fresh.funcs[..] {
+            return Err("the pseudo-functions are not first".into());
+        }
+        if funcs.len() as u64 > crate::store::MAX_FUNC as u64 + 1 {
+            return Err(format!(
+                "{} functions, more than spans can name",
+                funcs.len()
+            ));
+        }
+        let mut index = HashMap::with_capacity(funcs.len());
+        for (id, f) in funcs.iter().enumerate() {
+            let key = (f.kind, f.name.clone(), f.module.clone(), f.entry);
+            if index.insert(key, id as FuncId).is_some() {
+                return Err(format!("function {} is listed twice", f.name));
+            }
+        }
+        Ok(FuncTable { funcs, index })
     }
 }
 

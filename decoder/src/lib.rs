@@ -36,7 +36,9 @@
 //! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
 //!   instructions and source lines (with inlined frames) when the viewer
 //!   zooms in, with a background worker behind a bounded cache;
-//! - [`progress`]: what a background decode shares with the window.
+//! - [`progress`]: what a background decode shares with the window;
+//! - [`cache`]: decoded models kept on disk, so that opening a file again
+//!   reads its model instead of decoding it.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
@@ -45,6 +47,7 @@
 //! trace keeps its source).
 
 pub mod block;
+pub mod cache;
 pub mod coarse;
 pub mod decode;
 pub mod errata;

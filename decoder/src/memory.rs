@@ -42,11 +42,12 @@ impl FileCache {
 }
 
 /// Maps `file`, a binary, read-only. It is the one place the decoder maps
-/// a file: symbol tables read through it too.
+/// a file: symbol tables and the model cache's entries read through it too.
 pub fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: a private read-only map of a binary extracted from a snapshot
-    // (or named by the user), which nothing rewrites while we decode; every
-    // read of it is bounds-checked.
+    // (or named by the user), or of a model cache entry (replaced by rename,
+    // never rewritten in place), which nothing rewrites while we read it;
+    // every read of it is bounds-checked.
     unsafe { memmap2::Mmap::map(file) }
 }
 

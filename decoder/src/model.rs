@@ -127,7 +127,7 @@ impl ThreadModel {
 }
 
 /// What a model's times count.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TimeUnit {
     /// Nanoseconds of perf time, from the trace's timing packets.
     #[default]

@@ -29,6 +29,29 @@ pub use ptscope_debuginfo::Search;
 use crate::progress::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;
 
+/// Where names come from beyond the snapshot and the binaries themselves:
+/// the user's directories, debuginfod, and the kernel's symbols.
+#[derive(Clone, Debug, Default)]
+pub struct NameOptions {
+    /// Debug directories to search after the system's (`--debug-dir`), by
+    /// build id and by `.gnu_debuglink`.
+    pub debug_dirs: Vec<PathBuf>,
+    /// Directories of binaries that are not at their recorded paths
+    /// (`--binaries`), searched by build id and by name.
+    pub binary_dirs: Vec<PathBuf>,
+    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
+    /// Off by default; the command line and the window turn it on unless
+    /// told `--no-debuginfod`.
+    pub debuginfod: bool,
+    /// Report debuginfod transfers on stderr as they go (the command line).
+    pub debuginfod_on_stderr: bool,
+    /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
+    /// a snapshot carries.
+    pub kallsyms: Option<PathBuf>,
+    /// A vmlinux whose symbols name kernel code (`--vmlinux`), over both.
+    pub vmlinux: Option<PathBuf>,
+}
+
 /// The search the decoder uses for `snap`: the debug files it carries
 /// first, then the machine's places ([`Search::system`]) with the user's
 /// `debug_dirs` after the system's, and the user's `binary_dirs`;

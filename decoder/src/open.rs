@@ -65,23 +65,12 @@ pub struct OpenOptions {
     pub parallel: Parallel,
     /// Counters to report to, a cancel flag, and partial models.
     pub progress: Option<Arc<DecodeProgress>>,
-    /// Debug directories to search after the system's (`--debug-dir`), by
-    /// build id and by `.gnu_debuglink` ([`crate::names`]).
-    pub debug_dirs: Vec<PathBuf>,
-    /// Directories of binaries that are not at their recorded paths
-    /// (`--binaries`), searched by build id and by name.
-    pub binary_dirs: Vec<PathBuf>,
-    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
-    /// Off by default; the command line and the window turn it on unless
-    /// told `--no-debuginfod`.
-    pub debuginfod: bool,
-    /// Report debuginfod transfers on stderr as they go (the command line).
-    pub debuginfod_on_stderr: bool,
-    /// The kernel's symbols in kallsyms' format (`--kallsyms`), for a
-    /// perf.data or over what a snapshot carries.
-    pub kallsyms: Option<PathBuf>,
-    /// A vmlinux whose symbols name kernel code (`--vmlinux`).
-    pub vmlinux: Option<PathBuf>,
+    /// Where names come from beyond the snapshot and the binaries.
+    pub names: crate::names::NameOptions,
+    /// Where decoded models are kept: a snapshot or perf.data opened again
+    /// with the same options is read from it, not decoded. `None`: always
+    /// decode (`--no-cache`).
+    pub cache: Option<crate::cache::ModelCache>,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -195,25 +184,61 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
         }
         InputKind::Snapshot | InputKind::PerfData => {
             let snap = Snapshot::open(path).map_err(DecodeError::File)?;
-            decode_snapshot(
-                &snap,
-                &DecodeOptions {
-                    threads: opts.threads.clone(),
-                    progress: opts.progress.clone(),
-                    engine: opts.engine,
-                    parallel: opts.parallel,
-                    cpu: opts.cpu,
-                    ip_filter: opts.ip_filter,
-                    debug_dirs: opts.debug_dirs.clone(),
-                    binary_dirs: opts.binary_dirs.clone(),
-                    debuginfod: opts.debuginfod,
-                    debuginfod_on_stderr: opts.debuginfod_on_stderr,
-                    kallsyms: opts.kallsyms.clone(),
-                    vmlinux: opts.vmlinux.clone(),
-                },
-            )
+            let dopts = DecodeOptions {
+                threads: opts.threads.clone(),
+                progress: opts.progress.clone(),
+                engine: opts.engine,
+                parallel: opts.parallel,
+                cpu: opts.cpu,
+                ip_filter: opts.ip_filter,
+                names: opts.names.clone(),
+            };
+            let cache = opts
+                .cache
+                .as_ref()
+                .and_then(|c| Some((c, c.key(path, &model_options(opts))?)));
+            if let Some((c, key)) = &cache {
+                match c.load(key) {
+                    Some(Ok(cached)) => {
+                        if let Some(model) = crate::decode::reopen(&snap, &dopts, cached)? {
+                            c.used(key);
+                            return Ok(model);
+                        }
+                        // Stale: its names came from files that changed.
+                    }
+                    // Never trusted: decoded afresh and written anew.
+                    Some(Err(_)) => c.forget(key),
+                    None => {}
+                }
+            }
+            let model = decode_snapshot(&snap, &dopts)?;
+            if let Some((c, key)) = cache {
+                // A cache that cannot be written costs the next open a
+                // decode, nothing more.
+                let _ = c.store(&key, &model);
+            }
+            Ok(model)
         }
     }
+}
+
+/// Every option that changes the model a decode gives, as text for the
+/// model cache's key. How the work is spread over cores, and where
+/// progress goes, change nothing.
+fn model_options(opts: &OpenOptions) -> String {
+    let n = &opts.names;
+    format!(
+        "{:?} {:?} {:?} {:?} {:?} {:?} {} {:?} {:?}",
+        opts.engine,
+        opts.threads,
+        opts.cpu,
+        opts.ip_filter,
+        n.debug_dirs,
+        n.binary_dirs,
+        n.debuginfod,
+        n.kallsyms,
+        n.vmlinux
+    )
 }
 
 #[cfg(test)]

@@ -19,6 +19,12 @@ pub struct DecodeProgress {
     /// PSB segments decoded so far, and in all.
     pub segments_done: AtomicU64,
     pub segments_total: AtomicU64,
+    /// Bytes of trace the decode walks in all, and when it began walking.
+    bytes_total: AtomicU64,
+    began: Mutex<Option<Instant>>,
+    /// Whether anyone takes partial models (the window); the command line
+    /// only counts, and building them would cost it time.
+    no_partials: bool,
     cancel: AtomicBool,
     partial: Mutex<Partial>,
     /// What the decode waits on besides decoding, if anything: a debug
@@ -47,6 +53,14 @@ impl DecodeProgress {
         Arc::new(DecodeProgress::default())
     }
 
+    /// Progress that only counts: no partial models are built.
+    pub fn counting() -> Arc<DecodeProgress> {
+        Arc::new(DecodeProgress {
+            no_partials: true,
+            ..DecodeProgress::default()
+        })
+    }
+
     /// Asks the decode to stop at its next block.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
@@ -69,6 +83,35 @@ impl DecodeProgress {
             .clone()
     }
 
+    /// Sets what the decode is to walk: `segments` PSB segments holding
+    /// `bytes` of trace; the clock for [`DecodeProgress::rate`] starts.
+    pub(crate) fn begin(&self, segments: u64, bytes: u64) {
+        self.segments_total.store(segments, Ordering::Relaxed);
+        self.bytes_total.store(bytes, Ordering::Relaxed);
+        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// How fast the decode goes and how long it has left, once it has
+    /// walked some of the trace. A PSB comes every fixed number of bytes
+    /// (the PSB period), so the share of segments done is the share of
+    /// bytes done.
+    pub fn rate(&self) -> Option<Rate> {
+        let began = (*self.began.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let (done, total) = self.segments();
+        let bytes = self.bytes_total.load(Ordering::Relaxed);
+        let elapsed = began.elapsed().as_secs_f64();
+        if done == 0 || total == 0 || elapsed <= 0.0 {
+            return None;
+        }
+        let done_bytes = bytes as f64 * done.min(total) as f64 / total as f64;
+        let per_s = done_bytes / elapsed;
+        let left = (bytes as f64 - done_bytes).max(0.0);
+        Some(Rate {
+            bytes_per_s: per_s,
+            left: (per_s > 0.0).then(|| Duration::from_secs_f64(left / per_s)),
+        })
+    }
+
     /// (segments done, segments in all).
     pub fn segments(&self) -> (u64, u64) {
         (
@@ -85,6 +128,9 @@ impl DecodeProgress {
     /// Publishes `build()` unless one was published too recently; says
     /// whether it did.
     pub(crate) fn offer(&self, build: impl FnOnce() -> Model) -> bool {
+        if self.no_partials {
+            return false;
+        }
         let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
         if p.at.is_some_and(|t| t.elapsed() < PUBLISH_EVERY) {
             return false;
@@ -104,6 +150,27 @@ impl DecodeProgress {
     }
 }
 
+/// A decode's speed, from [`DecodeProgress::rate`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    /// Trace bytes walked per second so far.
+    pub bytes_per_s: f64,
+    /// The time left at that speed.
+    pub left: Option<Duration>,
+}
+
+impl std::fmt::Display for Rate {
+    /// `12.3 MB/s, 4 s left`, as the window and the command line show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1} MB/s", self.bytes_per_s / 1e6)?;
+        match self.left {
+            Some(d) if d.as_secs() >= 1 => write!(f, ", {} s left", d.as_secs()),
+            Some(_) => write!(f, ", under a second left"),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +187,23 @@ mod tests {
         assert!(!p.is_cancelled());
         p.cancel();
         assert!(p.is_cancelled());
+    }
+
+    #[test]
+    fn the_rate_follows_the_segments_done() {
+        let p = DecodeProgress::new();
+        assert_eq!(p.rate(), None);
+        p.begin(4, 4_000_000);
+        assert_eq!(p.rate(), None, "nothing walked yet");
+        std::thread::sleep(Duration::from_millis(20));
+        p.segment_done();
+        let r = p.rate().unwrap();
+        // A million bytes in at least 20 ms: at most 50 MB/s, and three
+        // times as long again to go.
+        assert!(r.bytes_per_s > 0.0 && r.bytes_per_s <= 50e6, "{r:?}");
+        let left = r.left.unwrap().as_secs_f64();
+        let spent = 1e6 / r.bytes_per_s;
+        assert!((left - 3.0 * spent).abs() < 1e-6 * spent.max(1.0), "{r:?}");
+        assert!(r.to_string().contains(" MB/s"), "{r}");
     }
 }

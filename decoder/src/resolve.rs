@@ -71,6 +71,10 @@ pub struct SymbolCache {
     /// What the user should hear of the search: a server down, a debug
     /// file that could not be read.
     notes: Vec<String>,
+    /// Every binary whose symbols were asked for, with its identity and
+    /// that of the debug file its names came from: what a cached model's
+    /// names depend on ([`SymbolCache::sources`]).
+    sources: std::collections::BTreeSet<String>,
     /// The kernel's functions (kallsyms or vmlinux), which name kernel
     /// code; `None`: it is `[kernel]`.
     pub kernel: Option<Arc<KernelSymbols>>,
@@ -103,7 +107,35 @@ impl SymbolCache {
         }
         let m = shared_symbols(file, mapped_path, &self.search, &mut self.notes);
         self.modules.insert(file.to_path_buf(), m.clone());
+        // What the snapshot carries is named by its place in it: the
+        // snapshot, whose identity keys the cache, is unpacked afresh
+        // (somewhere else) each time it is opened.
+        let carried = &self.search.carried;
+        let identity = |p: &Path| {
+            if let Some(rel) = carried.iter().find_map(|d| p.strip_prefix(d).ok()) {
+                return format!("in the snapshot: {}", rel.display());
+            }
+            let id = std::fs::File::open(p).ok().and_then(|f| file_id(&f));
+            format!(
+                "{} {}",
+                p.display(),
+                id.map_or_else(|| "unreadable".to_string(), |id| format!("{id:?}"))
+            )
+        };
+        let debug = m
+            .as_ref()
+            .and_then(|m| m.debug_file())
+            .map(|d| format!(", debug file {}", identity(d)));
+        self.sources
+            .insert(format!("{}{}", identity(file), debug.unwrap_or_default()));
         m
+    }
+
+    /// The files this cache read names from, each with its identity
+    /// (device, inode, size, modification time), in order: two decodes
+    /// that read the same files name alike.
+    pub fn sources(&self) -> Vec<String> {
+        self.sources.iter().cloned().collect()
     }
 
     /// What the search met that the user should know, each once.
@@ -317,6 +349,18 @@ impl ProcessSymbols {
             entry: s.start,
             provisional: false,
         })
+    }
+
+    /// The functions learned from calls into code no symbol covers, by
+    /// entry: what a model cache keeps so that a re-opened model's fine
+    /// pass names that code as the decode did.
+    pub(crate) fn learned(&self) -> impl Iterator<Item = (u64, FuncId)> + '_ {
+        self.learned.iter().map(|(&a, &f)| (a, f))
+    }
+
+    /// Takes back functions [`learned`](Self::learned) before.
+    pub(crate) fn relearn(&mut self, learned: impl IntoIterator<Item = (u64, FuncId)>) {
+        self.learned.extend(learned);
     }
 
     fn mapping(&self, addr: u64) -> Option<usize> {

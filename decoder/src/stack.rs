@@ -61,7 +61,7 @@ use crate::event::{
 use crate::store::{flag, ThreadSpans};
 
 /// Anomalies the rules absorbed, for the decoder's report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StackStats {
     pub events: u64,
     pub calls: u64,
@@ -92,7 +92,7 @@ pub const MAX_DEPTH: usize = 1 << 14;
 const KERNEL_ENTRY: u64 = u64::MAX;
 
 /// An open frame as a checkpoint keeps it, to seed a later walk with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OpenFrame {
     pub func: FuncId,
     /// When it opened, on the walk's clock.

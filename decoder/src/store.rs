@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::event::FuncId;
 
 /// One call (or pseudo-call) on one thread at one depth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[repr(C)]
 pub struct Span {
     /// perf time in ns.
@@ -110,7 +110,106 @@ pub struct ThreadSpans {
     tie_parents: Vec<Vec<(u32, u32)>>,
 }
 
+/// A thread's spans as the model cache writes them: the lanes as they
+/// are, durations too long for a span beside them; block summaries are
+/// not kept, as they follow from the spans.
+#[derive(serde::Serialize)]
+pub struct SpanPartsRef<'a> {
+    pid: i32,
+    tid: i32,
+    comm: &'a str,
+    lanes: &'a [Vec<Span>],
+    long: Vec<(u32, u32, u64)>,
+    tie_parents: &'a [Vec<(u32, u32)>],
+}
+
+/// [`SpanPartsRef`] as the model cache reads it back, not yet trusted:
+/// [`ThreadSpans::from_parts`] checks it.
+#[derive(serde::Deserialize)]
+pub struct SpanParts {
+    pid: i32,
+    tid: i32,
+    comm: String,
+    lanes: Vec<Vec<Span>>,
+    long: Vec<(u32, u32, u64)>,
+    tie_parents: Vec<Vec<(u32, u32)>>,
+}
+
 impl ThreadSpans {
+    /// The spans as the model cache writes them.
+    pub fn parts(&self) -> SpanPartsRef<'_> {
+        let mut long: Vec<(u32, u32, u64)> = self
+            .long
+            .iter()
+            .map(|(&(d, i), &dur)| (d, i, dur))
+            .collect();
+        long.sort_unstable();
+        SpanPartsRef {
+            pid: self.pid,
+            tid: self.tid,
+            comm: &self.comm,
+            lanes: &self.lanes,
+            long,
+            tie_parents: &self.tie_parents,
+        }
+    }
+
+    /// The spans [`parts`](Self::parts) gave, read back from a file that
+    /// may have been damaged: every lane in start order, every function id
+    /// below `funcs`, every long duration and recorded parent where its
+    /// span is. The block summaries are built again on the way.
+    pub fn from_parts(p: SpanParts, funcs: usize) -> Result<ThreadSpans, String> {
+        let long: HashMap<(u32, u32), u64> = p
+            .long
+            .into_iter()
+            .map(|(d, i, dur)| ((d, i), dur))
+            .collect();
+        let mut t = ThreadSpans::new(p.pid, p.tid, p.comm);
+        let mut longs = 0;
+        for (d, lane) in p.lanes.iter().enumerate() {
+            let mut last = 0;
+            for (i, s) in lane.iter().enumerate() {
+                if s.start < last {
+                    return Err(format!("lane {d} is out of order at span {i}"));
+                }
+                last = s.start;
+                if s.func() as usize >= funcs {
+                    return Err(format!("span {i} of lane {d} names no function"));
+                }
+                let dur = if s.dur == Span::LONG {
+                    longs += 1;
+                    *long
+                        .get(&(d as u32, i as u32))
+                        .ok_or_else(|| format!("span {i} of lane {d} has no duration"))?
+                } else {
+                    s.dur as u64
+                };
+                t.push(d, s.start, s.start.saturating_add(dur), s.func(), s.flags());
+            }
+        }
+        if longs != long.len() {
+            return Err("long durations of no span".into());
+        }
+        // Lanes left empty (above a stack that started over) stay.
+        t.lanes.resize_with(p.lanes.len(), Vec::new);
+        t.blocks.resize_with(p.lanes.len(), Vec::new);
+        for (d, ties) in p.tie_parents.iter().enumerate() {
+            let ok = ties.windows(2).all(|w| w[0].0 < w[1].0)
+                && ties.iter().all(|&(i, parent)| {
+                    d > 0
+                        && (i as usize) < t.lane(d).len()
+                        && (parent as usize) < t.lane(d - 1).len()
+                });
+            if !ok {
+                return Err(format!(
+                    "the recorded parents of lane {d} are not its spans'"
+                ));
+            }
+        }
+        t.tie_parents = p.tie_parents;
+        Ok(t)
+    }
+
     pub fn new(pid: i32, tid: i32, comm: String) -> ThreadSpans {
         ThreadSpans {
             pid,
@@ -491,6 +590,44 @@ pub fn function_stats<'a>(
 mod tests {
     use super::*;
     use crate::event::{FuncTable, SpanKind};
+
+    fn roundtrip(t: &ThreadSpans, funcs: usize) -> Result<ThreadSpans, String> {
+        let bytes = postcard::to_allocvec(&t.parts()).unwrap();
+        ThreadSpans::from_parts(postcard::from_bytes(&bytes).unwrap(), funcs)
+    }
+
+    #[test]
+    fn spans_come_back_from_their_parts_as_they_were() {
+        let mut t = ThreadSpans::new(1, 2, "prog".into());
+        t.push(0, 10, 100, 3, flag::INFERRED_START);
+        t.push(1, 20, 20, 4, 0);
+        t.push(1, 20, 30, 5, 0);
+        t.push(0, 200, 200 + (1 << 40), 6, flag::OPEN_END);
+        t.push(3, 300, 301, 4, 0);
+        let back = roundtrip(&t, 7).unwrap();
+        assert_eq!(back.depth(), t.depth());
+        for (d, lane) in t.lanes() {
+            assert_eq!(back.lane(d), lane);
+            assert_eq!(back.blocks(d), t.blocks(d));
+            for i in 0..lane.len() {
+                assert_eq!(back.end(d, i), t.end(d, i));
+            }
+        }
+        assert_eq!(back.end(0, 1), 200 + (1 << 40));
+        assert_eq!((back.pid, back.tid, back.comm.as_str()), (1, 2, "prog"));
+    }
+
+    #[test]
+    fn damaged_parts_are_refused() {
+        let mut t = ThreadSpans::new(1, 2, "prog".into());
+        t.push(0, 10, 100, 3, 0);
+        t.push(0, 200, 300, 4, 0);
+        // A function the table does not have.
+        assert!(roundtrip(&t, 4).unwrap_err().contains("names no function"));
+        // Out of order.
+        t.lanes[0].swap(0, 1);
+        assert!(roundtrip(&t, 5).unwrap_err().contains("out of order"));
+    }
 
     #[test]
     fn spans_are_16_bytes_and_keep_flags() {

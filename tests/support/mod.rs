@@ -10,8 +10,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary under test. Its model cache is the tests' own (under the
+/// build's temporary directory), never the user's: tests that open a file
+/// again meet it as users do, and a cached model that a change of
+/// binaries or debug files makes stale must be decoded afresh.
 pub fn ptscope() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ptscope"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptscope"));
+    cmd.env(
+        "XDG_CACHE_HOME",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-cache"),
+    );
+    cmd
 }
 
 /// The bundled demo snapshot, as the checkout has it (the installed app
@@ -155,21 +164,30 @@ pub fn extract(snap: &Path, dir: &Path) -> PathBuf {
     out
 }
 
-/// perf's own decoding of the snapshot, per thread: `perf script
-/// --itrace=i1i -F tid,ip` over the extracted perf.data.
-pub fn perf_instructions(extracted: &Path) -> (PerThread, String) {
+/// `perf script ARGS` on the snapshot `extract`ed to `extracted` (its
+/// perf.data, with its binaries as perf's build-id cache); it must succeed.
+pub fn perf_script(extracted: &Path, args: &[&str]) -> Output {
     let out = Command::new("perf")
         .arg("--buildid-dir")
         .arg(extracted)
-        .args(["script", "--itrace=i1ie", "-F", "tid,ip", "-i"])
+        .arg("script")
+        .args(args)
+        .arg("-i")
         .arg(extracted.join("perf.data"))
         .output()
         .expect("perf is not installed; the tests need linux-perf (see README)");
     assert!(
         out.status.success(),
-        "perf script failed: {}",
+        "perf script {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// perf's own decoding of the snapshot, per thread: `perf script
+/// --itrace=i1i -F tid,ip` over the extracted perf.data.
+pub fn perf_instructions(extracted: &Path) -> (PerThread, String) {
+    let out = perf_script(extracted, &["--itrace=i1ie", "-F", "tid,ip"]);
     let mut per = PerThread::new();
     let mut errors = String::from_utf8_lossy(&out.stderr).into_owned();
     for line in String::from_utf8_lossy(&out.stdout).lines() {

@@ -55,7 +55,7 @@ pub trait Observe {
 impl Observe for () {}
 
 /// Where re-decoding can start: one per PSB.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Checkpoint {
     /// Offset of the PSB in the thread's trace.
     pub offset: u64,
@@ -80,7 +80,7 @@ pub struct Checkpoint {
 }
 
 /// Counters from one thread's walk.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WalkFigures {
     pub blocks: u64,
     pub instructions: u64,

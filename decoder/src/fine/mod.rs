@@ -41,6 +41,7 @@ mod walk;
 pub mod worker;
 
 pub use self::queries::{insn_heat, line_heat, window_lines, InsnHeat, LineHeat, WindowLine};
+pub use self::source::FineRecipe;
 pub use self::source::LineSource;
 pub(crate) use self::source::{CpuSlots, QueueParts};
 pub use self::walk::MAX_SEGMENT_INSNS;

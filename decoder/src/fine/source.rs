@@ -65,6 +65,8 @@ pub struct LineSource {
     memories: Vec<Memory>,
     cpu: CpuSlots,
     state: Mutex<State>,
+    /// The files the names came from, for the model cache.
+    sources: Vec<String>,
 }
 
 impl std::fmt::Debug for LineSource {
@@ -73,6 +75,69 @@ impl std::fmt::Debug for LineSource {
             .field("queues", &self.queues.len())
             .field("pids", &self.pids)
             .finish_non_exhaustive()
+    }
+}
+
+/// What a [`LineSource`] is built from besides the snapshot itself, which
+/// the model cache keeps so that a re-opened model zooms down to lines as
+/// the decode did: the processes in order, with the functions their walk
+/// learned; each per-CPU queue's schedule; and the per-CPU slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FineRecipe {
+    pub(crate) pids: Vec<i32>,
+    pub(crate) learned: Vec<Vec<(u64, crate::event::FuncId)>>,
+    pub(crate) schedules: Vec<(u32, Vec<(u64, u64)>)>,
+    pub(crate) slot_of: Vec<(i32, u64)>,
+    pub(crate) thread_procs: Vec<u64>,
+    /// The files the names came from ([`crate::resolve::SymbolCache::sources`]):
+    /// if they change, the cached names are stale.
+    pub(crate) sources: Vec<String>,
+}
+
+impl FineRecipe {
+    /// Whether the recipe, read back from a file, holds together: slots
+    /// and schedules name processes and slots that exist, learned
+    /// functions are in the table of `funcs` functions.
+    pub(crate) fn check(&self, funcs: usize) -> Result<(), String> {
+        let procs = self.pids.len() as u64;
+        let slots = self.thread_procs.len() as u64;
+        if self.learned.len() != self.pids.len() {
+            return Err("the learned functions are not per process".into());
+        }
+        if self.thread_procs.iter().any(|&p| p >= procs)
+            || self.slot_of.iter().any(|&(_, s)| s >= slots)
+            || self.schedules.iter().any(|(_, s)| {
+                s.iter()
+                    .any(|&(_, slot)| slot >= slots && slot != usize::MAX as u64)
+            })
+        {
+            return Err("a CPU slot names no process or slot".into());
+        }
+        if self
+            .learned
+            .iter()
+            .flatten()
+            .any(|&(_, f)| f as usize >= funcs)
+        {
+            return Err("a learned function is not in the table".into());
+        }
+        Ok(())
+    }
+
+    /// The CPU slots it keeps.
+    pub(crate) fn cpu_slots(&self) -> CpuSlots {
+        CpuSlots {
+            slot_of: self.slot_of.iter().map(|&(t, s)| (t, s as usize)).collect(),
+            thread_procs: self.thread_procs.iter().map(|&p| p as usize).collect(),
+        }
+    }
+
+    /// The schedules it keeps, by queue.
+    pub(crate) fn schedules(&self) -> HashMap<u32, Vec<(u64, usize)>> {
+        self.schedules
+            .iter()
+            .map(|(q, s)| (*q, s.iter().map(|&(t, slot)| (t, slot as usize)).collect()))
+            .collect()
     }
 }
 
@@ -125,6 +190,47 @@ impl LineSource {
                 frames: HashMap::new(),
                 strings: HashMap::new(),
             }),
+            sources: Vec::new(),
+        }
+    }
+
+    /// The same source, knowing the files its names came from.
+    pub(crate) fn with_sources(self, sources: Vec<String>) -> LineSource {
+        LineSource { sources, ..self }
+    }
+
+    /// What this source was built from besides the snapshot, for the
+    /// model cache ([`FineRecipe`]).
+    pub fn recipe(&self) -> FineRecipe {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot_of: Vec<(i32, u64)> = self
+            .cpu
+            .slot_of
+            .iter()
+            .map(|(&t, &s)| (t, s as u64))
+            .collect();
+        slot_of.sort_unstable();
+        FineRecipe {
+            pids: self.pids.clone(),
+            learned: state
+                .resolvers
+                .iter()
+                .map(|r| r.learned().collect())
+                .collect(),
+            schedules: self
+                .queues
+                .iter()
+                .filter(|q| !q.schedule.is_empty())
+                .map(|q| {
+                    (
+                        q.idx,
+                        q.schedule.iter().map(|&(t, s)| (t, s as u64)).collect(),
+                    )
+                })
+                .collect(),
+            slot_of,
+            thread_procs: self.cpu.thread_procs.iter().map(|&p| p as u64).collect(),
+            sources: self.sources.clone(),
         }
     }
 

@@ -1,0 +1,492 @@
+//! The decoded-model cache: a model decoded once is kept on disk, so that
+//! opening the same file again with the same options costs a read, not a
+//! decode.
+//!
+//! An entry is keyed by the file's identity (its canonical path, size,
+//! modification time, inode and device), the decoder's version and the
+//! options that change what a decode gives. It holds the model's spans,
+//! functions, checkpoints and figures, and the recipe its fine pass was
+//! built from ([`FineRecipe`]); the trace and the code stay in the
+//! snapshot, which a re-open reads again to zoom down to lines.
+//!
+//! Entries live under the user's cache directory
+//! (`$XDG_CACHE_HOME/ptscope/models`, else `~/.cache/ptscope/models`), at
+//! most [`DEFAULT_MAX_BYTES`] in all: the least recently used go first.
+//! One is written to a temporary file and renamed into place, so a reader
+//! never sees half of one. A read is never trusted: the header, the
+//! length and a CRC-32 of the payload are checked, the payload is decoded
+//! with bounds checks (postcard), and the model is rebuilt through the
+//! store's own checks ([`ThreadSpans::from_parts`]); an entry that fails
+//! any of them is an error, which the caller answers by decoding afresh.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::coarse::{Checkpoint, WalkFigures};
+use crate::event::{Func, FuncTable};
+use crate::fine::FineRecipe;
+use crate::model::{Model, ThreadModel, TimeUnit};
+use crate::stack::{OpenFrame, StackStats};
+use crate::store::{SpanParts, SpanPartsRef, ThreadSpans};
+
+/// The first bytes of every entry.
+const MAGIC: [u8; 8] = *b"PTSMODEL";
+
+/// The layout of an entry's payload; a change makes older entries misses.
+const FORMAT: u32 = 1;
+
+/// Magic, format, CRC-32 of the payload, payload length.
+const HEADER: usize = 8 + 4 + 4 + 8;
+
+/// How much the cache holds at most by default: 4 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
+/// What went wrong reading or writing an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a model cache entry this ptscope can trust: {problem}")]
+    Corrupt { path: PathBuf, problem: String },
+}
+
+/// Where decoded models are kept, and how much room they may take.
+#[derive(Clone, Debug)]
+pub struct ModelCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    hits: Arc<AtomicU64>,
+}
+
+/// A model as an entry keeps it, before its fine pass is built again.
+pub(crate) struct Cached {
+    pub model: Model,
+    pub recipe: FineRecipe,
+}
+
+#[derive(serde::Serialize)]
+struct EntryRef<'a> {
+    decoder: &'a str,
+    funcs: &'a [Func],
+    threads: Vec<ThreadRef<'a>>,
+    missing_binaries: &'a [String],
+    warnings: &'a [String],
+    unit: TimeUnit,
+    recipe: FineRecipe,
+}
+
+#[derive(serde::Serialize)]
+struct ThreadRef<'a> {
+    spans: SpanPartsRef<'a>,
+    stack: &'a StackStats,
+    walk: &'a WalkFigures,
+    checkpoints: &'a [Checkpoint],
+    checkpoint_frames: &'a [OpenFrame],
+    stream: Option<u32>,
+}
+
+#[derive(serde::Deserialize)]
+struct Entry {
+    decoder: String,
+    funcs: Vec<Func>,
+    threads: Vec<ThreadEntry>,
+    missing_binaries: Vec<String>,
+    warnings: Vec<String>,
+    unit: TimeUnit,
+    recipe: FineRecipe,
+}
+
+#[derive(serde::Deserialize)]
+struct ThreadEntry {
+    spans: SpanParts,
+    stack: StackStats,
+    walk: WalkFigures,
+    checkpoints: Vec<Checkpoint>,
+    checkpoint_frames: Vec<OpenFrame>,
+    stream: Option<u32>,
+}
+
+/// The decoder's version, which every key and entry carries.
+const DECODER: &str = env!("CARGO_PKG_VERSION");
+
+impl ModelCache {
+    /// A cache in `dir`, holding at most `max_bytes`.
+    pub fn new(dir: PathBuf, max_bytes: u64) -> ModelCache {
+        ModelCache {
+            dir,
+            max_bytes,
+            hits: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The user's cache: `$XDG_CACHE_HOME/ptscope/models`, else
+    /// `~/.cache/ptscope/models`; `None` without either variable.
+    pub fn user() -> Option<ModelCache> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|h| PathBuf::from(h).join(".cache"))
+            })?;
+        Some(ModelCache::new(
+            base.join("ptscope").join("models"),
+            DEFAULT_MAX_BYTES,
+        ))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How many opens this cache (and its clones) answered.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The entry name for `input` decoded with `options` (a description of
+    /// every option that changes the model); `None` if the file cannot be
+    /// looked at.
+    pub(crate) fn key(&self, input: &Path, options: &str) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::fs::canonicalize(input).ok()?;
+        let md = std::fs::metadata(&path).ok()?;
+        let id = format!(
+            "{FORMAT}\n{DECODER}\n{}\n{}\n{}.{}\n{}\n{}\n{options}",
+            path.display(),
+            md.len(),
+            md.mtime(),
+            md.mtime_nsec(),
+            md.ino(),
+            md.dev(),
+        );
+        Some(ptscope_formats::buildid::to_hex(
+            &ptscope_formats::buildid::content_id(id.as_bytes()),
+        ))
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.model"))
+    }
+
+    /// The entry `key`, if there is one; an error if there is one that
+    /// cannot be trusted (the caller decodes afresh and writes it anew).
+    pub(crate) fn load(&self, key: &str) -> Option<Result<Cached, CacheError>> {
+        let path = self.path_of(key);
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(source) => return Some(Err(CacheError::Io { path, source })),
+        };
+        let read = crate::memory::map_binary(&file)
+            .map_err(|source| CacheError::Io {
+                path: path.clone(),
+                source,
+            })
+            .and_then(|bytes| read_entry(&bytes).map_err(|problem| corrupt(&path, problem)));
+        Some(read)
+    }
+
+    /// Counts a use of the entry `key` and marks it used now, so that it
+    /// is the last to be evicted.
+    pub(crate) fn used(&self, key: &str) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        if let Ok(f) = std::fs::File::options().write(true).open(self.path_of(key)) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// Drops the entry `key` (one that could not be trusted).
+    pub(crate) fn forget(&self, key: &str) {
+        let _ = std::fs::remove_file(self.path_of(key));
+    }
+
+    /// Keeps `model` as the entry `key`, then evicts the least recently
+    /// used entries until the cache fits its bound. A model larger than
+    /// the whole bound is not kept.
+    pub(crate) fn store(&self, key: &str, model: &Model) -> Result<(), CacheError> {
+        let Some(lines) = &model.lines else {
+            return Ok(());
+        };
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CacheError::Io { path, source }
+        };
+        let entry = EntryRef {
+            decoder: DECODER,
+            funcs: model.funcs.funcs(),
+            threads: model
+                .threads
+                .iter()
+                .map(|t| ThreadRef {
+                    spans: t.spans.parts(),
+                    stack: &t.stack,
+                    walk: &t.walk,
+                    checkpoints: &t.checkpoints,
+                    checkpoint_frames: &t.checkpoint_frames,
+                    stream: t.stream,
+                })
+                .collect(),
+            missing_binaries: &model.missing_binaries,
+            warnings: &model.warnings,
+            unit: model.unit,
+            recipe: lines.recipe(),
+        };
+        let payload = postcard::to_allocvec(&entry).map_err(|e| CacheError::Corrupt {
+            path: self.path_of(key),
+            problem: format!("cannot encode the model: {e}"),
+        })?;
+        if (payload.len() + HEADER) as u64 > self.max_bytes {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".entry-")
+            .tempfile_in(&self.dir)
+            .map_err(io(&self.dir))?;
+        let mut header = Vec::with_capacity(HEADER);
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&FORMAT.to_le_bytes());
+        header.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        tmp.write_all(&header)
+            .and_then(|_| tmp.write_all(&payload))
+            .map_err(io(tmp.path()))?;
+        let path = self.path_of(key);
+        tmp.persist(&path).map_err(|e| CacheError::Io {
+            path: path.clone(),
+            source: e.error,
+        })?;
+        self.evict(&path);
+        Ok(())
+    }
+
+    /// Removes the least recently used entries, never `keep`, until the
+    /// cache holds at most its bound.
+    fn evict(&self, keep: &Path) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = dir
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let path = e.path();
+                if path.extension()? != "model" {
+                    return None;
+                }
+                let md = e.metadata().ok()?;
+                Some((md.modified().ok()?, md.len(), path))
+            })
+            .collect();
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if path != keep && std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+fn corrupt(path: &Path, problem: String) -> CacheError {
+    CacheError::Corrupt {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+/// An entry's bytes to the model they keep, every part checked.
+fn read_entry(bytes: &[u8]) -> Result<Cached, String> {
+    let header = bytes.get(..HEADER).ok_or("shorter than its header")?;
+    if header[..8] != MAGIC {
+        return Err("no model cache entry header".into());
+    }
+    let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    if word(8) != FORMAT {
+        return Err(format!("format {}, not {FORMAT}", word(8)));
+    }
+    let len = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+    let payload = &bytes[HEADER..];
+    if payload.len() as u64 != len {
+        return Err(format!(
+            "{} bytes of payload where the header says {len}",
+            payload.len()
+        ));
+    }
+    if crc32fast::hash(payload) != word(12) {
+        return Err("its checksum does not match".into());
+    }
+    let entry: Entry = postcard::from_bytes(payload).map_err(|e| e.to_string())?;
+    if entry.decoder != DECODER {
+        return Err(format!("written by ptscope {}", entry.decoder));
+    }
+    let funcs = FuncTable::from_funcs(entry.funcs)?;
+    let n = funcs.len();
+    entry.recipe.check(n)?;
+    let mut threads = Vec::with_capacity(entry.threads.len());
+    for t in entry.threads {
+        let frames = t.checkpoint_frames.len() as u64;
+        if t.checkpoints
+            .iter()
+            .any(|c| c.stack_start as u64 + c.stack_len as u64 > frames)
+            || t.checkpoint_frames.iter().any(|f| f.func as usize >= n)
+        {
+            return Err("a checkpoint's stack is not in the model".into());
+        }
+        threads.push(ThreadModel {
+            spans: ThreadSpans::from_parts(t.spans, n)?,
+            stack: t.stack,
+            walk: t.walk,
+            checkpoints: t.checkpoints,
+            checkpoint_frames: t.checkpoint_frames,
+            stream: t.stream,
+        });
+    }
+    Ok(Cached {
+        model: Model {
+            funcs,
+            threads,
+            missing_binaries: entry.missing_binaries,
+            warnings: entry.warnings,
+            lines: None,
+            unit: entry.unit,
+        },
+        recipe: entry.recipe,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model with a thread of spans and a recipe, as a decode gives.
+    fn entry_bytes(model: &Model, recipe: FineRecipe) -> Vec<u8> {
+        let entry = EntryRef {
+            decoder: DECODER,
+            funcs: model.funcs.funcs(),
+            threads: model
+                .threads
+                .iter()
+                .map(|t| ThreadRef {
+                    spans: t.spans.parts(),
+                    stack: &t.stack,
+                    walk: &t.walk,
+                    checkpoints: &t.checkpoints,
+                    checkpoint_frames: &t.checkpoint_frames,
+                    stream: t.stream,
+                })
+                .collect(),
+            missing_binaries: &model.missing_binaries,
+            warnings: &model.warnings,
+            unit: model.unit,
+            recipe,
+        };
+        let payload = postcard::to_allocvec(&entry).unwrap();
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&FORMAT.to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    fn model() -> Model {
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("main", "/bin/prog", 0x1000, crate::event::SpanKind::Call);
+        let mut spans = ThreadSpans::new(7, 8, "prog".into());
+        spans.push(0, 100, 900, f, 0);
+        spans.push(1, 200, 300, f, 0);
+        let mut t = ThreadModel::from_spans(spans);
+        t.checkpoint_frames.push(OpenFrame {
+            func: f,
+            start: 100,
+            call_site: 0,
+        });
+        Model {
+            funcs,
+            threads: vec![t],
+            warnings: vec!["a warning".into()],
+            ..Model::default()
+        }
+    }
+
+    #[test]
+    fn an_entry_reads_back_as_the_model_it_kept() {
+        let m = model();
+        let recipe = FineRecipe {
+            pids: vec![7],
+            learned: vec![vec![(0x2000, 3)]],
+            ..FineRecipe::default()
+        };
+        let back = read_entry(&entry_bytes(&m, recipe.clone())).unwrap();
+        assert_eq!(back.model.canonical(), m.canonical());
+        assert_eq!(back.model.warnings, m.warnings);
+        assert_eq!(back.recipe, recipe);
+    }
+
+    #[test]
+    fn every_damaged_byte_is_refused_not_trusted() {
+        let m = model();
+        let bytes = entry_bytes(&m, FineRecipe::default());
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x5a;
+            assert!(read_entry(&bad).is_err(), "a flip at byte {at} went unseen");
+        }
+        for len in 0..bytes.len() {
+            assert!(read_entry(&bytes[..len]).is_err(), "cut at {len}");
+        }
+    }
+
+    #[test]
+    fn a_checksummed_entry_that_lies_is_still_refused() {
+        // A payload that decodes, checksum and all, but names a function
+        // the table does not have.
+        let mut m = model();
+        let mut spans = ThreadSpans::new(1, 1, String::new());
+        spans.push(0, 0, 1, 99, 0);
+        m.threads.push(ThreadModel::from_spans(spans));
+        let e = read_entry(&entry_bytes(&m, FineRecipe::default()));
+        assert!(e.err().unwrap().contains("names no function"));
+        let bad_recipe = FineRecipe {
+            pids: vec![1],
+            learned: vec![vec![]],
+            thread_procs: vec![5],
+            ..FineRecipe::default()
+        };
+        assert!(read_entry(&entry_bytes(&model(), bad_recipe)).is_err());
+    }
+
+    #[test]
+    fn the_least_recently_used_entries_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModelCache::new(dir.path().to_path_buf(), 2500);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let p = cache.path_of(name);
+            std::fs::write(&p, vec![0u8; 1000]).unwrap();
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_modified(old + std::time::Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        // "a" was used last.
+        let f = std::fs::File::options()
+            .write(true)
+            .open(cache.path_of("a"))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now()).unwrap();
+        cache.evict(&cache.path_of("c"));
+        assert!(cache.path_of("a").exists());
+        assert!(!cache.path_of("b").exists());
+        assert!(cache.path_of("c").exists());
+    }
+}
