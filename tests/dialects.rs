@@ -37,7 +37,8 @@ fn our_instructions(snap: &Path) -> BTreeMap<i32, Vec<(u64, u64)>> {
 
 /// perf's time of each instruction, per thread (`perf script --ns`).
 fn perf_times(extracted: &Path) -> BTreeMap<i32, Vec<u64>> {
-    let out = perf_script(extracted, &["--ns", "--itrace=i1i", "-F", "tid,time"]);
+    // perf refuses the time field of a trace without timing: no times.
+    let out = perf_script_as_is(extracted, &["--ns", "--itrace=i1i", "-F", "tid,time"]);
     let mut per: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let mut it = line.split_whitespace();

@@ -111,11 +111,19 @@ fn the_installed_binary_opens_the_demo_with_the_checkout_moved_away() {
     run_ok(&mut cmd, "the installed ptscope, with the checkout hidden");
     drop(xvfb);
     check_png(&shot);
-    // It unpacked the demo into the user's cache, source and all.
+    // It unpacked the demo into the user's cache, source and all, and kept
+    // its decoded model there.
     let cache = home.join(".cache/ptscope");
+    let models = cache.join("models");
+    assert!(
+        std::fs::read_dir(&models).is_ok_and(|mut d| d.next().is_some()),
+        "no model kept in {}",
+        models.display()
+    );
     let unpacked: Vec<PathBuf> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| *p != models)
         .collect();
     assert_eq!(unpacked.len(), 1, "{unpacked:?}");
     assert!(unpacked[0].join("demo.ptscope").is_file());

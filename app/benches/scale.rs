@@ -14,6 +14,9 @@
 //! - **First spans**: from opening the large snapshot until the background
 //!   decode publishes its first partial model with spans (the GUI draws it
 //!   on its next frame).
+//! - **Re-open**: the large snapshot opened twice through the model cache:
+//!   the first open decodes and writes the entry, the second reads it back
+//!   (with its fine pass rebuilt); as a share of a full decode.
 //! - **Store**: bytes per span.
 //! - **Peers on the 16 MiB snapshot**, every variant in turn, medians of
 //!   `$PTSCOPE_BENCH_ROUNDS` (3): ours on one core and on every core,
@@ -240,6 +243,49 @@ fn main() {
             "no partial model",
             "< 1 s: NOT met",
         ),
+    }
+    // Re-opening a file decoded before: the model cache.
+    {
+        use ptscope_decoder::cache::ModelCache;
+        use ptscope_decoder::open::{open, OpenOptions};
+        eprintln!("re-open through the model cache…");
+        let cache_dir = dir.join("model-cache");
+        let _ = std::fs::remove_dir_all(&cache_dir);
+        let cache = ModelCache::new(cache_dir.clone(), u64::MAX);
+        let opts = OpenOptions {
+            cache: Some(cache.clone()),
+            ..OpenOptions::default()
+        };
+        let t = Instant::now();
+        drop(open(&big, &opts).unwrap());
+        let first_open = t.elapsed();
+        let entry: u64 = std::fs::read_dir(&cache_dir)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        let t = Instant::now();
+        let again = open(&big, &opts).unwrap();
+        let reopen = t.elapsed();
+        assert_eq!(
+            cache.hits(),
+            1,
+            "the second open was not read from the cache"
+        );
+        drop(again);
+        let share = secs(reopen) / secs(all);
+        table.row(
+            format!("re-opening {mb} MiB decoded before"),
+            format!(
+                "{:.2} s, {:.1}% of a full decode (entry {:.0} MB, {:.1} B per span; the first open took {:.1} s with it)",
+                secs(reopen),
+                share * 100.0,
+                entry as f64 / 1e6,
+                entry as f64 / spans.max(1.0),
+                secs(first_open)
+            ),
+            &format!("<= 5%: {}", verdict(share <= 0.05)),
+        );
+        let _ = std::fs::remove_dir_all(&cache_dir);
     }
     let bps = (store - index) as f64 / spans.max(1.0);
     table.row(

@@ -196,17 +196,14 @@ pub fn kill(pid: i32, sig: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
 }
 
-/// Waits for a spawned command to end; its exit status (128+signal when
+/// Waits for a spawned command to end: its exit code (128 + the signal if
 /// killed by one).
 pub fn wait_child(pid: i32) -> Option<i32> {
     loop {
-        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, code)) => return Some(code),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
+        if let Some(code) = try_wait_child(pid) {
+            return (code >= 0).then_some(code);
         }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -215,13 +212,63 @@ pub fn reap_later(pid: i32) {
     std::thread::spawn(move || wait_child(pid));
 }
 
-/// A spawned command's exit status if it has ended, without waiting.
+/// A spawned command's exit status if it has ended, without waiting
+/// (-1 if it is not our child).
 pub fn try_wait_child(pid: i32) -> Option<i32> {
-    match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::Exited(_, code)) => Some(code),
-        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
-        Err(nix::errno::Errno::ECHILD) => Some(-1),
-        _ => None,
+    release_threads(pid);
+    let all = WaitPidFlag::WNOHANG | WaitPidFlag::__WALL;
+    loop {
+        match waitpid(Pid::from_raw(pid), Some(all)) {
+            Ok(WaitStatus::Exited(_, code)) => return Some(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
+            Ok(status) => {
+                let _ = let_go(status);
+                return None;
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::ECHILD) => return Some(-1),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Lets go of the threads of `pid` that are still traced by us once a
+/// capture has ended: a thread that exited just as the capture stopped
+/// stays a traced zombie until its tracer reaps it, and until then the
+/// whole command cannot be reaped (its leader waits for every thread); a
+/// thread in a ptrace stop would stay stopped. Each is reaped or detached.
+fn release_threads(pid: i32) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    let all = WaitPidFlag::WNOHANG | WaitPidFlag::__WALL;
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if tid != pid {
+            if let Ok(status) = waitpid(Pid::from_raw(tid), Some(all)) {
+                let _ = let_go(status);
+            }
+        }
+    }
+}
+
+/// Detaches the thread a wait found in a ptrace stop, passing on the
+/// signal that stopped it unless it is ours (the attach's SIGSTOP, a
+/// step's SIGTRAP). Whether it was one.
+fn let_go(status: WaitStatus) -> bool {
+    match status {
+        WaitStatus::Stopped(p, sig) => {
+            let pass = (sig != Signal::SIGSTOP && sig != Signal::SIGTRAP).then_some(sig);
+            let _ = ptrace::detach(p, pass);
+            true
+        }
+        WaitStatus::PtraceEvent(p, _, _) | WaitStatus::PtraceSyscall(p) => {
+            let _ = ptrace::detach(p, None);
+            true
+        }
+        _ => false,
     }
 }
 

@@ -250,14 +250,7 @@ impl ModelCache {
             .prefix(".entry-")
             .tempfile_in(&self.dir)
             .map_err(io(&self.dir))?;
-        let mut header = Vec::with_capacity(HEADER);
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&FORMAT.to_le_bytes());
-        header.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        tmp.write_all(&header)
-            .and_then(|_| tmp.write_all(&payload))
-            .map_err(io(tmp.path()))?;
+        tmp.write_all(&frame(&payload)).map_err(io(tmp.path()))?;
         let path = self.path_of(key);
         tmp.persist(&path).map_err(|e| CacheError::Io {
             path: path.clone(),
@@ -295,6 +288,24 @@ impl ModelCache {
             }
         }
     }
+}
+
+/// An entry around `payload`, its header (length and checksum) as
+/// [`ModelCache`] writes it: for the fuzzer, whose inputs are payloads.
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The model an entry's bytes hold, checked as a re-open checks it (its
+/// fine pass is not built: that needs the snapshot). For the fuzzer.
+pub fn read_model(bytes: &[u8]) -> Result<Model, String> {
+    read_entry(bytes).map(|c| c.model)
 }
 
 fn corrupt(path: &Path, problem: String) -> CacheError {
@@ -390,13 +401,7 @@ mod tests {
             unit: model.unit,
             recipe,
         };
-        let payload = postcard::to_allocvec(&entry).unwrap();
-        let mut out = MAGIC.to_vec();
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&payload);
-        out
+        frame(&postcard::to_allocvec(&entry).unwrap())
     }
 
     fn model() -> Model {

@@ -402,6 +402,21 @@ pub fn perf_script(data: &[u8]) {
     }
 }
 
+/// A model cache entry's payload, framed with a true header and checksum
+/// (so that mutations reach the payload's decoding, not just the CRC),
+/// then read and checked as a re-open does; a model that passes is used
+/// as the window uses one.
+pub fn model_cache(data: &[u8]) {
+    let entry = ptscope_decoder::cache::frame(data);
+    if let Ok(model) = ptscope_decoder::cache::read_model(&entry) {
+        let _ = (model.canonical(), model.time_range(), model.span_count());
+        for t in &model.threads {
+            let _ = t.spans.tree_order();
+            let _ = t.diagnosis(&model.funcs);
+        }
+    }
+}
+
 /// A fresh directory per input, under the temporary directory.
 fn tempdir() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -426,6 +441,7 @@ pub const AS_FUZZED: &[(&str, Target)] = &[
     ("pt_decode", pt_decode),
     ("symbols", symbols),
     ("perf_script", perf_script),
+    ("model_cache", model_cache),
 ];
 
 /// Every target by name, going all the ways, for the regression test.
@@ -435,4 +451,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("pt_decode", pt_decode),
     ("symbols", symbols),
     ("perf_script", perf_script),
+    ("model_cache", model_cache),
 ];

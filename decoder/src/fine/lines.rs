@@ -49,9 +49,14 @@ impl LineSource {
                         .rev()
                         .enumerate()
                         .map(|(k, f)| {
-                            let function = f
-                                .function
-                                .or_else(|| (k == 0).then(|| outer.clone()).flatten())
+                            // The outermost frame is named as its span is
+                            // (the symbol perf would pick of the aliases at
+                            // that address: `_IO_default_xsputn`, where the
+                            // DWARF says `__GI__IO_default_xsputn`).
+                            let function = (k == 0)
+                                .then(|| outer.clone())
+                                .flatten()
+                                .or(f.function)
                                 .unwrap_or_else(|| "??".to_string());
                             LineFrame {
                                 function: intern(&function),
