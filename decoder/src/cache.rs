@@ -111,6 +111,33 @@ struct ThreadEntry {
     stream: Option<u32>,
 }
 
+impl<'a> EntryRef<'a> {
+    /// What an entry keeps of `model`, whose fine pass was built from
+    /// `recipe`.
+    fn of(model: &'a Model, recipe: FineRecipe) -> EntryRef<'a> {
+        EntryRef {
+            decoder: DECODER,
+            funcs: model.funcs.funcs(),
+            threads: model
+                .threads
+                .iter()
+                .map(|t| ThreadRef {
+                    spans: t.spans.parts(),
+                    stack: &t.stack,
+                    walk: &t.walk,
+                    checkpoints: &t.checkpoints,
+                    checkpoint_frames: &t.checkpoint_frames,
+                    stream: t.stream,
+                })
+                .collect(),
+            missing_binaries: &model.missing_binaries,
+            warnings: &model.warnings,
+            unit: model.unit,
+            recipe,
+        }
+    }
+}
+
 /// The decoder's version, which every key and entry carries.
 const DECODER: &str = env!("CARGO_PKG_VERSION");
 
@@ -218,29 +245,11 @@ impl ModelCache {
             let path = path.to_path_buf();
             move |source| CacheError::Io { path, source }
         };
-        let entry = EntryRef {
-            decoder: DECODER,
-            funcs: model.funcs.funcs(),
-            threads: model
-                .threads
-                .iter()
-                .map(|t| ThreadRef {
-                    spans: t.spans.parts(),
-                    stack: &t.stack,
-                    walk: &t.walk,
-                    checkpoints: &t.checkpoints,
-                    checkpoint_frames: &t.checkpoint_frames,
-                    stream: t.stream,
-                })
-                .collect(),
-            missing_binaries: &model.missing_binaries,
-            warnings: &model.warnings,
-            unit: model.unit,
-            recipe: lines.recipe(),
-        };
-        let payload = postcard::to_allocvec(&entry).map_err(|e| CacheError::Corrupt {
-            path: self.path_of(key),
-            problem: format!("cannot encode the model: {e}"),
+        let payload = postcard::to_allocvec(&EntryRef::of(model, lines.recipe())).map_err(|e| {
+            CacheError::Corrupt {
+                path: self.path_of(key),
+                problem: format!("cannot encode the model: {e}"),
+            }
         })?;
         if (payload.len() + HEADER) as u64 > self.max_bytes {
             return Ok(());
@@ -381,27 +390,7 @@ mod tests {
 
     /// A model with a thread of spans and a recipe, as a decode gives.
     fn entry_bytes(model: &Model, recipe: FineRecipe) -> Vec<u8> {
-        let entry = EntryRef {
-            decoder: DECODER,
-            funcs: model.funcs.funcs(),
-            threads: model
-                .threads
-                .iter()
-                .map(|t| ThreadRef {
-                    spans: t.spans.parts(),
-                    stack: &t.stack,
-                    walk: &t.walk,
-                    checkpoints: &t.checkpoints,
-                    checkpoint_frames: &t.checkpoint_frames,
-                    stream: t.stream,
-                })
-                .collect(),
-            missing_binaries: &model.missing_binaries,
-            warnings: &model.warnings,
-            unit: model.unit,
-            recipe,
-        };
-        frame(&postcard::to_allocvec(&entry).unwrap())
+        frame(&postcard::to_allocvec(&EntryRef::of(model, recipe)).unwrap())
     }
 
     fn model() -> Model {
