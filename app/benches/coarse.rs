@@ -255,7 +255,10 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
     drop(model);
 
     // The coarse pass proper, with symbols loaded once for all runs.
-    let symbols = std::cell::RefCell::new(SymbolCache::default());
+    // Names as the decoder finds them (libc's debug file among them), so
+    // that the pass alone makes the very spans the whole decode makes.
+    let search = || ptscope_decoder::names::search(Some(&snap), &[], &[], false);
+    let symbols = std::cell::RefCell::new(SymbolCache::new(search()));
     for p in procs.values() {
         let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols.borrow_mut());
     }
@@ -394,7 +397,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
             snap.trace().unwrap().streams.len() as u64
         }),
         variant("  of which: symbol loading", || {
-            let mut symbols = SymbolCache::default();
+            let mut symbols = SymbolCache::new(search());
             for p in procs.values() {
                 let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols);
             }
