@@ -58,7 +58,7 @@
 use crate::event::{
     is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
 };
-use crate::store::{flag, ThreadSpans};
+use crate::store::{flag, Span, ThreadSpans};
 
 /// Anomalies the rules absorbed, for the decoder's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -115,21 +115,51 @@ struct Frame {
     kernel: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct PendingSpan {
-    start: u64,
-    end: u64,
-    func: FuncId,
-    flags: u32,
-    level: i32,
-    /// For a zero-length span at the instant its parent began, which the
-    /// store cannot always place from times alone: the parent, as the
-    /// how-many-th span closed at the level below in this segment.
-    /// [`NO_TIE`] for every other span.
-    parent: u32,
+/// The closed spans of the current segment, by level, until its final
+/// base says which depth each level is: `lanes[i]` holds level `low + i`
+/// in start order, as the store will. A segment usually is the whole
+/// trace, so its lanes become the store's as they are, not copied.
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    lanes: Vec<Vec<Span>>,
+    low: i32,
+    /// Durations of its spans too long for a span: (level, index, ns).
+    long: Vec<(i32, u32, u64)>,
+    /// Zero-length spans at the instant their parent began, which the
+    /// store cannot always place from times alone: (level, index, parent),
+    /// the parent as an index into the level below.
+    ties: Vec<(i32, u32, u32)>,
+    spans: usize,
 }
 
-/// `PendingSpan::parent` of a span whose times place it.
+impl Segment {
+    /// Files a closed span at `level`; its index there.
+    fn push(&mut self, level: i32, start: u64, end: u64, func: FuncId, flags: u32) -> u32 {
+        if self.lanes.is_empty() {
+            self.low = level;
+        } else if level < self.low {
+            let more = (self.low - level) as usize;
+            self.lanes
+                .splice(0..0, std::iter::repeat_with(Vec::new).take(more));
+            self.low = level;
+        }
+        let i = (level - self.low) as usize;
+        if self.lanes.len() <= i {
+            self.lanes.resize_with(i + 1, Vec::new);
+        }
+        let lane = &mut self.lanes[i];
+        let index = lane.len() as u32;
+        let (span, long) = Span::closed(start, end, func, flags);
+        lane.push(span);
+        if let Some(ns) = long {
+            self.long.push((level, index, ns));
+        }
+        self.spans += 1;
+        index
+    }
+}
+
+/// The parent of a span whose times place it.
 const NO_TIE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
@@ -148,14 +178,14 @@ pub struct StackBuilder {
     base: i32,
     /// The highest level a frame of this segment has had (-1: none yet).
     seg_top: i32,
-    /// Closed spans of the current segment, with their levels.
-    pending: Vec<PendingSpan>,
+    /// Closed spans of the current segment.
+    segment: Segment,
     /// Spans closed at each level of this segment so far, by stack index
     /// (level - base).
     closed: Vec<u32>,
     /// Scratch for `close_segment`: per lane, its length before the
-    /// segment and the index of the next span it writes.
-    lane_starts: Vec<(usize, usize)>,
+    /// segment.
+    lane_starts: Vec<usize>,
     seg_start: u64,
     opened: bool,
     tracing: bool,
@@ -173,7 +203,7 @@ impl StackBuilder {
             stack: Vec::new(),
             base: 0,
             seg_top: -1,
-            pending: Vec::new(),
+            segment: Segment::default(),
             closed: Vec::new(),
             lane_starts: Vec::new(),
             seg_start: 0,
@@ -188,7 +218,7 @@ impl StackBuilder {
 
     /// Spans closed so far.
     pub fn span_count(&self) -> usize {
-        self.out.span_count() + self.pending.len()
+        self.out.span_count() + self.segment.spans
     }
 
     /// The open frames, bottom first.
@@ -395,14 +425,13 @@ impl StackBuilder {
                 None => 0,
             };
             self.closed[index] += 1;
-            self.pending.push(PendingSpan {
-                start: f.start,
-                end,
-                func: f.func,
-                flags: f.flags | end_flags,
-                level: self.level(index),
-                parent,
-            });
+            let level = self.level(index);
+            let at = self
+                .segment
+                .push(level, f.start, end, f.func, f.flags | end_flags);
+            if parent != NO_TIE {
+                self.segment.ties.push((level, at, parent));
+            }
         }
     }
 
@@ -655,31 +684,39 @@ impl StackBuilder {
             self.pop(t, end_flags);
         }
         let base = self.base;
-        let depths = self.pending.iter().map(|p| p.level - base + 1).max();
         let Self {
-            pending,
+            segment,
             out,
-            lane_starts: lanes,
+            lane_starts: starts,
             ..
         } = self;
-        lanes.clear();
-        lanes.extend((0..depths.unwrap_or(0) as usize).map(|d| {
-            let n = out.lane(d).len();
-            (n, n)
-        }));
-        for p in pending.iter() {
-            out.push((p.level - base) as usize, p.start, p.end, p.func, p.flags);
+        let low = segment.low;
+        debug_assert!(segment.lanes.is_empty() || low >= base);
+        let depth = |level: i32| (level - base) as usize;
+        starts.clear();
+        starts.extend((0..depth(low + segment.lanes.len() as i32)).map(|d| out.lane(d).len()));
+        for (i, spans) in segment.lanes.drain(..).enumerate() {
+            if spans.is_empty() {
+                continue;
+            }
+            let level = low + i as i32;
+            let long = segment
+                .long
+                .iter()
+                .filter(|&&(l, ..)| l == level)
+                .map(|&(_, i, ns)| (i as usize, ns));
+            out.append_lane(depth(level), spans, long);
         }
         // Once the parents are in too, file the spans whose times do not
         // say which span above they were made in.
-        for p in pending.drain(..) {
-            let depth = (p.level - base) as usize;
-            let index = lanes[depth].1;
-            lanes[depth].1 += 1;
-            if p.parent != NO_TIE && depth > 0 {
-                out.file_under(depth, index, lanes[depth - 1].0 + p.parent as usize);
+        for (level, i, parent) in segment.ties.drain(..) {
+            let d = depth(level);
+            if d > 0 {
+                out.file_under(d, starts[d] + i as usize, starts[d - 1] + parent as usize);
             }
         }
+        segment.long.clear();
+        segment.spans = 0;
         self.closed_bases.push(base);
         self.base = 0;
         self.seg_top = -1;

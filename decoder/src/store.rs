@@ -49,6 +49,19 @@ pub const MAX_FUNC: FuncId = !flag::ALL;
 impl Span {
     const LONG: u32 = u32::MAX;
 
+    /// The span from `start` to `end`, and its duration if too long for a
+    /// span to hold (it then reads [`Span::LONG`]).
+    pub(crate) fn closed(start: u64, end: u64, func: FuncId, flags: u32) -> (Span, Option<u64>) {
+        let dur = end.saturating_sub(start);
+        let long = dur >= Span::LONG as u64;
+        let span = Span {
+            start,
+            dur: if long { Span::LONG } else { dur as u32 },
+            func_flags: (func & !flag::ALL) | (flags & flag::ALL),
+        };
+        (span, long.then_some(dur))
+    }
+
     pub fn func(&self) -> FuncId {
         self.func_flags & !flag::ALL
     }
@@ -223,19 +236,67 @@ impl ThreadSpans {
     /// order and must not overlap, which call nesting guarantees.
     pub fn push(&mut self, depth: usize, start: u64, end: u64, func: FuncId, flags: u32) {
         debug_assert!(func <= MAX_FUNC);
-        if self.lanes.len() <= depth {
-            self.lanes.resize_with(depth + 1, Vec::new);
-            self.blocks.resize_with(depth + 1, Vec::new);
+        self.ensure_lanes(depth + 1);
+        let lane = &mut self.lanes[depth];
+        debug_assert!(lane.last().is_none_or(|l| l.start <= start));
+        let (span, long) = Span::closed(start, end, func, flags);
+        if let Some(dur) = long {
+            self.long.insert((depth as u32, lane.len() as u32), dur);
         }
-        let n = self.lanes[depth].len();
-        let gap = match n {
+        lane.push(span);
+        let last = lane.len() - 1;
+        self.summarize(depth, last);
+    }
+
+    /// Appends a lane's worth of spans at `depth`, in start order and after
+    /// those already there: a builder's closed segment. `long` gives the
+    /// durations of its [`Span::LONG`] spans by index into `spans`. An
+    /// empty lane takes `spans` as it is, without copying a span.
+    pub(crate) fn append_lane(
+        &mut self,
+        depth: usize,
+        spans: Vec<Span>,
+        long: impl Iterator<Item = (usize, u64)>,
+    ) {
+        self.ensure_lanes(depth + 1);
+        let lane = &mut self.lanes[depth];
+        let from = lane.len();
+        debug_assert!(match (lane.last(), spans.first()) {
+            (Some(l), Some(s)) => l.start <= s.start,
+            _ => true,
+        });
+        if from == 0 {
+            *lane = spans;
+        } else {
+            lane.extend_from_slice(&spans);
+        }
+        for (i, dur) in long {
+            self.long.insert((depth as u32, (from + i) as u32), dur);
+        }
+        for i in from..self.lanes[depth].len() {
+            self.summarize(depth, i);
+        }
+    }
+
+    fn ensure_lanes(&mut self, n: usize) {
+        if self.lanes.len() < n {
+            self.lanes.resize_with(n, Vec::new);
+            self.blocks.resize_with(n, Vec::new);
+        }
+    }
+
+    /// Folds span `i` of lane `depth` into its block's summary; spans are
+    /// summarized in order.
+    fn summarize(&mut self, depth: usize, i: usize) {
+        let start = self.lanes[depth][i].start;
+        let gap = match i {
             0 => 0,
-            n => start.saturating_sub(self.end(depth, n - 1)),
+            i => start.saturating_sub(self.end(depth, i - 1)),
         };
-        let dur = end.saturating_sub(start);
+        let dur = self.duration(depth, i);
         let blocks = &mut self.blocks[depth];
         let (bd, bg) = (Block::clamp(dur), Block::clamp(gap));
-        if n.is_multiple_of(BLOCK) {
+        if i.is_multiple_of(BLOCK) {
             blocks.push(Block {
                 max_dur: bd,
                 max_gap: bg,
@@ -244,19 +305,6 @@ impl ThreadSpans {
             b.max_dur = b.max_dur.max(bd);
             b.max_gap = b.max_gap.max(bg);
         }
-        let lane = &mut self.lanes[depth];
-        debug_assert!(lane.last().is_none_or(|l| l.start <= start));
-        let stored = if dur >= Span::LONG as u64 {
-            self.long.insert((depth as u32, lane.len() as u32), dur);
-            Span::LONG
-        } else {
-            dur as u32
-        };
-        lane.push(Span {
-            start,
-            dur: stored,
-            func_flags: (func & !flag::ALL) | (flags & flag::ALL),
-        });
     }
 
     pub fn depth(&self) -> usize {
