@@ -9,8 +9,8 @@ use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::{release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Sink};
-use crate::coarse::{walk_queue, WalkFigures};
-use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
+use crate::coarse::{walk_queue, Timed, TimedItems, WalkFigures};
+use crate::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::resolve::Resolve;
@@ -181,53 +181,130 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             });
         }
         drop(tx);
-        // Likewise if the replay panics: no worker stays parked.
-        let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
-        let mut replay = Replay {
-            clock: Clock::for_unit(q.unit),
-            pos: 0,
-            tracing: false,
-            orphans: Vec::new(),
-            figures: Vec::new(),
-            retime: par.retime,
-        };
-        let mut ready: Vec<Option<Result<Walked, PtError>>> =
-            (0..bounds.len()).map(|_| None).collect();
-        let result = (|| {
-            for (i, &(start, _)) in bounds.iter().enumerate() {
-                if par.in_order {
-                    ready[i] = Some(walk_one(i));
-                }
-                while ready[i].is_none() {
-                    match rx.recv() {
-                        Ok((j, r)) => ready[j] = Some(r),
-                        // Every worker stopped early: cancelled, or one
-                        // panicked (the scope says so).
-                        Err(_) => return Ok(()),
+
+        // The replay times and mends each chunk into a batch of timed
+        // items; the stack builders take the batches in order. The two run
+        // on threads of their own (in order: on this one), so that neither
+        // waits for the other's share of the serial work.
+        let (batch_tx, batch_rx) = mpsc::sync_channel::<Batch>(2);
+        let (free_tx, free_rx) = mpsc::channel::<Vec<(usize, Timed)>>();
+        let (set_gate, pool, walk_one, bounds, q) = (&set_gate, &pool, &walk_one, &bounds, &q);
+        let mut replay_all =
+            move |emit: &mut dyn FnMut(Batch) -> bool| -> Result<Vec<WalkFigures>, PtError> {
+                // Likewise if the replay panics: no worker stays parked.
+                let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
+                let mut replay = Replay {
+                    clock: Clock::for_unit(q.unit),
+                    pos: 0,
+                    tracing: false,
+                    orphans: Vec::new(),
+                    figures: Vec::new(),
+                    retime: par.retime,
+                };
+                let mut ready: Vec<Option<Result<Walked, PtError>>> =
+                    (0..bounds.len()).map(|_| None).collect();
+                let mut sent = base.len();
+                let mut batch = |out: TimedItems, funcs: &FuncTable| {
+                    let from = std::mem::replace(&mut sent, funcs.len());
+                    Batch {
+                        items: out.items,
+                        funcs: from..funcs.len(),
+                        table: funcs.funcs()[from..].to_vec(),
                     }
+                };
+                let fresh = || TimedItems {
+                    items: free_rx.try_recv().unwrap_or_default(),
+                };
+                let result = (|| {
+                    for (i, &(start, _)) in bounds.iter().enumerate() {
+                        if par.in_order {
+                            ready[i] = Some(walk_one(i));
+                        }
+                        while ready[i].is_none() {
+                            match rx.recv() {
+                                Ok((j, r)) => ready[j] = Some(r),
+                                // Every worker stopped early: cancelled, or one
+                                // panicked (the scope says so).
+                                Err(_) => return Ok(false),
+                            }
+                        }
+                        let walked = ready[i].take().expect("received above")?;
+                        let mut out = fresh();
+                        let body = replay.chunk(
+                            i,
+                            (start as u64, base.len()),
+                            walked,
+                            q,
+                            (&mut *procs, &mut *funcs),
+                            &mut out,
+                        );
+                        pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
+                        set_gate(&|g| g.1 = i + 1);
+                        if !emit(batch(out, funcs)) {
+                            return Ok(false);
+                        }
+                        if q.progress.is_some_and(|p| p.is_cancelled()) {
+                            return Ok(false);
+                        }
+                    }
+                    Ok(true)
+                })();
+                set_gate(&|g| g.2 = true);
+                let whole = result?;
+                let mut out = fresh();
+                let figures = replay.finish(&mut out, q, funcs);
+                if whole {
+                    emit(batch(out, funcs));
                 }
-                let walked = ready[i].take().expect("received above")?;
-                let body = replay.chunk(
-                    i,
-                    (start as u64, base.len()),
-                    walked,
-                    &q,
-                    (procs, funcs),
-                    sink,
-                );
-                pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
-                set_gate(&|g| g.1 = i + 1);
-                on_chunk(sink, funcs);
-                if q.progress.is_some_and(|p| p.is_cancelled()) {
-                    return Ok(());
+                Ok(figures)
+            };
+
+        // The builders' view of the function table: the caller's, as the
+        // replay grows it, one batch behind.
+        let mut mirror = base.clone();
+        let mut take = |b: Batch| {
+            for f in b.table {
+                let id = mirror.intern(&f.name, &f.module, f.entry, f.kind);
+                debug_assert_eq!(id as usize + 1, mirror.len());
+                if let Some(src) = f.source {
+                    mirror.set_source(id, src);
                 }
             }
-            Ok(())
-        })();
-        set_gate(&|g| g.2 = true);
-        result?;
-        Ok(replay.finish(sink, &q, funcs))
+            debug_assert_eq!(mirror.len(), b.funcs.end);
+            let mut items = b.items;
+            for (slot, t) in items.drain(..) {
+                match t {
+                    Timed::Event(ev) => sink.event(slot, &ev, &mirror),
+                    Timed::Checkpoint(c) => sink.checkpoint(slot, c),
+                }
+            }
+            on_chunk(sink, &mirror);
+            // The buffer goes back to the replay, warm.
+            let _ = free_tx.send(items);
+        };
+        if par.in_order {
+            return replay_all(&mut |b| {
+                take(b);
+                true
+            });
+        }
+        let replay = s.spawn(move || replay_all(&mut |b| batch_tx.send(b).is_ok()));
+        for b in batch_rx {
+            take(b);
+        }
+        match replay.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     })
+}
+
+/// A replayed chunk's timed items, in order, with the functions the
+/// caller's table gained meanwhile (ids `funcs`).
+struct Batch {
+    items: Vec<(usize, Timed)>,
+    funcs: std::ops::Range<usize>,
+    table: Vec<Func>,
 }
 
 /// Runs its closure when dropped, also while unwinding.
