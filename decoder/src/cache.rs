@@ -27,18 +27,23 @@ use std::sync::Arc;
 use crate::coarse::{Checkpoint, WalkFigures};
 use crate::event::{Func, FuncTable};
 use crate::fine::FineRecipe;
+use crate::memory::{Aligned, Backing, SharedSlice};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::stack::{OpenFrame, StackStats};
-use crate::store::{SpanParts, SpanPartsRef, ThreadSpans};
+use crate::store::{LaneRef, Span, SpanParts, SpanPartsRef, ThreadSpans};
 
 /// The first bytes of every entry.
 const MAGIC: [u8; 8] = *b"PTSMODEL";
 
-/// The layout of an entry's payload; a change makes older entries misses.
-const FORMAT: u32 = 1;
+/// The layout of an entry; a change makes older entries misses.
+const FORMAT: u32 = 2;
 
-/// Magic, format, CRC-32 of the payload, payload length.
+/// Magic, format, CRC-32 of the directory, directory length.
 const HEADER: usize = 8 + 4 + 4 + 8;
+
+/// The lanes' spans start at a multiple of this in the file (whose map
+/// starts at a page), so that they can be read in place.
+const ALIGN: usize = 16;
 
 /// How much the cache holds at most by default: 4 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
@@ -113,8 +118,12 @@ struct ThreadEntry {
 
 impl<'a> EntryRef<'a> {
     /// What an entry keeps of `model`, whose fine pass was built from
-    /// `recipe`.
-    fn of(model: &'a Model, recipe: FineRecipe) -> EntryRef<'a> {
+    /// `recipe`; `place` puts each lane's spans after it.
+    fn of(
+        model: &'a Model,
+        recipe: FineRecipe,
+        place: &mut dyn FnMut(&'a [Span]) -> LaneRef,
+    ) -> EntryRef<'a> {
         EntryRef {
             decoder: DECODER,
             funcs: model.funcs.funcs(),
@@ -122,7 +131,7 @@ impl<'a> EntryRef<'a> {
                 .threads
                 .iter()
                 .map(|t| ThreadRef {
-                    spans: t.spans.parts(),
+                    spans: t.spans.parts(place),
                     stack: &t.stack,
                     walk: &t.walk,
                     checkpoints: &t.checkpoints,
@@ -211,12 +220,15 @@ impl ModelCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(source) => return Some(Err(CacheError::Io { path, source })),
         };
-        let read = crate::memory::map_binary(&file)
+        let read = crate::memory::map_entry(&file)
             .map_err(|source| CacheError::Io {
                 path: path.clone(),
                 source,
             })
-            .and_then(|bytes| read_entry(&bytes).map_err(|problem| corrupt(&path, problem)));
+            .and_then(|map| {
+                read_entry(&SharedSlice::new(Backing::Map(map)))
+                    .map_err(|problem| corrupt(&path, problem))
+            });
         Some(read)
     }
 
@@ -245,13 +257,19 @@ impl ModelCache {
             let path = path.to_path_buf();
             move |source| CacheError::Io { path, source }
         };
-        let payload = postcard::to_allocvec(&EntryRef::of(model, lines.recipe())).map_err(|e| {
-            CacheError::Corrupt {
-                path: self.path_of(key),
-                problem: format!("cannot encode the model: {e}"),
-            }
+        let mut lanes: Vec<&[Span]> = Vec::new();
+        let mut data_len = 0u64;
+        let entry = EntryRef::of(model, lines.recipe(), &mut |spans| {
+            let at = LaneRef::of(data_len, spans);
+            data_len += std::mem::size_of_val(spans) as u64;
+            lanes.push(spans);
+            at
+        });
+        let dir = postcard::to_allocvec(&entry).map_err(|e| CacheError::Corrupt {
+            path: self.path_of(key),
+            problem: format!("cannot encode the model: {e}"),
         })?;
-        if (payload.len() + HEADER) as u64 > self.max_bytes {
+        if (data_start(dir.len()) as u64).saturating_add(data_len) > self.max_bytes {
             return Ok(());
         }
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
@@ -259,7 +277,15 @@ impl ModelCache {
             .prefix(".entry-")
             .tempfile_in(&self.dir)
             .map_err(io(&self.dir))?;
-        tmp.write_all(&frame(&payload)).map_err(io(tmp.path()))?;
+        let written = (|| {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+            w.write_all(&head(&dir))?;
+            for spans in lanes {
+                w.write_all(bytemuck::cast_slice(spans))?;
+            }
+            w.flush()
+        })();
+        written.map_err(io(tmp.path()))?;
         let path = self.path_of(key);
         tmp.persist(&path).map_err(|e| CacheError::Io {
             path: path.clone(),
@@ -299,22 +325,41 @@ impl ModelCache {
     }
 }
 
-/// An entry around `payload`, its header (length and checksum) as
-/// [`ModelCache`] writes it: for the fuzzer, whose inputs are payloads.
-pub fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + payload.len());
+/// Where the data of an entry whose directory is `dir_len` bytes starts.
+fn data_start(dir_len: usize) -> usize {
+    (HEADER + dir_len).next_multiple_of(ALIGN)
+}
+
+/// An entry's header, directory and padding, up to its data.
+fn head(dir: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data_start(dir.len()));
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(payload);
+    out.extend_from_slice(&crc32fast::hash(dir).to_le_bytes());
+    out.extend_from_slice(&(dir.len() as u64).to_le_bytes());
+    out.extend_from_slice(dir);
+    out.resize(data_start(dir.len()), 0);
+    out
+}
+
+/// An entry around `payload`, a directory and then the data its lanes
+/// are in, with the header (length and checksum) and padding
+/// [`ModelCache`] writes: for the fuzzer, whose inputs are payloads. The
+/// directory ends where it decodes to its end, if it does.
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let dir_len = match postcard::take_from_bytes::<Entry>(payload) {
+        Ok((_, rest)) => payload.len() - rest.len(),
+        Err(_) => payload.len(),
+    };
+    let mut out = head(&payload[..dir_len]);
+    out.extend_from_slice(&payload[dir_len..]);
     out
 }
 
 /// The model an entry's bytes hold, checked as a re-open checks it (its
 /// fine pass is not built: that needs the snapshot). For the fuzzer.
 pub fn read_model(bytes: &[u8]) -> Result<Model, String> {
-    read_entry(bytes).map(|c| c.model)
+    read_entry(&SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes)))).map(|c| c.model)
 }
 
 fn corrupt(path: &Path, problem: String) -> CacheError {
@@ -324,8 +369,10 @@ fn corrupt(path: &Path, problem: String) -> CacheError {
     }
 }
 
-/// An entry's bytes to the model they keep, every part checked.
-fn read_entry(bytes: &[u8]) -> Result<Cached, String> {
+/// An entry's bytes to the model they keep, every part checked; its lanes
+/// stay in `entry`, where they are read.
+fn read_entry(entry: &SharedSlice) -> Result<Cached, String> {
+    let bytes = entry.as_bytes();
     let header = bytes.get(..HEADER).ok_or("shorter than its header")?;
     if header[..8] != MAGIC {
         return Err("no model cache entry header".into());
@@ -335,17 +382,22 @@ fn read_entry(bytes: &[u8]) -> Result<Cached, String> {
         return Err(format!("format {}, not {FORMAT}", word(8)));
     }
     let len = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
-    let payload = &bytes[HEADER..];
-    if payload.len() as u64 != len {
-        return Err(format!(
-            "{} bytes of payload where the header says {len}",
-            payload.len()
-        ));
-    }
-    if crc32fast::hash(payload) != word(12) {
+    let dir = usize::try_from(len)
+        .ok()
+        .and_then(|len| bytes.get(HEADER..HEADER.checked_add(len)?))
+        .ok_or_else(|| format!("a directory of {len} bytes, past its end"))?;
+    if crc32fast::hash(dir) != word(12) {
         return Err("its checksum does not match".into());
     }
-    let entry: Entry = postcard::from_bytes(payload).map_err(|e| e.to_string())?;
+    let data_at = data_start(dir.len()) as u64;
+    let pad = bytes.get(HEADER + dir.len()..data_at as usize);
+    if !pad.is_some_and(|p| p.iter().all(|&b| b == 0)) {
+        return Err("its directory is not padded as written".into());
+    }
+    let data = entry
+        .slice(data_at, (bytes.len() as u64).saturating_sub(data_at))
+        .ok_or("no data after its directory")?;
+    let entry: Entry = postcard::from_bytes(dir).map_err(|e| e.to_string())?;
     if entry.decoder != DECODER {
         return Err(format!("written by ptscope {}", entry.decoder));
     }
@@ -363,7 +415,7 @@ fn read_entry(bytes: &[u8]) -> Result<Cached, String> {
             return Err("a checkpoint's stack is not in the model".into());
         }
         threads.push(ThreadModel {
-            spans: ThreadSpans::from_parts(t.spans, n)?,
+            spans: ThreadSpans::from_parts(t.spans, n, &data)?,
             stack: t.stack,
             walk: t.walk,
             checkpoints: t.checkpoints,
@@ -390,7 +442,19 @@ mod tests {
 
     /// A model with a thread of spans and a recipe, as a decode gives.
     fn entry_bytes(model: &Model, recipe: FineRecipe) -> Vec<u8> {
-        frame(&postcard::to_allocvec(&EntryRef::of(model, recipe)).unwrap())
+        let mut data = Vec::new();
+        let entry = EntryRef::of(model, recipe, &mut |spans| {
+            let at = LaneRef::of(data.len() as u64, spans);
+            data.extend_from_slice(bytemuck::cast_slice(spans));
+            at
+        });
+        let mut bytes = head(&postcard::to_allocvec(&entry).unwrap());
+        bytes.extend_from_slice(&data);
+        bytes
+    }
+
+    fn read(bytes: &[u8]) -> Result<Cached, String> {
+        read_entry(&SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes))))
     }
 
     fn model() -> Model {
@@ -421,7 +485,7 @@ mod tests {
             learned: vec![vec![(0x2000, 3)]],
             ..FineRecipe::default()
         };
-        let back = read_entry(&entry_bytes(&m, recipe.clone())).unwrap();
+        let back = read(&entry_bytes(&m, recipe.clone())).unwrap();
         assert_eq!(back.model.canonical(), m.canonical());
         assert_eq!(back.model.warnings, m.warnings);
         assert_eq!(back.recipe, recipe);
@@ -434,10 +498,10 @@ mod tests {
         for at in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[at] ^= 0x5a;
-            assert!(read_entry(&bad).is_err(), "a flip at byte {at} went unseen");
+            assert!(read(&bad).is_err(), "a flip at byte {at} went unseen");
         }
         for len in 0..bytes.len() {
-            assert!(read_entry(&bytes[..len]).is_err(), "cut at {len}");
+            assert!(read(&bytes[..len]).is_err(), "cut at {len}");
         }
     }
 
@@ -449,7 +513,7 @@ mod tests {
         let mut spans = ThreadSpans::new(1, 1, String::new());
         spans.push(0, 0, 1, 99, 0);
         m.threads.push(ThreadModel::from_spans(spans));
-        let e = read_entry(&entry_bytes(&m, FineRecipe::default()));
+        let e = read(&entry_bytes(&m, FineRecipe::default()));
         assert!(e.err().unwrap().contains("names no function"));
         let bad_recipe = FineRecipe {
             pids: vec![1],
@@ -457,7 +521,7 @@ mod tests {
             thread_procs: vec![5],
             ..FineRecipe::default()
         };
-        assert!(read_entry(&entry_bytes(&model(), bad_recipe)).is_err());
+        assert!(read(&entry_bytes(&model(), bad_recipe)).is_err());
     }
 
     #[test]

@@ -30,7 +30,8 @@
 //! - [`perf_script`]: the same events from `perf script` text;
 //! - [`stack`]: call-stack reconstruction, the heart of it: events in,
 //!   nested spans out;
-//! - [`store`]: the span store the viewer draws from, flat per-depth lanes;
+//! - [`store`]: the span store the viewer draws from, flat per-depth lanes
+//!   (built in memory, or mapped from a model cache entry);
 //! - [`decode`]: the driver that runs all of it over a snapshot, and
 //!   [`model`]: what it returns, which the viewer reads;
 //! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
@@ -38,7 +39,8 @@
 //!   zooms in, with a background worker behind a bounded cache;
 //! - [`progress`]: what a background decode shares with the window;
 //! - [`cache`]: decoded models kept on disk, so that opening a file again
-//!   reads its model instead of decoding it.
+//!   reads its model instead of decoding it: its lanes are read in place;
+//! - `parallel`: independent pieces of work spread over cores.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
@@ -66,6 +68,7 @@ pub mod model;
 pub mod names;
 pub mod open;
 pub mod packet;
+mod parallel;
 pub mod perf_script;
 pub mod progress;
 pub mod resolve;

@@ -367,7 +367,25 @@ pub fn psb_offsets(buf: &[u8]) -> Vec<usize> {
 /// PSB is the last 16 bytes of a run of `02 82` pairs, not the first: the
 /// packet after it starts `02` too, but never `02 82`.
 pub fn find_psb(buf: &[u8]) -> Option<usize> {
-    let mut at = buf.windows(16).position(|w| w == PSB_BYTES)?;
+    // A PSB's 16 bytes hold a whole 8-byte word of `buf` at a multiple of
+    // 8 (from its start), which reads as one of two values: the scan
+    // compares words, and looks closer only around a word that matches.
+    // The first PSB is found at its first such word or earlier.
+    const EVEN: u64 = u64::from_le_bytes([0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82]);
+    const ODD: u64 = u64::from_le_bytes([0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02]);
+    let mut at = buf
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, c)| {
+            let word = u64::from_le_bytes((*c).try_into().expect("8 bytes"));
+            word == EVEN || word == ODD
+        })
+        .find_map(|(k, _)| {
+            let lo = (k * 8).saturating_sub(15);
+            let hi = (k * 8 + 8 + 15).min(buf.len());
+            let near = buf[lo..hi].windows(16).position(|w| w == PSB_BYTES)?;
+            Some(lo + near)
+        })?;
     while buf.get(at + 16..at + 18) == Some(&PSB_BYTES[..2]) {
         at += 2;
     }
@@ -654,5 +672,42 @@ mod tests {
         assert_eq!(got[..2], [(3, Ok(Packet::Psb)), (19, Ok(Packet::PsbEnd))]);
         // Reading from the run's start syncs at the PSB, not inside it.
         assert_eq!(Packets::new(&buf[1..]).next(), Some((2, Ok(Packet::Psb))));
+    }
+
+    #[test]
+    fn the_word_scan_finds_every_psb_the_plain_search_finds() {
+        // The plain search the scan stands for: every window, in order.
+        fn plain(buf: &[u8]) -> Vec<usize> {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while let Some(pos) = buf[i..].windows(16).position(|w| w == PSB_BYTES) {
+                let mut at = i + pos;
+                while buf.get(at + 16..at + 18) == Some(&PSB_BYTES[..2]) {
+                    at += 2;
+                }
+                out.push(at);
+                i = at + 16;
+            }
+            out
+        }
+        let mut rng = fastrand::Rng::with_seed(27);
+        for _ in 0..2000 {
+            let len = rng.usize(0..300);
+            // Bytes of the pattern, often, so that near misses abound.
+            let mut buf: Vec<u8> = (0..len)
+                .map(|_| match rng.u8(0..4) {
+                    0 => 0x02,
+                    1 => 0x82,
+                    _ => rng.u8(..),
+                })
+                .collect();
+            for _ in 0..rng.usize(0..4) {
+                if buf.len() >= 16 {
+                    let at = rng.usize(0..=buf.len() - 16);
+                    buf[at..at + 16].copy_from_slice(&PSB_BYTES);
+                }
+            }
+            assert_eq!(psb_offsets(&buf), plain(&buf), "{buf:02x?}");
+        }
     }
 }

@@ -7,11 +7,23 @@
 //! (over 4.29 s) are rare and live in a side table.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::event::FuncId;
+use crate::memory::SharedSlice;
 
 /// One call (or pseudo-call) on one thread at one depth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    bytemuck::Pod,
+    bytemuck::Zeroable,
+)]
 #[repr(C)]
 pub struct Span {
     /// perf time in ns.
@@ -106,13 +118,88 @@ impl Block {
     }
 }
 
+/// The spans of one lane: built here (shared, so that a model's copies
+/// cost nothing), or read in place from a model cache entry, as the
+/// little-endian bytes of [`Span`]s that were checked when it was read.
+#[derive(Clone, Debug)]
+enum Lane {
+    Built(Arc<Vec<Span>>),
+    Mapped(SharedSlice),
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane::Built(Arc::default())
+    }
+}
+
+impl std::ops::Deref for Lane {
+    type Target = [Span];
+
+    #[inline]
+    fn deref(&self) -> &[Span] {
+        match self {
+            Lane::Built(v) => v,
+            // Aligned and a whole number of spans: `Lane::mapped` checked.
+            Lane::Mapped(m) => bytemuck::cast_slice(m.as_bytes()),
+        }
+    }
+}
+
+impl Lane {
+    /// The spans `bytes` hold, if they are aligned and whole.
+    fn mapped(bytes: SharedSlice) -> Option<Lane> {
+        bytemuck::try_cast_slice::<u8, Span>(bytes.as_bytes()).ok()?;
+        Some(Lane::Mapped(bytes))
+    }
+
+    /// The spans, to add to: copied first if they are shared or mapped.
+    fn spans_mut(&mut self) -> &mut Vec<Span> {
+        if let Lane::Mapped(_) = self {
+            *self = Lane::Built(Arc::new(self.to_vec()));
+        }
+        match self {
+            Lane::Built(v) => Arc::make_mut(v),
+            Lane::Mapped(_) => unreachable!("made a built lane above"),
+        }
+    }
+
+    /// Bytes it holds beyond what is mapped.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Lane::Built(v) => v.capacity() * std::mem::size_of::<Span>(),
+            Lane::Mapped(_) => 0,
+        }
+    }
+}
+
+/// Where a lane's spans are in a model cache entry's data: `count` spans
+/// from byte `offset`, with the CRC-32 of their bytes.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LaneRef {
+    pub offset: u64,
+    pub count: u64,
+    pub crc: u32,
+}
+
+impl LaneRef {
+    /// Where `spans`, put at `offset`, are.
+    pub fn of(offset: u64, spans: &[Span]) -> LaneRef {
+        LaneRef {
+            offset,
+            count: spans.len() as u64,
+            crc: crc32fast::hash(bytemuck::cast_slice(spans)),
+        }
+    }
+}
+
 /// The spans of one thread.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadSpans {
     pub pid: i32,
     pub tid: i32,
     pub comm: String,
-    lanes: Vec<Vec<Span>>,
+    lanes: Vec<Lane>,
     /// Per lane, a [`Block`] for every [`BLOCK`] spans (the last partial).
     blocks: Vec<Vec<Block>>,
     /// Durations of spans longer than `u32::MAX - 1` ns, by (depth, index).
@@ -123,15 +210,16 @@ pub struct ThreadSpans {
     tie_parents: Vec<Vec<(u32, u32)>>,
 }
 
-/// A thread's spans as the model cache writes them: the lanes as they
-/// are, durations too long for a span beside them; block summaries are
-/// not kept, as they follow from the spans.
+/// A thread's spans as the model cache writes them: where its lanes are
+/// (their spans go as they are, after the entry's directory), durations
+/// too long for a span beside them; block summaries are not kept, as they
+/// follow from the spans.
 #[derive(serde::Serialize)]
 pub struct SpanPartsRef<'a> {
     pid: i32,
     tid: i32,
     comm: &'a str,
-    lanes: &'a [Vec<Span>],
+    lanes: Vec<LaneRef>,
     long: Vec<(u32, u32, u64)>,
     tie_parents: &'a [Vec<(u32, u32)>],
 }
@@ -143,14 +231,15 @@ pub struct SpanParts {
     pid: i32,
     tid: i32,
     comm: String,
-    lanes: Vec<Vec<Span>>,
+    lanes: Vec<LaneRef>,
     long: Vec<(u32, u32, u64)>,
     tie_parents: Vec<Vec<(u32, u32)>>,
 }
 
 impl ThreadSpans {
-    /// The spans as the model cache writes them.
-    pub fn parts(&self) -> SpanPartsRef<'_> {
+    /// The spans as the model cache writes them; `place` puts each lane's
+    /// spans in the entry's data and says where.
+    pub fn parts<'a>(&'a self, place: &mut dyn FnMut(&'a [Span]) -> LaneRef) -> SpanPartsRef<'a> {
         let mut long: Vec<(u32, u32, u64)> = self
             .long
             .iter()
@@ -161,51 +250,112 @@ impl ThreadSpans {
             pid: self.pid,
             tid: self.tid,
             comm: &self.comm,
-            lanes: &self.lanes,
+            lanes: self.lanes.iter().map(|l| place(l)).collect(),
             long,
             tie_parents: &self.tie_parents,
         }
     }
 
     /// The spans [`parts`](Self::parts) gave, read back from a file that
-    /// may have been damaged: every lane in start order, every function id
-    /// below `funcs`, every long duration and recorded parent where its
-    /// span is. The block summaries are built again on the way.
-    pub fn from_parts(p: SpanParts, funcs: usize) -> Result<ThreadSpans, String> {
+    /// may have been damaged, their lanes in place in `data`: every lane
+    /// where it says and as its checksum says, in start order, every
+    /// function id below `funcs`, every long duration and recorded parent
+    /// where its span is. The block summaries are built again on the way.
+    pub fn from_parts(
+        p: SpanParts,
+        funcs: usize,
+        data: &SharedSlice,
+    ) -> Result<ThreadSpans, String> {
         let long: HashMap<(u32, u32), u64> = p
             .long
             .into_iter()
             .map(|(d, i, dur)| ((d, i), dur))
             .collect();
         let mut t = ThreadSpans::new(p.pid, p.tid, p.comm);
-        let mut longs = 0;
-        for (d, lane) in p.lanes.iter().enumerate() {
-            let mut last = 0;
-            for (i, s) in lane.iter().enumerate() {
-                if s.start < last {
-                    return Err(format!("lane {d} is out of order at span {i}"));
+        t.long = long;
+        t.ensure_lanes(p.lanes.len());
+        let mut lanes = Vec::with_capacity(p.lanes.len());
+        for (d, r) in p.lanes.iter().enumerate() {
+            let bytes = r
+                .count
+                .checked_mul(std::mem::size_of::<Span>() as u64)
+                .and_then(|n| data.slice(r.offset, n))
+                .ok_or_else(|| format!("lane {d} is not in the entry"))?;
+            let lane = Lane::mapped(bytes).ok_or_else(|| format!("lane {d} is not aligned"))?;
+            lanes.push((lane, r.crc));
+        }
+        // Lanes are checked and summarized in pieces of whole blocks, on
+        // every core when there are enough spans to be worth it.
+        let long = &t.long;
+        let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+        for (d, (lane, _)) in lanes.iter().enumerate() {
+            let mut from = 0;
+            loop {
+                let to = (from + PIECE).min(lane.len());
+                pieces.push((d, from, to));
+                if to == lane.len() {
+                    break;
                 }
-                last = s.start;
-                if s.func() as usize >= funcs {
-                    return Err(format!("span {i} of lane {d} names no function"));
-                }
-                let dur = if s.dur == Span::LONG {
-                    longs += 1;
-                    *long
-                        .get(&(d as u32, i as u32))
-                        .ok_or_else(|| format!("span {i} of lane {d} has no duration"))?
-                } else {
-                    s.dur as u64
-                };
-                t.push(d, s.start, s.start.saturating_add(dur), s.func(), s.flags());
+                from = to;
             }
         }
-        if longs != long.len() {
+        let check = |k: usize| -> Result<(crc32fast::Hasher, Vec<Block>, usize), String> {
+            let (d, from, to) = pieces[k];
+            let lane: &[Span] = &lanes[d].0;
+            let mut crc = crc32fast::Hasher::new();
+            let mut blocks = Vec::new();
+            let mut last = from.checked_sub(1).map_or(0, |i| lane[i].start);
+            let mut longs = 0;
+            // A stretch at a time, checksummed, checked and summarized
+            // while it is in cache.
+            for at in (from..to).step_by(STRETCH) {
+                let end = (at + STRETCH).min(to);
+                crc.update(bytemuck::cast_slice(&lane[at..end]));
+                for (i, s) in lane.iter().enumerate().take(end).skip(at) {
+                    if s.start < last {
+                        return Err(format!("lane {d} is out of order at span {i}"));
+                    }
+                    last = s.start;
+                    if s.func() as usize >= funcs {
+                        return Err(format!("span {i} of lane {d} names no function"));
+                    }
+                    if s.dur == Span::LONG {
+                        longs += 1;
+                        if !long.contains_key(&(d as u32, i as u32)) {
+                            return Err(format!("span {i} of lane {d} has no duration"));
+                        }
+                    }
+                }
+                summarize(&lane[..end], d, long, &mut blocks, at);
+            }
+            Ok((crc, blocks, longs))
+        };
+        let spans: usize = lanes.iter().map(|(l, _)| l.len()).sum();
+        let workers = match spans {
+            0..PIECE => 1,
+            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let checked = crate::parallel::map_indexed(pieces.len(), workers, check);
+        let mut crcs: Vec<Option<crc32fast::Hasher>> = vec![None; lanes.len()];
+        let mut longs = 0;
+        for (&(d, ..), c) in pieces.iter().zip(checked) {
+            let (crc, blocks, n) = c?;
+            longs += n;
+            match &mut crcs[d] {
+                Some(all) => all.combine(&crc),
+                none => *none = Some(crc),
+            }
+            t.blocks[d].extend(blocks);
+        }
+        for (d, ((lane, crc), all)) in lanes.into_iter().zip(crcs).enumerate() {
+            if all.map(|h| h.finalize()) != Some(crc) {
+                return Err(format!("lane {d} does not match its checksum"));
+            }
+            t.lanes[d] = lane;
+        }
+        if longs != t.long.len() {
             return Err("long durations of no span".into());
         }
-        // Lanes left empty (above a stack that started over) stay.
-        t.lanes.resize_with(p.lanes.len(), Vec::new);
-        t.blocks.resize_with(p.lanes.len(), Vec::new);
         for (d, ties) in p.tie_parents.iter().enumerate() {
             let ok = ties.windows(2).all(|w| w[0].0 < w[1].0)
                 && ties.iter().all(|&(i, parent)| {
@@ -237,7 +387,7 @@ impl ThreadSpans {
     pub fn push(&mut self, depth: usize, start: u64, end: u64, func: FuncId, flags: u32) {
         debug_assert!(func <= MAX_FUNC);
         self.ensure_lanes(depth + 1);
-        let lane = &mut self.lanes[depth];
+        let lane = self.lanes[depth].spans_mut();
         debug_assert!(lane.last().is_none_or(|l| l.start <= start));
         let (span, long) = Span::closed(start, end, func, flags);
         if let Some(dur) = long {
@@ -259,7 +409,7 @@ impl ThreadSpans {
         long: impl Iterator<Item = (usize, u64)>,
     ) {
         self.ensure_lanes(depth + 1);
-        let lane = &mut self.lanes[depth];
+        let lane = self.lanes[depth].spans_mut();
         let from = lane.len();
         debug_assert!(match (lane.last(), spans.first()) {
             (Some(l), Some(s)) => l.start <= s.start,
@@ -273,38 +423,26 @@ impl ThreadSpans {
         for (i, dur) in long {
             self.long.insert((depth as u32, (from + i) as u32), dur);
         }
-        for i in from..self.lanes[depth].len() {
-            self.summarize(depth, i);
-        }
+        self.summarize(depth, from);
     }
 
     fn ensure_lanes(&mut self, n: usize) {
         if self.lanes.len() < n {
-            self.lanes.resize_with(n, Vec::new);
+            self.lanes.resize_with(n, Lane::default);
             self.blocks.resize_with(n, Vec::new);
         }
     }
 
-    /// Folds span `i` of lane `depth` into its block's summary; spans are
-    /// summarized in order.
-    fn summarize(&mut self, depth: usize, i: usize) {
-        let start = self.lanes[depth][i].start;
-        let gap = match i {
-            0 => 0,
-            i => start.saturating_sub(self.end(depth, i - 1)),
-        };
-        let dur = self.duration(depth, i);
-        let blocks = &mut self.blocks[depth];
-        let (bd, bg) = (Block::clamp(dur), Block::clamp(gap));
-        if i.is_multiple_of(BLOCK) {
-            blocks.push(Block {
-                max_dur: bd,
-                max_gap: bg,
-            });
-        } else if let Some(b) = blocks.last_mut() {
-            b.max_dur = b.max_dur.max(bd);
-            b.max_gap = b.max_gap.max(bg);
-        }
+    /// Folds the spans of lane `depth` from `from` on into their blocks'
+    /// summaries.
+    fn summarize(&mut self, depth: usize, from: usize) {
+        summarize(
+            &self.lanes[depth],
+            depth,
+            &self.long,
+            &mut self.blocks[depth],
+            from,
+        );
     }
 
     pub fn depth(&self) -> usize {
@@ -312,7 +450,7 @@ impl ThreadSpans {
     }
 
     pub fn lane(&self, depth: usize) -> &[Span] {
-        self.lanes.get(depth).map_or(&[], |l| l.as_slice())
+        self.lanes.get(depth).map_or(&[], |l| l)
     }
 
     /// The block summaries of lane `depth`: block `b` covers spans
@@ -322,23 +460,20 @@ impl ThreadSpans {
     }
 
     pub fn lanes(&self) -> impl Iterator<Item = (usize, &[Span])> {
-        self.lanes
-            .iter()
-            .enumerate()
-            .map(|(d, l)| (d, l.as_slice()))
+        self.lanes.iter().enumerate().map(|(d, l)| (d, &l[..]))
     }
 
     /// The duration of the span at `index` of lane `depth`.
+    #[inline]
     pub fn duration(&self, depth: usize, index: usize) -> u64 {
-        let s = &self.lanes[depth][index];
-        if s.dur == Span::LONG {
-            self.long
-                .get(&(depth as u32, index as u32))
-                .copied()
-                .unwrap_or(0)
-        } else {
-            s.dur as u64
-        }
+        self.duration_of(depth, index, &self.lanes[depth][index])
+    }
+
+    /// The duration of `s`, the span at `index` of lane `depth`: for loops
+    /// that hold the lane already.
+    #[inline]
+    pub fn duration_of(&self, depth: usize, index: usize, s: &Span) -> u64 {
+        span_duration(&self.long, depth, index, s)
     }
 
     pub fn end(&self, depth: usize, index: usize) -> u64 {
@@ -346,7 +481,7 @@ impl ThreadSpans {
     }
 
     pub fn span_count(&self) -> usize {
-        self.lanes.iter().map(Vec::len).sum()
+        self.lanes.iter().map(|l| l.len()).sum()
     }
 
     /// First start and last end over all spans.
@@ -525,7 +660,11 @@ impl ThreadSpans {
     /// store holds 16 bytes per span (and 16 per block of 256).
     pub fn shrink_to_fit(&mut self) {
         for l in &mut self.lanes {
-            l.shrink_to_fit();
+            if let Lane::Built(v) = l {
+                if let Some(v) = Arc::get_mut(v) {
+                    v.shrink_to_fit();
+                }
+            }
         }
         for b in &mut self.blocks {
             b.shrink_to_fit();
@@ -538,10 +677,7 @@ impl ThreadSpans {
 
     /// Bytes of memory the spans take.
     pub fn memory_bytes(&self) -> usize {
-        self.lanes
-            .iter()
-            .map(|l| l.capacity() * std::mem::size_of::<Span>())
-            .sum::<usize>()
+        self.lanes.iter().map(Lane::heap_bytes).sum::<usize>()
             + self
                 .blocks
                 .iter()
@@ -553,6 +689,66 @@ impl ThreadSpans {
                 .iter()
                 .map(|t| t.capacity() * 8)
                 .sum::<usize>()
+    }
+}
+
+/// Spans a piece of a lane that the model cache checks on one core at a
+/// time: whole blocks, so that pieces summarize apart.
+const PIECE: usize = BLOCK * 4096;
+
+/// What a piece is read in at a time: 64 KiB of spans, whole blocks.
+const STRETCH: usize = BLOCK * 16;
+
+/// Folds the spans of `lane` (lane `depth`) from `from` on into their
+/// blocks' summaries, `blocks`; spans are summarized in order, from a
+/// block's first.
+fn summarize(
+    lane: &[Span],
+    depth: usize,
+    long: &HashMap<(u32, u32), u64>,
+    blocks: &mut Vec<Block>,
+    from: usize,
+) {
+    let dur = |i: usize| span_duration(long, depth, i, &lane[i]);
+    let mut prev_end = match from {
+        0 => None,
+        i => Some(lane[i - 1].start + dur(i - 1)),
+    };
+    let mut i = from;
+    while i < lane.len() {
+        // The rest of this span's block, folded in one go.
+        let end = (i / BLOCK + 1) * BLOCK;
+        let (mut max_dur, mut max_gap) = (0u64, 0u64);
+        for (k, s) in lane[i..end.min(lane.len())].iter().enumerate() {
+            let d = span_duration(long, depth, i + k, s);
+            max_dur = max_dur.max(d);
+            if let Some(p) = prev_end {
+                max_gap = max_gap.max(s.start.saturating_sub(p));
+            }
+            prev_end = Some(s.start + d);
+        }
+        let (bd, bg) = (Block::clamp(max_dur), Block::clamp(max_gap));
+        if i.is_multiple_of(BLOCK) {
+            blocks.push(Block {
+                max_dur: bd,
+                max_gap: bg,
+            });
+        } else if let Some(b) = blocks.last_mut() {
+            b.max_dur = b.max_dur.max(bd);
+            b.max_gap = b.max_gap.max(bg);
+        }
+        i = end;
+    }
+}
+
+#[inline]
+fn span_duration(long: &HashMap<(u32, u32), u64>, depth: usize, index: usize, s: &Span) -> u64 {
+    if s.dur == Span::LONG {
+        long.get(&(depth as u32, index as u32))
+            .copied()
+            .unwrap_or(0)
+    } else {
+        s.dur as u64
     }
 }
 
@@ -605,14 +801,14 @@ pub fn function_stats<'a>(
             // Children of consecutive parents are consecutive: sweep.
             let mut c = 0usize;
             for (i, s) in lane.iter().enumerate() {
-                let dur = t.duration(d, i);
+                let dur = t.duration_of(d, i, s);
                 let end = s.start + dur;
                 let mut child_ns = 0u64;
                 while c < child.len() && child[c].start < s.start {
                     c += 1;
                 }
                 while c < child.len() && child[c].start < end.max(s.start + 1) {
-                    let ce = t.end(d + 1, c).min(end);
+                    let ce = (child[c].start + t.duration_of(d + 1, c, &child[c])).min(end);
                     child_ns += ce.saturating_sub(child[c].start);
                     c += 1;
                 }
@@ -640,8 +836,17 @@ mod tests {
     use crate::event::{FuncTable, SpanKind};
 
     fn roundtrip(t: &ThreadSpans, funcs: usize) -> Result<ThreadSpans, String> {
-        let bytes = postcard::to_allocvec(&t.parts()).unwrap();
-        ThreadSpans::from_parts(postcard::from_bytes(&bytes).unwrap(), funcs)
+        let mut data = Vec::new();
+        let parts = t.parts(&mut |spans| {
+            let r = LaneRef::of(data.len() as u64, spans);
+            data.extend_from_slice(bytemuck::cast_slice(spans));
+            r
+        });
+        let bytes = postcard::to_allocvec(&parts).unwrap();
+        let data = SharedSlice::new(crate::memory::Backing::Memory(
+            crate::memory::Aligned::copy_of(&data),
+        ));
+        ThreadSpans::from_parts(postcard::from_bytes(&bytes).unwrap(), funcs, &data)
     }
 
     #[test]
@@ -673,7 +878,7 @@ mod tests {
         // A function the table does not have.
         assert!(roundtrip(&t, 4).unwrap_err().contains("names no function"));
         // Out of order.
-        t.lanes[0].swap(0, 1);
+        t.lanes[0].spans_mut().swap(0, 1);
         assert!(roundtrip(&t, 5).unwrap_err().contains("out of order"));
     }
 
