@@ -28,7 +28,10 @@ fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Mode
         threads,
         ..OpenOptions::default()
     };
-    open(file, &opts).unwrap()
+    let model = open(file, &opts).unwrap();
+    // The entry is written on a thread of its own: as a process that exits.
+    ptscope_decoder::cache::finish_writes();
+    model
 }
 
 /// Everything a model holds but its fine pass, as text.

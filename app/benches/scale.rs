@@ -1,10 +1,14 @@
-//! The benchmark of issue 7, in one run and one table: ptscope at scale and
-//! side by side with its peers. Prints figures; asserts nothing.
+//! The benchmark of issues 7 and 27, in one run and one table: ptscope at
+//! scale and side by side with its peers. Prints figures and which targets
+//! they meet; asserts nothing.
 //!
 //! `cargo bench -p ptscope --bench scale`. Inputs are generated under the
-//! target directory from the benchmarks' 30 s capture of bench_loop
-//! (`ptscope grow`): a 256 MiB snapshot (`$PTSCOPE_SCALE_MB`) and a 16 MiB
-//! one for the peers, whose decoders are too slow for 256 MiB.
+//! target directory from the benchmarks' 30 s captures of two steady loops
+//! (`ptscope grow`): bench_loop grown to a large snapshot
+//! (`$PTSCOPE_SCALE_MB`, 256 MiB), to 16 MiB for the peers, whose
+//! decoders are too slow for more, and to a gigabyte
+//! (`$PTSCOPE_SCALE_LARGE_MB`, 1024; 0 skips it); bench_sort (libc's
+//! qsort through a callback) grown to 16 MiB.
 //!
 //! - **PSB indexing** over the large trace, GB/s (median of 5).
 //! - **Coarse pass** over the large snapshot, end to end
@@ -15,13 +19,18 @@
 //!   decode publishes its first partial model with spans (the GUI draws it
 //!   on its next frame).
 //! - **Re-open**: the large snapshot opened twice through the model cache:
-//!   the first open decodes and writes the entry, the second reads it back
-//!   (with its fine pass rebuilt); as a share of a full decode.
+//!   the first open decodes (the entry is written after it, on a thread of
+//!   its own), the second reads it back (with its fine pass rebuilt); as a
+//!   share of a full decode.
 //! - **Store**: bytes per span.
-//! - **Peers on the 16 MiB snapshot**, every variant in turn, medians of
+//! - **Peak memory** of a full decode, per span, in a process of its own
+//!   (`--decode-child`), from what was resident before it to its peak.
+//! - **Peers on each 16 MiB snapshot**, every variant in turn, medians of
 //!   `$PTSCOPE_BENCH_ROUNDS` (3): ours on one core and on every core,
 //!   libipt's block decoder walking the trace alone, and
 //!   `perf script --itrace=cr` to /dev/null; each as a ratio against ours.
+//! - **A gigabyte**: first spans, and the coarse pass on one core and on
+//!   every core with its peak memory, each in a process of its own.
 //! - **Frame build**, the CPU side of a 1920×1080 frame of the viewer, with
 //!   10M and 100M synthetic spans, fully zoomed out, at 1 ms, 10 µs and
 //!   100 ns windows.
@@ -79,8 +88,203 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// A `VmRSS`/`VmHWM`-style line of /proc/self/status, in bytes.
+fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb << 10
+}
+
+/// One full decode measured in a process of its own, which starts with
+/// nothing but the snapshot in memory: wall time, spans, instructions and
+/// the peak resident memory the decode added (store included).
+struct ChildDecode {
+    time: Duration,
+    spans: u64,
+    insns: u64,
+    peak: u64,
+    /// What was resident before: the program, the trace and binaries.
+    before: u64,
+}
+
+/// `--decode-child=PATH,JOBS`: decodes PATH on JOBS cores (0: every core)
+/// and prints what [`ChildDecode`] holds.
+fn decode_child(spec: &str) {
+    let (path, jobs) = spec.rsplit_once(',').unwrap();
+    let snap = Snapshot::open(Path::new(path)).unwrap();
+    // The trace is read before the decode is timed, as in the rows of one
+    // process above.
+    drop(snap.trace().unwrap());
+    let before = status_bytes("VmRSS:");
+    // Resets VmHWM to what is resident now.
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let parallel = match jobs {
+        "0" => Parallel::default(),
+        n => Parallel::on(n.parse().unwrap()),
+    };
+    let t = Instant::now();
+    let m = decode_snapshot(
+        &snap,
+        &DecodeOptions {
+            parallel,
+            ..DecodeOptions::default()
+        },
+    )
+    .unwrap();
+    let time = t.elapsed();
+    let peak = status_bytes("VmHWM:").saturating_sub(before);
+    let insns: u64 = m.threads.iter().map(|t| t.walk.instructions).sum();
+    println!(
+        "decoded {} {} {insns} {peak} {before}",
+        time.as_nanos(),
+        m.span_count()
+    );
+}
+
+fn child_decode(path: &Path, jobs: usize) -> ChildDecode {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--bench")
+        .arg(format!("--decode-child={},{jobs}", path.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "decoding {} in a child failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("decoded ")).unwrap();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().unwrap())
+        .collect();
+    ChildDecode {
+        time: Duration::from_nanos(v[0]),
+        spans: v[1],
+        insns: v[2],
+        peak: v[3],
+        before: v[4],
+    }
+}
+
+/// From opening `path` until a background decode publishes its first
+/// partial model with spans (the window draws it on its next frame).
+fn first_spans(path: &Path) -> Option<(Duration, usize)> {
+    let t = Instant::now();
+    let snap = Snapshot::open(path).unwrap();
+    let progress = DecodeProgress::new();
+    let p = progress.clone();
+    let worker = std::thread::spawn(move || {
+        let opts = DecodeOptions {
+            progress: Some(p),
+            ..DecodeOptions::default()
+        };
+        decode_snapshot(&snap, &opts).map(|m| m.span_count())
+    });
+    let first = loop {
+        if let Some(m) = progress.take_partial() {
+            if m.span_count() > 0 {
+                break Some((t.elapsed(), m.span_count()));
+            }
+        }
+        if worker.is_finished() {
+            break None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    progress.cancel();
+    let _ = worker.join();
+    first
+}
+
+/// The rows of a peer comparison on a 16 MiB file, `what` naming it.
+fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
+    let mb16 = p.pt_bytes as f64 / 1e6;
+    for (name, t) in &p.times {
+        eprintln!("  {name:<40} {:.3} s", secs(*t));
+    }
+    let row = |t: &mut Table, name: &str, d: Duration, target: &str| {
+        t.row(
+            format!("{what}: {name}"),
+            format!(
+                "{:.2} s, {:.1} MB/s, {:.2}x our time",
+                secs(d),
+                mb16 / secs(d),
+                secs(d) / secs(p.full)
+            ),
+            target,
+        );
+    };
+    let all16 = p.full_all.unwrap();
+    let spans_s = p.spans as f64 / secs(p.full) / 1e6;
+    row(
+        table,
+        &format!("ptscope, one core ({spans_s:.2} M spans/s)"),
+        p.full,
+        &format!(">= 20 M spans/s: {}", verdict(spans_s >= 20.0)),
+    );
+    let speedup = secs(p.full) / secs(all16);
+    row(
+        table,
+        &format!("ptscope, every core ({speedup:.2}x one core)"),
+        all16,
+        &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
+    );
+    let r = secs(p.ipt) / secs(p.full);
+    row(
+        table,
+        "libipt block decoder alone",
+        p.ipt,
+        &format!("ours >= 1.5x faster, one core: {}", verdict(r >= 1.5)),
+    );
+    row(table, "… with its block cache warm", p.ipt_warm, "");
+    row(
+        table,
+        "ptscope walk, resolve and stacks (symbols loaded)",
+        p.pass,
+        &format!("libipt alone / this: {:.2}x", secs(p.ipt) / secs(p.pass)),
+    );
+    match p.perf {
+        Some(perf) => {
+            let r = secs(perf) / secs(p.full);
+            row(
+                table,
+                "perf script --itrace=cr",
+                perf,
+                &format!(">= 80x slower: {}", verdict(r >= 80.0)),
+            );
+        }
+        None => table.row(format!("{what}: perf script"), "could not run", ""),
+    }
+}
+
+/// The peak-memory row of a decode measured in a child.
+fn peak_row(table: &mut Table, what: &str, c: &ChildDecode) {
+    let per = c.peak as f64 / (c.spans.max(1)) as f64;
+    table.row(
+        format!("peak memory of a full decode, {what}"),
+        format!(
+            "{per:.1} B per span ({:.0} MB for {:.1} M spans, store included; {:.0} MB resident before: the trace, binaries and program)",
+            c.peak as f64 / 1e6,
+            c.spans as f64 / 1e6,
+            c.before as f64 / 1e6
+        ),
+        &format!("<= 24 B/span: {}", verdict(per <= 24.0)),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(spec) = args.iter().find_map(|a| a.strip_prefix("--decode-child=")) {
+        decode_child(spec);
+        return;
+    }
     if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
         println!("scale: skipped (run it with `cargo bench -p ptscope --bench scale`)");
         return;
@@ -176,16 +380,19 @@ fn main() {
         * std::mem::size_of::<ptscope_decoder::store::Block>();
     drop(model);
     for (name, t) in [("one core", one), ("every core", all)] {
+        let rate = spans / secs(t) / 1e6;
         table.row(
             format!("coarse pass, {name}"),
             format!(
-                "{:.1} s: {:.1} MB/s, {:.1} M insns/s, {:.2} M spans/s",
+                "{:.1} s: {:.1} MB/s, {:.1} M insns/s, {rate:.2} M spans/s",
                 secs(t),
                 bytes as f64 / secs(t) / 1e6,
                 insns as f64 / secs(t) / 1e6,
-                spans / secs(t) / 1e6
             ),
-            "",
+            &match name {
+                "one core" => format!(">= 20 M spans/s: {}", verdict(rate >= 20.0)),
+                _ => String::new(),
+            },
         );
     }
     let speedup = secs(one) / secs(all);
@@ -205,33 +412,7 @@ fn main() {
     );
 
     // First spans: open, then the background decode's first partial model.
-    let first = {
-        let t = Instant::now();
-        let snap = Snapshot::open(&big).unwrap();
-        let progress = DecodeProgress::new();
-        let p = progress.clone();
-        let worker = std::thread::spawn(move || {
-            let opts = DecodeOptions {
-                progress: Some(p),
-                ..DecodeOptions::default()
-            };
-            decode_snapshot(&snap, &opts).map(|m| m.span_count())
-        });
-        let first = loop {
-            if let Some(m) = progress.take_partial() {
-                if m.span_count() > 0 {
-                    break Some((t.elapsed(), m.span_count()));
-                }
-            }
-            if worker.is_finished() {
-                break None;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        };
-        progress.cancel();
-        let _ = worker.join();
-        first
-    };
+    let first = first_spans(&big);
     match first {
         Some((t, n)) => table.row(
             format!("first spans on screen, {mb} MiB"),
@@ -257,8 +438,12 @@ fn main() {
             ..OpenOptions::default()
         };
         let t = Instant::now();
-        drop(open(&big, &opts).unwrap());
+        let model = open(&big, &opts).unwrap();
         let first_open = t.elapsed();
+        // The entry is written on a thread of its own, after the open.
+        ptscope_decoder::cache::finish_writes();
+        let written = t.elapsed();
+        drop(model);
         let entry: u64 = std::fs::read_dir(&cache_dir)
             .unwrap()
             .map(|e| e.unwrap().metadata().unwrap().len())
@@ -276,14 +461,21 @@ fn main() {
         table.row(
             format!("re-opening {mb} MiB decoded before"),
             format!(
-                "{:.2} s, {:.1}% of a full decode (entry {:.0} MB, {:.1} B per span; the first open took {:.1} s with it)",
+                "{:.2} s, {:.1}% of a full decode (entry {:.0} MB, {:.1} B per span; the first open took {:.1} s, and the entry was written {:.1} s after it, in the background)",
                 secs(reopen),
                 share * 100.0,
                 entry as f64 / 1e6,
                 entry as f64 / spans.max(1.0),
-                secs(first_open)
+                secs(first_open),
+                secs(written - first_open)
             ),
             &format!("<= 5%: {}", verdict(share <= 0.05)),
+        );
+        // A re-open shows the whole model at once.
+        table.row(
+            format!("first spans on screen, re-opening {mb} MiB"),
+            format!("{:.0} ms", secs(reopen) * 1e3),
+            &format!("< 0.2 s: {}", verdict(reopen < Duration::from_millis(200))),
         );
         let _ = std::fs::remove_dir_all(&cache_dir);
     }
@@ -297,62 +489,79 @@ fn main() {
         &format!("<= 16: {}", verdict(bps <= 16.0)),
     );
 
+    // Peak memory, in a process of its own.
+    eprintln!("peak memory, {mb} MiB…");
+    peak_row(&mut table, &format!("{mb} MiB"), &child_decode(&big, 0));
+
     // Peers on 16 MiB.
     eprintln!("peers on 16 MiB, {rounds} rounds…");
     let p = peers::measure_peers(&small, rounds, true).expect("every variant");
-    let mb16 = p.pt_bytes as f64 / 1e6;
-    for (name, t) in &p.times {
-        eprintln!("  {name:<40} {:.3} s", secs(*t));
-    }
-    let row = |t: &mut Table, name: &str, d: Duration, ours: Duration, target: &str| {
-        t.row(
-            format!("16 MiB: {name}"),
-            format!(
-                "{:.2} s, {:.1} MB/s, {:.2}x our time",
-                secs(d),
-                mb16 / secs(d),
-                secs(d) / secs(ours)
-            ),
-            target,
+    peer_rows(&mut table, "16 MiB", &p);
+
+    // Another steady loop: library code sorting through a callback.
+    eprintln!("the qsort loop, 16 MiB, {rounds} rounds…");
+    let sort = dir.join("grown-sort-16M.ptscope");
+    ptscope::scale::grow(&support::bench_capture("bench_sort"), &sort, 16 << 20).unwrap();
+    let p = peers::measure_peers(&sort, rounds, true).expect("every variant");
+    peer_rows(&mut table, "16 MiB of the qsort loop", &p);
+    peak_row(
+        &mut table,
+        "16 MiB of the qsort loop",
+        &child_decode(&sort, 0),
+    );
+
+    // A gigabyte, decoded in processes of their own.
+    let large_mb: u64 = std::env::var("PTSCOPE_SCALE_LARGE_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024);
+    if large_mb > 0 {
+        eprintln!("{large_mb} MiB…");
+        let large = dir.join(format!("grown-{large_mb}M.ptscope"));
+        let t = Instant::now();
+        ptscope::scale::grow(&src, &large, large_mb << 20).unwrap();
+        table.row(
+            format!("generating {large_mb} MiB"),
+            format!("{:.1} s", secs(t.elapsed())),
+            "",
         );
-    };
-    let all16 = p.full_all.unwrap();
-    row(&mut table, "ptscope, one core", p.full, p.full, "");
-    row(&mut table, "ptscope, every core", all16, p.full, "");
-    let r = secs(p.ipt) / secs(p.full);
-    row(
-        &mut table,
-        "libipt block decoder alone",
-        p.ipt,
-        p.full,
-        &format!("ours as fast, one core: {}", verdict(r >= 1.0)),
-    );
-    row(
-        &mut table,
-        "… with its block cache warm",
-        p.ipt_warm,
-        p.full,
-        "",
-    );
-    row(
-        &mut table,
-        "ptscope walk, resolve and stacks (symbols loaded)",
-        p.pass,
-        p.full,
-        &format!("libipt alone / this: {:.2}x", secs(p.ipt) / secs(p.pass)),
-    );
-    match p.perf {
-        Some(perf) => {
-            let r = secs(perf) / secs(p.full);
-            row(
-                &mut table,
-                "perf script --itrace=cr",
-                perf,
-                p.full,
-                &format!(">= 10x slower: {}", verdict(r >= 10.0)),
+        match first_spans(&large) {
+            Some((t, n)) => table.row(
+                format!("first spans on screen, {large_mb} MiB"),
+                format!("{:.0} ms ({n} spans)", secs(t) * 1e3),
+                &format!("< 1 s: {}", verdict(t < Duration::from_secs(1))),
+            ),
+            None => table.row(
+                format!("first spans on screen, {large_mb} MiB"),
+                "no partial model",
+                "< 1 s: NOT met",
+            ),
+        }
+        let one = child_decode(&large, 1);
+        let all = child_decode(&large, 0);
+        let bytes = (large_mb << 20) as f64;
+        for (name, c) in [("one core", &one), ("every core", &all)] {
+            table.row(
+                format!("{large_mb} MiB: coarse pass, {name}"),
+                format!(
+                    "{:.1} s: {:.1} MB/s, {:.2} M spans/s ({:.0} M spans, {:.0} M instructions)",
+                    secs(c.time),
+                    bytes / secs(c.time) / 1e6,
+                    c.spans as f64 / secs(c.time) / 1e6,
+                    c.spans as f64 / 1e6,
+                    c.insns as f64 / 1e6
+                ),
+                "",
             );
         }
-        None => table.row("16 MiB: perf script", "could not run", ""),
+        let speedup = secs(one.time) / secs(all.time);
+        table.row(
+            format!("{large_mb} MiB: speed-up on {cores} cores"),
+            format!("{speedup:.2}x"),
+            &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
+        );
+        peak_row(&mut table, &format!("{large_mb} MiB"), &all);
+        let _ = std::fs::remove_file(&large);
     }
 
     // Frames.

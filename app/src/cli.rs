@@ -299,14 +299,16 @@ pub struct InputOpts {
     /// tests hold it to libipt's instruction decoder and to perf's.
     #[arg(long, value_enum, default_value = "ptscope")]
     pub decoder: DecoderChoice,
-    /// Threads for ptscope's coarse pass, which walks a trace in chunks
-    /// cut at PSBs and stitches them into the same spans one walk gives
-    /// (default: every core; 1: one walk).
+    /// Threads for ptscope's coarse pass (default: every core). 1: one
+    /// walk; 2: one walk, with the call stacks built on the second
+    /// thread; more: the trace walked in chunks cut at PSBs, stitched
+    /// into the same spans one walk gives.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
-    /// PT bytes per chunk of the parallel coarse pass (K, M suffixes).
-    #[arg(long, value_name = "SIZE", value_parser = parse_chunk, default_value = "128K")]
-    pub chunk: usize,
+    /// PT bytes per chunk of the parallel coarse pass (K, M suffixes;
+    /// default 128K). Given, it walks chunks on 2 threads too.
+    #[arg(long, value_name = "SIZE", value_parser = parse_chunk)]
+    pub chunk: Option<usize>,
     /// Decode afresh: neither read the model a decode of this file with
     /// these options kept in ~/.cache/ptscope/models, nor keep one.
     #[arg(long)]
@@ -438,12 +440,15 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
         DecoderChoice::Ptscope => Engine::Flow,
         DecoderChoice::Libipt => Engine::Libipt,
     };
-    let mut parallel = Parallel::default();
-    if let Some(n) = input.jobs {
-        parallel.workers = n.into();
+    let mut parallel = match input.jobs {
+        Some(n) => Parallel::on(n.into()),
+        None => Parallel::default(),
+    };
+    if let Some(chunk) = input.chunk {
+        parallel.chunk_bytes = chunk;
+        parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(chunk);
+        parallel.pipeline = false;
     }
-    parallel.chunk_bytes = input.chunk;
-    parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(input.chunk);
     let opts = input.names.apply(OpenOptions {
         raw_images: input.raw.clone(),
         cpu: input.cpu,

@@ -12,17 +12,28 @@
 //! Entries live under the user's cache directory
 //! (`$XDG_CACHE_HOME/ptscope/models`, else `~/.cache/ptscope/models`), at
 //! most [`DEFAULT_MAX_BYTES`] in all: the least recently used go first.
-//! One is written to a temporary file and renamed into place, so a reader
-//! never sees half of one. A read is never trusted: the header, the
-//! length and a CRC-32 of the payload are checked, the payload is decoded
-//! with bounds checks (postcard), and the model is rebuilt through the
-//! store's own checks ([`ThreadSpans::from_parts`]); an entry that fails
-//! any of them is an error, which the caller answers by decoding afresh.
+//! One is written after the open that decoded it, on a thread of its own
+//! ([`finish_writes`] waits for it), to a temporary file renamed into
+//! place, so a reader never sees half of one.
+//!
+//! An entry is a header (magic, format, the CRC-32 and length of the
+//! directory), the directory (postcard: functions, threads with where
+//! their lanes are, checkpoints, figures, the recipe), and then every
+//! lane's spans as they are in memory (little-endian, 16 bytes each, at a
+//! multiple of 16 in the file). A re-open maps the entry and reads the
+//! lanes where they are: no span is decoded or copied, so reading a model
+//! costs about what checking it costs. A read is never trusted: the
+//! header, the directory's CRC and its decoding (with bounds checks), and
+//! per lane its place in the file, its CRC, its order, its function ids
+//! and its durations are checked (on every core) before the model is
+//! used ([`ThreadSpans::from_parts`]); an entry that fails any of them is
+//! an error, which the caller answers by decoding afresh. On a big-endian
+//! machine there is no user cache.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::coarse::{Checkpoint, WalkFigures};
 use crate::event::{Func, FuncTable};
@@ -147,6 +158,23 @@ impl<'a> EntryRef<'a> {
     }
 }
 
+/// Entries being written on threads of their own: see [`finish_writes`].
+static WRITES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Waits until every entry [`ModelCache::keep`] began is written. A
+/// process calls it before it exits, or the entries under way are lost
+/// (their temporary files are cleared up by a later eviction).
+pub fn finish_writes() {
+    let writes = std::mem::take(&mut *WRITES.lock().unwrap_or_else(|e| e.into_inner()));
+    for w in writes {
+        let _ = w.join();
+    }
+}
+
+/// How old a temporary file of an entry must be for an eviction to take
+/// it for one whose writer died: no write takes this long.
+const STALE_WRITE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The decoder's version, which every key and entry carries.
 const DECODER: &str = env!("CARGO_PKG_VERSION");
 
@@ -163,6 +191,10 @@ impl ModelCache {
     /// The user's cache: `$XDG_CACHE_HOME/ptscope/models`, else
     /// `~/.cache/ptscope/models`; `None` without either variable.
     pub fn user() -> Option<ModelCache> {
+        // Lanes are kept as little-endian memory: nowhere else to read them.
+        if cfg!(target_endian = "big") {
+            return None;
+        }
         let base = std::env::var_os("XDG_CACHE_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -246,6 +278,23 @@ impl ModelCache {
         let _ = std::fs::remove_file(self.path_of(key));
     }
 
+    /// Keeps `model` as the entry `key` on a thread of its own, so that
+    /// its opener has the model without waiting for the write (a copy of
+    /// it: the lanes are shared, not copied). A write that fails costs the
+    /// next open a decode, nothing more.
+    pub(crate) fn keep(&self, key: String, model: Model) {
+        let cache = self.clone();
+        let write = std::thread::Builder::new()
+            .name("ptscope-model-cache".into())
+            .spawn(move || {
+                let _ = cache.store(&key, &model);
+            });
+        // With no thread to be had, nothing is kept.
+        if let Ok(w) = write {
+            WRITES.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+        }
+    }
+
     /// Keeps `model` as the entry `key`, then evicts the least recently
     /// used entries until the cache fits its bound. A model larger than
     /// the whole bound is not kept.
@@ -301,14 +350,25 @@ impl ModelCache {
         let Ok(dir) = std::fs::read_dir(&self.dir) else {
             return;
         };
+        let now = std::time::SystemTime::now();
         let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = dir
             .filter_map(|e| {
                 let e = e.ok()?;
                 let path = e.path();
+                let md = e.metadata().ok()?;
+                // What a writer that died left behind.
+                let old = |t: std::time::SystemTime| {
+                    now.duration_since(t).is_ok_and(|age| age > STALE_WRITE)
+                };
+                if e.file_name().to_string_lossy().starts_with(".entry-")
+                    && md.modified().is_ok_and(old)
+                {
+                    let _ = std::fs::remove_file(&path);
+                    return None;
+                }
                 if path.extension()? != "model" {
                     return None;
                 }
-                let md = e.metadata().ok()?;
                 Some((md.modified().ok()?, md.len(), path))
             })
             .collect();
@@ -546,5 +606,41 @@ mod tests {
         assert!(cache.path_of("a").exists());
         assert!(!cache.path_of("b").exists());
         assert!(cache.path_of("c").exists());
+    }
+
+    /// Writes the `model_cache` fuzz target's seeds (payloads: a directory
+    /// and the data after it) into `$PTSCOPE_FUZZ_SEEDS`:
+    /// `PTSCOPE_FUZZ_SEEDS=tests/fuzz/seeds/model_cache cargo test -p
+    /// ptscope-decoder -- --ignored fuzz_seeds`.
+    #[test]
+    #[ignore = "writes the fuzz seeds"]
+    fn fuzz_seeds() {
+        let dir = PathBuf::from(std::env::var("PTSCOPE_FUZZ_SEEDS").expect("a directory"));
+        let recipe = FineRecipe {
+            pids: vec![7],
+            learned: vec![vec![(0x2000, 3)]],
+            schedules: vec![(0, vec![(5, 0)])],
+            slot_of: vec![(8, 0)],
+            thread_procs: vec![0],
+            sources: vec!["/bin/prog".into()],
+        };
+        // The unit tests' model, and one with long spans, ties and more
+        // lanes than blocks.
+        let mut big = model();
+        let mut spans = ThreadSpans::new(1, 2, "two".into());
+        for i in 0..300u64 {
+            spans.push(0, i * 10, i * 10 + 5, (i % 4) as u32, 0);
+        }
+        spans.push(1, 20, 20, 3, 0);
+        spans.push(2, 4000, 4000 + (1 << 33), 3, crate::store::flag::OPEN_END);
+        big.threads.push(ThreadModel::from_spans(spans));
+        for (name, m) in [("entry-0", model()), ("entry-1", big)] {
+            let bytes = entry_bytes(&m, recipe.clone());
+            let dir_len = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+            let mut payload = bytes[HEADER..HEADER + dir_len].to_vec();
+            payload.extend_from_slice(&bytes[data_start(dir_len)..]);
+            assert!(read_model(&frame(&payload)).is_ok(), "{name} reads back");
+            std::fs::write(dir.join(name), payload).unwrap();
+        }
     }
 }

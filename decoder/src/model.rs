@@ -151,7 +151,7 @@ impl TimeUnit {
 /// The decoded snapshot: what the viewer draws. Its default is the empty
 /// model (no threads, nothing missing, times in nanoseconds); synthetic
 /// and test models fill in `funcs` and `threads` over it.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Model {
     pub funcs: FuncTable,
     pub threads: Vec<ThreadModel>,

@@ -213,9 +213,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
             }
             let model = decode_snapshot(&snap, &dopts)?;
             if let Some((c, key)) = cache {
-                // A cache that cannot be written costs the next open a
-                // decode, nothing more.
-                let _ = c.store(&key, &model);
+                c.keep(key, model.clone());
             }
             Ok(model)
         }

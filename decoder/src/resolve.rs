@@ -1067,6 +1067,7 @@ mod walk_and_chunks {
             first_chunk_bytes: 1,
             retime: false,
             in_order: true,
+            pipeline: false,
         };
         (decode(Parallel::sequential()), decode(chunks))
     }

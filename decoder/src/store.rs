@@ -319,11 +319,16 @@ impl ThreadSpans {
                     if s.func() as usize >= funcs {
                         return Err(format!("span {i} of lane {d} names no function"));
                     }
-                    if s.dur == Span::LONG {
+                    let dur = if s.dur == Span::LONG {
                         longs += 1;
-                        if !long.contains_key(&(d as u32, i as u32)) {
-                            return Err(format!("span {i} of lane {d} has no duration"));
-                        }
+                        *long
+                            .get(&(d as u32, i as u32))
+                            .ok_or_else(|| format!("span {i} of lane {d} has no duration"))?
+                    } else {
+                        s.dur as u64
+                    };
+                    if s.start.checked_add(dur).is_none() {
+                        return Err(format!("span {i} of lane {d} ends after time does"));
                     }
                 }
                 summarize(&lane[..end], d, long, &mut blocks, at);
@@ -712,7 +717,7 @@ fn summarize(
     let dur = |i: usize| span_duration(long, depth, i, &lane[i]);
     let mut prev_end = match from {
         0 => None,
-        i => Some(lane[i - 1].start + dur(i - 1)),
+        i => Some(lane[i - 1].start.saturating_add(dur(i - 1))),
     };
     let mut i = from;
     while i < lane.len() {
@@ -725,7 +730,7 @@ fn summarize(
             if let Some(p) = prev_end {
                 max_gap = max_gap.max(s.start.saturating_sub(p));
             }
-            prev_end = Some(s.start + d);
+            prev_end = Some(s.start.saturating_add(d));
         }
         let (bd, bg) = (Block::clamp(max_dur), Block::clamp(max_gap));
         if i.is_multiple_of(BLOCK) {
@@ -880,6 +885,16 @@ mod tests {
         // Out of order.
         t.lanes[0].spans_mut().swap(0, 1);
         assert!(roundtrip(&t, 5).unwrap_err().contains("out of order"));
+        // A span that would end after the last instant there is (fuzzing,
+        // round 15: its end overflowed).
+        t.lanes[0].spans_mut()[..2].copy_from_slice(&[
+            Span::closed(10, 100, 3, 0).0,
+            Span::closed(u64::MAX - 1, u64::MAX, 4, 0).0,
+        ]);
+        t.lanes[0].spans_mut()[1].dur = 100;
+        assert!(roundtrip(&t, 5)
+            .unwrap_err()
+            .contains("ends after time does"));
     }
 
     #[test]

@@ -134,6 +134,7 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
             retime: false,
             // No thread timing in the fuzzer's coverage.
             in_order: true,
+            pipeline: false,
         },
     );
     match (&one, &chunked) {

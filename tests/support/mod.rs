@@ -358,10 +358,15 @@ pub fn json_string(line: &str, key: &str) -> String {
 /// The benchmarks' input: a snapshot of bench_loop.c taken with the
 /// emulated backend, reused while it is newer than the program's source.
 pub fn bench_snapshot() -> PathBuf {
+    bench_capture("bench_loop")
+}
+
+/// [`bench_snapshot`] of the steady loop `tests/programs/NAME.c`.
+pub fn bench_capture(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-coarse");
     std::fs::create_dir_all(&dir).unwrap();
-    let snap = dir.join("bench_loop.ptscope");
-    let src = programs_dir().join("bench_loop.c");
+    let snap = dir.join(format!("{name}.ptscope"));
+    let src = programs_dir().join(format!("{name}.c"));
     let fresh = |p: &Path| {
         let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&src)) else {
             return false;
@@ -376,8 +381,8 @@ pub fn bench_snapshot() -> PathBuf {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
-    let exe = build(&dir, "bench_loop.c");
-    println!("capturing bench_loop with the emulated backend for {secs} s (ring 64M) ...");
+    let exe = build(&dir, &format!("{name}.c"));
+    println!("capturing {name} with the emulated backend for {secs} s (ring 64M) ...");
     let t = std::time::Instant::now();
     let out = ptscope()
         .args(["record", "-q", "--backend", "emulated", "--size", "64M"])

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::{release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Sink};
-use crate::coarse::{walk_queue, Timed, TimedItems, WalkFigures};
+use crate::coarse::{walk_queue, Checkpoint, Timed, TimedItems, WalkFigures};
 use crate::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
@@ -37,28 +37,38 @@ pub struct Parallel {
     /// paths).
     #[doc(hidden)]
     pub in_order: bool,
+    /// With two workers, walk the queue once on one and build its stacks
+    /// on the other, rather than walk chunks: on two cores, what chunks
+    /// cost to record and replay outweighs what a second walker gains.
+    pub pipeline: bool,
 }
 
 impl Default for Parallel {
+    /// On every core.
     fn default() -> Self {
+        Parallel::on(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+impl Parallel {
+    /// On `workers` cores, the way that suits that many: one walk, one
+    /// walk and its stack builders apart ([`pipeline`](Self::pipeline)),
+    /// or chunks.
+    pub fn on(workers: usize) -> Parallel {
         Parallel {
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers,
             // Small enough that a chunk's record stays in cache.
             chunk_bytes: 128 << 10,
             first_chunk_bytes: 128 << 10,
             retime: false,
             in_order: false,
+            pipeline: workers == 2,
         }
     }
-}
 
-impl Parallel {
     /// One walk on the calling thread.
     pub fn sequential() -> Parallel {
-        Parallel {
-            workers: 1,
-            ..Parallel::default()
-        }
+        Parallel::on(1)
     }
 
     /// Chunk bounds over a trace of `len` bytes with PSBs at `psbs`:
@@ -98,6 +108,9 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     par: &Parallel,
     mut on_chunk: impl FnMut(&S, &FuncTable),
 ) -> Result<Vec<WalkFigures>, PtError> {
+    if par.workers == 2 && par.pipeline && !par.in_order {
+        return pipelined(FlowDecoder::new(data, cfg), q, procs, funcs, sink, on_chunk);
+    }
     let bounds = par.bounds(data.len(), q.psbs);
     if par.workers <= 1 || bounds.len() <= 1 {
         let figures = walk_queue(FlowDecoder::new(data, cfg), q, procs, funcs, sink, &mut ())?;
@@ -263,24 +276,8 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         // replay grows it, one batch behind.
         let mut mirror = base.clone();
         let mut take = |b: Batch| {
-            for f in b.table {
-                let id = mirror.intern(&f.name, &f.module, f.entry, f.kind);
-                debug_assert_eq!(id as usize + 1, mirror.len());
-                if let Some(src) = f.source {
-                    mirror.set_source(id, src);
-                }
-            }
-            debug_assert_eq!(mirror.len(), b.funcs.end);
-            let mut items = b.items;
-            for (slot, t) in items.drain(..) {
-                match t {
-                    Timed::Event(ev) => sink.event(slot, &ev, &mirror),
-                    Timed::Checkpoint(c) => sink.checkpoint(slot, c),
-                }
-            }
+            apply_batch(b, &mut mirror, sink, &free_tx);
             on_chunk(sink, &mirror);
-            // The buffer goes back to the replay, warm.
-            let _ = free_tx.send(items);
         };
         if par.in_order {
             return replay_all(&mut |b| {
@@ -299,12 +296,121 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     })
 }
 
-/// A replayed chunk's timed items, in order, with the functions the
-/// caller's table gained meanwhile (ids `funcs`).
+/// A replayed chunk's timed items (or a stretch of one walk's), in order,
+/// with the functions the caller's table gained meanwhile (ids `funcs`).
 struct Batch {
     items: Vec<(usize, Timed)>,
     funcs: std::ops::Range<usize>,
     table: Vec<Func>,
+}
+
+/// Puts `b`'s items into `sink`, `mirror` (the builders' copy of the
+/// function table) grown as the table was; gives the buffer back, warm.
+fn apply_batch<S: Sink>(
+    b: Batch,
+    mirror: &mut FuncTable,
+    sink: &mut S,
+    free: &mpsc::Sender<Vec<(usize, Timed)>>,
+) {
+    for f in b.table {
+        let id = mirror.intern(&f.name, &f.module, f.entry, f.kind);
+        debug_assert_eq!(id as usize + 1, mirror.len());
+        if let Some(src) = f.source {
+            mirror.set_source(id, src);
+        }
+    }
+    debug_assert_eq!(mirror.len(), b.funcs.end);
+    let mut items = b.items;
+    for (slot, t) in items.drain(..) {
+        match t {
+            Timed::Event(ev) => sink.event(slot, &ev, mirror),
+            Timed::Checkpoint(c) => sink.checkpoint(slot, c),
+        }
+    }
+    let _ = free.send(items);
+}
+
+/// Timed items per batch of a pipelined walk: some 4 MiB (in unit tests,
+/// few enough that their small traces make many batches).
+const BATCH: usize = if cfg!(test) { 1 << 10 } else { 1 << 12 };
+
+/// The sink of a pipelined walk: timed items in batches, sent on.
+struct Batcher {
+    items: Vec<(usize, Timed)>,
+    /// The caller's functions the builders have (ids below).
+    sent: usize,
+    to: mpsc::SyncSender<Batch>,
+    free: mpsc::Receiver<Vec<(usize, Timed)>>,
+}
+
+impl Batcher {
+    fn flush(&mut self, funcs: &FuncTable) {
+        let fresh = self.free.try_recv().unwrap_or_default();
+        let from = std::mem::replace(&mut self.sent, funcs.len());
+        let b = Batch {
+            items: std::mem::replace(&mut self.items, fresh),
+            funcs: from..funcs.len(),
+            table: funcs.funcs()[from..].to_vec(),
+        };
+        // The builders stopped (they panicked): what is left is moot.
+        let _ = self.to.send(b);
+    }
+}
+
+impl Sink for Batcher {
+    fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable) {
+        self.items.push((slot, Timed::Event(*ev)));
+        if self.items.len() >= BATCH {
+            self.flush(funcs);
+        }
+    }
+
+    fn checkpoint(&mut self, slot: usize, at: Checkpoint) {
+        self.items.push((slot, Timed::Checkpoint(at)));
+    }
+}
+
+/// One walk of the queue on a thread of its own, its timed events built
+/// into stacks by `sink` on this one, batch by batch: the same result as
+/// one walk, on two cores. `on_chunk` sees the sink after each batch.
+fn pipelined<'i, D, S, R>(
+    dec: D,
+    q: QueueWalk<'_, 'i, D::Image>,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+    sink: &mut S,
+    mut on_chunk: impl FnMut(&S, &FuncTable),
+) -> Result<Vec<WalkFigures>, PtError>
+where
+    D: crate::coarse::Blocks<'i> + Send,
+    D::Image: Sync,
+    S: Sink,
+    R: Resolve + Send,
+{
+    let mut mirror = funcs.clone();
+    let (to, batches) = mpsc::sync_channel::<Batch>(2);
+    let (free_tx, free_rx) = mpsc::channel::<Vec<(usize, Timed)>>();
+    std::thread::scope(|s| {
+        let walk = s.spawn(move || {
+            let mut out = Batcher {
+                items: Vec::with_capacity(BATCH),
+                sent: funcs.len(),
+                to,
+                free: free_rx,
+            };
+            let r = walk_queue(dec, q, procs, funcs, &mut out, &mut ());
+            out.flush(funcs);
+            r
+        });
+        for b in batches {
+            apply_batch(b, &mut mirror, sink, &free_tx);
+            on_chunk(sink, &mirror);
+        }
+        match walk.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// Runs its closure when dropped, also while unwinding.
@@ -584,6 +690,7 @@ mod tests {
             first_chunk_bytes: 30,
             retime: false,
             in_order: false,
+            pipeline: false,
         };
         let psbs = [0, 20, 40, 90, 150, 260, 300];
         assert_eq!(
