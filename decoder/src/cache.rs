@@ -161,9 +161,10 @@ impl<'a> EntryRef<'a> {
 /// Entries being written on threads of their own: see [`finish_writes`].
 static WRITES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
 
-/// Waits until every entry [`ModelCache::keep`] began is written. A
-/// process calls it before it exits, or the entries under way are lost
-/// (their temporary files are cleared up by a later eviction).
+/// Waits until every entry an [`open`](crate::open::open) began writing
+/// is written. A process calls it before it exits, or the entries under
+/// way are lost (their temporary files are cleared up by a later
+/// eviction).
 pub fn finish_writes() {
     let writes = std::mem::take(&mut *WRITES.lock().unwrap_or_else(|e| e.into_inner()));
     for w in writes {

@@ -15,6 +15,8 @@
 //! - [`buildid`]: ELF build ids and perf's build-id cache layout.
 //! - [`demangle`]: mangled symbol names (Rust, C++, OCaml) made readable;
 //!   the one demangler of ptscope, so a name shown is a name a trigger takes.
+//! - [`mapped`]: file bytes read in place (a snapshot's perf.data is
+//!   mapped, not copied); the crate's one module allowed `unsafe`.
 //! - [`FileError`]: what can go wrong, naming the file.
 //!
 //! [`Metadata`]: snapshot::Metadata
@@ -24,6 +26,8 @@ pub mod buildid;
 pub mod demangle;
 mod error;
 pub mod filter;
+#[allow(unsafe_code)]
+pub mod mapped;
 pub mod perf_data;
 pub mod pt_params;
 pub mod snapshot;

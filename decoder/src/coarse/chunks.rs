@@ -3,7 +3,9 @@
 //! it (`coarse::recording`), then replayed in order through one clock into
 //! one sink, mending the seams. The result is the same on any number of
 //! cores; `docs/parallel-coarse-pass.md` explains why, and the two
-//! differences that remain on damaged traces.
+//! differences that remain on damaged traces. On two cores the queue is
+//! walked once instead, its stacks built on the other core
+//! ([`Parallel::pipeline`]).
 
 use std::sync::{mpsc, Condvar, Mutex};
 

@@ -8,7 +8,9 @@
 //! - `walker`: blocks into events, with the clock and the checkpoints;
 //! - `sink`: where timed events go ([`ThreadBuilders`], [`TimedItems`]);
 //! - `recording`: what a chunk walk records for the replay;
-//! - [`chunks`]: the pass on every core, the same result as one walk.
+//! - [`chunks`]: the pass on every core, the same result as one walk: on
+//!   two, one walk with its stack builders on the other core; on more,
+//!   chunks walked at once and replayed in order.
 
 use crate::block::{Block, PtError};
 use crate::event::{Event, FuncTable};

@@ -29,6 +29,7 @@ pub use write::{write_archive, SAMPLE_TYPE};
 
 use crate::buildid;
 use crate::error::FileError;
+use crate::mapped::FileBytes;
 use crate::perf_data::{FormatError, PerfDataFile, MAGIC};
 
 /// The archive member holding a copy of `/proc/kallsyms` taken at
@@ -48,7 +49,8 @@ const MAX_MEMBER: u64 = 4 << 30;
 #[derive(Debug)]
 pub struct Snapshot {
     pub path: PathBuf,
-    pub perf_data: Vec<u8>,
+    /// Mapped from the file where it can be: see [`FileBytes`].
+    pub perf_data: FileBytes,
     pub metadata: Option<Metadata>,
     /// The kernel's symbols in `/proc/kallsyms`' format: the snapshot's
     /// [`KALLSYMS_MEMBER`], or a file the user gave for a plain perf.data.
@@ -88,7 +90,8 @@ impl Snapshot {
         let mut head = [0u8; 8];
         let n = file.read(&mut head).map_err(|e| FileError::io(path, e))?;
         if n == 8 && u64::from_le_bytes(head) == MAGIC {
-            let perf_data = std::fs::read(path).map_err(|e| FileError::io(path, e))?;
+            let perf_data =
+                FileBytes::map(&file, 0, meta.len()).map_err(|e| FileError::io(path, e))?;
             return Ok(Snapshot {
                 path: path.to_path_buf(),
                 perf_data,
@@ -105,7 +108,7 @@ impl Snapshot {
     pub fn from_perf_data(path: &Path, perf_data: Vec<u8>) -> Snapshot {
         Snapshot {
             path: path.to_path_buf(),
-            perf_data,
+            perf_data: perf_data.into(),
             metadata: None,
             kallsyms: None,
             modules: None,
@@ -159,8 +162,9 @@ impl Snapshot {
     fn open_archive(path: &Path) -> Result<Snapshot, FileError> {
         let kind = ".ptscope snapshot";
         let file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
-        let mut archive = tar::Archive::new(file);
-        let entries = archive.entries().map_err(|e| {
+        // Seeking past the members it maps rather than reading them.
+        let mut archive = tar::Archive::new(&file);
+        let entries = archive.entries_with_seek().map_err(|e| {
             bad(
                 path,
                 kind,
@@ -208,6 +212,19 @@ impl Snapshot {
                     format!("member `{}` claims {size} bytes", name.display()),
                 ));
             }
+            if name.as_os_str() == "perf.data" {
+                // The trace, by far the largest member: mapped in place.
+                let at = entry.raw_file_position();
+                let data = FileBytes::map(&file, at, size).map_err(|e| {
+                    bad(
+                        path,
+                        kind,
+                        format!("member `{}` is truncated ({e})", name.display()),
+                    )
+                })?;
+                perf_data = Some(data);
+                continue;
+            }
             let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
             (&mut entry)
                 .take(MAX_MEMBER)
@@ -227,9 +244,7 @@ impl Snapshot {
                 ));
             }
             let name_str = name.to_string_lossy();
-            if name_str == "perf.data" {
-                perf_data = Some(data);
-            } else if name_str == metadata::FILE_NAME {
+            if name_str == metadata::FILE_NAME {
                 metadata = Some(serde_json::from_slice(&data).map_err(|e| {
                     bad(
                         path,

@@ -1,0 +1,104 @@
+//! File bytes read in place: a snapshot's perf.data is mapped rather than
+//! read, so that opening a gigabyte of trace costs the pages the decoder
+//! touches, not a copy of them all first. This is the crate's one module
+//! allowed `unsafe`, for the map.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+/// Bytes of a file: read into memory, or mapped from it.
+#[derive(Clone)]
+pub enum FileBytes {
+    Read(Vec<u8>),
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl FileBytes {
+    /// `len` bytes of `file` from `start`, mapped; an error if the file is
+    /// shorter than that.
+    pub fn map(file: &File, start: u64, len: u64) -> io::Result<FileBytes> {
+        let short = || io::Error::new(io::ErrorKind::UnexpectedEof, "the file ends early");
+        let end = start.checked_add(len).ok_or_else(short)?;
+        if len == 0 {
+            return Ok(FileBytes::Read(Vec::new()));
+        }
+        if file.metadata()?.len() < end {
+            return Err(short());
+        }
+        // SAFETY: a private read-only map of a snapshot or perf.data the
+        // user opened. ptscope replaces the snapshots it writes by rename
+        // and perf moves an old perf.data aside, so the bytes under a map
+        // do not change while it lives; every read through it is
+        // bounds-checked (`Deref` gives a slice of the map's length).
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        let (start, len) = (usize::try_from(start).map_err(|_| short())?, len as usize);
+        if map.len() < start + len {
+            return Err(short());
+        }
+        Ok(FileBytes::Mapped {
+            map: Arc::new(map),
+            start,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Read(v) => v,
+            FileBytes::Mapped { map, start, len } => &map[*start..*start + *len],
+        }
+    }
+}
+
+impl AsRef<[u8]> for FileBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl From<Vec<u8>> for FileBytes {
+    fn from(v: Vec<u8>) -> Self {
+        FileBytes::Read(v)
+    }
+}
+
+impl PartialEq for FileBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self {
+            FileBytes::Read(_) => "read",
+            FileBytes::Mapped { .. } => "mapped",
+        };
+        write!(f, "FileBytes({} bytes, {how})", self.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_range_of_a_file_reads_as_its_bytes_and_a_short_file_is_an_error() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"0123456789").unwrap();
+        assert_eq!(&*FileBytes::map(&f, 2, 5).unwrap(), b"23456");
+        assert_eq!(&*FileBytes::map(&f, 10, 0).unwrap(), b"");
+        assert!(FileBytes::map(&f, 8, 5).is_err());
+        assert!(FileBytes::map(&f, u64::MAX, 2).is_err());
+    }
+}
