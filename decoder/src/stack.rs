@@ -694,7 +694,10 @@ impl StackBuilder {
         debug_assert!(segment.lanes.is_empty() || low >= base);
         let depth = |level: i32| (level - base) as usize;
         starts.clear();
-        starts.extend((0..depth(low + segment.lanes.len() as i32)).map(|d| out.lane(d).len()));
+        if !segment.lanes.is_empty() {
+            let depths = depth(low + segment.lanes.len() as i32);
+            starts.extend((0..depths).map(|d| out.lane(d).len()));
+        }
         for (i, spans) in segment.lanes.drain(..).enumerate() {
             if spans.is_empty() {
                 continue;
@@ -717,6 +720,7 @@ impl StackBuilder {
         }
         segment.long.clear();
         segment.spans = 0;
+        segment.low = 0;
         self.closed_bases.push(base);
         self.base = 0;
         self.seg_top = -1;
