@@ -138,12 +138,19 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
     };
     let names =
         |m: &Model| -> Vec<String> { m.funcs.iter().map(|(_, f)| f.name.clone()).collect() };
-    let named = open(&snap, &opts).unwrap();
+    // Each entry is written on a thread of its own: waited for, as a
+    // process that exits waits.
+    let open = |snap: &Path, opts: &OpenOptions| {
+        let m = open(snap, opts).unwrap();
+        ptscope_decoder::cache::finish_writes();
+        m
+    };
+    let named = open(&snap, &opts);
     assert!(names(&named).iter().any(|n| n == "fib"));
-    assert_eq!(whole(&open(&snap, &opts).unwrap()), whole(&named));
+    assert_eq!(whole(&open(&snap, &opts)), whole(&named));
     assert_eq!(cache.hits(), 1);
     std::fs::remove_file(&debug).unwrap();
-    let unnamed = open(&snap, &opts).unwrap();
+    let unnamed = open(&snap, &opts);
     assert_eq!(cache.hits(), 1, "a stale model was used");
     assert!(!names(&unnamed).iter().any(|n| n == "fib"));
 }

@@ -117,8 +117,16 @@ fn decode_child(spec: &str) {
     let (path, jobs) = spec.rsplit_once(',').unwrap();
     let snap = Snapshot::open(Path::new(path)).unwrap();
     // The trace is read before the decode is timed, as in the rows of one
-    // process above.
-    drop(snap.trace().unwrap());
+    // process above, every page of it (a snapshot's is mapped): what the
+    // decode adds is what it holds, not its input.
+    let trace = snap.trace().unwrap();
+    let psbs: usize = trace
+        .streams
+        .iter()
+        .map(|s| psb_offsets(&s.data).len())
+        .sum();
+    assert!(psbs > 0, "{path}: no PSB");
+    drop(trace);
     let before = status_bytes("VmRSS:");
     // Resets VmHWM to what is resident now.
     std::fs::write("/proc/self/clear_refs", "5").unwrap();

@@ -2,7 +2,8 @@
 //! ([`crate::flow`]): the same sections libipt's image gets, mapped from
 //! the snapshot's binaries once and shared between processes that map
 //! them. This is one of the modules allowed `unsafe`: it maps binaries,
-//! for the flow decoder and for the symbol tables ([`map_binary`]).
+//! for the flow decoder and for the symbol tables ([`map_binary`]), and
+//! model cache entries ([`map_entry`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

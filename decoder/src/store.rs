@@ -1,10 +1,11 @@
 //! The span store: per thread, one sorted lane of spans per call depth.
 //!
 //! This is the model the viewer draws, so it is laid out for scanning:
-//! each lane is a flat `Vec<Span>` sorted by start time, 16 bytes a span,
-//! so finding what is visible in a time window is two binary searches per
-//! depth and drawing is a linear walk. Durations that do not fit in 32 bits
-//! (over 4.29 s) are rare and live in a side table.
+//! each lane is a flat array of spans sorted by start time, 16 bytes a
+//! span (built in memory, or mapped from a model cache entry), so finding
+//! what is visible in a time window is two binary searches per depth and
+//! drawing is a linear walk. Durations that do not fit in 32 bits (over
+//! 4.29 s) are rare and live in a side table.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -164,11 +165,11 @@ impl Lane {
         }
     }
 
-    /// Bytes it holds beyond what is mapped.
-    fn heap_bytes(&self) -> usize {
+    /// Bytes it takes: in the heap, or mapped from a cache entry.
+    fn bytes(&self) -> usize {
         match self {
             Lane::Built(v) => v.capacity() * std::mem::size_of::<Span>(),
-            Lane::Mapped(_) => 0,
+            Lane::Mapped(m) => m.as_bytes().len(),
         }
     }
 }
@@ -682,7 +683,7 @@ impl ThreadSpans {
 
     /// Bytes of memory the spans take.
     pub fn memory_bytes(&self) -> usize {
-        self.lanes.iter().map(Lane::heap_bytes).sum::<usize>()
+        self.lanes.iter().map(Lane::bytes).sum::<usize>()
             + self
                 .blocks
                 .iter()

@@ -1,7 +1,7 @@
-//! File bytes read in place: a snapshot's perf.data is mapped rather than
-//! read, so that opening a gigabyte of trace costs the pages the decoder
-//! touches, not a copy of them all first. This is the crate's one module
-//! allowed `unsafe`, for the map.
+//! File bytes read in place: a `.ptscope` snapshot's perf.data is mapped
+//! rather than read, so that opening a gigabyte of trace costs the pages
+//! the decoder touches, not a copy of them all first. This is the crate's
+//! one module allowed `unsafe`, for the map.
 
 use std::fs::File;
 use std::io;
@@ -30,11 +30,13 @@ impl FileBytes {
         if file.metadata()?.len() < end {
             return Err(short());
         }
-        // SAFETY: a private read-only map of a snapshot or perf.data the
-        // user opened. ptscope replaces the snapshots it writes by rename
-        // and perf moves an old perf.data aside, so the bytes under a map
-        // do not change while it lives; every read through it is
-        // bounds-checked (`Deref` gives a slice of the map's length).
+        // SAFETY: a private read-only map of a `.ptscope` snapshot the user
+        // opened. ptscope writes snapshots to a temporary file renamed into
+        // place, so the bytes under a map do not change while it lives;
+        // every read through it is bounds-checked (`Deref` gives a slice
+        // of the map's length). A snapshot truncated in place by another
+        // program while it is open would fault: plain perf.data files,
+        // which tools do overwrite in place, are read instead.
         let map = unsafe { memmap2::Mmap::map(file)? };
         let (start, len) = (usize::try_from(start).map_err(|_| short())?, len as usize);
         if map.len() < start + len {

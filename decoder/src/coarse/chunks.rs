@@ -332,8 +332,9 @@ fn apply_batch<S: Sink>(
     let _ = free.send(items);
 }
 
-/// Timed items per batch of a pipelined walk: some 4 MiB (in unit tests,
-/// few enough that their small traces make many batches).
+/// Timed items per batch of a pipelined walk: some 300 KiB, which stay in
+/// cache (in unit tests, few enough that their small traces make many
+/// batches).
 const BATCH: usize = if cfg!(test) { 1 << 10 } else { 1 << 12 };
 
 /// The sink of a pipelined walk: timed items in batches, sent on.
@@ -354,8 +355,11 @@ impl Batcher {
             funcs: from..funcs.len(),
             table: funcs.funcs()[from..].to_vec(),
         };
-        // The builders stopped (they panicked): what is left is moot.
-        let _ = self.to.send(b);
+        if self.to.send(b).is_err() {
+            // The builders stopped: they panicked, and the scope re-raises
+            // that once this walk stops too, now rather than at its end.
+            panic!("the stack builders stopped");
+        }
     }
 }
 

@@ -90,8 +90,11 @@ impl Snapshot {
         let mut head = [0u8; 8];
         let n = file.read(&mut head).map_err(|e| FileError::io(path, e))?;
         if n == 8 && u64::from_le_bytes(head) == MAGIC {
-            let perf_data =
-                FileBytes::map(&file, 0, meta.len()).map_err(|e| FileError::io(path, e))?;
+            // Read, not mapped: a perf.data is often overwritten in place
+            // (`cp`), which would pull pages from under a map.
+            let perf_data = std::fs::read(path)
+                .map_err(|e| FileError::io(path, e))?
+                .into();
             return Ok(Snapshot {
                 path: path.to_path_buf(),
                 perf_data,
@@ -214,6 +217,15 @@ impl Snapshot {
             }
             if name.as_os_str() == "perf.data" {
                 // The trace, by far the largest member: mapped in place.
+                // Its size is the one the archive reads by (a PAX record
+                // can set it), which must be the header's.
+                if entry.size() != size {
+                    return Err(bad(
+                        path,
+                        kind,
+                        format!("member `{}` has two sizes", name.display()),
+                    ));
+                }
                 let at = entry.raw_file_position();
                 let data = FileBytes::map(&file, at, size).map_err(|e| {
                     bad(
