@@ -219,14 +219,8 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                 let mut ready: Vec<Option<Result<Walked, PtError>>> =
                     (0..bounds.len()).map(|_| None).collect();
                 let mut sent = base.len();
-                let mut batch = |out: TimedItems, funcs: &FuncTable| {
-                    let from = std::mem::replace(&mut sent, funcs.len());
-                    Batch {
-                        items: out.items,
-                        funcs: from..funcs.len(),
-                        table: funcs.funcs()[from..].to_vec(),
-                    }
-                };
+                let mut batch =
+                    |out: TimedItems, funcs: &FuncTable| Batch::of(out.items, funcs, &mut sent);
                 let fresh = || TimedItems {
                     items: free_rx.try_recv().unwrap_or_default(),
                 };
@@ -306,6 +300,19 @@ struct Batch {
     table: Vec<Func>,
 }
 
+impl Batch {
+    /// `items`, with the functions `funcs` gained since it had `sent`
+    /// (which becomes its length).
+    fn of(items: Vec<(usize, Timed)>, funcs: &FuncTable, sent: &mut usize) -> Batch {
+        let from = std::mem::replace(sent, funcs.len());
+        Batch {
+            items,
+            funcs: from..funcs.len(),
+            table: funcs.funcs()[from..].to_vec(),
+        }
+    }
+}
+
 /// Puts `b`'s items into `sink`, `mirror` (the builders' copy of the
 /// function table) grown as the table was; gives the buffer back, warm.
 fn apply_batch<S: Sink>(
@@ -349,12 +356,11 @@ struct Batcher {
 impl Batcher {
     fn flush(&mut self, funcs: &FuncTable) {
         let fresh = self.free.try_recv().unwrap_or_default();
-        let from = std::mem::replace(&mut self.sent, funcs.len());
-        let b = Batch {
-            items: std::mem::replace(&mut self.items, fresh),
-            funcs: from..funcs.len(),
-            table: funcs.funcs()[from..].to_vec(),
-        };
+        let b = Batch::of(
+            std::mem::replace(&mut self.items, fresh),
+            funcs,
+            &mut self.sent,
+        );
         if self.to.send(b).is_err() {
             // The builders stopped: they panicked, and the scope re-raises
             // that once this walk stops too, now rather than at its end.
