@@ -131,3 +131,93 @@ fn the_window_takes_the_binaries_of_a_raw_dump_and_opens_it_again() {
     // The form stays, folded, to change the binaries later.
     h.get_by_label_contains("Raw PT dump decoded with");
 }
+
+/// A raw dump whose one decode error goes away on a CPU with erratum
+/// SKZ84 (a TMA with reserved bits set, which that CPU writes): FUP, a
+/// corrupt TMA, FUP and TIP.PGD over 16 bytes of NOPs at 0x1000.
+fn skz84_dump(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let image = dir.join("code.bin");
+    std::fs::write(&image, [0x90u8; 16]).unwrap();
+    let mut pt = [0x02, 0x82].repeat(8);
+    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+    pt.extend([0x02, 0x73, 1, 1, 1, 1, 0, 0]);
+    pt.extend([0xdd, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0x01]);
+    let raw = dir.join("skz84.pt");
+    std::fs::write(&raw, &pt).unwrap();
+    (raw, image)
+}
+
+fn walk_errors(h: &Harness<'_, App>) -> usize {
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    let model = tab.view().expect("a view").model().clone();
+    model.threads.iter().map(|t| t.walk.errors.len()).sum()
+}
+
+/// The window decodes as the CPU given (`--cpu`, or the raw dump's form),
+/// working around that CPU's errata as `decode --cpu` does; a CPU box that
+/// names no CPU says why and opens nothing.
+#[test]
+fn the_window_decodes_a_raw_dump_as_the_cpu_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, image) = skz84_dump(dir.path());
+    let harness = |cpu: Option<&str>| {
+        let mut app = App::new(None);
+        app.decoding.raw_images = vec![(image.clone(), 0x1000)];
+        app.decoding.cpu = cpu.map(|c| c.parse().unwrap());
+        let mut h = Harness::builder()
+            .with_size([1280.0, 800.0])
+            .build_ui_state(|ui, app: &mut App| app.show(ui), app);
+        let ctx = h.ctx.clone();
+        h.state_mut().open(&raw, &ctx);
+        h.state_mut().active_tab_mut().unwrap().wait();
+        h.run_steps(3);
+        h
+    };
+
+    // As `ptscope --cpu 6/85 --raw …` opens it: the erratum is known.
+    let h = harness(Some("6/85"));
+    assert_eq!(walk_errors(&h), 0);
+    h.get_by_label_contains("as on CPU 6/0x55/0");
+    drop(h);
+
+    // Without a CPU the corrupt TMA is an error, until the form names one.
+    let mut h = harness(None);
+    assert_eq!(walk_errors(&h), 1);
+    h.get_by_label_contains("Raw PT dump decoded with 1 binary")
+        .click();
+    h.run_steps(3);
+    let cpu_box = "CPU (FAMILY/MODEL[/STEPPING])";
+    h.get_by_label(cpu_box).click();
+    h.run_steps(2);
+    h.get_by_label(cpu_box).type_text("skylake");
+    h.run_steps(2);
+    h.get_by_label("Open with these binaries").click();
+    h.run_steps(3);
+    h.get_by_label_contains("CPU: ");
+    assert!(!h.state().active_tab().unwrap().is_loading());
+    h.state_mut()
+        .active_tab_mut()
+        .unwrap()
+        .raw
+        .as_mut()
+        .unwrap()
+        .cpu = "6/85".into();
+    h.run_steps(2);
+    h.get_by_label("Open with these binaries").click();
+    h.run_steps(2);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    assert_eq!(walk_errors(&h), 0);
+    h.get_by_label_contains("as on CPU 6/0x55/0");
+}
+
+/// The window's `--cpu` is checked as `decode`'s is.
+#[test]
+fn the_window_refuses_a_cpu_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, _) = skz84_dump(dir.path());
+    let (ok, _, err) = run(&["--cpu", "skylake"], &raw);
+    assert!(!ok);
+    assert!(err.contains("--cpu"), "{err}");
+}

@@ -53,6 +53,16 @@ pub struct Args {
     /// when a raw dump is opened without them.
     #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
+    /// Decode the FILEs as on this CPU (FAMILY/MODEL[/STEPPING], decimal
+    /// or 0x hex, e.g. 6/0x8e/9), working around its errata as `decode
+    /// --cpu` does: over the cpuid a file records; a raw dump records
+    /// none (its tab also takes the CPU).
+    #[arg(long, value_name = "F/M[/S]")]
+    pub cpu: Option<ptscope_decoder::block::Cpu>,
+    /// The IP filter the FILEs' traces were written under, as `decode
+    /// --ip-filter` takes it.
+    #[arg(long, value_name = "RANGES")]
+    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
     #[command(flatten)]
     pub names: NameDirs,
 }
@@ -353,7 +363,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.select,
             args.source_maps,
             args.capture,
-            args.raw,
+            ptscope::loader::Decoding {
+                raw_images: args.raw,
+                cpu: args.cpu,
+                ip_filter: args.ip_filter,
+            },
             args.names,
         ),
         Some(Command::Record { opts, command }) => capture(

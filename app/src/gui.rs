@@ -20,7 +20,7 @@ use anyhow::Result;
 use eframe::egui;
 use ptscope_viewer::TraceView;
 
-use crate::loader::{Load, Poll};
+use crate::loader::{Decoding, Load, Poll};
 
 /// How many recent files the File menu keeps.
 const RECENT_MAX: usize = 10;
@@ -29,16 +29,18 @@ const RECENT_KEY: &str = "ptscope.recent";
 /// What `ptscope` with no command does: opens the window on `files` (or
 /// the demo). With `screenshot`, saves a PNG of the window once the first
 /// file is drawn, then exits (the Xvfb test and the README's images).
-/// `raw` (`--raw IMAGE:ADDR`) makes `files` raw PT dumps decoded with
-/// those binaries; `names` says where debug files and binaries not at
-/// their paths are looked for.
+/// `decoding` is what the files are decoded with beyond what they record:
+/// with `--raw IMAGE:ADDR` pairs they are raw PT dumps decoded with those
+/// binaries, and `--cpu` and `--ip-filter` apply to each as `decode`
+/// applies them. `names` says where debug files and binaries not at their
+/// paths are looked for.
 pub fn run(
     files: Vec<PathBuf>,
     screenshot: Option<PathBuf>,
     select: Option<String>,
     source_maps: Vec<(String, String)>,
     capture: bool,
-    raw: Vec<(PathBuf, u64)>,
+    decoding: Decoding,
     names: crate::name_dirs::NameDirs,
 ) -> Result<ExitCode> {
     let files = if files.is_empty() {
@@ -68,8 +70,9 @@ pub fn run(
             // Before opening: each tab's viewer takes the maps.
             app.source_maps = source_maps;
             app.names = names;
+            app.decoding = decoding;
             for f in &files {
-                app.open_raw(f, raw.clone(), &cc.egui_ctx);
+                app.open(f, &cc.egui_ctx);
             }
             app.screenshot = screenshot.map(|path| Screenshot {
                 path,
@@ -114,8 +117,10 @@ pub struct Tab {
     source_maps: Vec<(String, String)>,
     /// The snapshot's account of its capture, read once at open.
     capture_info: Option<String>,
-    /// The file is a raw PT dump: what it is decoded with, and the form
-    /// that changes it.
+    /// What it was last decoded with beyond what it records.
+    pub decoding: Decoding,
+    /// The file is a raw PT dump: the form that changes its binaries and
+    /// CPU.
     pub raw: Option<RawForm>,
     /// Where its decode looks for debug files and binaries.
     pub names: crate::name_dirs::NameDirs,
@@ -123,17 +128,21 @@ pub struct Tab {
 }
 
 /// The binaries of a raw PT dump, as IMAGE:ADDR pairs the user gives in
-/// its tab; the tab opens the dump again with them.
+/// its tab, and the CPU it ran on (a raw dump records none, and the CPU
+/// says which errata to work around); the tab opens the dump again with
+/// them.
 #[derive(Clone, Debug, Default)]
 pub struct RawForm {
-    /// What the dump was last opened with.
-    pub images: Vec<(PathBuf, u64)>,
     /// The pairs to open it with next.
     pub pending: Vec<(PathBuf, u64)>,
     /// The text box: one IMAGE:ADDR.
     pub text: String,
     /// Why the text was not taken.
     pub error: Option<String>,
+    /// The CPU box: FAMILY/MODEL[/STEPPING], or empty for none.
+    pub cpu: String,
+    /// Why the CPU box was not taken.
+    pub cpu_error: Option<String>,
 }
 
 impl RawForm {
@@ -160,8 +169,17 @@ impl RawForm {
         }
     }
 
-    /// Draws the form; true when the user asks to open the dump again.
-    fn ui(&mut self, ui: &mut egui::Ui) -> bool {
+    /// The CPU the box names; `Err` says why the box is not a CPU.
+    pub fn parsed_cpu(&self) -> Result<Option<ptscope_decoder::block::Cpu>, String> {
+        match self.cpu.trim() {
+            "" => Ok(None),
+            text => text.parse().map(Some).map_err(|e| format!("CPU: {e}")),
+        }
+    }
+
+    /// Draws the form; true when the user asks to open the dump again with
+    /// binaries or a CPU other than those it was `opened` with.
+    fn ui(&mut self, ui: &mut egui::Ui, opened: &Decoding) -> bool {
         let mut reopen = false;
         ui.label(
             "A raw PT dump records no binaries: give each binary it ran and its load address, \
@@ -191,7 +209,23 @@ impl RawForm {
             if ui.button("Add").clicked() || enter {
                 self.add();
             }
-            let ready = !self.pending.is_empty() && self.pending != self.images;
+        });
+        ui.horizontal(|ui| {
+            ui.label("CPU");
+            let r = ui.add(
+                egui::TextEdit::singleline(&mut self.cpu)
+                    .hint_text(
+                        "FAMILY/MODEL[/STEPPING], e.g. 6/0x8e/9: its errata are worked around",
+                    )
+                    .desired_width(360.0),
+            );
+            ui.ctx()
+                .accesskit_node_builder(r.id, |b| b.set_label("CPU (FAMILY/MODEL[/STEPPING])"));
+            if r.changed() {
+                self.cpu_error = None;
+            }
+            let changed = self.pending != opened.raw_images || self.parsed_cpu() != Ok(opened.cpu);
+            let ready = !self.pending.is_empty() && changed;
             if ui
                 .add_enabled(ready, egui::Button::new("Open with these binaries"))
                 .clicked()
@@ -199,7 +233,7 @@ impl RawForm {
                 reopen = true;
             }
         });
-        if let Some(e) = &self.error {
+        for e in [&self.error, &self.cpu_error].into_iter().flatten() {
             ui.colored_label(ui.visuals().error_fg_color, e);
         }
         reopen
@@ -317,12 +351,21 @@ impl Tab {
         };
     }
 
-    /// Opens the raw dump again with the binaries its form holds.
+    /// Opens the raw dump again with the binaries and the CPU its form
+    /// holds; a CPU box that names no CPU says why and opens nothing.
     pub fn reopen_raw(&mut self, ctx: &egui::Context) {
         let Some(form) = &mut self.raw else { return };
-        form.images = form.pending.clone();
+        let cpu = match form.parsed_cpu() {
+            Ok(cpu) => cpu,
+            Err(e) => {
+                form.cpu_error = Some(e);
+                return;
+            }
+        };
+        self.decoding.raw_images = form.pending.clone();
+        self.decoding.cpu = cpu;
         let ctx = ctx.clone();
-        let load = Load::start(&self.path, form.images.clone(), &self.names, move || {
+        let load = Load::start(&self.path, &self.decoding, &self.names, move || {
             ctx.request_repaint()
         });
         self.state = TabState::Loading { load, view: None };
@@ -332,13 +375,8 @@ impl Tab {
     /// the file again; the view stays (and keeps its zoom) meanwhile.
     pub fn add_search_folder(&mut self, dir: &Path, ctx: &egui::Context) {
         self.names.add_folder(dir);
-        let images = self
-            .raw
-            .as_ref()
-            .map(|f| f.images.clone())
-            .unwrap_or_default();
         let ctx = ctx.clone();
-        let load = Load::start(&self.path, images, &self.names, move || {
+        let load = Load::start(&self.path, &self.decoding, &self.names, move || {
             ctx.request_repaint()
         });
         let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
@@ -381,6 +419,9 @@ pub struct App {
     /// Where files opened from now on look for debug files and binaries
     /// (`--debug-dir`, `--binaries`, `--no-debuginfod`).
     pub names: crate::name_dirs::NameDirs,
+    /// What files opened from now on are decoded with beyond what they
+    /// record (`--raw`, `--cpu`, `--ip-filter`).
+    pub decoding: Decoding,
     /// The window title last asked for, so it is sent only on a change.
     title: String,
     /// Asks the user for a folder of binaries or debug files: a native
@@ -409,6 +450,7 @@ impl App {
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
             names: crate::name_dirs::NameDirs::default(),
+            decoding: Decoding::default(),
             pick_folder: Box::new(|| {
                 rfd::FileDialog::new()
                     .set_title("A folder of binaries or debug files")
@@ -439,31 +481,29 @@ impl App {
     }
 
     /// Opens `path` in a new tab (or shows its tab if it is open already)
-    /// and starts decoding it in the background.
+    /// and starts decoding it in the background, with [`App::decoding`]:
+    /// with raw images there, it is a raw PT dump decoded with those
+    /// binaries. A file that starts like a raw dump gets the form for its
+    /// binaries and CPU either way.
     pub fn open(&mut self, path: &Path, ctx: &egui::Context) {
-        self.open_raw(path, Vec::new(), ctx);
-    }
-
-    /// Opens `path` as [`App::open`] does; with `raw_images` (IMAGE, ADDR)
-    /// it is a raw PT dump decoded with those binaries. A file that starts
-    /// like a raw dump gets the form for them either way.
-    pub fn open_raw(&mut self, path: &Path, raw_images: Vec<(PathBuf, u64)>, ctx: &egui::Context) {
         if let Some(i) = self.tabs.iter().position(|t| t.path == path) {
             self.active = i;
             return;
         }
         use ptscope_decoder::open::{input_kind, InputKind};
-        let raw = (!raw_images.is_empty()
+        let decoding = self.decoding.clone();
+        let raw = (!decoding.raw_images.is_empty()
             || input_kind(path, false).is_ok_and(|k| k == InputKind::RawPt))
         .then(|| RawForm {
-            images: raw_images.clone(),
-            pending: raw_images.clone(),
+            pending: decoding.raw_images.clone(),
+            cpu: decoding.cpu.map(|c| c.to_string()).unwrap_or_default(),
             ..RawForm::default()
         });
         let ctx = ctx.clone();
-        let load = Load::start(path, raw_images, &self.names, move || ctx.request_repaint());
+        let load = Load::start(path, &decoding, &self.names, move || ctx.request_repaint());
         self.tabs.push(Tab {
             path: path.to_path_buf(),
+            decoding,
             names: self.names.clone(),
             source_maps: self.source_maps.clone(),
             capture_info: capture_info(path),
@@ -715,19 +755,24 @@ impl App {
                 ui.label("ptscope opens .ptscope snapshots, perf.data files recorded with intel_pt, `perf script` branch text, and raw PT dumps with their binaries.");
                 if let Some(form) = &mut tab.raw {
                     ui.add_space(8.0);
-                    reopen = form.ui(ui);
+                    reopen = form.ui(ui, &tab.decoding);
                 }
             }
             TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => {
                 if let Some(form) = &mut tab.raw {
+                    let opened = &tab.decoding;
                     egui::Panel::top("ptscope-raw-form").show(ui, |ui| {
-                        let n = form.images.len();
+                        let n = opened.raw_images.len();
+                        let cpu = match opened.cpu {
+                            Some(c) => format!(", as on CPU {c}"),
+                            None => String::new(),
+                        };
                         egui::CollapsingHeader::new(format!(
-                            "Raw PT dump decoded with {n} binar{}",
+                            "Raw PT dump decoded with {n} binar{}{cpu}",
                             if n == 1 { "y" } else { "ies" }
                         ))
                         .id_salt("ptscope-raw-form")
-                        .show(ui, |ui| reopen = form.ui(ui));
+                        .show(ui, |ui| reopen = form.ui(ui, opened));
                     });
                 }
                 let missing = &v.model().missing_binaries;

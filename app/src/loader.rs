@@ -18,6 +18,22 @@ use ptscope_decoder::progress::DecodeProgress;
 
 use crate::name_dirs::NameDirs;
 
+/// How a file is decoded beyond what it records: the binaries of a raw
+/// PT dump, and the CPU and IP filter to decode as (`--raw`, `--cpu`,
+/// `--ip-filter`, the same options `decode` takes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decoding {
+    /// The binaries of a raw PT dump, at their load addresses (empty for
+    /// any other input).
+    pub raw_images: Vec<(PathBuf, u64)>,
+    /// Decode as on this CPU, whose errata are then worked around, over
+    /// the cpuid the file records.
+    pub cpu: Option<ptscope_decoder::block::Cpu>,
+    /// The IP filter the trace was written under, over the one the file
+    /// records.
+    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+}
+
 /// What a poll of a load found.
 pub enum Poll {
     /// Still decoding; maybe with a newer partial model.
@@ -34,17 +50,17 @@ pub struct Load {
 
 impl Load {
     /// Starts decoding `path`; `wake` runs when it is done (to repaint).
-    /// `raw_images` are the binaries of a raw PT dump, at their load
-    /// addresses (empty for any other input).
-    /// `names` says where debug files and binaries not at their paths are
-    /// looked for.
+    /// `decoding` gives what the file does not record (a raw dump's
+    /// binaries, the CPU); `names` says where debug files and binaries not
+    /// at their paths are looked for.
     pub fn start(
         path: &Path,
-        raw_images: Vec<(PathBuf, u64)>,
+        decoding: &Decoding,
         names: &NameDirs,
         wake: impl Fn() + Send + 'static,
     ) -> Load {
         let names = names.clone();
+        let decoding = decoding.clone();
         let progress = DecodeProgress::new();
         let (tx, rx) = mpsc::channel();
         let p = progress.clone();
@@ -53,7 +69,9 @@ impl Load {
             .name("ptscope-load".into())
             .spawn(move || {
                 let opts = names.apply(OpenOptions {
-                    raw_images,
+                    raw_images: decoding.raw_images,
+                    cpu: decoding.cpu,
+                    ip_filter: decoding.ip_filter,
                     engine: Engine::Flow,
                     parallel: Parallel::default(),
                     progress: Some(p),
