@@ -179,3 +179,61 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--system-wide` writes what `perf record -a -e intel_pt//u` writes:
+/// CPU-wide events whose AUXTRACE records name no thread, a
+/// SWITCH_CPU_WIDE record for every switch (the idle task's too), and
+/// ITRACE_START under the idle task. libipt, perf and ptscope still give
+/// every thread exactly its instructions, and the idle task gets no track.
+#[test]
+fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "spin.c");
+    let (snap, log) = record(
+        dir.path(),
+        "spin-a",
+        &["--system-wide", "--cpus", "2"],
+        &[exe.to_str().unwrap()],
+    );
+    let truth = read_ip_log(&log);
+    assert_eq!(truth.len(), 2, "two threads");
+
+    let snapshot = Snapshot::open(&snap).unwrap();
+    let trace = snapshot.trace().unwrap();
+    let cpus: Vec<Option<u32>> = trace.streams.iter().map(|s| s.cpu).collect();
+    assert_eq!(cpus, [Some(0), Some(1)]);
+    assert!(
+        trace
+            .streams
+            .iter()
+            .all(|s| s.tid.is_none() && s.recorded_tid.is_none_or(|t| t == -1)),
+        "{:?}",
+        trace
+            .streams
+            .iter()
+            .map(|s| (s.tid, s.recorded_tid))
+            .collect::<Vec<_>>()
+    );
+    assert!(trace.params.per_cpu_mmaps);
+    assert_eq!(trace.params.have_sched_switch, 3);
+    // Both CPUs went idle and came out of it at least once.
+    for cpu in [0, 1] {
+        assert!(
+            trace.switches.iter().any(|s| s.cpu == cpu && s.tid == 0),
+            "cpu {cpu}: {:?}",
+            trace.switches
+        );
+    }
+
+    let (ipt, ipt_errors) = libipt_instructions(&snap);
+    assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
+    assert_same_instructions("libipt", &ipt, &truth);
+    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
+    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
+    assert_same_instructions("perf", &perf, &truth);
+    assert_same_instructions("ptscope", &our_instructions(&snap), &truth);
+
+    let model = decode_snapshot(&snapshot, &DecodeOptions::default()).unwrap();
+    let tids: Vec<i32> = model.threads.iter().map(|t| t.spans.tid).collect();
+    assert_eq!(tids, truth.keys().copied().collect::<Vec<_>>());
+}

@@ -144,11 +144,18 @@ pub struct CaptureOpts {
     /// migrate.
     #[arg(long)]
     pub per_cpu: bool,
-    /// Virtual CPUs of the emulated backend's --per-cpu mode (at least 1):
-    /// a thread that runs again after another one did moves to the next.
-    #[arg(long, value_name = "N", default_value_t = ptscope::recorder::DEFAULT_CPUS,
-          value_parser = clap::value_parser!(u32).range(1..=1024), requires = "per_cpu")]
-    pub cpus: u32,
+    /// Trace per CPU as `perf record -a -e intel_pt//u` does: CPU-wide
+    /// events, AUXTRACE records that name no thread, and a
+    /// SWITCH_CPU_WIDE record for every switch, the idle task's included.
+    /// The intel-pt backend's --per-cpu is this already; the emulated
+    /// backend writes this layout for the traced process's threads.
+    #[arg(short = 'a', long)]
+    pub system_wide: bool,
+    /// Virtual CPUs of the emulated backend's --per-cpu and --system-wide
+    /// modes (at least 1): a thread that runs again after another one did
+    /// moves to the next. Default 2.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cpus: Option<u32>,
     /// Do not print progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -591,8 +598,13 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     req.emulate_skl014 = opts.emulate_skl014;
     req.opts.kernel = opts.kernel;
     req.debug_info = !opts.no_debug_info;
-    req.opts.per_cpu = opts.per_cpu;
-    req.cpus = opts.cpus;
+    req.opts.per_cpu = opts.per_cpu || opts.system_wide;
+    req.system_wide = opts.system_wide;
+    match opts.cpus {
+        Some(n) if !req.opts.per_cpu => bail!("--cpus {n} needs --per-cpu or --system-wide"),
+        Some(n) => req.cpus = n,
+        None => {}
+    }
     req.opts.snapshots = opts.snapshots;
     if let Some(text) = &opts.filter {
         use ptscope_capture::filter;

@@ -79,6 +79,10 @@ pub struct Request {
     pub progress: bool,
     /// The emulated backend's virtual CPUs in per-CPU mode.
     pub cpus: u32,
+    /// Per-CPU mode as `perf record -a` writes it (CPU-wide events) rather
+    /// than inherited by the process. The intel-pt backend's per-CPU mode
+    /// is always system-wide; this is for the emulated backend.
+    pub system_wide: bool,
     /// Instruction counts at which the emulated PT unit's buffer
     /// overflows (emulated only; for tests of decoders).
     pub overflow_at: Vec<u64>,
@@ -99,6 +103,7 @@ impl Request {
             ip_log: false,
             progress: false,
             cpus: DEFAULT_CPUS,
+            system_wide: false,
             overflow_at: Vec::new(),
             emulate_skl014: false,
             debug_info: true,
@@ -150,6 +155,9 @@ impl Request {
         if self.opts.per_cpu {
             args.push("--per-cpu".into());
             args.push(opt("cpus", &self.cpus.to_string()));
+            if self.system_wide {
+                args.push("--system-wide".into());
+            }
         }
         if !self.opts.filter.is_empty() {
             // The resolved form (file offsets and files) reads back as is.
@@ -419,6 +427,7 @@ pub fn run(
                 interrupt: req.opts.interrupt.clone(),
                 per_cpu: req.opts.per_cpu,
                 cpus: req.cpus,
+                system_wide: req.system_wide,
                 snapshots: req.opts.snapshots,
                 cancel: req.opts.cancel.clone(),
                 filter: req.opts.filter.clone(),

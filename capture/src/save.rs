@@ -223,7 +223,8 @@ fn build_perf_data(
         flags: flag::DISABLED
             | exclude_kernel
             | flag::EXCLUDE_HV
-            | flag::ENABLE_ON_EXEC
+            // `perf record -a` enables its CPU-wide events at once.
+            | if per_cpu && !inherit { 0 } else { flag::ENABLE_ON_EXEC }
             | flag::SAMPLE_ID_ALL
             | if inherit { flag::INHERIT } else { 0 },
         ..Default::default()

@@ -79,6 +79,11 @@ pub struct TracerOptions {
     pub per_cpu: bool,
     /// How many virtual CPUs per-CPU mode has (at least 1).
     pub cpus: u32,
+    /// Per-CPU mode as `perf record -a` writes it (system-wide, CPU-wide
+    /// events) instead of inherited by the process: AUXTRACE records name
+    /// no thread, and every switch on a CPU is a SWITCH_CPU_WIDE record,
+    /// the idle task's (pid 0) included.
+    pub system_wide: bool,
     /// How many snapshots to take; the trigger re-arms after each.
     pub snapshots: usize,
     /// Set by the caller: stop now, save nothing, let the process go.
@@ -309,6 +314,7 @@ impl Tracer {
             interrupt: Arc::new(AtomicBool::new(false)),
             per_cpu,
             cpus,
+            system_wide: false,
             snapshots: 1,
             cancel: Arc::new(AtomicBool::new(false)),
             filter: Vec::new(),

@@ -14,6 +14,12 @@
 //! arrives on records the switch-in and its unit resumes with a TIP.PGE
 //! after a TSC. Each CPU's first thread also gets the ITRACE_START record
 //! the kernel writes when the CPU's event first starts tracing.
+//!
+//! System-wide (`perf record -a`), the events are the CPUs' own: the
+//! kernel records every switch on a CPU, so a CPU that goes idle records
+//! the idle task (pid 0, tid 0) switching in, and one that leaves idle
+//! records it switching out; its event starts tracing while the idle task
+//! runs, so ITRACE_START names that task.
 
 use super::threads::State;
 use super::Tracer;
@@ -113,9 +119,26 @@ impl Tracer {
             let mut unit = ThreadPt::new(self.opts.settings.clone(), self.now);
             unit.set_filter(self.ip_filter.clone());
             self.units.insert(cpu_unit(cpu), unit);
+            let (pid, tid) = if self.opts.system_wide {
+                (0, 0)
+            } else {
+                (pid, tid)
+            };
             self.emit_on(cpu, SidebandEvent::ItraceStart { pid, tid });
         }
         self.on_cpu[cpu as usize] = Some(tid);
+        if self.opts.system_wide && prev.is_none() {
+            self.emit_on(
+                cpu,
+                SidebandEvent::Switch {
+                    pid: 0,
+                    tid: 0,
+                    out: true,
+                    preempt: false,
+                    next_prev: (pid, tid),
+                },
+            );
+        }
         let (prev_pid, prev_tid) = prev.map_or((0, 0), |p| (pid, p));
         self.emit_on(
             cpu,
@@ -135,7 +158,7 @@ impl Tracer {
 
     /// Per-CPU mode: `tid` leaves `cpu` for `next` (0: none, the CPU goes
     /// idle). Its trace there ends first if it was still in user code.
-    fn switch_out(&mut self, tid: i32, cpu: u32, next: i32) {
+    pub(super) fn switch_out(&mut self, tid: i32, cpu: u32, next: i32) {
         if let Some(rip) = self.threads.get(&tid).map(|t| t.rip) {
             if self.thread_tracing(tid) {
                 let now = self.now;
@@ -157,6 +180,18 @@ impl Tracer {
                 next_prev: if next > 0 { (pid, next) } else { (0, 0) },
             },
         );
+        if self.opts.system_wide && next == 0 {
+            self.emit_on(
+                cpu,
+                SidebandEvent::Switch {
+                    pid: 0,
+                    tid: 0,
+                    out: false,
+                    preempt: false,
+                    next_prev: (pid, tid),
+                },
+            );
+        }
         self.on_cpu[cpu as usize] = None;
     }
 
@@ -381,5 +416,66 @@ mod tests {
         tr.switch_to(11);
         assert_eq!(tr.on_cpu, [Some(11), Some(10)]);
         assert_eq!(itrace_starts(&tr).len(), 2);
+    }
+
+    /// System-wide (`perf record -a`): each CPU's event starts under the
+    /// idle task, and every switch on a CPU is recorded, the idle task
+    /// going out when a thread arrives on an idle CPU and coming in when
+    /// the last thread leaves one, or exits on it.
+    #[test]
+    fn system_wide_switches_name_the_idle_task() {
+        let mut tr = Tracer::for_tests_on(true, 2);
+        tr.opts.system_wide = true;
+        let pid = tr.pid;
+        tr.add_thread(10, 10, State::Ready);
+        tr.add_thread(11, 10, State::Ready);
+        tr.switch_to(10);
+        tr.switch_to(11);
+        assert_eq!(itrace_starts(&tr), [(0, 0), (1, 0)]);
+        let on = |tr: &Tracer| -> Vec<(u32, i32, bool, (i32, i32))> {
+            tr.sideband
+                .iter()
+                .filter_map(|s| match s.event {
+                    SidebandEvent::Switch {
+                        tid,
+                        out,
+                        next_prev,
+                        ..
+                    } => Some((s.cpu, tid, out, next_prev)),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            on(&tr),
+            [
+                (0, 0, true, (pid, 10)),
+                (0, 10, false, (0, 0)),
+                (1, 0, true, (pid, 11)),
+                (1, 11, false, (0, 0)),
+            ]
+        );
+        // 10 moves to CPU 1: CPU 0 goes idle.
+        tr.switch_to(10);
+        assert_eq!(
+            on(&tr)[4..],
+            [
+                (1, 11, true, (pid, 10)),
+                (0, 10, true, (0, 0)),
+                (0, 0, false, (pid, 10)),
+                (1, 10, false, (pid, 11)),
+            ]
+        );
+        // 10 exits on CPU 1: its switch-out follows its EXIT record.
+        tr.remove_thread(10);
+        assert_eq!(
+            on(&tr)[8..],
+            [(1, 10, true, (0, 0)), (1, 0, false, (pid, 10))]
+        );
+        assert!(matches!(
+            tr.sideband[tr.sideband.len() - 3].event,
+            SidebandEvent::Exit { tid: 10, .. }
+        ));
+        assert_eq!(tr.on_cpu, [None, None]);
     }
 }

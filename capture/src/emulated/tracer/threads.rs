@@ -100,6 +100,14 @@ impl Tracer {
                     ptid: t.ptid,
                 },
             );
+            // A CPU-wide event also sees the dead thread's last switch-out,
+            // the idle task coming in; a thread's own inherited event is
+            // gone by then (perf_event_exit_task runs first).
+            if self.opts.system_wide {
+                if let Some(cpu) = self.cpu_of(tid) {
+                    self.switch_out(tid, cpu, 0);
+                }
+            }
             for slot in self.on_cpu.iter_mut().filter(|s| **s == Some(tid)) {
                 *slot = None;
             }

@@ -135,7 +135,7 @@ impl Tracer {
             exit_code: None,
             child: None,
             pt: self.pt_setup(),
-            inherit: self.opts.per_cpu,
+            inherit: self.opts.per_cpu && !self.opts.system_wide,
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: self.warnings.clone(),
         }
@@ -177,7 +177,7 @@ impl Tracer {
             exit_code: self.exit_code,
             child,
             pt: self.pt_setup(),
-            inherit: self.opts.per_cpu,
+            inherit: self.opts.per_cpu && !self.opts.system_wide,
             trigger_registers: std::mem::take(&mut self.trigger_registers),
             warnings: std::mem::take(&mut self.warnings),
         }
