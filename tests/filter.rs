@@ -327,8 +327,8 @@ fn bad_filters_are_named() {
         ),
         ("frob main", "bad filter `frob main`"),
         (
-            "tracestop main",
-            "filter action `tracestop` is not supported",
+            "start main",
+            "filter action `start` is not one Intel PT has",
         ),
     ] {
         let out = ptscope()
@@ -365,7 +365,7 @@ fn a_resolved_filter_survives_the_command_line() {
         argv: vec![exe.display().to_string()],
         cwd: None,
     };
-    let specs = filter::parse("filter main, filter 0x1000/0x10").unwrap();
+    let specs = filter::parse("filter main, tracestop 0x1000/0x10").unwrap();
     let ranges = filter::resolve(&specs, filter::target_program(&target).as_deref()).unwrap();
     let mut req =
         ptscope::recorder::Request::new(target, ptscope_capture::trigger::Trigger::ProcessExit);
@@ -377,4 +377,66 @@ fn a_resolved_filter_survives_the_command_line() {
         .expect("a --filter argument");
     let again = filter::resolve(&filter::parse(arg).unwrap(), None).unwrap();
     assert_eq!(again, ranges);
+}
+
+/// `tracestop SYMBOL`: where a thread's call lands in the function the
+/// hardware writes TIP.PGD and TraceStop, and the thread's trace stops
+/// there until it is scheduled out and back in (here: blocked in
+/// `pthread_join` while the worker ran). perf, libipt and both our engines
+/// read the very same instructions: for each thread, what ran up to that
+/// call, and for the main thread everything from its return to user code
+/// after the join.
+#[test]
+fn a_tracestop_range_stops_the_trace_until_the_thread_is_scheduled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c");
+    let (snap, log) = record(
+        dir.path(),
+        "tracestop",
+        &["--backend", "emulated", "--filter", "tracestop spin"],
+        &[exe.to_str().unwrap()],
+    );
+    let snapshot = ptscope_formats::snapshot::Snapshot::open(&snap).unwrap();
+    let params = snapshot.trace().unwrap().params;
+    assert!(params.filter.starts_with("stop 0x"), "{}", params.filter);
+
+    let traced = three_decoders_agree("tracestop", &snap, dir.path());
+    let (off, size) = ptscope_capture::filter::symbol_in_file(&exe, "spin")
+        .unwrap()
+        .unwrap();
+    let spin = runtime_range(&snap, &exe, off, size);
+    let truth = read_ip_log(&log);
+    let main_tid = *truth.keys().min().unwrap();
+    for (tid, ran) in &truth {
+        let packets = ptscope()
+            .args(["packets", "--thread", &tid.to_string()])
+            .arg(&snap)
+            .output()
+            .unwrap();
+        let packets = String::from_utf8_lossy(&packets.stdout);
+        assert_eq!(
+            packets.lines().filter(|l| l.ends_with("  stop")).count(),
+            1,
+            "thread {tid}: {packets}"
+        );
+        let got = &traced[tid];
+        // Up to the call that lands in spin, and nothing of spin.
+        let call = ran
+            .windows(2)
+            .position(|w| w[1] == spin.0)
+            .expect("a call to spin");
+        assert_eq!(got[..=call], ran[..=call], "thread {tid}");
+        assert!(
+            got.iter().all(|ip| !(spin.0..spin.1).contains(ip)),
+            "thread {tid} traced in spin"
+        );
+        if *tid == main_tid {
+            // Then, after the join, to the end.
+            let rest = &got[call + 1..];
+            assert!(rest.len() > 1000, "main restarted: {} after", rest.len());
+            assert_eq!(rest[..], ran[ran.len() - rest.len()..], "main's restart");
+        } else {
+            assert_eq!(got.len(), call + 1, "the worker stays stopped");
+        }
+    }
 }

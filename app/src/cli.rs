@@ -123,8 +123,11 @@ pub struct CaptureOpts {
     /// `filter SYMBOL @ FILE`, `filter OFFSET/SIZE @ FILE` (OFFSET a file
     /// offset), several separated by commas. A filter without a file is in
     /// the traced program's binary. Calls that leave the ranges show as
-    /// `[untraced]` gaps. At most the CPU's number of address ranges (2 on
-    /// the emulated CPU; caps/num_address_ranges on real hardware).
+    /// `[untraced]` gaps. `tracestop SYMBOL` (same forms) stops a thread's
+    /// trace where a branch lands in the range, until the thread is next
+    /// scheduled out and in. At most the CPU's number of address ranges,
+    /// both kinds together (2 on the emulated CPU;
+    /// caps/num_address_ranges on real hardware).
     #[arg(long, value_name = "FILTERS")]
     pub filter: Option<String>,
     /// Where to write the snapshot.

@@ -10,9 +10,11 @@
 //! (a file offset, as the kernel reads it) or a function's name (then
 //! `<size>` defaults to the function's size). A
 //! filter without a file applies to the traced program's own binary.
-//! `stop` and `tracestop` filters are perf syntax too, but ptscope traces
-//! ranges only, so they are refused by name. The syntax itself is read by
-//! [`ptscope_formats::filter`], which decoders use to read it back.
+//! `tracestop` (or `stop`) ranges take the same form: where a branch lands
+//! in one, the hardware stops tracing (TraceStop) until the thread is next
+//! scheduled in. Both kinds share the CPU's address ranges. The syntax
+//! itself is read by [`ptscope_formats::filter`], which decoders use to
+//! read it back.
 //!
 //! A resolved filter is a file offset and size in a file, as the kernel takes
 //! it (`PERF_EVENT_IOC_SET_FILTER`) and as perf records it in
@@ -31,7 +33,7 @@ use crate::trigger::symbol_matches;
 pub enum FilterError {
     #[error("bad filter `{filter}`: {why}")]
     Syntax { filter: String, why: String },
-    #[error("filter action `{0}` is not supported: ptscope traces address ranges (`filter`) only")]
+    #[error("filter action `{0}` is not one Intel PT has: it has `filter` and `tracestop`")]
     Action(String),
     #[error("filter symbol `{symbol}` was not found in {file}")]
     UnknownSymbol { symbol: String, file: String },
@@ -57,20 +59,10 @@ impl From<FilterSyntaxError> for FilterError {
     }
 }
 
-/// Parses a `--filter` value: one or more `filter` ranges separated by
-/// commas.
+/// Parses a `--filter` value: one or more `filter` or `tracestop` ranges
+/// separated by commas.
 pub fn parse(text: &str) -> Result<Vec<FilterSpec>, FilterError> {
-    let specs = ptscope_formats::filter::parse(text)?;
-    if specs.iter().any(|s| s.action == FilterAction::Stop) {
-        // Named as the user wrote it (`stop` or `tracestop`).
-        let word = text
-            .split(',')
-            .filter_map(|f| f.split_whitespace().next())
-            .find(|w| w.ends_with("stop"))
-            .unwrap_or("stop");
-        return Err(FilterError::Action(word.into()));
-    }
-    Ok(specs)
+    Ok(ptscope_formats::filter::parse(text)?)
 }
 
 /// The file offset and size of the function `name` in the ELF file at
@@ -145,6 +137,7 @@ pub fn resolve(
                     });
                 };
                 return Ok(FilterRange {
+                    action: spec.action,
                     offset: a,
                     size: spec.size.unwrap_or(0),
                     file: None,
@@ -169,6 +162,7 @@ pub fn resolve(
                 return Err(FilterError::Empty(format!("{:?}", spec.start)));
             }
             Ok(FilterRange {
+                action: spec.action,
                 offset,
                 size,
                 file: Some(path.display().to_string()),
@@ -202,11 +196,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_filter_ranges_are_taken() {
+    fn filter_and_tracestop_ranges_are_taken() {
         assert_eq!(parse("filter main").unwrap().len(), 1);
+        let both = parse("filter main, tracestop foo").unwrap();
+        assert_eq!(both[1].action, FilterAction::Stop);
         assert_eq!(
-            parse("filter main, tracestop foo").unwrap_err(),
-            FilterError::Action("tracestop".into())
+            parse("filter main, start foo").unwrap_err(),
+            FilterError::Action("start".into())
         );
         assert!(parse("frob main")
             .unwrap_err()
@@ -249,6 +245,7 @@ mod tests {
     #[test]
     fn ranges_land_where_the_file_is_mapped() {
         let r = [FilterRange {
+            action: FilterAction::Filter,
             offset: 0x1100,
             size: 0x40,
             file: Some("/bin/a".into()),

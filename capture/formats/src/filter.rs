@@ -53,6 +53,7 @@ pub struct FilterSpec {
 /// `offset` of `file`. Without a file, `offset` is a runtime address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterRange {
+    pub action: FilterAction,
     pub offset: u64,
     pub size: u64,
     pub file: Option<String>,
@@ -149,14 +150,21 @@ fn parse_one(text: &str) -> Result<FilterSpec, FilterSyntaxError> {
     })
 }
 
-/// `filter` ranges as the kernel takes them and perf records them in
-/// AUXTRACE_INFO: `filter 0x<offset>/0x<size>@<file>`, comma-separated.
+/// Ranges as the kernel takes them and perf records them in
+/// AUXTRACE_INFO: `filter 0x<offset>/0x<size>@<file>` (or `stop …`, as
+/// perf writes a `tracestop` range), comma-separated.
 pub fn kernel_string(ranges: &[FilterRange]) -> String {
     ranges
         .iter()
-        .map(|r| match &r.file {
-            Some(f) => format!("filter {:#x}/{:#x}@{f}", r.offset, r.size),
-            None => format!("filter {:#x}/{:#x}", r.offset, r.size),
+        .map(|r| {
+            let action = match r.action {
+                FilterAction::Filter => "filter",
+                FilterAction::Stop => "stop",
+            };
+            match &r.file {
+                Some(f) => format!("{action} {:#x}/{:#x}@{f}", r.offset, r.size),
+                None => format!("{action} {:#x}/{:#x}", r.offset, r.size),
+            }
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -246,11 +254,13 @@ mod tests {
     fn what_perf_records_reads_back() {
         let r = [
             FilterRange {
+                action: FilterAction::Filter,
                 offset: 0x4f0,
                 size: 0x20,
                 file: Some("/usr/bin/app".into()),
             },
             FilterRange {
+                action: FilterAction::Stop,
                 offset: 0xffff_ffff_8100_0000,
                 size: 0x100,
                 file: None,
@@ -259,11 +269,15 @@ mod tests {
         let text = kernel_string(&r);
         assert_eq!(
             text,
-            "filter 0x4f0/0x20@/usr/bin/app,filter 0xffffffff81000000/0x100"
+            "filter 0x4f0/0x20@/usr/bin/app,stop 0xffffffff81000000/0x100"
         );
         let back = parse(&text).unwrap();
         assert_eq!(back[0].start, FilterStart::Address(0x4f0));
         assert_eq!(back[1].file, None);
+        assert_eq!(
+            back.iter().map(|b| b.action).collect::<Vec<_>>(),
+            [FilterAction::Filter, FilterAction::Stop]
+        );
     }
 
     #[test]

@@ -14,16 +14,24 @@
 //!   not written and the IP is suppressed).
 //! - A branch into a range writes TIP.PGE with the target IP, preceded by
 //!   MODE.Exec when none was sent since the last PSB.
+//! - TraceStop ranges ("TraceStop", ADDRn_CFG = 2) are checked where
+//!   FilterEn is: a taken branch that lands in one stops the unit
+//!   (`hardware` writes the packets).
 
 use super::insn::{Insn, InsnClass};
+use crate::filter::{runtime_ranges, FilterAction, FilterRange};
+use crate::procfs::Mapping;
 
-/// The address ranges a PT unit traces; none configured traces everything.
+/// The address ranges a PT unit traces (none configured traces
+/// everything), and those where it stops.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IpFilter {
     configured: bool,
     /// [start, end) runtime ranges; empty while the filtered file is not
     /// mapped, when nothing is traced.
     ranges: Vec<(u64, u64)>,
+    /// [start, end) runtime TraceStop ranges.
+    stops: Vec<(u64, u64)>,
 }
 
 impl IpFilter {
@@ -32,7 +40,31 @@ impl IpFilter {
         IpFilter {
             configured: true,
             ranges,
+            stops: Vec::new(),
         }
+    }
+
+    /// `ranges` (resolved `--filter` ranges of both kinds) where `maps`
+    /// place them. Without a `filter` range FilterEn is always 1.
+    pub fn placed(ranges: &[FilterRange], maps: &[Mapping]) -> IpFilter {
+        let of = |action| -> Vec<FilterRange> {
+            ranges
+                .iter()
+                .filter(|r| r.action == action)
+                .cloned()
+                .collect()
+        };
+        let filters = of(FilterAction::Filter);
+        IpFilter {
+            configured: !filters.is_empty(),
+            ranges: runtime_ranges(&filters, maps),
+            stops: runtime_ranges(&of(FilterAction::Stop), maps),
+        }
+    }
+
+    /// Whether a branch landing at `ip` stops the unit.
+    pub fn stops_at(&self, ip: u64) -> bool {
+        self.stops.iter().any(|&(s, e)| ip >= s && ip < e)
     }
 
     pub fn is_configured(&self) -> bool {
@@ -211,5 +243,79 @@ mod tests {
             3,
             "{plain:x?}"
         );
+    }
+
+    /// A direct call that lands in a TraceStop range writes TIP.PGD with
+    /// its target, then TraceStop, and nothing follows, not even PSBs,
+    /// until the thread is scheduled out and back in (not after a mere
+    /// trip to the kernel); a CPU-wide unit stays stopped. Outside the
+    /// filter's ranges (packets off) the stop is a bare TraceStop.
+    #[test]
+    fn a_branch_into_a_tracestop_range_stops_the_unit() {
+        use crate::emulated::hardware::{tests::cfg, PtSettings, ThreadPt};
+        let i = |class, len| Insn {
+            len,
+            class,
+            repeats: false,
+        };
+        let stop = |sticky_stop: bool| {
+            let settings = PtSettings {
+                psb_period: 64,
+                sticky_stop,
+                ..cfg()
+            };
+            let mut t = ThreadPt::new(settings, 0);
+            t.set_filter(IpFilter {
+                configured: false,
+                ranges: Vec::new(),
+                stops: vec![(0x50_0000, 0x50_0100)],
+            });
+            let start = t.ring().snapshot().len();
+            t.enter_user(0x40_1000, 0, false);
+            let call = InsnClass::DirectCall { target: 0x50_0000 };
+            t.retire(0x40_1000, &i(call, 5), 0x50_0000, 1);
+            assert!(t.stopped() && !t.tracing());
+            // Far past a PSB period: nothing.
+            for n in 0..200 {
+                t.retire(0x50_0000, &i(InsnClass::IndirectJump, 2), 0x40_1000, 2 + n);
+            }
+            t.interrupt(0x40_1000, 300);
+            t.enter_user(0x40_1000, 301, true);
+            assert!(t.stopped());
+            t.scheduled_out();
+            t.enter_user(0x40_1000, 400, true);
+            t.finish();
+            (t.ring().snapshot()[start..].to_vec(), t.stopped())
+        };
+        let mut want = vec![0x99, 0x01, 0x51, 0x00, 0x10, 0x40, 0x00];
+        want.extend([0x41, 0x00, 0x00, 0x50, 0x00]); // TIP.PGD 0x500000
+        want.extend([0x02, 0x83]); // TraceStop
+        let (sticky, stopped) = stop(true);
+        assert_eq!(sticky, want);
+        assert!(stopped);
+        let (restarted, stopped) = stop(false);
+        assert!(!stopped);
+        assert_eq!(restarted[..want.len()], want[..]);
+        // Restarted: TSC, then TIP.PGE 0x401000.
+        assert_eq!(restarted[want.len()], 0x19, "{restarted:x?}");
+        assert_eq!(
+            restarted[restarted.len() - 5..],
+            [0x51, 0x00, 0x10, 0x40, 0x00]
+        );
+
+        // Packets off outside the filter: the stop is TraceStop alone.
+        let mut t = ThreadPt::new(cfg(), 0);
+        t.set_filter(IpFilter {
+            configured: true,
+            ranges: vec![(0x40_1000, 0x40_2000)],
+            stops: vec![(0x50_0000, 0x50_0100)],
+        });
+        t.enter_user(0x60_0000, 0, false);
+        let start = t.ring().snapshot().len();
+        let jump = InsnClass::DirectJump { target: 0x50_0000 };
+        t.retire(0x60_0000, &i(jump, 5), 0x50_0000, 1);
+        t.retire(0x50_0000, &i(InsnClass::IndirectJump, 2), 0x40_1000, 2);
+        t.finish();
+        assert_eq!(t.ring().snapshot()[start..], [0x02, 0x83]);
     }
 }

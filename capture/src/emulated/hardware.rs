@@ -18,6 +18,12 @@
 //!   MODE.Exec when none was sent since the last PSB;
 //! - with an IP filter (`--filter`), branches out of its ranges write
 //!   TIP.PGD and branches into them TIP.PGE, as `emulated::filter` says;
+//! - a taken branch that lands in a TraceStop range (`tracestop`) writes
+//!   TIP.PGD as one leaving the filter would (if packets were on), then
+//!   TraceStop; nothing at all follows (TriggerEn is 0), PSBs included,
+//!   until the thread is scheduled out, where the kernel clears
+//!   RTIT_STATUS.Stopped (pt_handle_status), and back in, unless the
+//!   events are CPU-wide and never scheduled out;
 //! - a PSB+ (PSB, CYC, TSC, CBR, and MODE.Exec plus FUP when tracing, then
 //!   PSBEND) starts the trace and follows every `psb_period` bytes, at an
 //!   instruction boundary; it resets the last IP to zero;
@@ -80,6 +86,10 @@ pub struct PtSettings {
     /// filter without its IP, as Skylakes do (erratum SKL014: decoders
     /// then bind it by the filter); for tests of decoders.
     pub skl014: bool,
+    /// A TraceStop lasts to the end of the capture: the unit's event is
+    /// CPU-wide (`perf record -a`), so the kernel never switches it out
+    /// and never clears RTIT_STATUS.Stopped.
+    pub sticky_stop: bool,
 }
 
 /// A bounded stack that drops its oldest entry when full, like the hardware's.
@@ -121,6 +131,9 @@ pub struct ThreadPt {
     mode_exec_sent: bool,
     /// PacketEn: user code of this thread is being traced right now.
     packet_en: bool,
+    /// RTIT_STATUS.Stopped: a branch landed in a TraceStop range, and the
+    /// unit writes nothing until it is cleared.
+    stopped: bool,
     /// The time of the last CYC (or TSC) packet.
     last_cyc: u64,
     /// The IP filter, and whether user code runs outside it (ContextEn=1,
@@ -160,6 +173,7 @@ impl ThreadPt {
             decoder_retstack: RetStack::default(),
             mode_exec_sent: false,
             packet_en: false,
+            stopped: false,
             last_cyc: now,
             filter: IpFilter::default(),
             filtered_out: false,
@@ -185,6 +199,21 @@ impl ThreadPt {
         self.packet_en
     }
 
+    /// Whether a TraceStop stopped the unit (and it was not restarted).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The unit's thread was scheduled out: the kernel's pt_event_stop
+    /// clears RTIT_STATUS.Stopped (pt_handle_status), so tracing resumes
+    /// where the thread next enters user code, unless the unit is
+    /// CPU-wide and never scheduled out.
+    pub fn scheduled_out(&mut self) {
+        if !self.cfg.sticky_stop {
+            self.stopped = false;
+        }
+    }
+
     /// Traces only inside `filter`'s ranges from now on; FilterEn changes
     /// at the next branch.
     pub fn set_filter(&mut self, filter: IpFilter) {
@@ -195,6 +224,9 @@ impl ThreadPt {
     /// traced code, tracing resumes with TIP.PGE. `resync` adds a TSC first,
     /// as after a context switch (TraceEn 0→1).
     pub fn enter_user(&mut self, ip: u64, now: u64, resync: bool) {
+        if self.stopped {
+            return;
+        }
         if self.packet_en || self.filtered_out && ip == self.expected_ip {
             return;
         }
@@ -221,6 +253,10 @@ impl ThreadPt {
 
     /// The instruction at `ip` retired at `now`; the next one is `next_ip`.
     pub fn retire(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
+        if self.stopped {
+            self.insn_count += 1;
+            return;
+        }
         if !self.packet_en {
             self.retire_filtered_out(ip, insn, next_ip, now);
             return;
@@ -293,16 +329,18 @@ impl ThreadPt {
         self.commit();
     }
 
-    /// If the branch at `ip` leaves the filter's ranges, writes TIP.PGD in
-    /// place of its packet and returns true. The call that leaves is not
-    /// pushed on the decoder's stack: libipt skips the call a disable binds
-    /// to. A return that leaves is never compressed, as libipt cannot bind
-    /// the suppressed TIP.PGD of a compressed return.
+    /// If the branch at `ip` leaves the filter's ranges or lands in a
+    /// TraceStop range, writes TIP.PGD in place of its packet (then
+    /// TraceStop) and returns true. The call that leaves is not pushed on
+    /// the decoder's stack: libipt skips the call a disable binds to. A
+    /// return that leaves is never compressed, as libipt cannot bind the
+    /// suppressed TIP.PGD of a compressed return.
     fn leaves_filter(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) -> bool {
-        if !self.filter.is_configured()
-            || !filter::is_taken_branch(insn, ip, next_ip)
-            || self.filter.allows(next_ip)
-        {
+        if !filter::is_taken_branch(insn, ip, next_ip) {
+            return false;
+        }
+        let stop = self.filter.stops_at(next_ip);
+        if !stop && self.filter.allows(next_ip) {
             return false;
         }
         let fallthrough = insn.next_ip(ip);
@@ -331,7 +369,19 @@ impl ThreadPt {
         self.packet_en = false;
         self.filtered_out = true;
         self.expected_ip = next_ip;
+        if stop {
+            self.trace_stop();
+        }
         true
+    }
+
+    /// A branch landed in a TraceStop range: TraceStop, and the unit
+    /// stops (SDM: RTIT_STATUS.Stopped clears TriggerEn).
+    fn trace_stop(&mut self) {
+        self.out.extend_from_slice(&packets::TRACE_STOP);
+        self.stopped = true;
+        self.packet_en = false;
+        self.filtered_out = false;
     }
 
     /// An instruction retired while no packets are written: outside the
@@ -340,9 +390,15 @@ impl ThreadPt {
     fn retire_filtered_out(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
         self.insn_count += 1;
         self.expected_ip = next_ip;
+        let taken = filter::is_taken_branch(insn, ip, next_ip);
         if insn.class == InsnClass::KernelEntry {
             self.filtered_out = false;
-        } else if filter::is_taken_branch(insn, ip, next_ip) && self.filter.allows(next_ip) {
+        } else if taken && self.filter.stops_at(next_ip) {
+            // Outside the filter (PacketEn 0, ContextEn 1): TraceStop alone.
+            self.trace_stop();
+            self.commit();
+            return;
+        } else if taken && self.filter.allows(next_ip) {
             self.cyc_now(now);
             if !self.mode_exec_sent {
                 packets::mode_exec_64(&mut self.out);
@@ -562,6 +618,7 @@ pub(crate) mod tests {
             ring_size: 1 << 20,
             overflows: Arc::from([]),
             skl014: false,
+            sticky_stop: false,
         }
     }
 

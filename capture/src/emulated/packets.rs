@@ -78,6 +78,8 @@ pub const PSB: [u8; 16] = [
 ];
 pub const PSBEND: [u8; 2] = [0x02, 0x23];
 pub const OVF: [u8; 2] = [0x02, 0xf3];
+/// TraceStop: a branch landed in a TraceStop range.
+pub const TRACE_STOP: [u8; 2] = [0x02, 0x83];
 /// Most TNT bits a short TNT packet holds.
 pub const TNT8_MAX: u32 = 6;
 /// Most TNT bits a long TNT packet holds.

@@ -196,6 +196,7 @@ pub fn pt_settings(cfg: &PtConfig, ring_size: usize, overflows: Arc<[u64]>) -> P
         ring_size,
         overflows,
         skl014: false,
+        sticky_stop: false,
     }
 }
 

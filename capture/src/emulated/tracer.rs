@@ -142,12 +142,15 @@ pub fn monotonic_ns() -> u64 {
 }
 
 impl Tracer {
-    fn new(opts: TracerOptions, pid: i32) -> Tracer {
+    fn new(mut opts: TracerOptions, pid: i32) -> Tracer {
         let now = monotonic_ns();
+        // CPU-wide events are never switched out, so nothing clears a
+        // TraceStop.
+        opts.settings.sticky_stop = opts.system_wide;
         // A configured filter traces nothing until its file is mapped.
         let ip_filter = match opts.filter.is_empty() {
             true => IpFilter::default(),
-            false => IpFilter::ranges(filter::runtime_ranges(&opts.filter, &[])),
+            false => IpFilter::placed(&opts.filter, &[]),
         };
         let symbol = match &opts.trigger {
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
@@ -190,7 +193,7 @@ impl Tracer {
         if self.opts.filter.is_empty() {
             return;
         }
-        let filter = IpFilter::ranges(filter::runtime_ranges(&self.opts.filter, &self.maps));
+        let filter = IpFilter::placed(&self.opts.filter, &self.maps);
         if filter != self.ip_filter {
             for unit in self.units.values_mut() {
                 unit.set_filter(filter.clone());

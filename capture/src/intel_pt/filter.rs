@@ -57,6 +57,7 @@ mod tests {
 
     fn range(file: Option<&str>) -> FilterRange {
         FilterRange {
+            action: crate::filter::FilterAction::Filter,
             offset: 0x1139,
             size: 0x2f,
             file: file.map(Into::into),
@@ -68,6 +69,22 @@ mod tests {
         let s = kernel_filter(&caps(2), &[range(Some("/bin/x"))], false).unwrap();
         assert_eq!(s.unwrap().to_str().unwrap(), "filter 0x1139/0x2f@/bin/x");
         assert_eq!(kernel_filter(&caps(0), &[], false).unwrap(), None);
+        // A tracestop range is the kernel's `stop` with a size, as perf
+        // turns `tracestop` into (ADDRn_CFG = 2); it takes an address range
+        // of its own.
+        let stop = FilterRange {
+            action: crate::filter::FilterAction::Stop,
+            ..range(Some("/bin/y"))
+        };
+        let s = kernel_filter(&caps(2), &[range(Some("/bin/x")), stop.clone()], false).unwrap();
+        assert_eq!(
+            s.unwrap().to_str().unwrap(),
+            "filter 0x1139/0x2f@/bin/x,stop 0x1139/0x2f@/bin/y"
+        );
+        assert_eq!(
+            kernel_filter(&caps(1), &[range(None), stop], false).unwrap_err(),
+            FilterError::TooMany { given: 2, max: 1 }
+        );
     }
 
     #[test]

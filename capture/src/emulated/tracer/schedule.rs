@@ -165,6 +165,9 @@ impl Tracer {
                 self.unit(tid).interrupt(rip, now);
             }
         }
+        if let Some(unit) = self.units.get_mut(&cpu_unit(cpu)) {
+            unit.scheduled_out();
+        }
         let pid = self.pid;
         let preempt = self
             .threads
@@ -242,6 +245,10 @@ impl Tracer {
             self.order.rotate_left(1);
             if self.thread_tracing(cur) {
                 self.unit(cur).interrupt(rip, now);
+            }
+            if !self.opts.per_cpu {
+                // Per CPU, switch_to schedules it out when the next runs.
+                self.unit(cur).scheduled_out();
             }
         }
     }

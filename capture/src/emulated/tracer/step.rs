@@ -90,13 +90,23 @@ impl Tracer {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
+        let mut blocked = false;
         if let State::InSyscall { since, others } = t.state {
             self.in_syscall -= 1;
-            if others != steps_total || now > since + 1 {
+            blocked = others != steps_total;
+            if blocked || now > since + 1 {
                 t.resync = true;
             }
         }
         t.state = State::Ready;
+        if blocked && !self.opts.per_cpu {
+            // Other threads ran meanwhile: it was scheduled out. (Per CPU,
+            // switch_to says when.)
+            self.unit(tid).scheduled_out();
+        }
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
         t.rip = new_rip;
         if std::mem::take(&mut t.entering_handler) {
             return;
