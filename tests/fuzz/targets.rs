@@ -88,8 +88,9 @@ fn psbs_state_cbr(pt: &[u8]) -> bool {
     open != Some(false)
 }
 
-/// Both engines, and the flow engine cut into tiny chunks so that small
-/// inputs still cross seams. The flow engine's two ways must also agree
+/// Both engines, the flow engine cut into tiny chunks so that small
+/// inputs still cross seams, and one walk pipelined (its stacks built on
+/// a second thread), which must always give the same model. The flow engine's two ways must also agree
 /// where the replay asks ([`compare_ways`]) or `PTSCOPE_FUZZ_DIFF=1`: they
 /// do on every sound trace and every committed input, but fuzzing still
 /// finds damaged traces where they do not (ROBUSTNESS.md), so crash
@@ -154,6 +155,22 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
         (a, b) => panic!(
             "one walk and chunks disagree: {:?} vs {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
+    // One walk with its stacks built on a second thread gives the very
+    // same model by construction, damaged trace or not.
+    let piped = decode(Engine::Flow, Parallel::on(2));
+    match (&one, &piped) {
+        (Ok(a), Ok(b)) => {
+            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
+                panic!("one walk and its pipelined twin disagree:\n{diff}");
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => panic!(
+            "one walk and its pipelined twin disagree: {:?} vs {:?}",
             a.as_ref().err(),
             b.as_ref().err()
         ),
