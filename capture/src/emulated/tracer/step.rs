@@ -91,7 +91,9 @@ impl Tracer {
             return;
         };
         let mut blocked = false;
+        let mut entered = None;
         if let State::InSyscall { since, others } = t.state {
+            entered = Some(since);
             self.in_syscall -= 1;
             blocked = others != steps_total;
             if blocked || now > since + 1 {
@@ -138,7 +140,14 @@ impl Tracer {
         if ip_log {
             t.log.push(ip);
         }
-        let now = self.now;
+        // A syscall retires as it enters the kernel: its TIP.PGD (and the
+        // CYC before it) count the cycles up to the entry, not the time
+        // the kernel then took, which the TSC on return to user code
+        // tells, as on the hardware.
+        let now = match entered {
+            Some(since) if insn.class == InsnClass::KernelEntry => since + 1,
+            _ => self.now,
+        };
         self.unit(tid).retire(ip, &insn, next, now);
     }
 }
