@@ -693,29 +693,44 @@ impl StackBuilder {
         let low = segment.low;
         debug_assert!(segment.lanes.is_empty() || low >= base);
         let depth = |level: i32| (level - base) as usize;
+        // Where this segment's spans begin in each lane it fills: only its
+        // own levels, however deep below them the base lies (a trace that
+        // returns out of many frames it never saw enter puts it deep, and
+        // a damaged one does so at every segment).
+        let first = depth(low);
         starts.clear();
         if !segment.lanes.is_empty() {
             let depths = depth(low + segment.lanes.len() as i32);
-            starts.extend((0..depths).map(|d| out.lane(d).len()));
+            starts.extend((first..depths).map(|d| out.lane(d).len()));
         }
+        // Each lane's long spans, in one pass over them sorted by level.
+        segment.long.sort_unstable_by_key(|&(level, ..)| level);
+        let mut long = &segment.long[..];
         for (i, spans) in segment.lanes.drain(..).enumerate() {
+            let level = low + i as i32;
+            let n = long.iter().take_while(|&&(l, ..)| l <= level).count();
+            let (here, rest) = long.split_at(n);
+            long = rest;
             if spans.is_empty() {
                 continue;
             }
-            let level = low + i as i32;
-            let long = segment
-                .long
+            let here = here
                 .iter()
                 .filter(|&&(l, ..)| l == level)
                 .map(|&(_, i, ns)| (i as usize, ns));
-            out.append_lane(depth(level), spans, long);
+            out.append_lane(depth(level), spans, here);
         }
         // Once the parents are in too, file the spans whose times do not
-        // say which span above they were made in.
+        // say which span above they were made in (a parent is a span of
+        // this segment too, so its level is one of the segment's).
         for (level, i, parent) in segment.ties.drain(..) {
             let d = depth(level);
-            if d > 0 {
-                out.file_under(d, starts[d] + i as usize, starts[d - 1] + parent as usize);
+            if d > first {
+                out.file_under(
+                    d,
+                    starts[d - first] + i as usize,
+                    starts[d - 1 - first] + parent as usize,
+                );
             }
         }
         segment.long.clear();
