@@ -143,6 +143,16 @@ impl FuncTable {
         self.intern("[kernel]", "[kernel.kallsyms]", 0, SpanKind::NoBinary)
     }
 
+    /// The id here of `f`, a function of another table, added with its
+    /// source if new.
+    pub fn adopt(&mut self, f: &Func) -> FuncId {
+        let id = self.intern(&f.name, &f.module, f.entry, f.kind);
+        if let Some(src) = &f.source {
+            self.set_source(id, src.clone());
+        }
+        id
+    }
+
     pub fn set_source(&mut self, id: FuncId, source: String) {
         if let Some(f) = self.funcs.get_mut(id as usize) {
             f.source = Some(source);

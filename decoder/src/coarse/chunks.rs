@@ -321,12 +321,9 @@ fn apply_batch<S: Sink>(
     sink: &mut S,
     free: &mpsc::Sender<Vec<(usize, Timed)>>,
 ) {
-    for f in b.table {
-        let id = mirror.intern(&f.name, &f.module, f.entry, f.kind);
+    for f in &b.table {
+        let id = mirror.adopt(f);
         debug_assert_eq!(id as usize + 1, mirror.len());
-        if let Some(src) = f.source {
-            mirror.set_source(id, src);
-        }
     }
     debug_assert_eq!(mirror.len(), b.funcs.end);
     let mut items = b.items;
@@ -596,11 +593,7 @@ impl Fix {
         if let Some(Some(g)) = self.map.get(i) {
             return *g;
         }
-        let f = self.local.get(id);
-        let g = funcs.intern(&f.name, &f.module, f.entry, f.kind);
-        if let Some(src) = &f.source {
-            funcs.set_source(g, src.clone());
-        }
+        let g = funcs.adopt(self.local.get(id));
         if let Some(slot) = self.map.get_mut(i) {
             *slot = Some(g);
         }
