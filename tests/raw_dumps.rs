@@ -221,3 +221,88 @@ fn the_window_refuses_a_cpu_it_cannot_read() {
     assert!(!ok);
     assert!(err.contains("--cpu"), "{err}");
 }
+
+/// `decode --level insns --format json` of a raw dump `pt` with `images`
+/// (file bytes, load address): each instruction's address.
+fn listed(dir: &Path, pt: &[u8], images: &[(&[u8], u64)]) -> Vec<u64> {
+    let raw = dir.join("listed.pt");
+    std::fs::write(&raw, pt).unwrap();
+    let mut cmd = ptscope();
+    cmd.args([
+        "decode",
+        "--no-cache",
+        "--level",
+        "insns",
+        "--format",
+        "json",
+    ]);
+    for (i, (bytes, addr)) in images.iter().enumerate() {
+        let file = dir.join(format!("image{i}.bin"));
+        std::fs::write(&file, bytes).unwrap();
+        cmd.arg("--raw")
+            .arg(format!("{}:{addr:#x}", file.display()));
+    }
+    let out = cmd.arg(&raw).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["ip"].as_u64())
+        .collect()
+}
+
+/// PSB+ with tracing on at 0x1000 in 64-bit mode.
+fn psb_at_0x1000() -> Vec<u8> {
+    let mut pt = [0x02, 0x82].repeat(8);
+    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+    pt
+}
+
+/// The instruction listing reads what the walk reads: APX's JMPABS, which
+/// the disassembler does not know, and an instruction whose bytes lie in
+/// two raw images mapped back to back. Each was missing from the listing
+/// while the walk went on past it.
+#[test]
+fn the_listing_has_jmpabs_and_an_instruction_across_two_images() {
+    let dir = tempfile::tempdir().unwrap();
+    // nop; jmpabs 0x1010; ...; 0x1010: nop. TIP 0x1010, then FUP 0x1011
+    // and TIP.PGD: tracing stops after the second nop.
+    let mut code = vec![0x90, 0xd5, 0x00, 0xa1];
+    code.extend(0x1010u64.to_le_bytes());
+    code.resize(0x10, 0xcc);
+    code.push(0x90);
+    let mut pt = psb_at_0x1000();
+    pt.extend([0x4d, 0x10, 0x10, 0, 0]);
+    pt.extend([0x3d, 0x11, 0x10, 0x01]);
+    assert_eq!(
+        listed(dir.path(), &pt, &[(&code, 0x1000)]),
+        [0x1000, 0x1001, 0x1010]
+    );
+    let out = ptscope()
+        .args(["decode", "--no-cache", "--level", "insns", "--raw"])
+        .arg(format!(
+            "{}:0x1000",
+            dir.path().join("image0.bin").display()
+        ))
+        .arg(dir.path().join("listed.pt"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("jmpabs 0000000000001010h"), "{text}");
+
+    // nop; jmp short 0x1004 (eb | 01: its displacement in the second
+    // image); int3; 0x1004: nop. Then FUP 0x1005 and TIP.PGD.
+    let mut pt = psb_at_0x1000();
+    pt.extend([0x3d, 0x05, 0x10, 0x01]);
+    assert_eq!(
+        listed(
+            dir.path(),
+            &pt,
+            &[(&[0x90, 0xeb], 0x1000), (&[0x01, 0xcc, 0x90], 0x1002)]
+        ),
+        [0x1000, 0x1001, 0x1004]
+    );
+}

@@ -1,6 +1,8 @@
 //! The CPU errata that affect decoding, and which CPU has which: libipt's
-//! table (`pt_cpu_errata`, asked through [`crate::ffi::cpu_errata`], so
-//! both decoders work around the same ones). Our flow decoder
+//! table (`pt_cpu_errata`, asked through [`crate::ffi::cpu_errata`]), and
+//! for CPUs newer than the bundled libipt 2.1.2 knows, the errata Intel's
+//! specification updates give them (as libipt's later releases list them),
+//! so that both decoders work around the same ones. Our flow decoder
 //! ([`crate::flow`]) works around them as libipt's decoders do:
 //! - BDM70: a PSB+ may say tracing is on (a FUP) when a TIP.PGE follows it:
 //!   tracing is off there, and begins at the TIP.PGE;
@@ -61,6 +63,30 @@ impl Errata {
             return Errata::default();
         }
         crate::ffi::cpu_errata(cfg.family, cfg.model, cfg.stepping)
+            .or_else(|| Errata::newer(cfg.family, cfg.model))
+            .unwrap_or_default()
+    }
+
+    /// CPUs that libipt 2.1.2 does not know: Lunar Lake (6/0xd5) and
+    /// family 0x12 (models 1 and 3) have BDM70, SKD022 and APL11; family
+    /// 0x13 model 1 has BDM70, SKD022 and SKZ84.
+    fn newer(family: u16, model: u8) -> Option<Errata> {
+        let (bdm70, skd022) = (true, true);
+        match (family, model) {
+            (0x6, 0xd5) | (0x12, 0x01 | 0x03) => Some(Errata {
+                bdm70,
+                skd022,
+                apl11: true,
+                ..Errata::default()
+            }),
+            (0x13, 0x01) => Some(Errata {
+                bdm70,
+                skd022,
+                skz84: true,
+                ..Errata::default()
+            }),
+            _ => None,
+        }
     }
 
     /// The names of the errata this CPU has, as Intel's specification
@@ -106,5 +132,11 @@ mod tests {
         assert_eq!(apl.names(), ["APL11", "APL12"]);
         assert_eq!(on("6/0x01"), Errata::default());
         assert_eq!(Errata::of(&DecoderConfig::default()), Errata::default());
+        // Newer than libipt 2.1.2: from the later specification updates.
+        for cpu in ["6/0xd5", "0x12/1", "0x12/3"] {
+            assert_eq!(on(cpu).names(), ["BDM70", "SKD022", "APL11"], "{cpu}");
+        }
+        assert_eq!(on("0x13/1").names(), ["BDM70", "SKD022", "SKZ84"]);
+        assert_eq!(on("0x12/2"), Errata::default());
     }
 }

@@ -56,9 +56,8 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
         c.cpu.family = cfg.family;
         c.cpu.model = cfg.model;
         c.cpu.stepping = cfg.stepping;
-        if cfg.family != 0 {
-            sys::pt_cpu_errata(&mut c.errata, &c.cpu);
-        }
+        // libipt's table, or ours for CPUs newer than it knows.
+        c.errata = sys_errata(&crate::errata::Errata::of(cfg));
         c.cpuid_0x15_eax = cfg.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = cfg.cpuid_0x15_ebx;
         c.mtc_freq = cfg.mtc_freq;
@@ -82,8 +81,8 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
     }
 }
 
-/// libipt's errata for a CPU (none for one it does not know).
-pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> crate::errata::Errata {
+/// libipt's errata for a CPU; `None` for one it does not know.
+pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> Option<crate::errata::Errata> {
     // SAFETY: pt_cpu and pt_errata are plain data for which all-zero is
     // valid; pt_cpu_errata only writes the errata it is given.
     let e = unsafe {
@@ -94,11 +93,11 @@ pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> crate::errata::Errata
         cpu.stepping = stepping;
         let mut e: sys::pt_errata = zeroed();
         if sys::pt_cpu_errata(&mut e, &cpu) < 0 {
-            return crate::errata::Errata::default();
+            return None;
         }
         e
     };
-    crate::errata::Errata {
+    Some(crate::errata::Errata {
         bdm70: e.bdm70() != 0,
         bdm64: e.bdm64() != 0,
         skd007: e.skd007() != 0,
@@ -109,7 +108,25 @@ pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> crate::errata::Errata
         apl12: e.apl12() != 0,
         skl168: e.skl168() != 0,
         skz84: e.skz84() != 0,
-    }
+    })
+}
+
+/// `e` as libipt's configuration holds it.
+fn sys_errata(e: &crate::errata::Errata) -> sys::pt_errata {
+    // SAFETY: pt_errata is plain data (bit fields) for which all-zero is
+    // valid.
+    let mut s: sys::pt_errata = unsafe { zeroed() };
+    s.set_bdm70(e.bdm70 as u32);
+    s.set_bdm64(e.bdm64 as u32);
+    s.set_skd007(e.skd007 as u32);
+    s.set_skd022(e.skd022 as u32);
+    s.set_skd010(e.skd010 as u32);
+    s.set_skl014(e.skl014 as u32);
+    s.set_apl11(e.apl11 as u32);
+    s.set_apl12(e.apl12 as u32);
+    s.set_skl168(e.skl168 as u32);
+    s.set_skz84(e.skz84 as u32);
+    s
 }
 
 /// One instruction as libipt reports it.
@@ -650,5 +667,31 @@ fn event_item(ev: &sys::pt_event) -> Option<BlockItem> {
             }),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::block::DecoderConfig;
+
+    /// libipt's decoders are given the errata of CPUs newer than its own
+    /// table knows, as ours are.
+    #[test]
+    fn libipt_is_given_the_errata_of_cpus_newer_than_it_knows() {
+        let cfg = DecoderConfig::default().with_cpu("0x12/1".parse().unwrap());
+        let c = super::raw_config(&[], &cfg);
+        let e = c.errata;
+        assert_eq!((e.bdm70(), e.skd022(), e.apl11(), e.skz84()), (1, 1, 1, 0));
+        let kbl = super::raw_config(
+            &[],
+            &DecoderConfig::default().with_cpu("6/0x8e".parse().unwrap()),
+        );
+        assert_eq!(kbl.errata.skl014(), 1);
+        assert_eq!(
+            super::raw_config(&[], &DecoderConfig::default())
+                .errata
+                .bdm70(),
+            0
+        );
     }
 }

@@ -314,6 +314,31 @@ fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
     Err(PtError::NOMAP)
 }
 
+/// Where the instruction at `ip` ends, read as the walk reads it: across
+/// two images mapped back to back, and APX's JMPABS too, which iced-x86
+/// does not know. `None` if it cannot be read.
+pub(crate) fn next_ip(mem: &Memory, ip: u64, bitness: u32) -> Option<u64> {
+    decode_one(mem, ip, bitness).ok().map(|r| r.next)
+}
+
+/// Intel-syntax text of the instruction at `ip`, read as [`next_ip`]
+/// reads it.
+pub(crate) fn disassemble(mem: &Memory, ip: u64, bitness: u32) -> Option<String> {
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    let bytes = &buf[..n];
+    let insn = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE).decode();
+    if !insn.is_invalid() {
+        let mut out = String::new();
+        iced_x86::Formatter::format(&mut iced_x86::IntelFormatter::new(), &insn, &mut out);
+        return Some(out);
+    }
+    is_jmpabs(bytes, bitness).then(|| {
+        let target = u64::from_le_bytes(bytes[3..11].try_into().expect("eight bytes"));
+        format!("jmpabs {target:016X}h")
+    })
+}
+
 fn jmpabs(ip: u64) -> Run {
     Run {
         ninsn: 1,

@@ -7,8 +7,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
-
 use crate::block::DecoderConfig;
 use crate::coarse::{walk_queue, NoSink, Observe, QueueWalk};
 use crate::event::FuncTable;
@@ -390,15 +388,7 @@ impl LineSource {
     /// `pid`'s code.
     pub fn disassemble(&self, pid: i32, ip: u64) -> Option<String> {
         let mem = &self.memories[self.proc_of(pid)?];
-        let bytes = mem.bytes_at(ip)?;
-        let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-        let insn = dec.decode();
-        if insn.is_invalid() {
-            return None;
-        }
-        let mut out = String::new();
-        IntelFormatter::new().format(&insn, &mut out);
-        Some(out)
+        crate::flow::disassemble(mem, ip, 64)
     }
 }
 

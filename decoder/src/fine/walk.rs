@@ -165,19 +165,26 @@ impl Recorder {
                     if pos < head {
                         continue;
                     }
-                    let Some(bytes) = memory.bytes_at(b.ip) else {
-                        continue;
-                    };
-                    let mut d = Decoder::with_ip(64, bytes, b.ip, DecoderOptions::NONE);
+                    let mut ip = b.ip;
+                    let mut d: Option<Decoder> = None;
                     for k in 0..b.ninsn as u64 {
-                        if !d.can_decode() {
-                            break;
+                        if d.as_ref().is_none_or(|d| !d.can_decode()) {
+                            d = memory
+                                .bytes_at(ip)
+                                .map(|bytes| Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE));
                         }
-                        let ip = d.ip();
-                        d.decode_out(&mut decoded);
-                        if decoded.is_invalid() {
-                            break;
+                        let mut next = d.as_mut().and_then(|d| {
+                            d.decode_out(&mut decoded);
+                            (!decoded.is_invalid()).then(|| decoded.next_ip())
+                        });
+                        if next.is_none() {
+                            // iced stops at an image's end and at what it
+                            // does not know (APX's JMPABS): read it as the
+                            // walk did.
+                            next = crate::flow::next_ip(memory, ip, 64);
+                            d = None;
                         }
+                        let Some(next) = next else { break };
                         let p = pos + k;
                         while lvl + 1 < levels.len() && levels[lvl + 1].0 <= p {
                             lvl += 1;
@@ -193,6 +200,7 @@ impl Recorder {
                             exact: false,
                         });
                         positions.push(p);
+                        ip = next;
                     }
                 }
             }
