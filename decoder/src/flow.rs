@@ -400,6 +400,14 @@ enum Ev {
     Overflow(Option<u64>),
     /// PSB+: the IP its FUP gave, if tracing is on.
     Psb(Option<u64>),
+    /// The trace ends after a FUP bound to a status event (a TSX begin or
+    /// commit, a PTWRITE, a MODE.Exec, …): the flow goes on to its IP,
+    /// where libipt binds the event, and stops there; past it if `after`
+    /// (a PTWRITE's FUP names the PTWRITE, which ran).
+    Bound {
+        ip: u64,
+        after: bool,
+    },
     Eos,
 }
 
@@ -495,6 +503,12 @@ struct Reader {
     /// TIP, TIP.PGE or TIP.PGD, or a FUP (with Event Trace, an IF change's
     /// MODE.Exec comes with one), which is then no event of its own.
     mode_bound: bool,
+    /// The IP of the last FUP read that belongs to the packet before it,
+    /// since the last event: where the flow is bound to go if the trace
+    /// ends here, and whether the instruction there ran (PTWRITE).
+    bound_ip: Option<(u64, bool)>,
+    /// The FUP bound next is a PTWRITE's.
+    ptw_bound: bool,
     bitness: u32,
 }
 
@@ -556,6 +570,8 @@ impl<'a> FlowDecoder<'a> {
                 tsx_abort: false,
                 async_abort: false,
                 cfe_due: 0,
+                bound_ip: None,
+                ptw_bound: false,
                 bitness: 64,
             },
             consumed: 0,
@@ -705,7 +721,7 @@ impl<'a> FlowDecoder<'a> {
             let tsc = self.ev_time();
             match self.ev {
                 Ev::Psb(_) => return Ok(false),
-                Ev::Eos => return Err(Halt::End),
+                Ev::Eos | Ev::Bound { .. } => return Err(Halt::End),
                 Ev::Tip(Some(ip)) => {
                     self.enabled = true;
                     self.ip = ip;
@@ -767,6 +783,8 @@ impl<'a> FlowDecoder<'a> {
             tsx_abort: false,
             async_abort: false,
             cfe_due: 0,
+            bound_ip: None,
+            ptw_bound: false,
             bitness: 64,
         };
         self.consumed = at;
@@ -911,7 +929,10 @@ impl<'a> FlowDecoder<'a> {
                 self.rd.tsx_abort = abort && self.rd.tracing;
             }
             Packet::Exstop { ip } => self.rd.fup_bound |= ip,
-            Packet::Ptw { ipb, .. } => self.rd.fup_bound |= ipb != 0,
+            Packet::Ptw { ipb, .. } => {
+                self.rd.fup_bound |= ipb != 0;
+                self.rd.ptw_bound = ipb != 0;
+            }
             Packet::Trig { ip, .. } => self.rd.fup_bound |= ip,
             _ => return false,
         }
@@ -968,6 +989,7 @@ impl<'a> FlowDecoder<'a> {
 
     /// Reads packets up to the next event.
     fn fetch(&mut self) -> Result<Ev, Halt> {
+        self.rd.bound_ip = None;
         loop {
             // The common packets first, without the general parser: short
             // TNT and CYC make up most of a trace.
@@ -990,7 +1012,10 @@ impl<'a> FlowDecoder<'a> {
                 }
             }
             let Some(p) = self.packet()? else {
-                return Ok(Ev::Eos);
+                return Ok(match self.rd.bound_ip.take() {
+                    Some((ip, after)) => Ev::Bound { ip, after },
+                    None => Ev::Eos,
+                });
             };
             if self.status(&p) {
                 continue;
@@ -1012,6 +1037,10 @@ impl<'a> FlowDecoder<'a> {
                         IpKind::TipPgd => return Ok(Ev::Pgd(ip)),
                         IpKind::Fup => {
                             if std::mem::take(&mut self.rd.fup_bound) | mode_bound {
+                                let after = std::mem::take(&mut self.rd.ptw_bound);
+                                if self.rd.tracing {
+                                    self.rd.bound_ip = ip.map(|ip| (ip, after));
+                                }
                                 continue;
                             }
                             let from = ip.ok_or(self.fail(PtError::NOIP, None))?;
@@ -1454,6 +1483,7 @@ impl<'a> FlowDecoder<'a> {
                 Ev::AsyncBranch { from, .. } => self.proceed_to(from, f)?,
                 Ev::AsyncDisabled { at } => self.proceed_to(at, f)?,
                 Ev::Pgd(Some(ip)) => self.proceed_to(ip, f)?,
+                Ev::Bound { ip, .. } => self.proceed_to(ip, f)?,
                 Ev::Psb(ip) => {
                     if let Some(ip) = ip {
                         self.proceed_to_psb(ip, f)?;
@@ -1588,7 +1618,8 @@ impl<'a> FlowDecoder<'a> {
                 self.emit(f, BlockItem::AsyncDisabled { at, tsc })?;
                 self.consume()
             }
-            Ev::Eos => Err(Halt::End),
+            // With tracing off, there is no flow to take there.
+            Ev::Eos | Ev::Bound { .. } => Err(Halt::End),
             Ev::Tnt { .. } | Ev::Tip(_) | Ev::AsyncBranch { .. } => {
                 Err(self.fail_flow(PtError::BAD_CONTEXT, None))
             }
@@ -1934,6 +1965,18 @@ impl<'a> FlowDecoder<'a> {
             }
             self.step_past(&insn, f)?;
         }
+        if let Ev::Bound { after: true, .. } = self.ev {
+            // A PTWRITE's FUP names the PTWRITE: it ran.
+            let Some(cur) = self.cur else {
+                return Err(self.fail_flow(PtError::NOMAP, Some(self.ip)));
+            };
+            let insn = match decode_one(self.images[cur], self.ip, self.rd.bitness) {
+                Ok(i) => i,
+                Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
+            };
+            self.add(insn.last, 1, insn.last, insn.class);
+            self.ip = insn.next;
+        }
         self.end_block(f)?;
         let tsc = self.ev_time();
         match self.ev {
@@ -1971,6 +2014,8 @@ impl<'a> FlowDecoder<'a> {
                 )?;
                 self.enabled = false;
             }
+            // The status event itself is no item of ours.
+            Ev::Bound { .. } => {}
             _ => unreachable!("proceed_to is for events bound to an address"),
         }
         self.consume()
@@ -2652,6 +2697,39 @@ mod conformance {
         let got = agreed(&t, &code, &cfg);
         assert_eq!(count(&got, "error"), 0, "{got:#?}");
         assert_eq!(got.last().unwrap(), "block 0x3002..0x3002 1 CondJump");
+    }
+
+    /// A trace that ends with a FUP bound to a status event (a TSX begin,
+    /// a PTWRITE) leaves the flow bound for that FUP's IP: the walk goes
+    /// there, as libipt walks to bind the event, instead of stopping where
+    /// the last branch left it; code it cannot read on the way is an
+    /// error, as libipt's.
+    #[test]
+    fn the_walk_goes_on_to_a_status_event_that_ends_the_trace() {
+        let code: [(u64, &[u8]); 1] = [(0x1000, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xeb, 0x10])];
+        let cfg = DecoderConfig::default();
+        let tsx = T::default().psb_at(0x1000).tsx(true, false).fup(0x1004);
+        let got = agreed(&tsx, &code, &cfg);
+        assert_eq!(
+            got.last().unwrap(),
+            "block 0x1000..0x1003 4 Other",
+            "{got:#?}"
+        );
+        // PTWRITE (4-byte payload, IP bit) and its FUP.
+        let ptw = T::default()
+            .psb_at(0x1000)
+            .raw(&[0x02, 0x92, 1, 2, 3, 4])
+            .fup(0x1002);
+        let got = agreed(&ptw, &code, &cfg);
+        assert_eq!(
+            got.last().unwrap(),
+            "block 0x1000..0x1002 3 Other",
+            "{got:#?}"
+        );
+        // Past the jmp at 0x1005 to 0x1017, which is not mapped.
+        let far = T::default().psb_at(0x1000).tsx(true, false).fup(0x1020);
+        let got = agreed(&far, &code, &cfg);
+        assert_eq!(count(&got, "error"), 1, "{got:#?}");
     }
 
     #[test]
