@@ -509,6 +509,9 @@ struct Reader {
     bound_ip: Option<(u64, bool)>,
     /// The FUP bound next is a PTWRITE's.
     ptw_bound: bool,
+    /// The flow is lost after an error: a bound FUP is an event of its own
+    /// ([`Ev::Bound`]), where the flow resumes.
+    resuming: bool,
     bitness: u32,
 }
 
@@ -572,6 +575,7 @@ impl<'a> FlowDecoder<'a> {
                 cfe_due: 0,
                 bound_ip: None,
                 ptw_bound: false,
+                resuming: false,
                 bitness: 64,
             },
             consumed: 0,
@@ -704,7 +708,9 @@ impl<'a> FlowDecoder<'a> {
     /// says where the flow is, as perf's decoder does, rather than at the
     /// next PSB, which may be far. A TIP gives the flow's IP (tracing is on
     /// there: [`BlockItem::Enabled`]); a FUP and the TIP after it, an
-    /// asynchronous branch (or disable) from the FUP's IP; TIP.PGE and OVF
+    /// asynchronous branch (or disable) from the FUP's IP; a FUP bound to a
+    /// status event (a PTWRITE, a MODE.Exec) gives the IP where it binds;
+    /// TIP.PGE and OVF
     /// resume as they always do; a TIP.PGD says tracing is off. TNT bits
     /// mean nothing without the flow and are skipped. This is what libipt
     /// 2.2's resync (`ptxed --resync-on-error`) does too. The trace's last IP is sound, so a TIP whose
@@ -717,11 +723,47 @@ impl<'a> FlowDecoder<'a> {
         self.acc = Acc::default();
         self.tick = None;
         self.idle = 0;
+        // A bound FUP read with the current event came after the flow was
+        // lost: the flow is there first.
+        if let Some((ip, _)) = self.rd.bound_ip.take() {
+            self.enabled = true;
+            self.ip = ip;
+            let tsc = self.ev_time();
+            let item = BlockItem::Enabled {
+                ip,
+                status_update: false,
+                tsc,
+            };
+            self.emit(f, item)?;
+            return Ok(true);
+        }
+        self.rd.resuming = true;
+        let resumed = self.resume_at_next(f);
+        self.rd.resuming = false;
+        resumed
+    }
+
+    fn resume_at_next<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        f: &mut F,
+    ) -> Result<bool, Halt> {
         loop {
             let tsc = self.ev_time();
             match self.ev {
                 Ev::Psb(_) => return Ok(false),
-                Ev::Eos | Ev::Bound { .. } => return Err(Halt::End),
+                Ev::Eos => return Err(Halt::End),
+                Ev::Bound { ip, .. } => {
+                    // The event binds here: the walk takes it next.
+                    self.enabled = true;
+                    self.ip = ip;
+                    let item = BlockItem::Enabled {
+                        ip,
+                        status_update: false,
+                        tsc,
+                    };
+                    self.emit(f, item)?;
+                    return Ok(true);
+                }
                 Ev::Tip(Some(ip)) => {
                     self.enabled = true;
                     self.ip = ip;
@@ -785,6 +827,7 @@ impl<'a> FlowDecoder<'a> {
             cfe_due: 0,
             bound_ip: None,
             ptw_bound: false,
+            resuming: false,
             bitness: 64,
         };
         self.consumed = at;
@@ -1040,6 +1083,9 @@ impl<'a> FlowDecoder<'a> {
                                 let after = std::mem::take(&mut self.rd.ptw_bound);
                                 if self.rd.tracing {
                                     self.rd.bound_ip = ip.map(|ip| (ip, after));
+                                    if let (true, Some(ip)) = (self.rd.resuming, ip) {
+                                        return Ok(Ev::Bound { ip, after });
+                                    }
                                 }
                                 continue;
                             }
@@ -3019,6 +3065,52 @@ mod conformance {
                 "AsyncBranch { from: 4097, to: 4100, tsc: None }",
                 "block 0x1004..0x1005 2 Other",
                 "AsyncDisabled { at: 4102, tsc: None }",
+            ],
+            "{got:#?}"
+        );
+    }
+
+    /// A FUP bound to a status event gives the flow back after an error
+    /// too, at its IP, as libipt 2.2's resync takes it: right after the
+    /// failing TIP (a MODE.Exec's FUP), or after TNTs that mean nothing
+    /// without the flow (a PTWRITE's, whose instruction then runs).
+    #[test]
+    fn after_unmapped_code_the_walk_resumes_at_a_bound_fup() {
+        // 0x3000: jmp rax (to nowhere); 0x1000: nops.
+        let code: [(u64, &[u8]); 2] = [(0x1000, &[0x90; 8]), (0x3000, &[0xff, 0xe0])];
+        let exec = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .exec64()
+            .fup(0x1002)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = resuming(&exec, &code);
+        assert_eq!(
+            got[3..],
+            [
+                "error at Some(9000)",
+                "Enabled { ip: 4098, status_update: false, tsc: None }",
+                "block 0x1002..0x1004 3 Other",
+                "AsyncDisabled { at: 4101, tsc: None }",
+            ],
+            "{got:#?}"
+        );
+        let ptw = T::default()
+            .psb_at(0x3000)
+            .tip(0x9000)
+            .tnt("tnt")
+            .raw(&[0x02, 0x92, 1, 2, 3, 4])
+            .fup(0x1003)
+            .fup(0x1005)
+            .pgd_noip();
+        let got = resuming(&ptw, &code);
+        assert_eq!(
+            got[4..],
+            [
+                "Enabled { ip: 4099, status_update: false, tsc: None }",
+                "block 0x1003..0x1004 2 Other",
+                "AsyncDisabled { at: 4101, tsc: None }",
             ],
             "{got:#?}"
         );
