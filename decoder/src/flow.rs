@@ -710,11 +710,11 @@ impl<'a> FlowDecoder<'a> {
     /// there: [`BlockItem::Enabled`]); a FUP and the TIP after it, an
     /// asynchronous branch (or disable) from the FUP's IP; a FUP bound to a
     /// status event (a PTWRITE, a MODE.Exec) gives the IP where it binds;
-    /// TIP.PGE and OVF
-    /// resume as they always do; a TIP.PGD says tracing is off. TNT bits
+    /// TIP.PGE and OVF resume as they always do; a TIP.PGD says tracing is off. TNT bits
     /// mean nothing without the flow and are skipped. This is what libipt
-    /// 2.2's resync (`ptxed --resync-on-error`) does too. The trace's last IP is sound, so a TIP whose
-    /// IP is compressed against it is as good as a full one. Whole walks
+    /// 2.2's resync (`ptxed --resync-on-error`) does too. The trace's last
+    /// IP is sound, so a TIP whose IP is compressed against it is as good
+    /// as a full one. Whole walks
     /// and chunks resume alike, since what happens depends only on the
     /// packets since the last PSB. False at a PSB: the walk syncs there.
     fn resume<F: FnMut(&mut Self, BlockItem) -> bool>(&mut self, f: &mut F) -> Result<bool, Halt> {
@@ -726,21 +726,29 @@ impl<'a> FlowDecoder<'a> {
         // A bound FUP read with the current event came after the flow was
         // lost: the flow is there first.
         if let Some((ip, _)) = self.rd.bound_ip.take() {
-            self.enabled = true;
-            self.ip = ip;
-            let tsc = self.ev_time();
-            let item = BlockItem::Enabled {
-                ip,
-                status_update: false,
-                tsc,
-            };
-            self.emit(f, item)?;
-            return Ok(true);
+            return self.resume_at(ip, f);
         }
         self.rd.resuming = true;
         let resumed = self.resume_at_next(f);
         self.rd.resuming = false;
         resumed
+    }
+
+    /// The flow is found again at `ip`, tracing on: said so.
+    fn resume_at<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        ip: u64,
+        f: &mut F,
+    ) -> Result<bool, Halt> {
+        self.enabled = true;
+        self.ip = ip;
+        let item = BlockItem::Enabled {
+            ip,
+            status_update: false,
+            tsc: self.ev_time(),
+        };
+        self.emit(f, item)?;
+        Ok(true)
     }
 
     fn resume_at_next<F: FnMut(&mut Self, BlockItem) -> bool>(
@@ -752,42 +760,16 @@ impl<'a> FlowDecoder<'a> {
             match self.ev {
                 Ev::Psb(_) => return Ok(false),
                 Ev::Eos => return Err(Halt::End),
-                Ev::Bound { ip, .. } => {
-                    // The event binds here: the walk takes it next.
-                    self.enabled = true;
-                    self.ip = ip;
-                    let item = BlockItem::Enabled {
-                        ip,
-                        status_update: false,
-                        tsc,
-                    };
-                    self.emit(f, item)?;
-                    return Ok(true);
-                }
+                // The event binds here: the walk takes it next.
+                Ev::Bound { ip, .. } => return self.resume_at(ip, f),
                 Ev::Tip(Some(ip)) => {
-                    self.enabled = true;
-                    self.ip = ip;
-                    let item = BlockItem::Enabled {
-                        ip,
-                        status_update: false,
-                        tsc,
-                    };
-                    self.emit(f, item)?;
+                    self.resume_at(ip, f)?;
                     self.consume()?;
                     return Ok(true);
                 }
+                // The flow is at the FUP's IP: the event reports next.
                 Ev::AsyncBranch { from: at, .. } | Ev::AsyncDisabled { at } => {
-                    // The flow is at the FUP's IP: the event reports next.
-                    let from = at;
-                    self.enabled = true;
-                    self.ip = from;
-                    let item = BlockItem::Enabled {
-                        ip: from,
-                        status_update: false,
-                        tsc,
-                    };
-                    self.emit(f, item)?;
-                    return Ok(true);
+                    return self.resume_at(at, f)
                 }
                 Ev::Pge(_) | Ev::Overflow(_) => {
                     self.enabled = false;
