@@ -50,6 +50,19 @@ fn assert_same_instructions(judge: &str, got: &PerThread, truth: &PerThread) {
     );
 }
 
+/// libipt, `perf script` and ptscope each give every thread of `snap`
+/// exactly the instructions of `truth`, without an error. A thread's runs
+/// on several CPUs interleave: each must put them in time order.
+fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
+    let (ipt, ipt_errors) = libipt_instructions(snap);
+    assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
+    assert_same_instructions("libipt", &ipt, truth);
+    let (perf, perf_errors) = perf_instructions(&extract(snap, dir));
+    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
+    assert_same_instructions("perf", &perf, truth);
+    assert_same_instructions("ptscope", &our_instructions(snap), truth);
+}
+
 #[test]
 fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     // Both threads spin, so time slices end mid-code and each thread comes
@@ -87,15 +100,7 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     }
 
     // Three decoders, one truth.
-    let (ipt, ipt_errors) = libipt_instructions(&snap);
-    assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
-    assert_same_instructions("libipt", &ipt, &truth);
-    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
-    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
-    assert_same_instructions("perf", &perf, &truth);
-    // A thread's runs on the two CPUs interleave: ptscope's listing must
-    // put them in time order (it went buffer segment by segment).
-    assert_same_instructions("ptscope", &our_instructions(&snap), &truth);
+    three_judges(&snap, dir.path(), &truth);
 
     // One track per thread; each buffer's checkpoints are timed by its own
     // packets: nonzero, and in order along the buffer.
@@ -225,13 +230,7 @@ fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
         );
     }
 
-    let (ipt, ipt_errors) = libipt_instructions(&snap);
-    assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
-    assert_same_instructions("libipt", &ipt, &truth);
-    let (perf, perf_errors) = perf_instructions(&extract(&snap, dir.path()));
-    assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
-    assert_same_instructions("perf", &perf, &truth);
-    assert_same_instructions("ptscope", &our_instructions(&snap), &truth);
+    three_judges(&snap, dir.path(), &truth);
 
     let model = decode_snapshot(&snapshot, &DecodeOptions::default()).unwrap();
     let tids: Vec<i32> = model.threads.iter().map(|t| t.spans.tid).collect();
