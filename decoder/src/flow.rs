@@ -1941,6 +1941,15 @@ impl<'a> FlowDecoder<'a> {
 
     /// Single-steps to `target`, where the current event binds (its
     /// instruction does not run), then reports the event.
+    /// The instruction at the flow's IP, or the flow's failure to read it.
+    fn insn_here(&self) -> Result<Run, Halt> {
+        let Some(cur) = self.cur else {
+            return Err(self.fail_flow(PtError::NOMAP, Some(self.ip)));
+        };
+        decode_one(self.images[cur], self.ip, self.rd.bitness)
+            .map_err(|e| self.fail_flow(e, Some(self.ip)))
+    }
+
     fn proceed_to<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
         target: u64,
@@ -1963,13 +1972,7 @@ impl<'a> FlowDecoder<'a> {
             if steps > MAX_STEP_INSNS {
                 return Err(self.fail_flow(PtError::BAD_QUERY, None));
             }
-            let Some(cur) = self.cur else {
-                return Err(self.fail_flow(PtError::NOMAP, Some(self.ip)));
-            };
-            let insn = match decode_one(self.images[cur], self.ip, self.rd.bitness) {
-                Ok(i) => i,
-                Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
-            };
+            let insn = self.insn_here()?;
             self.add(insn.last, 1, insn.last, insn.class);
             if insn.class.needs_trace() {
                 // A disable with an IP also binds to a branch that needed
@@ -1995,13 +1998,7 @@ impl<'a> FlowDecoder<'a> {
         }
         if let Ev::Bound { after: true, .. } = self.ev {
             // A PTWRITE's FUP names the PTWRITE: it ran.
-            let Some(cur) = self.cur else {
-                return Err(self.fail_flow(PtError::NOMAP, Some(self.ip)));
-            };
-            let insn = match decode_one(self.images[cur], self.ip, self.rd.bitness) {
-                Ok(i) => i,
-                Err(e) => return Err(self.fail_flow(e, Some(self.ip))),
-            };
+            let insn = self.insn_here()?;
             self.add(insn.last, 1, insn.last, insn.class);
             self.ip = insn.next;
         }
