@@ -320,13 +320,12 @@ pub struct InputOpts {
     #[arg(long, value_enum, default_value = "ptscope")]
     pub decoder: DecoderChoice,
     /// Threads for ptscope's coarse pass (default: every core). 1: one
-    /// walk; 2: one walk, with the call stacks built on the second
-    /// thread; more: the trace walked in chunks cut at PSBs, stitched
-    /// into the same spans one walk gives.
+    /// walk; more: the trace walked in chunks cut at PSBs, that many at
+    /// once, stitched into the same spans one walk gives.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
     /// PT bytes per chunk of the parallel coarse pass (K, M suffixes;
-    /// default 128K). Given, it walks chunks on 2 threads too.
+    /// default 128K).
     #[arg(long, value_name = "SIZE", value_parser = parse_chunk)]
     pub chunk: Option<usize>,
     /// Decode afresh: neither read the model a decode of this file with
@@ -471,7 +470,6 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     if let Some(chunk) = input.chunk {
         parallel.chunk_bytes = chunk;
         parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(chunk);
-        parallel.pipeline = false;
     }
     let opts = input.names.apply(OpenOptions {
         raw_images: input.raw.clone(),

@@ -1157,30 +1157,16 @@ mod tests {
                         first_chunk_bytes: 1,
                         retime,
                         in_order,
-                        pipeline: false,
                     },
                     ..DecodeOptions::default()
                 },
             )
             .unwrap();
             assert_same(&one.canonical(), &many.canonical());
-        }
-        // One walk with its stacks built on a second thread, in batches.
-        let piped = decode_snapshot(
-            &snap,
-            &DecodeOptions {
-                parallel: Parallel::on(2),
-                ..DecodeOptions::default()
-            },
-        )
-        .unwrap();
-        assert!(Parallel::on(2).pipeline);
-        let events: u64 = one.threads.iter().map(|t| t.stack.events).sum();
-        assert!(events > 4 * (1 << 10), "{events} events: one batch");
-        assert_same(&one.canonical(), &piped.canonical());
-        for (a, b) in one.threads.iter().zip(&piped.threads) {
-            assert_eq!(a.checkpoints, b.checkpoints);
-            assert_eq!(a.checkpoint_frames, b.checkpoint_frames);
+            for (a, b) in one.threads.iter().zip(&many.threads) {
+                assert_eq!(a.checkpoints, b.checkpoints);
+                assert_eq!(a.checkpoint_frames, b.checkpoint_frames);
+            }
         }
     }
 
@@ -1199,7 +1185,6 @@ mod tests {
             first_chunk_bytes: 1,
             retime: false,
             in_order: false,
-            pipeline: false,
         };
         (decode(Parallel::sequential()), decode(chunks))
     }
@@ -1302,7 +1287,6 @@ mod tests {
                 first_chunk_bytes: bytes,
                 retime: false,
                 in_order: true,
-                pipeline: false,
             });
             assert_same(&one.canonical(), &many.canonical());
         }

@@ -1067,7 +1067,6 @@ mod walk_and_chunks {
             first_chunk_bytes: 1,
             retime: false,
             in_order: true,
-            pipeline: false,
         };
         (decode(Parallel::sequential()), decode(chunks))
     }

@@ -3,16 +3,16 @@
 //! it (`coarse::recording`), then replayed in order through one clock into
 //! one sink, mending the seams. The result is the same on any number of
 //! cores; `docs/parallel-coarse-pass.md` explains why, and the two
-//! differences that remain on damaged traces. On two cores the queue is
-//! walked once instead, its stacks built on the other core
-//! ([`Parallel::pipeline`]).
+//! differences that remain on damaged traces.
 
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::block::{DecoderConfig, PtError};
-use crate::coarse::{release, seam, walk_chunk, Entry, Held, Item, QueueWalk, Recording, Sink};
-use crate::coarse::{walk_queue, Checkpoint, Timed, TimedItems, WalkFigures};
-use crate::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
+use crate::coarse::{
+    release, seam, walk_chunk, Entry, Held, Item, NoSink, QueueWalk, Recording, Sink,
+};
+use crate::coarse::{walk_queue, WalkFigures};
+use crate::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
 use crate::resolve::Resolve;
@@ -39,10 +39,6 @@ pub struct Parallel {
     /// paths).
     #[doc(hidden)]
     pub in_order: bool,
-    /// With two workers, walk the queue once on one and build its stacks
-    /// on the other, rather than walk chunks: on two cores, what chunks
-    /// cost to record and replay outweighs what a second walker gains.
-    pub pipeline: bool,
 }
 
 impl Default for Parallel {
@@ -53,9 +49,7 @@ impl Default for Parallel {
 }
 
 impl Parallel {
-    /// On `workers` cores, the way that suits that many: one walk, one
-    /// walk and its stack builders apart ([`pipeline`](Self::pipeline)),
-    /// or chunks.
+    /// On `workers` cores: one walk on one, chunks on more.
     pub fn on(workers: usize) -> Parallel {
         Parallel {
             workers,
@@ -64,7 +58,6 @@ impl Parallel {
             first_chunk_bytes: 128 << 10,
             retime: false,
             in_order: false,
-            pipeline: workers == 2,
         }
     }
 
@@ -110,9 +103,6 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     par: &Parallel,
     mut on_chunk: impl FnMut(&S, &FuncTable),
 ) -> Result<Vec<WalkFigures>, PtError> {
-    if par.workers == 2 && par.pipeline && !par.in_order {
-        return pipelined(FlowDecoder::new(data, cfg), q, procs, funcs, sink, on_chunk);
-    }
     let bounds = par.bounds(data.len(), q.psbs);
     if par.workers <= 1 || bounds.len() <= 1 {
         let figures = walk_queue(FlowDecoder::new(data, cfg), q, procs, funcs, sink, &mut ())?;
@@ -197,228 +187,64 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         }
         drop(tx);
 
-        // The replay times and mends each chunk into a batch of timed
-        // items; the stack builders take the batches in order. The two run
-        // on threads of their own (in order: on this one), so that neither
-        // waits for the other's share of the serial work.
-        let (batch_tx, batch_rx) = mpsc::sync_channel::<Batch>(2);
-        let (free_tx, free_rx) = mpsc::channel::<Vec<(usize, Timed)>>();
-        let (set_gate, pool, walk_one, bounds, q) = (&set_gate, &pool, &walk_one, &bounds, &q);
-        let mut replay_all =
-            move |emit: &mut dyn FnMut(Batch) -> bool| -> Result<Vec<WalkFigures>, PtError> {
-                // Likewise if the replay panics: no worker stays parked.
-                let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
-                let mut replay = Replay {
-                    clock: Clock::for_unit(q.unit),
-                    pos: 0,
-                    tracing: false,
-                    orphans: Vec::new(),
-                    figures: Vec::new(),
-                    retime: par.retime,
-                };
-                let mut ready: Vec<Option<Result<Walked, PtError>>> =
-                    (0..bounds.len()).map(|_| None).collect();
-                let mut sent = base.len();
-                let mut batch =
-                    |out: TimedItems, funcs: &FuncTable| Batch::of(out.items, funcs, &mut sent);
-                let fresh = || TimedItems {
-                    items: free_rx.try_recv().unwrap_or_default(),
-                };
-                let result = (|| {
-                    for (i, &(start, _)) in bounds.iter().enumerate() {
-                        if par.in_order {
-                            ready[i] = Some(walk_one(i));
-                        }
-                        while ready[i].is_none() {
-                            match rx.recv() {
-                                Ok((j, r)) => ready[j] = Some(r),
-                                // Every worker stopped early: cancelled, or one
-                                // panicked (the scope says so).
-                                Err(_) => return Ok(false),
-                            }
-                        }
-                        let walked = ready[i].take().expect("received above")?;
-                        let mut out = fresh();
-                        let body = replay.chunk(
-                            i,
-                            (start as u64, base.len()),
-                            walked,
-                            q,
-                            (&mut *procs, &mut *funcs),
-                            &mut out,
-                        );
-                        pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
-                        set_gate(&|g| g.1 = i + 1);
-                        if !emit(batch(out, funcs)) {
-                            return Ok(false);
-                        }
-                        if q.progress.is_some_and(|p| p.is_cancelled()) {
-                            return Ok(false);
-                        }
-                    }
-                    Ok(true)
-                })();
-                set_gate(&|g| g.2 = true);
-                let whole = result?;
-                let mut out = fresh();
-                let figures = replay.finish(&mut out, q, funcs);
-                if whole {
-                    emit(batch(out, funcs));
-                }
-                Ok(figures)
-            };
-
-        // The builders' view of the function table: the caller's, as the
-        // replay grows it, one batch behind.
-        let mut mirror = base.clone();
-        let mut take = |b: Batch| {
-            apply_batch(b, &mut mirror, sink, &free_tx);
-            on_chunk(sink, &mirror);
+        // The replay times and mends each chunk straight into the stack
+        // builders, on this thread. Handing its items to builders on yet
+        // another thread copied every event across cores twice, which cost
+        // more than the builders' own work.
+        // If the replay panics, no worker stays parked.
+        let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
+        let mut replay = Replay {
+            clock: Clock::for_unit(q.unit),
+            pos: 0,
+            tracing: false,
+            orphans: Vec::new(),
+            figures: Vec::new(),
+            retime: par.retime,
         };
-        if par.in_order {
-            return replay_all(&mut |b| {
-                take(b);
-                true
-            });
-        }
-        let replay = s.spawn(move || replay_all(&mut |b| batch_tx.send(b).is_ok()));
-        for b in batch_rx {
-            take(b);
-        }
-        match replay.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// A replayed chunk's timed items (or a stretch of one walk's), in order,
-/// with the functions the caller's table gained meanwhile (ids `funcs`).
-struct Batch {
-    items: Vec<(usize, Timed)>,
-    funcs: std::ops::Range<usize>,
-    table: Vec<Func>,
-}
-
-impl Batch {
-    /// `items`, with the functions `funcs` gained since it had `sent`
-    /// (which becomes its length).
-    fn of(items: Vec<(usize, Timed)>, funcs: &FuncTable, sent: &mut usize) -> Batch {
-        let from = std::mem::replace(sent, funcs.len());
-        Batch {
-            items,
-            funcs: from..funcs.len(),
-            table: funcs.funcs()[from..].to_vec(),
-        }
-    }
-}
-
-/// Puts `b`'s items into `sink`, `mirror` (the builders' copy of the
-/// function table) grown as the table was; gives the buffer back, warm.
-fn apply_batch<S: Sink>(
-    b: Batch,
-    mirror: &mut FuncTable,
-    sink: &mut S,
-    free: &mpsc::Sender<Vec<(usize, Timed)>>,
-) {
-    for f in &b.table {
-        let id = mirror.adopt(f);
-        debug_assert_eq!(id as usize + 1, mirror.len());
-    }
-    debug_assert_eq!(mirror.len(), b.funcs.end);
-    let mut items = b.items;
-    for (slot, t) in items.drain(..) {
-        match t {
-            Timed::Event(ev) => sink.event(slot, &ev, mirror),
-            Timed::Checkpoint(c) => sink.checkpoint(slot, c),
-        }
-    }
-    let _ = free.send(items);
-}
-
-/// Timed items per batch of a pipelined walk: some 300 KiB, which stay in
-/// cache (in unit tests, few enough that their small traces make many
-/// batches).
-const BATCH: usize = if cfg!(test) { 1 << 10 } else { 1 << 12 };
-
-/// The sink of a pipelined walk: timed items in batches, sent on.
-struct Batcher {
-    items: Vec<(usize, Timed)>,
-    /// The caller's functions the builders have (ids below).
-    sent: usize,
-    to: mpsc::SyncSender<Batch>,
-    free: mpsc::Receiver<Vec<(usize, Timed)>>,
-}
-
-impl Batcher {
-    fn flush(&mut self, funcs: &FuncTable) {
-        let fresh = self.free.try_recv().unwrap_or_default();
-        let b = Batch::of(
-            std::mem::replace(&mut self.items, fresh),
-            funcs,
-            &mut self.sent,
-        );
-        if self.to.send(b).is_err() {
-            // The builders stopped: they panicked, and the scope re-raises
-            // that once this walk stops too, now rather than at its end.
-            panic!("the stack builders stopped");
-        }
-    }
-}
-
-impl Sink for Batcher {
-    fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable) {
-        self.items.push((slot, Timed::Event(*ev)));
-        if self.items.len() >= BATCH {
-            self.flush(funcs);
-        }
-    }
-
-    fn checkpoint(&mut self, slot: usize, at: Checkpoint) {
-        self.items.push((slot, Timed::Checkpoint(at)));
-    }
-}
-
-/// One walk of the queue on a thread of its own, its timed events built
-/// into stacks by `sink` on this one, batch by batch: the same result as
-/// one walk, on two cores. `on_chunk` sees the sink after each batch.
-fn pipelined<'i, D, S, R>(
-    dec: D,
-    q: QueueWalk<'_, 'i, D::Image>,
-    procs: &mut [R],
-    funcs: &mut FuncTable,
-    sink: &mut S,
-    mut on_chunk: impl FnMut(&S, &FuncTable),
-) -> Result<Vec<WalkFigures>, PtError>
-where
-    D: crate::coarse::Blocks<'i> + Send,
-    D::Image: Sync,
-    S: Sink,
-    R: Resolve + Send,
-{
-    let mut mirror = funcs.clone();
-    let (to, batches) = mpsc::sync_channel::<Batch>(2);
-    let (free_tx, free_rx) = mpsc::channel::<Vec<(usize, Timed)>>();
-    std::thread::scope(|s| {
-        let walk = s.spawn(move || {
-            let mut out = Batcher {
-                items: Vec::with_capacity(BATCH),
-                sent: funcs.len(),
-                to,
-                free: free_rx,
-            };
-            let r = walk_queue(dec, q, procs, funcs, &mut out, &mut ());
-            out.flush(funcs);
-            r
-        });
-        for b in batches {
-            apply_batch(b, &mut mirror, sink, &free_tx);
-            on_chunk(sink, &mirror);
-        }
-        match walk.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        let mut ready: Vec<Option<Result<Walked, PtError>>> =
+            (0..bounds.len()).map(|_| None).collect();
+        let result = (|| {
+            for (i, &(start, _)) in bounds.iter().enumerate() {
+                if par.in_order {
+                    ready[i] = Some(walk_one(i));
+                }
+                while ready[i].is_none() {
+                    match rx.recv() {
+                        Ok((j, r)) => ready[j] = Some(r),
+                        // Every worker stopped early: cancelled, or one
+                        // panicked (the scope says so).
+                        Err(_) => return Ok(false),
+                    }
+                }
+                let walked = ready[i].take().expect("received above")?;
+                let body = replay.chunk(
+                    i,
+                    (start as u64, base.len()),
+                    walked,
+                    &q,
+                    (&mut *procs, &mut *funcs),
+                    &mut *sink,
+                );
+                pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
+                set_gate(&|g| g.1 = i + 1);
+                on_chunk(sink, funcs);
+                if q.progress.is_some_and(|p| p.is_cancelled()) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })();
+        set_gate(&|g| g.2 = true);
+        let whole = result?;
+        // A walk cut short gives its counters, but no more spans.
+        let figures = if whole {
+            let figures = replay.finish(&mut *sink, &q, funcs);
+            on_chunk(sink, funcs);
+            figures
+        } else {
+            replay.finish(&mut NoSink, &q, funcs)
+        };
+        Ok(figures)
     })
 }
 
@@ -516,21 +342,46 @@ impl Replay {
                 release(sink, queue, funcs, to_ns, st, h)
             });
         }
-        for e in body.drain(..) {
-            if let Item::Anchor(tsc) = e.item {
-                if !own_times {
-                    self.clock.anchor(e.pos + base, tsc, |st, h| {
-                        release(sink, queue, funcs, to_ns, st, h)
-                    });
-                }
-                continue;
+        let put = |clock: &mut Clock<Held>,
+                   sink: &mut dyn Sink,
+                   funcs: &FuncTable,
+                   (pos, stamp, held): (u64, Stamp, Held)| {
+            if own_times {
+                release(sink, queue, funcs, to_ns, stamp, held);
+            } else {
+                clock.push(pos, held);
             }
-            let item = fix.apply(e, q, procs, funcs);
-            for (pos, stamp, held) in fix.extra.drain(..).chain(item) {
-                if own_times {
-                    release(sink, queue, funcs, to_ns, stamp, held);
-                } else {
-                    self.clock.push(pos, held);
+        };
+        for e in body.drain(..) {
+            match e.item {
+                Item::Anchor(tsc) => {
+                    if !own_times {
+                        self.clock.anchor(e.pos + base, tsc, |st, h| {
+                            release(sink, queue, funcs, to_ns, st, h)
+                        });
+                    }
+                }
+                // Nearly every item: an event away from the seam, which
+                // only needs its function ids mapped. Moved once, not
+                // through the general path's tuples.
+                Item::Held(Held::Event(mut ev, slot)) if e.seam == 0 => {
+                    ev.from_fn = fix.remap(ev.from_fn, funcs);
+                    ev.to_fn = fix.remap(ev.to_fn, funcs);
+                    put(
+                        &mut self.clock,
+                        sink,
+                        funcs,
+                        (e.pos + base, e.stamp, Held::Event(ev, slot)),
+                    );
+                }
+                _ => {
+                    let item = fix.apply(e, q, procs, funcs);
+                    for x in fix.extra.drain(..) {
+                        put(&mut self.clock, sink, funcs, x);
+                    }
+                    if let Some(x) = item {
+                        put(&mut self.clock, sink, funcs, x);
+                    }
                 }
             }
         }
@@ -695,7 +546,6 @@ mod tests {
             first_chunk_bytes: 30,
             retime: false,
             in_order: false,
-            pipeline: false,
         };
         let psbs = [0, 20, 40, 90, 150, 260, 300];
         assert_eq!(

@@ -8,9 +8,8 @@
 //! - `walker`: blocks into events, with the clock and the checkpoints;
 //! - `sink`: where timed events go ([`ThreadBuilders`], [`TimedItems`]);
 //! - `recording`: what a chunk walk records for the replay;
-//! - [`chunks`]: the pass on every core, the same result as one walk: on
-//!   two, one walk with its stack builders on the other core; on more,
-//!   chunks walked at once and replayed in order.
+//! - [`chunks`]: the pass on every core, the same result as one walk:
+//!   chunks walked at once, replayed in order into the stack builders.
 
 use crate::block::{Block, PtError};
 use crate::event::{Event, FuncTable};
