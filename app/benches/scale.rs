@@ -465,6 +465,32 @@ fn main() {
             "the second open was not read from the cache"
         );
         drop(again);
+        // As the window re-opens it: the first partial model it is given.
+        let progress = DecodeProgress::new();
+        let window = OpenOptions {
+            progress: Some(progress.clone()),
+            ..opts.clone()
+        };
+        let path = big.clone();
+        let t = Instant::now();
+        let worker = std::thread::spawn(move || open(&path, &window).map(|m| m.span_count()));
+        let (first_reopen, first_n) = loop {
+            if let Some(m) = progress.take_partial() {
+                if m.span_count() > 0 {
+                    break (t.elapsed(), m.span_count());
+                }
+            }
+            if worker.is_finished() {
+                break (t.elapsed(), 0);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        let whole = worker.join().unwrap().unwrap();
+        assert_eq!(
+            cache.hits(),
+            2,
+            "the third open was not read from the cache"
+        );
         let share = secs(reopen) / secs(all);
         table.row(
             format!("re-opening {mb} MiB decoded before"),
@@ -479,11 +505,24 @@ fn main() {
             ),
             &format!("<= 5%: {}", verdict(share <= 0.05)),
         );
-        // A re-open shows the whole model at once.
+        // The shallowest lanes first, checked, then the whole model.
+        let shown = match first_n {
+            0 => format!(
+                "{:.0} ms (the whole model: no partial one)",
+                secs(first_reopen) * 1e3
+            ),
+            n => format!(
+                "{:.0} ms ({n} of {whole} spans, the shallowest lanes)",
+                secs(first_reopen) * 1e3
+            ),
+        };
         table.row(
             format!("first spans on screen, re-opening {mb} MiB"),
-            format!("{:.0} ms", secs(reopen) * 1e3),
-            &format!("< 0.2 s: {}", verdict(reopen < Duration::from_millis(200))),
+            shown,
+            &format!(
+                "< 0.2 s: {}",
+                verdict(first_reopen < Duration::from_millis(200))
+            ),
         );
         let _ = std::fs::remove_dir_all(&cache_dir);
     }

@@ -27,8 +27,11 @@
 //! per lane its place in the file, its CRC, its order, its function ids
 //! and its durations are checked (on every core) before the model is
 //! used ([`ThreadSpans::from_parts`]); an entry that fails any of them is
-//! an error, which the caller answers by decoding afresh. On a big-endian
-//! machine there is no user cache.
+//! an error, which the caller answers by decoding afresh. A window that
+//! re-opens a file is first shown the shallowest lanes of each thread,
+//! checked the same way, as a partial model: some 20 ms after the open on
+//! the 256 MiB bench input, whose whole check takes half a second. On a
+//! big-endian machine there is no user cache.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,7 @@ use crate::event::{Func, FuncTable};
 use crate::fine::FineRecipe;
 use crate::memory::{Aligned, Backing, SharedSlice};
 use crate::model::{Model, ThreadModel, TimeUnit};
+use crate::progress::DecodeProgress;
 use crate::stack::{OpenFrame, StackStats};
 use crate::store::{LaneRef, Span, SpanParts, SpanPartsRef, ThreadSpans};
 
@@ -246,7 +250,14 @@ impl ModelCache {
 
     /// The entry `key`, if there is one; an error if there is one that
     /// cannot be trusted (the caller decodes afresh and writes it anew).
-    pub(crate) fn load(&self, key: &str) -> Option<Result<Cached, CacheError>> {
+    /// With `preview`, the window waiting for it, the entry's shallowest
+    /// lanes are offered to it as a partial model as soon as they are
+    /// checked.
+    pub(crate) fn load(
+        &self,
+        key: &str,
+        preview: Option<&DecodeProgress>,
+    ) -> Option<Result<Cached, CacheError>> {
         let path = self.path_of(key);
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
@@ -259,7 +270,7 @@ impl ModelCache {
                 source,
             })
             .and_then(|map| {
-                read_entry(&SharedSlice::new(Backing::Map(map)))
+                read_entry(&SharedSlice::new(Backing::Map(map)), preview)
                     .map_err(|problem| corrupt(&path, problem))
             });
         Some(read)
@@ -420,7 +431,11 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 /// The model an entry's bytes hold, checked as a re-open checks it (its
 /// fine pass is not built: that needs the snapshot). For the fuzzer.
 pub fn read_model(bytes: &[u8]) -> Result<Model, String> {
-    read_entry(&SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes)))).map(|c| c.model)
+    read_entry(
+        &SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes))),
+        None,
+    )
+    .map(|c| c.model)
 }
 
 fn corrupt(path: &Path, problem: String) -> CacheError {
@@ -430,9 +445,17 @@ fn corrupt(path: &Path, problem: String) -> CacheError {
     }
 }
 
+/// Spans a re-open shows while it checks the rest: the shallowest lanes of
+/// each thread up to about this many (16 MB of spans), checked in a few
+/// milliseconds, which is all the first frame at full zoom-out draws
+/// anyway.
+const PREVIEW_SPANS: u64 = 1 << 20;
+
 /// An entry's bytes to the model they keep, every part checked; its lanes
-/// stay in `entry`, where they are read.
-fn read_entry(entry: &SharedSlice) -> Result<Cached, String> {
+/// stay in `entry`, where they are read. With `preview`, a window waiting
+/// for the model, the shallowest lanes are checked first and offered to it
+/// as a partial model, before the rest are read and checked.
+fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<Cached, String> {
     let bytes = entry.as_bytes();
     let header = bytes.get(..HEADER).ok_or("shorter than its header")?;
     if header[..8] != MAGIC {
@@ -458,15 +481,22 @@ fn read_entry(entry: &SharedSlice) -> Result<Cached, String> {
     let data = entry
         .slice(data_at, (bytes.len() as u64).saturating_sub(data_at))
         .ok_or("no data after its directory")?;
-    let entry: Entry = postcard::from_bytes(dir).map_err(|e| e.to_string())?;
-    if entry.decoder != DECODER {
-        return Err(format!("written by ptscope {}", entry.decoder));
+    let Entry {
+        decoder,
+        funcs,
+        threads: dirs,
+        missing_binaries,
+        warnings,
+        unit,
+        recipe,
+    } = postcard::from_bytes(dir).map_err(|e| e.to_string())?;
+    if decoder != DECODER {
+        return Err(format!("written by ptscope {decoder}"));
     }
-    let funcs = FuncTable::from_funcs(entry.funcs)?;
+    let funcs = FuncTable::from_funcs(funcs)?;
     let n = funcs.len();
-    entry.recipe.check(n)?;
-    let mut threads = Vec::with_capacity(entry.threads.len());
-    for t in entry.threads {
+    recipe.check(n)?;
+    for t in &dirs {
         let frames = t.checkpoint_frames.len() as u64;
         if t.checkpoints
             .iter()
@@ -475,6 +505,39 @@ fn read_entry(entry: &SharedSlice) -> Result<Cached, String> {
         {
             return Err("a checkpoint's stack is not in the model".into());
         }
+    }
+    if let Some(progress) = preview.filter(|p| p.wants_partials()) {
+        // A lane the preview shows is checked as the full read checks it;
+        // a damaged one only means no preview (the full read says why).
+        let top: Result<Vec<ThreadModel>, String> = dirs
+            .iter()
+            .map(|t| {
+                Ok(ThreadModel {
+                    spans: ThreadSpans::from_parts(t.spans.top(PREVIEW_SPANS), n, &data)?,
+                    stack: t.stack.clone(),
+                    walk: t.walk.clone(),
+                    checkpoints: t.checkpoints.clone(),
+                    checkpoint_frames: t.checkpoint_frames.clone(),
+                    stream: t.stream,
+                })
+            })
+            .collect();
+        if let Ok(threads) = top {
+            progress.offer(|| Model {
+                funcs: funcs.clone(),
+                threads,
+                missing_binaries: missing_binaries.clone(),
+                warnings: warnings.clone(),
+                lines: None,
+                unit,
+            });
+        }
+    }
+    // The rest is read in full now: its pages are asked for at once
+    // rather than faulted in one by one.
+    entry.populate();
+    let mut threads = Vec::with_capacity(dirs.len());
+    for t in dirs {
         threads.push(ThreadModel {
             spans: ThreadSpans::from_parts(t.spans, n, &data)?,
             stack: t.stack,
@@ -488,12 +551,12 @@ fn read_entry(entry: &SharedSlice) -> Result<Cached, String> {
         model: Model {
             funcs,
             threads,
-            missing_binaries: entry.missing_binaries,
-            warnings: entry.warnings,
+            missing_binaries,
+            warnings,
             lines: None,
-            unit: entry.unit,
+            unit,
         },
-        recipe: entry.recipe,
+        recipe,
     })
 }
 
@@ -515,7 +578,10 @@ mod tests {
     }
 
     fn read(bytes: &[u8]) -> Result<Cached, String> {
-        read_entry(&SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes))))
+        read_entry(
+            &SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes))),
+            None,
+        )
     }
 
     fn model() -> Model {
@@ -550,6 +616,50 @@ mod tests {
         assert_eq!(back.model.canonical(), m.canonical());
         assert_eq!(back.model.warnings, m.warnings);
         assert_eq!(back.recipe, recipe);
+    }
+
+    /// A window re-opening a big model is shown its shallowest lanes,
+    /// checked, before the rest are read: even when a deeper lane then
+    /// turns out damaged, and the entry is refused.
+    #[test]
+    fn a_reopen_offers_its_shallowest_lanes_before_it_checks_the_rest() {
+        let mut m = model();
+        let f = m
+            .funcs
+            .intern("leaf", "/bin/prog", 0x2000, crate::event::SpanKind::Call);
+        let mut spans = ThreadSpans::new(7, 8, "prog".into());
+        spans.push(0, 0, 1 << 30, f, 0);
+        for i in 0..PREVIEW_SPANS {
+            spans.push(1, 10 + i * 10, 15 + i * 10, f, 0);
+        }
+        spans.push(2, 11, 12, f, 0);
+        m.threads = vec![ThreadModel::from_spans(spans)];
+        let good = entry_bytes(&m, FineRecipe::default());
+        let mut bad = good.clone();
+        // The last lane's spans end the entry.
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        for (bytes, whole) in [(good, true), (bad, false)] {
+            let progress = DecodeProgress::new();
+            let entry = SharedSlice::new(Backing::Memory(Aligned::copy_of(&bytes)));
+            let read = read_entry(&entry, Some(&progress));
+            assert_eq!(read.is_ok(), whole);
+            let preview = progress.take_partial().expect("no preview");
+            let t = &preview.threads[0].spans;
+            assert_eq!((t.depth(), t.span_count()), (1, 1));
+            assert_eq!(t.lane(0), m.threads[0].spans.lane(0));
+            if let Ok(c) = read {
+                assert_eq!(c.model.canonical(), m.canonical());
+            }
+        }
+        // The command line takes no partial models: none is built.
+        let counting = DecodeProgress::counting();
+        let entry = SharedSlice::new(Backing::Memory(Aligned::copy_of(&entry_bytes(
+            &m,
+            FineRecipe::default(),
+        ))));
+        read_entry(&entry, Some(&counting)).unwrap();
+        assert!(counting.take_partial().is_none());
     }
 
     #[test]

@@ -45,6 +45,18 @@ pub struct SharedSlice {
 }
 
 impl SharedSlice {
+    /// Asks for every page of a mapped backing now, in one call, since all
+    /// of it is about to be read: faulting them in one at a time costs
+    /// more. Only advice: where the kernel cannot (before Linux 5.14), the
+    /// pages still come in as they are read.
+    pub fn populate(&self) {
+        if let Backing::Map(m) = &*self.bytes {
+            if m.advise(memmap2::Advice::PopulateRead).is_err() {
+                let _ = m.advise(memmap2::Advice::WillNeed);
+            }
+        }
+    }
+
     /// All of `bytes`.
     pub fn new(bytes: Backing) -> SharedSlice {
         let len = bytes.bytes().len();
@@ -138,12 +150,13 @@ pub fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
-/// Maps `file`, a model cache entry, read-only, its pages mapped at once:
-/// every page of it is about to be read.
+/// Maps `file`, a model cache entry, read-only. Its pages come in as they
+/// are read: a re-open checks a few lanes first to show them
+/// ([`SharedSlice::populate`] then asks for the rest at once).
 pub fn map_entry(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: as for `map_binary`: an entry is replaced by rename, never
     // rewritten in place, and every read of it is bounds-checked.
-    unsafe { memmap2::MmapOptions::new().populate().map(file) }
+    unsafe { memmap2::Mmap::map(file) }
 }
 
 #[derive(Clone)]

@@ -198,7 +198,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                 .as_ref()
                 .and_then(|c| Some((c, c.key(path, &model_options(opts))?)));
             if let Some((c, key)) = &cache {
-                match c.load(key) {
+                match c.load(key, opts.progress.as_deref()) {
                     Some(Ok(cached)) => {
                         if let Some(model) = crate::decode::reopen(&snap, &dopts, cached)? {
                             c.used(key);

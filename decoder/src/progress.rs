@@ -124,6 +124,12 @@ impl DecodeProgress {
         self.segments_done.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether anyone takes partial models: building one is wasted on the
+    /// command line.
+    pub(crate) fn wants_partials(&self) -> bool {
+        !self.no_partials
+    }
+
     /// Offers the model so far; `build` runs only if it is time to publish.
     /// Publishes `build()` unless one was published too recently; says
     /// whether it did.

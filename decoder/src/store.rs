@@ -237,6 +237,38 @@ pub struct SpanParts {
     tie_parents: Vec<Vec<(u32, u32)>>,
 }
 
+impl SpanParts {
+    /// The shallowest lanes, as many as hold at most `budget` spans (the
+    /// first one whatever it holds), with what belongs to them: what a
+    /// re-open shows while it checks the rest. Deeper lanes are left out
+    /// whole, so that each lane kept is still checked against its CRC.
+    pub fn top(&self, budget: u64) -> SpanParts {
+        let mut spans = 0u64;
+        let keep = self
+            .lanes
+            .iter()
+            .take_while(|l| {
+                let first = spans == 0;
+                spans = spans.saturating_add(l.count);
+                first || spans <= budget
+            })
+            .count();
+        SpanParts {
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm.clone(),
+            lanes: self.lanes[..keep].to_vec(),
+            long: self
+                .long
+                .iter()
+                .copied()
+                .filter(|&(d, ..)| (d as usize) < keep)
+                .collect(),
+            tie_parents: self.tie_parents.iter().take(keep).cloned().collect(),
+        }
+    }
+}
+
 impl ThreadSpans {
     /// The spans as the model cache writes them; `place` puts each lane's
     /// spans in the entry's data and says where.
@@ -853,6 +885,35 @@ mod tests {
             crate::memory::Aligned::copy_of(&data),
         ));
         ThreadSpans::from_parts(postcard::from_bytes(&bytes).unwrap(), funcs, &data)
+    }
+
+    #[test]
+    fn the_top_of_a_threads_parts_is_its_shallowest_whole_lanes() {
+        let mut t = ThreadSpans::new(1, 2, "prog".into());
+        t.push(0, 0, 1000, 3, 0);
+        for i in 0..3 {
+            t.push(1, 10 + i * 100, 50 + i * 100, 4, 0);
+        }
+        t.push(2, 20, 20 + (1 << 40), 5, 0);
+        t.push(2, 20, 20, 5, 0);
+        let parts = t.parts(&mut |spans| LaneRef::of(0, spans));
+        let parts: SpanParts =
+            postcard::from_bytes(&postcard::to_allocvec(&parts).unwrap()).unwrap();
+        let lanes = |p: &SpanParts| p.lanes.iter().map(|l| l.count).collect::<Vec<_>>();
+        assert_eq!(lanes(&parts.top(u64::MAX)), [1, 3, 2]);
+        assert_eq!(lanes(&parts.top(4)), [1, 3]);
+        assert_eq!(lanes(&parts.top(5)), [1, 3]);
+        // The first lane whatever it holds; never part of a lane.
+        assert_eq!(lanes(&parts.top(0)), [1]);
+        assert_eq!(lanes(&parts.top(2)), [1]);
+        // What belongs to a lane left out goes with it.
+        assert_eq!(parts.top(u64::MAX).long.len(), 1);
+        assert!(parts.top(4).long.is_empty());
+        assert_eq!(
+            parts.top(u64::MAX).tie_parents.len(),
+            parts.tie_parents.len()
+        );
+        assert!(parts.top(4).tie_parents.len() <= 2);
     }
 
     #[test]
