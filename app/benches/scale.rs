@@ -386,6 +386,12 @@ fn main() {
         .flat_map(|t| (0..t.spans.depth()).map(|d| t.spans.blocks(d).len()))
         .sum::<usize>()
         * std::mem::size_of::<ptscope_decoder::store::Block>();
+    // What `ptscope stats` computes over the whole model.
+    let t = Instant::now();
+    let per_func =
+        ptscope_decoder::store::function_stats(model.threads.iter().map(|t| &t.spans), 0, u64::MAX);
+    let stats_time = t.elapsed();
+    assert!(!per_func.is_empty());
     drop(model);
     for (name, t) in [("one core", one), ("every core", all)] {
         let rate = spans / secs(t) / 1e6;
@@ -534,6 +540,15 @@ fn main() {
             index as f64 / spans.max(1.0)
         ),
         &format!("<= 16: {}", verdict(bps <= 16.0)),
+    );
+    table.row(
+        format!("per-function stats (`ptscope stats`), {mb} MiB"),
+        format!(
+            "{:.2} s, {:.0} M spans/s",
+            secs(stats_time),
+            spans / secs(stats_time) / 1e6
+        ),
+        "",
     );
 
     // Peak memory, in a process of its own.

@@ -831,7 +831,9 @@ pub fn function_stats<'a>(
     from: u64,
     to: u64,
 ) -> HashMap<FuncId, FuncStats> {
-    let mut out: HashMap<FuncId, FuncStats> = HashMap::new();
+    // By function id, which is dense: a hash lookup per span was most of
+    // the time `stats` took on a big model (20 s for 180 M spans).
+    let mut by_id: Vec<FuncStats> = Vec::new();
     for t in threads {
         for d in 0..t.depth() {
             let lane = t.lane(d);
@@ -853,10 +855,17 @@ pub fn function_stats<'a>(
                 if s.start < from || s.start >= to {
                     continue;
                 }
-                let e = out.entry(s.func()).or_insert(FuncStats {
-                    min_ns: u64::MAX,
-                    ..FuncStats::default()
-                });
+                let f = s.func() as usize;
+                if f >= by_id.len() {
+                    by_id.resize(
+                        f + 1,
+                        FuncStats {
+                            min_ns: u64::MAX,
+                            ..FuncStats::default()
+                        },
+                    );
+                }
+                let e = &mut by_id[f];
                 e.calls += 1;
                 e.total_ns += dur;
                 e.self_ns += dur.saturating_sub(child_ns);
@@ -865,7 +874,12 @@ pub fn function_stats<'a>(
             }
         }
     }
-    out
+    by_id
+        .into_iter()
+        .enumerate()
+        .filter(|(_, e)| e.calls > 0)
+        .map(|(f, e)| (f as FuncId, e))
+        .collect()
 }
 
 #[cfg(test)]
