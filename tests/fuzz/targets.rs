@@ -126,17 +126,16 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         }
     };
     let one = decode(Engine::Flow, Parallel::sequential());
-    let chunked = decode(
-        Engine::Flow,
-        Parallel {
-            workers: 2,
-            chunk_bytes: 64,
-            first_chunk_bytes: 64,
-            retime: false,
-            // No thread timing in the fuzzer's coverage.
-            in_order: true,
-        },
-    );
+    // 64-byte chunks, so that small inputs still cross seams.
+    let tiny_chunks = |in_order| Parallel {
+        workers: 2,
+        chunk_bytes: 64,
+        first_chunk_bytes: 64,
+        retime: false,
+        in_order,
+    };
+    // In order on this thread: no thread timing in the fuzzer's coverage.
+    let chunked = decode(Engine::Flow, tiny_chunks(true));
     match (&one, &chunked) {
         _ if !comparable => {}
         (Ok(a), Ok(b)) => {
@@ -161,16 +160,7 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     // The same chunks walked on two threads give the very same model by
     // construction, damaged trace or not: only the order they finish in
     // differs, and the replay takes them in trace order.
-    let threaded = decode(
-        Engine::Flow,
-        Parallel {
-            workers: 2,
-            chunk_bytes: 64,
-            first_chunk_bytes: 64,
-            retime: false,
-            in_order: false,
-        },
-    );
+    let threaded = decode(Engine::Flow, tiny_chunks(false));
     match (&chunked, &threaded) {
         (Ok(a), Ok(b)) => {
             if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
