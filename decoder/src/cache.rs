@@ -429,11 +429,12 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// The model an entry's bytes hold, checked as a re-open checks it (its
-/// fine pass is not built: that needs the snapshot). For the fuzzer.
+/// fine pass is not built: that needs the snapshot), the preview a window
+/// is offered first included. For the fuzzer.
 pub fn read_model(bytes: &[u8]) -> Result<Model, String> {
     read_entry(
         &SharedSlice::new(Backing::Memory(Aligned::copy_of(bytes))),
-        None,
+        Some(&DecodeProgress::new()),
     )
     .map(|c| c.model)
 }

@@ -189,8 +189,9 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
 
         // The replay times and mends each chunk straight into the stack
         // builders, on this thread. Handing its items to builders on yet
-        // another thread copied every event across cores twice, which cost
-        // more than the builders' own work.
+        // another thread moved every event across cores twice more, which
+        // cost as much as the builders' own work.
+        //
         // If the replay panics, no worker stays parked.
         let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
         let mut replay = Replay {
