@@ -12,6 +12,8 @@
 //!   decoded alike by libipt, perf and ptscope;
 //! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
 //! - [`lines`]: the fine pass, down to source lines;
+//! - [`outlier`]: the outlier hunt: a function's duration histogram, and
+//!   its slowest call compared with a typical one, by call path and line;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`raw_dumps`]: raw PT dumps in every command and in the window;
 //! - [`sparse_tracks`]: a track that decoded to almost nothing says why;
@@ -51,6 +53,7 @@ mod kernel_maps;
 mod lines;
 mod missing_binaries;
 mod model_cache;
+mod outlier;
 mod peer_cases;
 mod per_cpu;
 mod raw_dumps;

@@ -271,7 +271,8 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: ptscope::report::Format,
     },
-    /// Per function: calls, total, self, min, avg and max time.
+    /// Per function: calls, total, self, min, avg and max time. With
+    /// --function F --histogram: how F's call durations are spread.
     Stats {
         #[command(flatten)]
         input: InputOpts,
@@ -281,6 +282,46 @@ pub enum Command {
         /// Print only the first N functions.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+        /// Only the function named NAME (as `decode` prints it).
+        #[arg(long, value_name = "NAME")]
+        function: Option<String>,
+        /// The durations of --function's calls in log-scaled buckets (four
+        /// to a doubling), with min, median, p90, p99 and max: two modes
+        /// mean some calls take another path.
+        #[arg(long, requires = "function")]
+        histogram: bool,
+        /// text, or json (with --histogram): one object with the
+        /// percentiles and every bucket's from, to and count.
+        #[arg(long, value_enum, default_value = "text", requires = "histogram")]
+        format: ptscope::outlier::Output,
+    },
+    /// Explain a slow call: compare one call of a function (by default the
+    /// slowest) with another (by default the one nearest the median), by
+    /// call path, or line by line.
+    Compare {
+        #[command(flatten)]
+        input: InputOpts,
+        /// The function whose calls are compared (as `decode` prints it).
+        #[arg(long, value_name = "NAME")]
+        function: String,
+        /// The call to explain: slowest, median, or N (the N-th call in
+        /// time order, from 1).
+        #[arg(long, default_value = "slowest", value_parser = ptscope::outlier::parse_choice)]
+        call: ptscope::outlier::Choice,
+        /// The call to compare it with: median (the typical call), slowest,
+        /// or N. Never the --call itself, when there is another.
+        #[arg(long, default_value = "median", value_parser = ptscope::outlier::parse_choice)]
+        against: ptscope::outlier::Choice,
+        /// calls: both calls' trees aligned by call path, each path's count
+        /// and time in both and its share of the difference, the biggest
+        /// first; lines: both calls re-decoded to source lines, with the
+        /// lines that ran in one call only, loops whose trip counts differ,
+        /// and every line's runs, instructions and time side by side.
+        #[arg(long, value_enum, default_value = "calls")]
+        level: ptscope::outlier::CompareLevel,
+        /// text, or json: one object.
+        #[arg(long, value_enum, default_value = "text")]
+        format: ptscope::outlier::Output,
     },
 }
 
@@ -446,11 +487,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ptscope::report::quiet_pipe(r.and_then(|()| Ok(out.flush()?)))?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Stats { input, sort, limit }) => {
+        Some(Command::Stats {
+            input,
+            sort,
+            limit,
+            function,
+            histogram,
+            format,
+        }) => {
+            let file = input.file.clone();
             let m = load_input(input)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let r = match &function {
+                Some(f) if histogram => ptscope::outlier::histogram(&m, &file, f, format, &mut out),
+                Some(f) => ptscope::outlier::function_ids(&m, &file, f)
+                    .and_then(|ids| ptscope::report::stats(&m, sort, limit, Some(&ids), &mut out)),
+                None => ptscope::report::stats(&m, sort, limit, None, &mut out),
+            };
+            ptscope::report::quiet_pipe(r.and_then(|()| Ok(out.flush()?)))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Compare {
+            input,
+            function,
+            call,
+            against,
+            level,
+            format,
+        }) => {
+            let file = input.file.clone();
+            let m = load_input(input)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let args = ptscope::outlier::CompareArgs {
+                function: &function,
+                call,
+                against,
+                level,
+                format,
+            };
             ptscope::report::quiet_pipe(
-                ptscope::report::stats(&m, sort, limit, &mut out).and_then(|()| Ok(out.flush()?)),
+                ptscope::outlier::compare(&m, &file, &args, &mut out)
+                    .and_then(|()| Ok(out.flush()?)),
             )?;
             Ok(ExitCode::SUCCESS)
         }

@@ -10,7 +10,8 @@
 //!   supplied;
 //! - [`capture_panel`]: the window's Capture panel, and [`recorder`], the
 //!   capture both it and `ptscope record`/`attach` run;
-//! - [`report`]: `ptscope decode` and `stats`;
+//! - [`report`]: `ptscope decode` and `stats`, and [`outlier`]: `stats
+//!   --histogram` and `compare`, the outlier hunt;
 //! - [`name_dirs`]: the flags that say where debug files and binaries
 //!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
@@ -26,6 +27,7 @@ pub mod gui;
 pub mod loader;
 pub mod missing;
 pub mod name_dirs;
+pub mod outlier;
 pub mod recorder;
 pub mod report;
 pub mod scale;

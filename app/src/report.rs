@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use ptscope_decoder::event::{FuncTable, SpanKind};
+use ptscope_decoder::event::{FuncId, FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, LineSource, Segment};
 use ptscope_decoder::model::{Model, TimeUnit};
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
@@ -367,10 +367,18 @@ fn kind_is_call(funcs: &FuncTable, id: u32) -> bool {
 /// (`[untraced]`, `[decode error: …]`, …) keep their rows for the time
 /// they cover, but they are not calls: their calls and avg columns say
 /// `-`, and they sort as 0 by those columns.
-pub fn stats(m: &Model, sort: SortKey, limit: Option<usize>, out: &mut impl Write) -> Result<()> {
+/// With `only`, the rows of those function ids alone.
+pub fn stats(
+    m: &Model,
+    sort: SortKey,
+    limit: Option<usize>,
+    only: Option<&[FuncId]>,
+    out: &mut impl Write,
+) -> Result<()> {
     let all = function_stats(m.threads.iter().map(|t| &t.spans), 0, u64::MAX);
     let mut rows: Vec<(u32, FuncStats, bool)> = all
         .into_iter()
+        .filter(|(id, _)| only.is_none_or(|o| o.contains(id)))
         .map(|(id, s)| (id, s, m.funcs.is_call(id)))
         .collect();
     let key = |s: &FuncStats, call: bool| match sort {
@@ -504,7 +512,7 @@ mod tests {
     #[test]
     fn stats_does_not_count_pseudo_spans_as_calls() {
         let mut out = Vec::new();
-        stats(&model(), SortKey::Calls, None, &mut out).unwrap();
+        stats(&model(), SortKey::Calls, None, None, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let rows: Vec<Vec<&str>> = text
             .lines()
@@ -524,5 +532,16 @@ mod tests {
         );
         let err = rows.iter().find(|r| r[6] == "[decode").unwrap();
         assert_eq!((err[0], err[1]), ("-", "300"), "{text}");
+        // One function's row alone.
+        let m = model();
+        let mut out = Vec::new();
+        let f = ptscope_decoder::calls::funcs_named(&m.funcs, "f");
+        stats(&m, SortKey::Total, None, Some(&f), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(
+            text.lines().nth(1).unwrap().ends_with(" f  (prog)"),
+            "{text}"
+        );
     }
 }

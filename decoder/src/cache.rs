@@ -507,14 +507,25 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
             return Err("a checkpoint's stack is not in the model".into());
         }
     }
-    if let Some(progress) = preview.filter(|p| p.wants_partials()) {
+    let tops: Vec<SpanParts> = match preview.filter(|p| p.wants_partials()) {
+        Some(_) => dirs.iter().map(|t| t.spans.top(PREVIEW_SPANS)).collect(),
+        None => Vec::new(),
+    };
+    // A preview that would hold every lane is the model itself: the full
+    // read below shows it as soon, without checking each lane twice.
+    let whole = tops
+        .iter()
+        .zip(&dirs)
+        .all(|(top, t)| top.lane_count() == t.spans.lane_count());
+    if let Some(progress) = preview.filter(|_| !whole) {
         // A lane the preview shows is checked as the full read checks it;
         // a damaged one only means no preview (the full read says why).
         let top: Result<Vec<ThreadModel>, String> = dirs
             .iter()
-            .map(|t| {
+            .zip(tops)
+            .map(|(t, top)| {
                 Ok(ThreadModel {
-                    spans: ThreadSpans::from_parts(t.spans.top(PREVIEW_SPANS), n, &data)?,
+                    spans: ThreadSpans::from_parts(top, n, &data)?,
                     stack: t.stack.clone(),
                     walk: t.walk.clone(),
                     checkpoints: t.checkpoints.clone(),
@@ -661,6 +672,15 @@ mod tests {
         ))));
         read_entry(&entry, Some(&counting)).unwrap();
         assert!(counting.take_partial().is_none());
+        // A model the preview would hold whole is shown whole, once.
+        let small = model();
+        let progress = DecodeProgress::new();
+        let entry = SharedSlice::new(Backing::Memory(Aligned::copy_of(&entry_bytes(
+            &small,
+            FineRecipe::default(),
+        ))));
+        read_entry(&entry, Some(&progress)).unwrap();
+        assert!(progress.take_partial().is_none());
     }
 
     #[test]

@@ -37,6 +37,9 @@
 //! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
 //!   instructions and source lines (with inlined frames) when the viewer
 //!   zooms in, with a background worker behind a bounded cache;
+//! - [`calls`]: one function's calls, for the outlier hunt: their
+//!   duration distribution, and two calls compared by call path and, with
+//!   the fine pass, line by line;
 //! - [`progress`]: what a background decode shares with the window;
 //! - [`cache`]: decoded models kept on disk, so that opening a file again
 //!   reads its model instead of decoding it: its lanes are read in place;
@@ -50,6 +53,7 @@
 
 pub mod block;
 pub mod cache;
+pub mod calls;
 pub mod coarse;
 pub mod decode;
 pub mod errata;

@@ -10,7 +10,7 @@ use crate::coarse::{Checkpoint, ThreadDecode, WalkFigures};
 use crate::event::{FuncId, FuncTable, SpanKind};
 use crate::fine::LineSource;
 use crate::stack::{OpenFrame, StackStats};
-use crate::store::ThreadSpans;
+use crate::store::{Span, ThreadSpans};
 
 /// One thread's decoded trace.
 #[derive(Clone)]
@@ -219,6 +219,42 @@ impl Model {
             }
         }
         out
+    }
+}
+
+/// One span of a model: thread index, depth, index in its lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanRef {
+    pub thread: u32,
+    pub depth: u32,
+    pub index: u32,
+}
+
+impl SpanRef {
+    pub fn new(thread: usize, depth: usize, index: usize) -> SpanRef {
+        SpanRef {
+            thread: thread as u32,
+            depth: depth as u32,
+            index: index as u32,
+        }
+    }
+
+    /// The thread's spans, if the reference is valid in `model`.
+    pub fn thread<'m>(&self, model: &'m Model) -> Option<&'m ThreadSpans> {
+        let t = &model.threads.get(self.thread as usize)?.spans;
+        ((self.index as usize) < t.lane(self.depth as usize).len()).then_some(t)
+    }
+
+    pub fn span(&self, model: &Model) -> Option<Span> {
+        let t = self.thread(model)?;
+        Some(t.lane(self.depth as usize)[self.index as usize])
+    }
+
+    /// (start, end) in ns.
+    pub fn times(&self, model: &Model) -> Option<(u64, u64)> {
+        let t = self.thread(model)?;
+        let (d, i) = (self.depth as usize, self.index as usize);
+        Some((t.lane(d)[i].start, t.end(d, i)))
     }
 }
 

@@ -238,6 +238,11 @@ pub struct SpanParts {
 }
 
 impl SpanParts {
+    /// How many lanes (depths) it holds.
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
     /// The shallowest lanes, as many as hold at most `budget` spans (the
     /// first one whatever it holds), with what belongs to them: what a
     /// re-open shows while it checks the rest. Deeper lanes are left out

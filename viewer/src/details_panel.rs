@@ -1,6 +1,10 @@
 //! The Details tab of the bottom panel: it shows the selected span, its
 //! call path, and figures over every call of the same function (count,
-//! total, min/avg/max).
+//! total, min/avg/max), with the histogram of their durations
+//! ([`crate::histogram`]). Brushing a range of durations lists those
+//! calls, slowest first, and outlines them on the timeline; "Compare with
+//! typical" sets a call beside the median one, by call path
+//! (`ptscope_decoder::calls`, as `ptscope compare` prints it).
 //!
 //! [`Details::new`] gathers all of it when the selection changes (or a
 //! newer model arrives), because the figures scan every span of the model;
@@ -11,6 +15,9 @@
 //! timeline. (Source lines come from the decoder's fine pass,
 //! `ptscope_decoder::fine`, which [`crate::lines`] drives.)
 
+use ptscope_decoder::calls::compare::{compare_calls, Comparison, Side};
+use ptscope_decoder::calls::distribution::Distribution;
+use ptscope_decoder::calls::{calls_of, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
@@ -36,6 +43,10 @@ pub struct FuncCalls {
     pub max_ns: u64,
     /// The call that took `max_ns` (the first one, if several).
     pub slowest: Option<SpanRef>,
+    /// Every call, in time order.
+    pub list: Vec<Call>,
+    /// How their durations are spread.
+    pub dist: Distribution,
 }
 
 impl FuncCalls {
@@ -58,34 +69,19 @@ impl FuncCalls {
 
 /// Scans every span of `model` for calls of `func`.
 pub fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
-    let mut out = FuncCalls {
+    let list = calls_of(model, &[func]);
+    let slowest = Pick::Slowest.of(&list, None).map(|i| list[i]);
+    FuncCalls {
         func,
         is_call: model.funcs.is_call(func),
-        min_ns: u64::MAX,
-        ..FuncCalls::default()
-    };
-    for (ti, t) in model.threads.iter().enumerate() {
-        let t = &t.spans;
-        for (d, lane) in t.lanes() {
-            for (i, s) in lane.iter().enumerate() {
-                if s.func() != func {
-                    continue;
-                }
-                let dur = t.duration(d, i);
-                out.calls += 1;
-                out.total_ns += dur;
-                out.min_ns = out.min_ns.min(dur);
-                if dur > out.max_ns || out.slowest.is_none() {
-                    out.max_ns = dur;
-                    out.slowest = Some(SpanRef::new(ti, d, i));
-                }
-            }
-        }
+        calls: list.len() as u64,
+        total_ns: list.iter().map(|c| c.duration).sum(),
+        min_ns: list.iter().map(|c| c.duration).min().unwrap_or(0),
+        max_ns: slowest.map_or(0, |c| c.duration),
+        slowest: slowest.map(|c| c.span),
+        dist: Distribution::of(list.iter().map(|c| c.duration)),
+        list,
     }
-    if out.calls == 0 {
-        out.min_ns = 0;
-    }
-    out
 }
 
 /// Orders spans by start time, then thread, depth and index, so "next
@@ -148,11 +144,24 @@ pub struct Details {
     /// Outermost first; the span itself last.
     pub path: Vec<(SpanRef, FuncId)>,
     pub calls: FuncCalls,
+    /// The durations brushed on the histogram, `[lo, hi]`, and the calls
+    /// that took them, slowest first.
+    pub brush: Option<(u64, u64)>,
+    pub brushed: Vec<Call>,
+    /// A call beside a typical one, when asked for.
+    pub comparison: Option<Comparison>,
 }
 
 impl Details {
     /// Gathers the details of `r`, or `None` if `model` has no such span.
     pub fn new(model: &Model, r: SpanRef) -> Option<Details> {
+        let mut d = Details::new_without_calls(model, r)?;
+        d.calls = func_calls(model, d.func);
+        Some(d)
+    }
+
+    /// The span's own details; its function's calls left empty.
+    fn new_without_calls(model: &Model, r: SpanRef) -> Option<Details> {
         let s = r.span(model)?;
         let t = r.thread(model)?;
         let (d, i) = (r.depth as usize, r.index as usize);
@@ -173,8 +182,64 @@ impl Details {
             self_ns: self_time(t, d, i),
             flags: s.flags(),
             path,
-            calls: func_calls(model, s.func()),
+            calls: FuncCalls::default(),
+            brush: None,
+            brushed: Vec::new(),
+            comparison: None,
         })
+    }
+
+    /// The details of `r` after `prev`: when `r` is a call of the same
+    /// function (stepping through its calls, or picking a brushed one),
+    /// the figures, brush and comparison carry over, not scanned again.
+    pub fn after(model: &Model, r: SpanRef, prev: Option<Details>) -> Option<Details> {
+        let s = r.span(model)?;
+        match prev {
+            Some(p) if p.func == s.func() => {
+                let mut d = Details::new_without_calls(model, r)?;
+                d.calls = p.calls;
+                d.brush = p.brush;
+                d.brushed = p.brushed;
+                d.comparison = p.comparison;
+                Some(d)
+            }
+            _ => Details::new(model, r),
+        }
+    }
+
+    /// Brushes the calls that took `[lo, hi]` (or clears the brush).
+    pub fn set_brush(&mut self, brush: Option<(u64, u64)>) {
+        self.brush = brush;
+        self.brushed = match brush {
+            Some((lo, hi)) => {
+                let mut b: Vec<Call> = self
+                    .calls
+                    .list
+                    .iter()
+                    .filter(|c| (lo..=hi).contains(&c.duration))
+                    .copied()
+                    .collect();
+                b.sort_by_key(|c| (std::cmp::Reverse(c.duration), c.start, c.span));
+                b
+            }
+            None => Vec::new(),
+        };
+    }
+
+    /// Sets the selected call (if it is the slowest, or `slowest` asks
+    /// for that) beside the call nearest the median.
+    pub fn compare_with_typical(&mut self, model: &Model, slowest: bool) {
+        let list = &self.calls.list;
+        let a = if slowest {
+            Pick::Slowest.of(list, None)
+        } else {
+            list.iter().position(|c| c.span == self.span)
+        };
+        let Some(a) = a else { return };
+        let Some(b) = Pick::Median.of(list, Some(a)) else {
+            return;
+        };
+        self.comparison = Some(compare_calls(model, &list[a], &list[b]));
     }
 }
 
@@ -189,15 +254,134 @@ pub enum DetailsAction {
 }
 
 /// Draws the details of the selection.
-pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &Details) -> Option<DetailsAction> {
+pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &mut Details) -> Option<DetailsAction> {
     let mut action = None;
-    // Two columns: the span on the left, its function's calls on the
-    // right, so the buttons stay visible in a short bottom panel.
-    ui.columns(2, |cols| {
+    // Side by side: the span, its function's calls, and how their
+    // durations are spread, so the buttons stay visible in a short bottom
+    // panel.
+    ui.columns(3, |cols| {
         span_column(&mut cols[0], model, d, &mut action);
-        calls_column(&mut cols[1], d, &mut action);
+        calls_column(&mut cols[1], model, d, &mut action);
+        distribution_column(&mut cols[2], model, d, &mut action);
     });
     action
+}
+
+/// The histogram of the function's call durations, and the calls brushed
+/// on it, slowest first.
+fn distribution_column(
+    ui: &mut egui::Ui,
+    model: &Model,
+    d: &mut Details,
+    action: &mut Option<DetailsAction>,
+) {
+    use crate::axis::format_duration;
+    if !d.calls.is_call || d.calls.calls < 2 {
+        return;
+    }
+    ui.heading("Durations");
+    let dist = &d.calls.dist;
+    ui.label(format!(
+        "median {}  p90 {}  p99 {}  max {}",
+        format_duration(dist.p50),
+        format_duration(dist.p90),
+        format_duration(dist.p99),
+        format_duration(dist.max)
+    ));
+    let mut brush = d.brush;
+    if crate::histogram::histogram_ui(ui, dist, &mut brush) {
+        d.set_brush(brush);
+    }
+    let Some((lo, hi)) = d.brush else {
+        ui.weak("Drag across the histogram (or click a bar) to list those calls.");
+        return;
+    };
+    ui.horizontal(|ui| {
+        ui.label(format!(
+            "{} calls of {} to {}, slowest first",
+            d.brushed.len(),
+            format_duration(lo),
+            format_duration(hi)
+        ));
+        if ui.small_button("Clear").clicked() {
+            d.set_brush(None);
+        }
+    });
+    let base = model.time_range().map_or(0, |r| r.0);
+    egui::ScrollArea::vertical()
+        .id_salt("ptscope-brushed")
+        .max_height(120.0)
+        .show(ui, |ui| {
+            for c in d.brushed.iter().take(MAX_LISTED) {
+                let tid = model.threads[c.span.thread as usize].spans.tid;
+                let text = format!(
+                    "{}  at {}  (thread {tid})",
+                    format_duration(c.duration),
+                    format_duration(c.start - base)
+                );
+                if ui.selectable_label(c.span == d.span, text).clicked() {
+                    *action = Some(DetailsAction::Show(c.span));
+                }
+            }
+            if d.brushed.len() > MAX_LISTED {
+                ui.weak(format!("and {} more", d.brushed.len() - MAX_LISTED));
+            }
+        });
+}
+
+/// The comparison of a call with a typical one, by call path.
+fn comparison_ui(ui: &mut egui::Ui, model: &Model, c: &Comparison) {
+    use crate::axis::format_duration;
+    let signed = |v: i128| {
+        let text = format_duration(v.unsigned_abs().min(u64::MAX as u128) as u64);
+        if v < 0 {
+            format!("-{text}")
+        } else {
+            format!("+{text}")
+        }
+    };
+    ui.label(format!(
+        "{} against {}: {}",
+        format_duration(c.a.duration),
+        format_duration(c.b.duration),
+        signed(c.diff())
+    ));
+    egui::Grid::new("ptscope-compare")
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            ui.strong("share");
+            ui.strong("this call");
+            ui.strong("typical");
+            ui.strong("path");
+            ui.end_row();
+            for n in c.nodes.iter().take(12) {
+                let side = |f: &ptscope_decoder::calls::compare::Figures| {
+                    if f.count == 0 {
+                        "-".to_string()
+                    } else {
+                        format!("{} × {}", f.count, format_duration(f.total))
+                    }
+                };
+                ui.label(format!("{:.0}%", c.share(n) * 100.0));
+                ui.label(side(&n.a));
+                ui.label(side(&n.b));
+                let path: Vec<&str> = n.path.iter().map(|&f| model.funcs.name(f)).collect();
+                let text = path.join(" > ");
+                match n.only_in() {
+                    Some(Side::A) => ui.colored_label(
+                        egui::Color32::from_rgb(0xff, 0x90, 0x60),
+                        format!("{text}  (only here)"),
+                    ),
+                    Some(Side::B) => ui.colored_label(
+                        egui::Color32::from_rgb(0x80, 0xc0, 0xff),
+                        format!("{text}  (only typical)"),
+                    ),
+                    None => ui.label(text),
+                };
+                ui.end_row();
+            }
+        });
 }
 
 fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Option<DetailsAction>) {
@@ -253,7 +437,12 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
     }
 }
 
-fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsAction>) {
+fn calls_column(
+    ui: &mut egui::Ui,
+    model: &Model,
+    d: &mut Details,
+    action: &mut Option<DetailsAction>,
+) {
     use crate::axis::format_duration;
     let c = &d.calls;
     let (heading, step) = if c.is_call {
@@ -300,6 +489,19 @@ fn calls_column(ui: &mut egui::Ui, d: &Details, action: &mut Option<DetailsActio
             }
         }
     });
+    if c.is_call && c.calls >= 2 {
+        ui.horizontal_wrapped(|ui| {
+            if ui.button("Compare with typical").clicked() {
+                d.compare_with_typical(model, false);
+            }
+            if ui.button("Slowest against typical").clicked() {
+                d.compare_with_typical(model, true);
+            }
+        });
+    }
+    if let Some(cmp) = &d.comparison {
+        comparison_ui(ui, model, cmp);
+    }
 }
 
 /// Lists the spans of a merged run that no zoom takes apart (spans of

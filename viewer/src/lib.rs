@@ -24,7 +24,8 @@
 //! - [`lines`] shows source lines and instructions when zoomed in.
 //! - [`search`] finds functions by name for the toolbar's search box.
 //! - [`fuzzy`] is the one fuzzy matcher, for the search and the app's pickers.
-//! - [`details_panel`] draws the Details tab: the selected span and its calls.
+//! - [`details_panel`] draws the Details tab: the selected span and its calls,
+//!   with [`histogram`], the duration histogram a range of calls is brushed on.
 //! - [`range`] computes a range selection and draws its table (Range tab).
 //! - [`flame_graph`] builds and draws the range's flame graph.
 //! - [`source`] draws the Source tab: a line's file with heat, or disassembly.
@@ -43,6 +44,7 @@ pub mod flame_graph;
 pub mod frame_mesh;
 pub mod fuzzy;
 pub mod help;
+pub mod histogram;
 pub mod lines;
 pub mod overview;
 pub mod range;

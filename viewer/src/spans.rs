@@ -8,43 +8,8 @@
 //! the store's [`ThreadSpans::parent`] and [`ThreadSpans::children`].
 
 use ptscope_decoder::model::Model;
-use ptscope_decoder::store::{Span, ThreadSpans};
-
-/// One span of a model: thread index, depth, index in its lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SpanRef {
-    pub thread: u32,
-    pub depth: u32,
-    pub index: u32,
-}
-
-impl SpanRef {
-    pub fn new(thread: usize, depth: usize, index: usize) -> SpanRef {
-        SpanRef {
-            thread: thread as u32,
-            depth: depth as u32,
-            index: index as u32,
-        }
-    }
-
-    /// The thread's spans, if the reference is valid in `model`.
-    pub fn thread<'m>(&self, model: &'m Model) -> Option<&'m ThreadSpans> {
-        let t = &model.threads.get(self.thread as usize)?.spans;
-        ((self.index as usize) < t.lane(self.depth as usize).len()).then_some(t)
-    }
-
-    pub fn span(&self, model: &Model) -> Option<Span> {
-        let t = self.thread(model)?;
-        Some(t.lane(self.depth as usize)[self.index as usize])
-    }
-
-    /// (start, end) in ns.
-    pub fn times(&self, model: &Model) -> Option<(u64, u64)> {
-        let t = self.thread(model)?;
-        let (d, i) = (self.depth as usize, self.index as usize);
-        Some((t.lane(d)[i].start, t.end(d, i)))
-    }
-}
+pub use ptscope_decoder::model::SpanRef;
+use ptscope_decoder::store::ThreadSpans;
 
 /// Duration less the time of direct children.
 pub fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {

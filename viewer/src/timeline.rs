@@ -123,6 +123,8 @@ pub struct TimelineInput<'a> {
     /// Per thread, why it decoded to almost nothing, if it did
     /// ([`ptscope_decoder::model::ThreadModel::diagnosis`]).
     pub diagnoses: &'a [Option<String>],
+    /// Calls brushed on the Details panel's histogram: outlined.
+    pub brushed: &'a [ptscope_decoder::calls::Call],
 }
 
 /// Navigation state and per-frame buffers of the timeline.
@@ -574,6 +576,22 @@ impl Timeline {
     }
 
     fn draw_selection(&self, painter: &Painter, input: &TimelineInput) {
+        // Brushed calls first, so the selection's outline stays on top.
+        // Only those in the window cost anything past the time check.
+        let (from, to) = (self.window.start, self.window.end());
+        for c in input.brushed {
+            if c.start > to || c.start.saturating_add(c.duration) < from {
+                continue;
+            }
+            if let Some(r) = self.span_rect(input.model, c.span) {
+                painter.rect_stroke(
+                    r.expand(1.0),
+                    0.0,
+                    Stroke::new(1.5, Color32::from_rgb(0xff, 0x90, 0x60)),
+                    StrokeKind::Outside,
+                );
+            }
+        }
         if let Some(r) = input.selected.and_then(|s| self.span_rect(input.model, s)) {
             painter.rect_stroke(
                 r.expand(1.0),

@@ -263,7 +263,9 @@ impl TraceView {
 
     /// Selects a span (or clears the selection) and shows its details.
     pub fn select(&mut self, r: Option<SpanRef>) {
-        self.details = r.and_then(|r| Details::new(&self.model, r));
+        // Another call of the same function keeps the brush and figures.
+        let prev = self.details.take();
+        self.details = r.and_then(|r| Details::after(&self.model, r, prev));
         self.selected = self.details.as_ref().map(|d| d.span);
         self.selected_line = None;
         if self.selected.is_some() {
@@ -736,6 +738,7 @@ impl TraceView {
                 source: model.lines.as_deref(),
                 pseudo: &self.pseudo,
                 diagnoses: &self.diagnoses,
+                brushed: self.details.as_ref().map_or(&[], |d| &d.brushed),
             };
             let events = self.timeline.ui(ui, &input, &mut self.disasm);
             for e in events {
@@ -944,7 +947,7 @@ impl TraceView {
                 let listed = self
                     .group
                     .and_then(|g| group_ui(ui, &model, &self.pseudo, &g, self.selected));
-                let Some(d) = &self.details else {
+                let Some(d) = &mut self.details else {
                     if let Some(DetailsAction::Select(r)) = listed {
                         self.select(Some(r));
                     } else if self.group.is_none() {
@@ -957,6 +960,7 @@ impl TraceView {
                     .show(ui, |ui| details_ui(ui, &model, d))
                     .inner
                     .or(listed);
+                let (func, from) = (d.func, d.span);
                 match action {
                     Some(DetailsAction::Select(r)) => self.select(Some(r)),
                     Some(DetailsAction::Show(r)) => {
@@ -964,8 +968,6 @@ impl TraceView {
                         self.zoom_to_selection();
                     }
                     Some(DetailsAction::Step(fwd)) => {
-                        let func = d.func;
-                        let from = d.span;
                         if let Some(r) = step_call(&model, func, from, fwd) {
                             self.show_span(r);
                         }
