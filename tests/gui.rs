@@ -606,9 +606,11 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let out_dir = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
     std::fs::create_dir_all(&out_dir).unwrap();
     // The demo as it opens, and zoomed to its slow request.
-    let shots: [(&str, &[&str]); 4] = [
+    let shots: [(&str, &[&str]); 5] = [
         ("demo.png", &[]),
         ("demo-slow-path.png", &["--select", "slow_path"]),
+        // The Details tab: every call of `handle`, and its histogram.
+        ("demo-histogram.png", &["--select", "handle"]),
         // 80 ns: line spans and the instruction row.
         ("demo-lines.png", &["--select", "hash_key"]),
         // The Capture panel over the demo.

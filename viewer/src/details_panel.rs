@@ -279,7 +279,15 @@ fn distribution_column(
     if !d.calls.is_call || d.calls.calls < 2 {
         return;
     }
-    ui.heading("Durations");
+    ui.horizontal(|ui| {
+        ui.heading("Durations");
+        if ui.button("Compare with typical").clicked() {
+            d.compare_with_typical(model, false);
+        }
+        if ui.button("Slowest vs typical").clicked() {
+            d.compare_with_typical(model, true);
+        }
+    });
     let dist = &d.calls.dist;
     ui.label(format!(
         "median {}  p90 {}  p99 {}  max {}",
@@ -489,16 +497,6 @@ fn calls_column(
             }
         }
     });
-    if c.is_call && c.calls >= 2 {
-        ui.horizontal_wrapped(|ui| {
-            if ui.button("Compare with typical").clicked() {
-                d.compare_with_typical(model, false);
-            }
-            if ui.button("Slowest against typical").clicked() {
-                d.compare_with_typical(model, true);
-            }
-        });
-    }
     if let Some(cmp) = &d.comparison {
         comparison_ui(ui, model, cmp);
     }

@@ -72,7 +72,7 @@ pub fn histogram_ui(
     ];
     let shown = *brush;
     let plot = Plot::new("ptscope-histogram")
-        .height(110.0)
+        .height(80.0)
         .allow_drag(false)
         .allow_zoom(false)
         .allow_scroll(false)

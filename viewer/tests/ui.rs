@@ -379,3 +379,114 @@ fn an_almost_empty_track_says_why() {
     assert_eq!(h.state().thread_diagnosis(0), None);
     assert_eq!(h.query_all_by_label_contains("calls:").count(), 1);
 }
+
+/// `handle` called 20 times: 18 fast calls of 40 to 57 ns, and two slow
+/// ones of 1000 and 1200 ns that run `rebuild`.
+fn requests_model() -> Model {
+    let base = 1_000_000u64;
+    let mut funcs = FuncTable::default();
+    let main = funcs.intern("main", "/bin/app", 0x1000, SpanKind::Call);
+    let handle = funcs.intern("handle", "/bin/app", 0x2000, SpanKind::Call);
+    let rebuild = funcs.intern("rebuild", "/bin/app", 0x3000, SpanKind::Call);
+    let mut t = ThreadSpans::new(1, 1, "app".into());
+    t.push(0, base, base + 100_000, main, 0);
+    for k in 0..20u64 {
+        let at = base + 1_000 + k * 4_000;
+        let len = match k {
+            7 => 1000,
+            15 => 1200,
+            _ => 40 + k,
+        };
+        t.push(1, at, at + len, handle, 0);
+        if len >= 1000 {
+            t.push(2, at + 10, at + len - 10, rebuild, 0);
+        }
+    }
+    Model {
+        funcs,
+        threads: vec![ThreadModel::from_spans(t)],
+        ..Default::default()
+    }
+}
+
+/// A press at `from`, moves to `to`, a release: a drag as a pointer makes
+/// it.
+fn drag(h: &mut Harness<'_, TraceView>, from: Pos2, to: Pos2) {
+    h.hover_at(from);
+    h.run_steps(1);
+    h.event(Event::PointerButton {
+        pos: from,
+        button: PointerButton::Primary,
+        pressed: true,
+        modifiers: Modifiers::NONE,
+    });
+    h.run_steps(1);
+    for k in 1..=8 {
+        let p = from + (to - from) * (k as f32 / 8.0);
+        h.event(Event::PointerMoved(p));
+        h.run_steps(1);
+    }
+    h.event(Event::PointerButton {
+        pos: to,
+        button: PointerButton::Primary,
+        pressed: false,
+        modifiers: Modifiers::NONE,
+    });
+    h.run_steps(2);
+}
+
+#[test]
+fn brushing_the_slow_mode_of_the_histogram_lists_exactly_the_slow_calls() {
+    let mut h = harness_on(requests_model());
+    let first = h.state().find_span("handle").unwrap();
+    h.state_mut().select(Some(first));
+    h.run();
+    h.get_by_label("Durations");
+    let marks = h.get_by_label_contains("median ").rect();
+    // The plot lies under the percentiles, across the column: drag from
+    // its middle to its right end, over the slow mode only (the fast one
+    // sits in the left fifth on a log scale).
+    let y = marks.bottom() + 40.0;
+    let (left, right) = (marks.left(), 1200.0 - 12.0);
+    let at = |f: f32| Pos2::new(left + (right - left) * f, y);
+    drag(&mut h, at(0.55), at(0.97));
+    let d = h.state().details().expect("details");
+    let (lo, hi) = d.brush.expect("the drag brushed");
+    assert!(lo > 60 && hi >= 1200, "{lo}..{hi}");
+    let durations: Vec<u64> = d.brushed.iter().map(|c| c.duration).collect();
+    assert_eq!(durations, [1200, 1000], "slowest first");
+    h.get_by_label_contains("2 calls of");
+    // Each listed call zooms to itself; the brush stays.
+    let slowest = d.brushed[0].span;
+    h.query_all_by_label_contains("(thread 1)")
+        .next()
+        .expect("the list of brushed calls")
+        .click();
+    h.run();
+    assert_eq!(h.state().selected(), Some(slowest));
+    assert_eq!(h.state().details().unwrap().brushed.len(), 2);
+    let (a, b) = h.state().view_range();
+    assert!(b - a < 10_000, "zoomed to the call: {a}..{b}");
+
+    // Compared with a typical call, the slowest one's extra path comes
+    // first, marked as its own.
+    h.get_by_label("Slowest vs typical").click();
+    h.run();
+    let c = h
+        .state()
+        .details()
+        .unwrap()
+        .comparison
+        .clone()
+        .expect("compared");
+    assert_eq!((c.a.duration, c.b.duration), (1200, 50));
+    let m = requests_model();
+    let names: Vec<&str> = c.nodes[1].path.iter().map(|&f| m.funcs.name(f)).collect();
+    assert_eq!(names, ["handle", "rebuild"]);
+    h.get_by_label("handle > rebuild  (only here)");
+
+    // Clear drops the brush.
+    h.get_by_label("Clear").click();
+    h.run();
+    assert!(h.state().details().unwrap().brush.is_none());
+}
