@@ -364,6 +364,10 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
     ];
     let triggers = [
         Trigger::Symbol("-starts_with_a_dash".into()),
+        Trigger::SlowCall {
+            symbol: "handle".into(),
+            slower_than: 2500,
+        },
         Trigger::Duration(250),
         Trigger::Manual,
         Trigger::ProcessExit,
@@ -387,6 +391,7 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
                 req.opts.timing = Some(timing.clone());
                 req.opts.size = 64 << 10;
                 req.opts.snapshots = 2;
+                req.opts.arm_after = matches!(backend, Backend::Emulated).then_some(1_000_000);
                 // `--no-debug-info` in half of them.
                 req.debug_info = matches!(backend, Backend::Auto);
                 let args = req.cli_args(&out);

@@ -315,3 +315,182 @@ fn a_function_or_call_that_is_not_there_is_a_clear_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The snapshot's `ptscope.json`.
+fn metadata(snap: &Path) -> Value {
+    let out = run_ok(
+        std::process::Command::new("tar")
+            .arg("-xOf")
+            .arg(snap)
+            .arg("ptscope.json"),
+        "tar",
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_slow_call_trigger_snapshots_the_first_slow_call_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "outlier.c");
+    let exe = exe.to_str().unwrap();
+    let (snap, _) = record(
+        dir.path(),
+        "slow",
+        &["--trigger", "handle", "--slower-than", "300ns"],
+        &[exe, "200"],
+    );
+    let meta = metadata(&snap);
+    let call = &meta["trigger_call"];
+    assert_eq!(call["function"], "handle", "{meta}");
+    let duration = call["duration"].as_u64().unwrap();
+    assert!(duration > 300, "{meta}");
+    assert!(
+        meta["stop"]
+            .as_str()
+            .unwrap()
+            .contains("call to handle took"),
+        "{meta}"
+    );
+    let info = run_ok(ptscope().arg("info").arg(&snap), "info");
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.contains(&format!(
+            "trigger call: handle on thread {}, {duration} ns",
+            call["tid"]
+        )),
+        "{info}"
+    );
+    // The first slow request is the 25th: every call before it was fast,
+    // and it is the last, whole (not back-dated), ending the snapshot.
+    let h = json_of(
+        &[
+            "stats",
+            "--function",
+            "handle",
+            "--histogram",
+            "--format",
+            "json",
+        ],
+        &snap,
+    );
+    assert_eq!(h["calls"], 25, "{h}");
+    let c = json_of(
+        &[
+            "compare",
+            "--function",
+            "handle",
+            "--call",
+            "slowest",
+            "--format",
+            "json",
+        ],
+        &snap,
+    );
+    assert_eq!(c["a"]["call"], 25, "{c}");
+    let decoded = c["a"]["duration"].as_u64().unwrap();
+    // The trigger measures to the instruction; the decoded return may take
+    // the time of the last timing packet before it (a compressed return
+    // is a TNT bit with no time of its own).
+    assert!(
+        decoded <= duration + 2 && decoded * 100 >= duration * 95,
+        "decoded {decoded}, trigger {duration}"
+    );
+    assert!(h["p99"].as_u64().unwrap() < 300 || h["max"].as_u64().unwrap() == decoded);
+    let spans = decode_json(&snap, &[]);
+    let handles: Vec<&JsonSpan> = spans.iter().filter(|s| s.name == "handle").collect();
+    let last = handles.iter().max_by_key(|s| s.start).unwrap();
+    assert!(!last.inferred, "{last:?}");
+    assert!(last.end - last.start > 300, "{last:?}");
+    assert_eq!(handles.iter().filter(|s| s.end - s.start > 300).count(), 1);
+
+    // A threshold no call reaches never fires: the snapshot ends at the
+    // exit, and the user is told.
+    let out = run_ok(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(dir.path().join("never.ptscope"))
+            .args([
+                "--trigger",
+                "handle",
+                "--slower-than",
+                "100us",
+                "--",
+                exe,
+                "50",
+            ]),
+        "record --slower-than 100us",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no call to handle longer than 100us fired the trigger"),
+        "{err}"
+    );
+    assert_eq!(
+        metadata(&dir.path().join("never.ptscope"))["stop"],
+        "process exit"
+    );
+}
+
+#[test]
+fn arm_after_lets_the_trigger_fire_only_with_that_much_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "outlier.c");
+    let exe = exe.to_str().unwrap();
+    // A 4 KiB ring never holds 10 s of this program (kernel time counts
+    // as wall time, so a busy machine stretches what it holds, but not
+    // that far): the trigger never arms, and the warning says why.
+    let out = run_ok(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(dir.path().join("small.ptscope"))
+            .args(["--size", "4K", "--arm-after", "10s"])
+            .args([
+                "--trigger",
+                "handle",
+                "--slower-than",
+                "300ns",
+                "--",
+                exe,
+                "200",
+            ]),
+        "record --arm-after 10s",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("before the ring held 10000000000 ns of history"),
+        "{err}"
+    );
+    assert_eq!(
+        metadata(&dir.path().join("small.ptscope"))["stop"],
+        "process exit"
+    );
+    // With the default ring it arms and fires, and the snapshot holds at
+    // least that much before the call.
+    let (snap, _) = record(
+        dir.path(),
+        "armed",
+        &[
+            "--trigger",
+            "handle",
+            "--slower-than",
+            "300ns",
+            "--arm-after",
+            "30us",
+        ],
+        &[exe, "200"],
+    );
+    let meta = metadata(&snap);
+    assert!(
+        meta["trigger_call"]["start"].as_u64().is_some(),
+        "fired: {meta}"
+    );
+    let spans = decode_json(&snap, &[]);
+    let call = spans
+        .iter()
+        .filter(|s| s.name == "handle")
+        .max_by_key(|s| s.start)
+        .unwrap();
+    // Times count from the snapshot's first timestamp: the trigger's call
+    // starts at least 30 µs into it.
+    assert!(call.start >= 30_000, "{call:?}");
+}

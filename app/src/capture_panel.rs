@@ -73,6 +73,11 @@ pub struct CapturePanel {
     /// What `auto` (or the chosen backend) means here, per backend.
     backend_note: Option<(Backend, String)>,
     pub duration_ms: u64,
+    /// With a function trigger: fire only on a call slower than this
+    /// (a duration as typed; empty fires on entry).
+    pub slower_than: String,
+    /// Fire only once the ring holds this much history (empty: at once).
+    pub arm_after: String,
     pub size: String,
     pub timing: Timing,
     pub backend: Backend,
@@ -117,6 +122,8 @@ impl CapturePanel {
             symbol_matches: None,
             backend_note: None,
             duration_ms: 1000,
+            slower_than: String::new(),
+            arm_after: String::new(),
             size: "4M".into(),
             timing: Timing::Normal,
             backend: Backend::Auto,
@@ -228,12 +235,26 @@ impl CapturePanel {
                 Target::Spawn { argv, cwd }
             }
         };
+        let optional = |text: &str| -> Result<Option<u64>, String> {
+            match text.trim() {
+                "" => Ok(None),
+                t => crate::durations::parse_duration(t).map(Some),
+            }
+        };
         let trigger = match self.trigger {
-            TriggerKind::Function => Trigger::Symbol(
-                self.symbol
+            TriggerKind::Function => {
+                let symbol = self
+                    .symbol
                     .clone()
-                    .ok_or("pick the function that triggers the snapshot")?,
-            ),
+                    .ok_or("pick the function that triggers the snapshot")?;
+                match optional(&self.slower_than)? {
+                    Some(ns) => Trigger::SlowCall {
+                        symbol,
+                        slower_than: ns,
+                    },
+                    None => Trigger::Symbol(symbol),
+                }
+            }
             TriggerKind::Manual => Trigger::Manual,
             TriggerKind::Duration => Trigger::Duration(self.duration_ms),
             TriggerKind::Exit => Trigger::ProcessExit,
@@ -243,6 +264,7 @@ impl CapturePanel {
         req.opts.timing = Some(self.timing.clone());
         req.backend = self.backend;
         req.opts.snapshots = self.snapshots.max(1);
+        req.opts.arm_after = optional(&self.arm_after)?;
         Ok(req)
     }
 
@@ -437,7 +459,20 @@ impl CapturePanel {
                 ui.radio_value(&mut self.trigger, TriggerKind::Exit, "On exit");
             });
             match self.trigger {
-                TriggerKind::Function => self.symbol_picker(ui),
+                TriggerKind::Function => {
+                    self.symbol_picker(ui);
+                    ui.horizontal(|ui| {
+                        ui.label("Only a call slower than");
+                        let r = ui.add(
+                            egui::TextEdit::singleline(&mut self.slower_than)
+                                .hint_text("e.g. 50us; empty: on entry")
+                                .desired_width(160.0),
+                        );
+                        ui.ctx().accesskit_node_builder(r.id, |b| {
+                            b.set_label("Only a call slower than")
+                        });
+                    });
+                }
                 TriggerKind::Duration => {
                     ui.horizontal(|ui| {
                         ui.label("Milliseconds");
@@ -603,6 +638,14 @@ impl CapturePanel {
             ui.end_row();
             ui.label("Snapshots");
             ui.add(egui::DragValue::new(&mut self.snapshots).range(1..=100));
+            ui.end_row();
+            ui.label("Arm after");
+            let r = ui.add(
+                egui::TextEdit::singleline(&mut self.arm_after)
+                    .hint_text("history first, e.g. 1ms; empty: at once"),
+            );
+            ui.ctx()
+                .accesskit_node_builder(r.id, |b| b.set_label("Arm after"));
             ui.end_row();
         });
         // Reading the PMU from sysfs once per backend choice, not per frame.

@@ -80,6 +80,18 @@ pub struct CaptureOpts {
     /// demangled, in the program or any library it loads).
     #[arg(long, value_name = "SYMBOL")]
     pub trigger: Option<String>,
+    /// With --trigger: take the snapshot when a call to SYMBOL returns
+    /// after more than DURATION (800ns, 2.5us, 1ms; a bare number is ns),
+    /// so that the snapshot ends with the whole slow call. The emulated
+    /// backend measures every call exactly.
+    #[arg(long, value_name = "DURATION", requires = "trigger", value_parser = ptscope::durations::parse_duration)]
+    pub slower_than: Option<u64>,
+    /// Let the trigger fire only once the trace ring holds DURATION of
+    /// history (the emulated backend measures its ring; Intel PT counts
+    /// the time since tracing began): without it, a trigger on a hot
+    /// function fires at once and the snapshot holds almost nothing.
+    #[arg(long, value_name = "DURATION", value_parser = ptscope::durations::parse_duration)]
+    pub arm_after: Option<u64>,
     /// Take the snapshot after MS milliseconds.
     #[arg(long, value_name = "MS")]
     pub duration: Option<u64>,
@@ -663,7 +675,13 @@ fn capture(target: Target, opts: CaptureOpts) -> Result<ExitCode> {
 fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<ExitCode> {
     let trigger = match (&opts.trigger, opts.duration) {
         (Some(_), Some(_)) => bail!("use either --trigger or --duration, not both"),
-        (Some(s), None) => Trigger::Symbol(s.clone()),
+        (Some(s), None) => match opts.slower_than {
+            Some(ns) => Trigger::SlowCall {
+                symbol: s.clone(),
+                slower_than: ns,
+            },
+            None => Trigger::Symbol(s.clone()),
+        },
         (None, Some(ms)) => Trigger::Duration(ms),
         (None, None) if opts.manual => Trigger::Manual,
         (None, None) => Trigger::ProcessExit,
@@ -684,6 +702,7 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
         None => {}
     }
     req.opts.snapshots = opts.snapshots;
+    req.opts.arm_after = opts.arm_after;
     if let Some(text) = &opts.filter {
         use ptscope_capture::filter;
         let specs = filter::parse(text)?;
@@ -737,10 +756,17 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
         out.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if let (Trigger::Symbol(name), Some(last)) = (&trigger, saved.last()) {
+    if let (Some(name), Some(last)) = (trigger.symbol(), saved.last()) {
         if last.metadata.stop == "process exit" {
-            let w =
-                format!("the process exited before entering {name}; the snapshot ends at its exit");
+            let w = match &trigger {
+                Trigger::SlowCall { slower_than, .. } => format!(
+                    "no call to {name} longer than {} fired the trigger; the snapshot ends at the process's exit",
+                    ptscope::durations::format_duration(*slower_than)
+                ),
+                _ => format!(
+                    "the process exited before entering {name}; the snapshot ends at its exit"
+                ),
+            };
             if json {
                 report(recorder::Report::Progress(Progress::Warning(w)));
             } else {
@@ -894,6 +920,13 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
                 .map(|(r, v)| format!("{r}={v:#x}"))
                 .collect();
             writeln!(out, "  trigger registers: {}", regs.join(" "))?;
+        }
+        if let Some(c) = &m.trigger_call {
+            writeln!(
+                out,
+                "  trigger call: {} on thread {}, {} ns (perf time {} .. {}); `ptscope compare --call slowest` explains it",
+                c.function, c.tid, c.duration, c.start, c.end
+            )?;
         }
     } else {
         writeln!(out, "  a plain perf.data file")?;

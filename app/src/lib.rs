@@ -16,13 +16,14 @@
 //!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
 //! - [`demo`]: the demo snapshot, built into the binary;
-//! - [`size`]: byte sizes as users type them.
+//! - [`size`]: byte sizes as users type them, and [`durations`]: durations.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.
 
 pub mod capture_panel;
 pub mod demo;
+pub mod durations;
 pub mod gui;
 pub mod loader;
 pub mod missing;

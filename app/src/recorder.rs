@@ -133,6 +133,16 @@ impl Request {
         }
         match &self.opts.trigger {
             Trigger::Symbol(name) => args.push(opt("trigger", name)),
+            Trigger::SlowCall {
+                symbol,
+                slower_than,
+            } => {
+                args.push(opt("trigger", symbol));
+                args.push(opt(
+                    "slower-than",
+                    &crate::durations::format_duration(*slower_than),
+                ));
+            }
             Trigger::Duration(ms) => args.push(opt("duration", &ms.to_string())),
             Trigger::Manual => args.push("--manual".into()),
             // Without a trigger a capture ends at the exit or on SIGINT.
@@ -146,6 +156,9 @@ impl Request {
             args.push(opt("timing", &timing.to_string()));
         }
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
+        if let Some(ns) = self.opts.arm_after {
+            args.push(opt("arm-after", &crate::durations::format_duration(ns)));
+        }
         if self.opts.kernel {
             args.push("--kernel".into());
         }
@@ -273,6 +286,15 @@ pub fn stop_text(stop: &StopReason) -> String {
         StopReason::Symbol { name, address, tid } => {
             format!("thread {tid} entered {name} at {address:#x}")
         }
+        StopReason::SlowCall {
+            name,
+            tid,
+            start,
+            end,
+        } => format!(
+            "thread {tid}'s call to {name} took {} ns",
+            end.saturating_sub(*start)
+        ),
         StopReason::Duration => "duration elapsed".to_string(),
         StopReason::Interrupted => "manual snapshot".to_string(),
     }
@@ -301,6 +323,21 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         capture_wall_ms: cap.wall.as_millis() as u64,
         instructions: cap.threads.iter().map(|t| t.instructions).sum(),
         trigger_registers: cap.trigger_registers.clone(),
+        trigger_call: match &cap.stop {
+            StopReason::SlowCall {
+                name,
+                tid,
+                start,
+                end,
+            } => Some(snapshot::metadata::TriggerCall {
+                function: name.clone(),
+                tid: *tid,
+                start: *start,
+                end: *end,
+                duration: end.saturating_sub(*start),
+            }),
+            _ => None,
+        },
         ..Metadata::default()
     }
 }
@@ -431,6 +468,7 @@ pub fn run(
                 snapshots: req.opts.snapshots,
                 cancel: req.opts.cancel.clone(),
                 filter: req.opts.filter.clone(),
+                arm_after: req.opts.arm_after,
             };
             let threads = match &req.target {
                 Target::Attach(pid) => {

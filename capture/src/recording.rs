@@ -106,6 +106,14 @@ pub enum StopReason {
         address: u64,
         tid: i32,
     },
+    /// A call to the slow-call trigger's function that returned after
+    /// more than its threshold: from `start` to `end` (perf time, ns).
+    SlowCall {
+        name: String,
+        tid: i32,
+        start: u64,
+        end: u64,
+    },
     Duration,
     Interrupted,
 }

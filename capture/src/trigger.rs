@@ -1,6 +1,7 @@
 //! This module defines the triggers, which say when a capture takes its
-//! snapshot: at the process's exit, on entry to a function, after a duration,
-//! or only on request. Both backends take the same [`Trigger`]. A symbol
+//! snapshot: at the process's exit, on entry to a function, at the return of
+//! a call to a function that took longer than a threshold, after a
+//! duration, or only on request. Both backends take the same [`Trigger`]. A symbol
 //! trigger is resolved here against the process's mappings by reading the ELF
 //! symbols of each mapped file, so that a backend gets a runtime address to
 //! break on; the same symbol reading lists a program's functions, for the app
@@ -22,10 +23,23 @@ pub enum Trigger {
     /// The first time the program enters this function (mangled or
     /// demangled name, in the main binary or any loaded library).
     Symbol(String),
+    /// When a call to this function returns after more than `slower_than`
+    /// ns: the snapshot ends with the whole slow call in it.
+    SlowCall { symbol: String, slower_than: u64 },
     /// After this many milliseconds.
     Duration(u64),
     /// Only on Ctrl-C.
     Manual,
+}
+
+impl Trigger {
+    /// The function the trigger watches, if it watches one.
+    pub fn symbol(&self) -> Option<&str> {
+        match self {
+            Trigger::Symbol(s) | Trigger::SlowCall { symbol: s, .. } => Some(s),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Trigger {
@@ -33,6 +47,10 @@ impl std::fmt::Display for Trigger {
         match self {
             Trigger::ProcessExit => write!(f, "process exit"),
             Trigger::Symbol(s) => write!(f, "symbol {s}"),
+            Trigger::SlowCall {
+                symbol,
+                slower_than,
+            } => write!(f, "a call to {symbol} slower than {slower_than} ns"),
             Trigger::Duration(ms) => write!(f, "duration {ms} ms"),
             Trigger::Manual => write!(f, "manual"),
         }
@@ -73,6 +91,12 @@ impl SymbolTrigger {
 
     pub fn address(&self) -> Option<u64> {
         self.address
+    }
+
+    /// Places the symbol at `address` without looking for it.
+    #[cfg(test)]
+    pub(crate) fn set_address_for_tests(&mut self, address: u64) {
+        self.address = Some(address);
     }
 
     /// Looks for the symbol in every mapped file not searched yet.

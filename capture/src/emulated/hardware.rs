@@ -48,8 +48,10 @@
 //! expect that target. Where the hardware and libipt disagree (after a
 //! longjmp), we send a TIP, which every decoder reads correctly.
 
-use super::filter::{self, IpFilter};
+use std::collections::VecDeque;
 use std::sync::Arc;
+
+use super::filter::{self, IpFilter};
 
 use super::insn::{Insn, InsnClass};
 use super::packets::{self, IpCompression, IpPacket};
@@ -155,6 +157,10 @@ pub struct ThreadPt {
     /// The next of `cfg.overflows` to come.
     next_overflow: usize,
     pub overflow_count: u64,
+    /// Where in the ring (its head count) each PSB still in it starts,
+    /// and its time: a decoder syncs at the first, so the ring's history
+    /// reaches back to it.
+    psbs: VecDeque<(u64, u64)>,
 }
 
 impl ThreadPt {
@@ -185,6 +191,7 @@ impl ThreadPt {
             dropping: None,
             next_overflow: 0,
             overflow_count: 0,
+            psbs: VecDeque::new(),
         };
         t.psb_plus(None, now);
         t.commit();
@@ -193,6 +200,16 @@ impl ThreadPt {
 
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// The time of the oldest PSB the ring still holds whole: what a
+    /// snapshot taken now decodes from. `None` before the first.
+    pub fn oldest_decodable(&mut self) -> Option<u64> {
+        let first_kept = self.ring.head().saturating_sub(self.ring.size() as u64);
+        while self.psbs.front().is_some_and(|&(at, _)| at < first_kept) {
+            self.psbs.pop_front();
+        }
+        self.psbs.front().map(|&(_, time)| time)
     }
 
     pub fn tracing(&self) -> bool {
@@ -484,6 +501,10 @@ impl ThreadPt {
     /// PSB+ at `now`; `ip` is the next instruction when tracing is on.
     fn psb_plus(&mut self, ip: Option<u64>, now: u64) {
         self.flush_tnt();
+        if self.dropping.is_none() {
+            self.psbs
+                .push_back((self.ring.head() + self.out.len() as u64, now));
+        }
         self.out.extend_from_slice(&packets::PSB);
         self.last_ip = 0;
         self.retstack.clear();

@@ -39,6 +39,11 @@ impl Ring {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// Its size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     /// Total bytes written since the start.
     pub fn head(&self) -> u64 {
         self.head

@@ -35,6 +35,7 @@ mod memory;
 mod release;
 mod run;
 mod schedule;
+mod slow_call;
 mod start;
 mod step;
 mod stops;
@@ -90,6 +91,8 @@ pub struct TracerOptions {
     pub cancel: Arc<AtomicBool>,
     /// IP filter ranges (`--filter`); none traces everything.
     pub filter: Vec<FilterRange>,
+    /// A trigger fires only once the ring holds this much history (ns).
+    pub arm_after: Option<u64>,
 }
 
 pub struct Tracer {
@@ -106,6 +109,10 @@ pub struct Tracer {
     maps: Vec<Mapping>,
     vdso: Option<(u64, Vec<u8>)>,
     symbol: Option<SymbolTrigger>,
+    /// The slow-call trigger, which watches every step.
+    slow: Option<slow_call::SlowCalls>,
+    /// Times a trigger would have fired before `--arm-after` armed it.
+    unarmed: u64,
     /// The symbol trigger as a hardware breakpoint, when the breakpoint PMU
     /// takes it; else the trigger compares each step's address.
     breakpoint: Option<Breakpoint>,
@@ -156,6 +163,13 @@ impl Tracer {
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
             _ => None,
         };
+        let slow = match &opts.trigger {
+            Trigger::SlowCall {
+                symbol,
+                slower_than,
+            } => Some(slow_call::SlowCalls::new(symbol, *slower_than)),
+            _ => None,
+        };
         Tracer {
             opts,
             pid,
@@ -170,6 +184,8 @@ impl Tracer {
             maps: Vec::new(),
             vdso: None,
             symbol,
+            slow,
+            unarmed: 0,
             breakpoint: None,
             trigger_registers: Vec::new(),
             warnings: Vec::new(),
@@ -321,6 +337,7 @@ impl Tracer {
             snapshots: 1,
             cancel: Arc::new(AtomicBool::new(false)),
             filter: Vec::new(),
+            arm_after: None,
         };
         Tracer::new(opts, 1 << 30)
     }

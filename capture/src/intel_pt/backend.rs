@@ -19,6 +19,7 @@ use nix::sys::signal::Signal;
 
 use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
+use super::slow_call::{self, CallTimer};
 use super::timing::{PtConfig, Timing};
 use crate::error::CaptureError;
 use crate::filter::FilterRange;
@@ -59,6 +60,8 @@ pub struct Options {
     pub pmu_dir: PathBuf,
     /// IP filter ranges (`--filter`); none traces everything.
     pub filter: Vec<FilterRange>,
+    /// A trigger fires only once the ring holds this much history (ns).
+    pub arm_after: Option<u64>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             cancel: Arc::new(AtomicBool::new(false)),
             pmu_dir: PathBuf::from(SYSFS_PMUS).join("intel_pt"),
             filter: Vec::new(),
+            arm_after: None,
         }
     }
 }
@@ -116,6 +120,15 @@ struct Session<'a> {
     aux_size: usize,
     breakpoint: Option<Breakpoint>,
     symbol: Option<SymbolTrigger>,
+    /// The slow-call trigger: its function and threshold, and once the
+    /// function is found, the timer its breakpoints feed.
+    slow: Option<(String, u64)>,
+    timer: Option<CallTimer>,
+    /// When tracing began: `--arm-after` counts from it (the AUX head is
+    /// unknown while tracing, so this is the history the ring can hold).
+    started: Instant,
+    /// Times a trigger would have fired before `--arm-after` armed it.
+    unarmed: u64,
     synthesized: Vec<Sideband>,
     comms: HashMap<i32, String>,
     warnings: Vec<String>,
@@ -232,6 +245,16 @@ pub fn capture(
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
             _ => None,
         },
+        slow: match &opts.trigger {
+            Trigger::SlowCall {
+                symbol,
+                slower_than,
+            } => Some((symbol.clone(), *slower_than)),
+            _ => None,
+        },
+        timer: None,
+        started: Instant::now(),
+        unarmed: 0,
         synthesized: Vec::new(),
         comms: HashMap::new(),
         warnings,
@@ -241,7 +264,7 @@ pub fn capture(
     let mut setup = s.open_all(spawned);
     if spawned {
         if setup.is_ok() {
-            setup = tracee::run_to_exec(pid, &cmdline[0]).map(|()| s.resolve_symbol());
+            setup = tracee::run_to_exec(pid, &cmdline[0]).and_then(|()| s.resolve_symbol());
         }
         // Let it run in any case: on error it runs untraced to its end.
         let _ = tracee::detach(pid, None);
@@ -253,6 +276,7 @@ pub fn capture(
         }
         return Err(e);
     }
+    s.started = Instant::now();
     status(Status::Armed {
         threads: s.units.len(),
     });
@@ -334,7 +358,7 @@ impl Session<'_> {
             self.synthesize_existing();
             // A spawned child is resolved at its exec (`run_to_exec`):
             // before it, its maps are ptscope's own.
-            self.resolve_symbol();
+            self.resolve_symbol()?;
         }
         Ok(())
     }
@@ -495,27 +519,50 @@ impl Session<'_> {
 
     /// Resolves the trigger symbol once its library is mapped, and arms the
     /// breakpoint on every traced thread.
-    fn resolve_symbol(&mut self) {
-        let Some(sym) = &mut self.symbol else {
-            return;
-        };
-        if sym.address().is_none() {
+    fn resolve_symbol(&mut self) -> Result<(), CaptureError> {
+        if let (Some((name, threshold)), None) = (&self.slow, &self.timer) {
             if let Ok(maps) = procfs::read_maps(self.pid) {
-                sym.resolve(&maps);
+                if let Some(sites) = slow_call::call_sites(&maps, name)? {
+                    // Each call is two samples: a ring of 16 pages holds
+                    // some 500 calls between two polls.
+                    self.breakpoint = Some(Breakpoint::at(sites.addresses(), 16));
+                    self.timer = Some(CallTimer::new(sites, *threshold));
+                }
             }
         }
-        if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
-            self.breakpoint = Some(Breakpoint::new(addr));
+        if let Some(sym) = &mut self.symbol {
+            if sym.address().is_none() {
+                if let Ok(maps) = procfs::read_maps(self.pid) {
+                    sym.resolve(&maps);
+                }
+            }
+            if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
+                self.breakpoint = Some(Breakpoint::new(addr));
+            }
         }
         if let Some(bp) = &mut self.breakpoint {
             let tids: Vec<i32> = match procfs::threads(self.pid) {
                 Ok(t) => t,
-                Err(_) => return,
+                Err(_) => return Ok(()),
             };
             for tid in tids {
                 let _ = bp.arm(tid);
             }
         }
+        Ok(())
+    }
+
+    /// Whether a trigger may fire: always, or once `--arm-after` has
+    /// passed since tracing began.
+    fn armed(&mut self) -> bool {
+        let ok = self
+            .opts
+            .arm_after
+            .is_none_or(|ns| self.started.elapsed() >= Duration::from_nanos(ns));
+        if !ok {
+            self.unarmed += 1;
+        }
+        ok
     }
 
     /// Follows new threads: any thread of the process without a unit gets
@@ -574,21 +621,42 @@ impl Session<'_> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok((StopReason::Duration, None));
             }
-            if let Some(bp) = &mut self.breakpoint {
+            if let (Some(bp), Some(timer)) = (&mut self.breakpoint, &mut self.timer) {
+                let hits = bp
+                    .wait_for_hits(Duration::from_millis(5))
+                    .unwrap_or_default();
+                if let Some(call) = timer.feed(&hits) {
+                    if self.armed() {
+                        let name = self.slow.as_ref().map(|s| s.0.clone()).unwrap_or_default();
+                        return Ok((
+                            StopReason::SlowCall {
+                                name,
+                                tid: call.tid,
+                                start: call.start,
+                                end: call.end,
+                            },
+                            None,
+                        ));
+                    }
+                }
+            } else if let Some(bp) = &mut self.breakpoint {
                 if let Some(hit) = bp.wait(Duration::from_millis(5)).ok().flatten() {
-                    let name = self
-                        .symbol
-                        .as_ref()
-                        .map(|s| s.name().to_string())
-                        .unwrap_or_default();
-                    return Ok((
-                        StopReason::Symbol {
-                            name,
-                            address: bp.address(),
-                            tid: hit.tid,
-                        },
-                        Some(hit),
-                    ));
+                    let address = bp.address();
+                    if self.armed() {
+                        let name = self
+                            .symbol
+                            .as_ref()
+                            .map(|s| s.name().to_string())
+                            .unwrap_or_default();
+                        return Ok((
+                            StopReason::Symbol {
+                                name,
+                                address,
+                                tid: hit.tid,
+                            },
+                            Some(hit),
+                        ));
+                    }
                 }
             } else {
                 std::thread::sleep(Duration::from_millis(5));
@@ -606,7 +674,7 @@ impl Session<'_> {
                 last_scan = Instant::now();
                 self.follow_threads()?;
                 if self.breakpoint.is_none() {
-                    self.resolve_symbol();
+                    self.resolve_symbol()?;
                 }
                 // aux_head only moves when an event stops, so what is
                 // known while tracing is the buffers' capacity.
@@ -738,6 +806,13 @@ impl Session<'_> {
         let start_time = sideband.first().map_or(end_time, |s| s.time);
         let mut warnings = self.warnings.clone();
         warnings.extend(collected.warnings());
+        if let (Some(ns), true) = (self.opts.arm_after, self.unarmed > 0) {
+            warnings.push(format!(
+                "the trigger was reached {} time(s) in the first {ns} ns of tracing \
+                 (--arm-after)",
+                self.unarmed
+            ));
+        }
         let params = self.params();
         if !params.cap_user_time_zero {
             warnings.push(

@@ -1,7 +1,9 @@
 //! The Intel PT backend captures real Intel PT through perf_event_open. Its
 //! modules discover the `intel_pt` PMU from sysfs ([`pmu`]), turn a timing
 //! preset into config terms the CPU supports ([`timing`]), build the PT
-//! event's attr ([`event`]), check IP filters ([`filter`]) and run captures ([`backend`]); this file defines
+//! event's attr ([`event`]), check IP filters ([`filter`]), time a
+//! function's calls with breakpoints for the slow-call trigger
+//! ([`slow_call`]) and run captures ([`backend`]); this file defines
 //! [`PtSetupError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
 //! parameters perf stores for decoders are a file format, so they live in
 //! [`ptscope_formats::pt_params`].
@@ -12,6 +14,7 @@ pub mod backend;
 pub mod event;
 pub mod filter;
 pub mod pmu;
+pub mod slow_call;
 pub mod timing;
 
 pub use pmu::Pmu;

@@ -1,8 +1,10 @@
-//! This module arms the symbol trigger as a hardware execute breakpoint: a
-//! PERF_TYPE_BREAKPOINT event per thread at the function's runtime address.
-//! Each hit writes a sample (ip, thread, time, and the user registers rdi
-//! and rsi: a function's first two arguments) to the event's ring, and the
-//! thread runs on: nothing stops or signals the target.
+//! This module arms triggers as hardware execute breakpoints: a
+//! PERF_TYPE_BREAKPOINT event per thread and address (a function's entry,
+//! and for the slow-call trigger its returns too). Each hit writes a sample
+//! (ip, thread, time, and the user registers rdi and rsi, a function's
+//! first two arguments, and rsp, which pairs a return with its entry) to
+//! the event's ring, and the thread runs on: nothing stops or signals the
+//! target.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -23,12 +25,13 @@ pub const HW_BREAKPOINT_X: u32 = 4;
 pub mod reg {
     pub const SI: u32 = 4;
     pub const DI: u32 = 5;
+    pub const SP: u32 = 7;
 }
 
 pub const SAMPLE_TYPE: u64 = sample::IP | sample::TID | sample::TIME | sample::REGS_USER;
 
 /// The attr of an execute breakpoint at `addr`, sampling every hit with
-/// rdi and rsi, and waking a poller at once.
+/// rdi, rsi and rsp, and waking a poller at once.
 pub fn breakpoint_attr(addr: u64) -> PerfEventAttr {
     PerfEventAttr {
         kind: perf_data::PERF_TYPE_BREAKPOINT,
@@ -41,7 +44,7 @@ pub fn breakpoint_attr(addr: u64) -> PerfEventAttr {
         config1: addr,
         // An execute breakpoint covers one instruction: sizeof(long).
         config2: 8,
-        sample_regs_user: (1 << reg::SI) | (1 << reg::DI),
+        sample_regs_user: (1 << reg::SI) | (1 << reg::DI) | (1 << reg::SP),
         ..Default::default()
     }
 }
@@ -54,9 +57,10 @@ pub struct Hit {
     pub ip: u64,
     /// perf time (the kernel's perf clock).
     pub time: u64,
-    /// rdi and rsi, when the kernel sampled user registers.
+    /// rdi, rsi and rsp, when the kernel sampled user registers.
     pub rdi: Option<u64>,
     pub rsi: Option<u64>,
+    pub rsp: Option<u64>,
 }
 
 impl Hit {
@@ -84,11 +88,11 @@ pub fn parse_sample(body: &[u8]) -> Option<Hit> {
     let time = u64_at(16)?;
     let abi = u64_at(24)?;
     // ABI 0: no user registers (the hit was not in user space).
-    let (rsi, rdi) = if abi != 0 {
-        // Registers come in mask-bit order: SI (4) before DI (5).
-        (Some(u64_at(32)?), Some(u64_at(40)?))
+    let (rsi, rdi, rsp) = if abi != 0 {
+        // Registers come in mask-bit order: SI (4), DI (5), SP (7).
+        (Some(u64_at(32)?), Some(u64_at(40)?), Some(u64_at(48)?))
     } else {
-        (None, None)
+        (None, None, None)
     };
     Some(Hit {
         pid: ids as u32 as i32,
@@ -97,12 +101,20 @@ pub fn parse_sample(body: &[u8]) -> Option<Hit> {
         time,
         rdi,
         rsi,
+        rsp,
     })
 }
 
 /// Hits in a stream of ring records.
 pub fn parse_hits(bytes: &[u8]) -> Vec<Hit> {
+    parse_records(bytes).0
+}
+
+/// Hits in a stream of ring records, and whether the kernel says it lost
+/// some (a PERF_RECORD_LOST: the ring was full).
+pub fn parse_records(bytes: &[u8]) -> (Vec<Hit>, bool) {
     let mut hits = Vec::new();
+    let mut lost = false;
     let mut at = 0;
     while at + 8 <= bytes.len() {
         let kind_ = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
@@ -114,9 +126,10 @@ pub fn parse_hits(bytes: &[u8]) -> Vec<Hit> {
         if kind_ == kind::SAMPLE {
             hits.extend(parse_sample(&bytes[at + 8..at + size]));
         }
+        lost |= kind_ == kind::LOST;
         at += size;
     }
-    hits
+    (hits, lost)
 }
 
 struct Armed {
@@ -125,22 +138,43 @@ struct Armed {
     ring: Arc<DataRing>,
 }
 
-/// A breakpoint armed on some threads of a process.
+/// Breakpoints at one or more addresses, armed on some threads of a
+/// process.
 pub struct Breakpoint {
-    addr: u64,
+    addrs: Vec<u64>,
+    /// Data pages of each event's ring.
+    pages: usize,
     armed: Vec<Armed>,
 }
 
+/// The hits of every armed event since the last look, in time order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Hits {
+    pub hits: Vec<Hit>,
+    /// Some ring overflowed: hits are missing, and a pairing of entries
+    /// with returns must start over.
+    pub lost: bool,
+}
+
 impl Breakpoint {
+    /// A breakpoint at `addr` (a symbol trigger: one hit is all it needs).
     pub fn new(addr: u64) -> Breakpoint {
+        Breakpoint::at(vec![addr], 1)
+    }
+
+    /// Breakpoints at every address of `addrs`, each event's ring
+    /// `pages` pages long (a slow-call trigger samples every call).
+    pub fn at(addrs: Vec<u64>, pages: usize) -> Breakpoint {
         Breakpoint {
-            addr,
+            addrs,
+            pages,
             armed: Vec::new(),
         }
     }
 
+    /// The first address (the entry).
     pub fn address(&self) -> u64 {
-        self.addr
+        self.addrs.first().copied().unwrap_or(0)
     }
 
     /// Whether this kernel has the breakpoint PMU at all.
@@ -152,20 +186,26 @@ impl Breakpoint {
         self.armed.iter().any(|a| a.tid == tid)
     }
 
-    /// Arms the breakpoint on thread `tid`.
+    /// Arms the breakpoints on thread `tid`: all of them, or none (the
+    /// ones opened are closed again when one fails).
     pub fn arm(&mut self, tid: i32) -> Result<(), PerfError> {
         if self.is_armed(tid) {
             return Ok(());
         }
-        let what = || format!("a breakpoint at {:#x} on thread {tid}", self.addr);
-        let event = Event::open(&breakpoint_attr(self.addr), tid, -1)
-            .map_err(|errno| PerfError::open(what(), errno))?;
-        let ring = DataRing::map(&event, 1).map_err(|errno| PerfError::mmap(what(), errno, 0))?;
-        self.armed.push(Armed {
-            tid,
-            event,
-            ring: Arc::new(ring),
-        });
+        let mut opened = Vec::with_capacity(self.addrs.len());
+        for &addr in &self.addrs {
+            let what = || format!("a breakpoint at {addr:#x} on thread {tid}");
+            let event = Event::open(&breakpoint_attr(addr), tid, -1)
+                .map_err(|errno| PerfError::open(what(), errno))?;
+            let ring = DataRing::map(&event, self.pages)
+                .map_err(|errno| PerfError::mmap(what(), errno, 0))?;
+            opened.push(Armed {
+                tid,
+                event,
+                ring: Arc::new(ring),
+            });
+        }
+        self.armed.extend(opened);
         Ok(())
     }
 
@@ -190,14 +230,56 @@ impl Breakpoint {
         None
     }
 
+    /// Every hit waiting in any ring, in time order.
+    pub fn hits(&mut self) -> Hits {
+        let mut out = Hits::default();
+        let mut buf = Vec::new();
+        for a in &self.armed {
+            if a.ring.pending() {
+                buf.clear();
+                a.ring.drain(&mut buf);
+                let (hits, lost) = parse_records(&buf);
+                out.hits.extend(hits);
+                out.lost |= lost;
+            }
+        }
+        out.hits.sort_by_key(|h| h.time);
+        out
+    }
+
+    /// Waits up to `timeout` for hits, and takes every hit waiting.
+    pub fn wait_for_hits(&mut self, timeout: Duration) -> Result<Hits, Errno> {
+        if !self.armed.iter().any(|a| a.ring.pending()) {
+            let gone = self.wait_readable(timeout)?;
+            let hits = self.hits();
+            for tid in gone {
+                self.forget(tid);
+            }
+            return Ok(hits);
+        }
+        Ok(self.hits())
+    }
+
     /// Waits up to `timeout` for a hit.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<Hit>, Errno> {
         if let Some(hit) = self.check() {
             return Ok(Some(hit));
         }
+        let gone = self.wait_readable(timeout)?;
+        let hit = self.check();
+        for tid in gone {
+            self.forget(tid);
+        }
+        Ok(hit)
+    }
+
+    /// Polls the events for up to `timeout`; the threads whose events hung
+    /// up (they exited), which the caller forgets once their last hits are
+    /// read, or a wait would spin on them.
+    fn wait_readable(&mut self, timeout: Duration) -> Result<Vec<i32>, Errno> {
         if self.armed.is_empty() {
             std::thread::sleep(timeout);
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let mut fds: Vec<PollFd> = self
             .armed
@@ -212,9 +294,7 @@ impl Breakpoint {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
-        // An event whose thread exited polls as hung up at once, forever:
-        // stop watching it, or the wait would spin.
-        let gone: Vec<i32> = fds
+        Ok(fds
             .iter()
             .zip(&self.armed)
             .filter(|(fd, _)| {
@@ -222,13 +302,7 @@ impl Breakpoint {
                     .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
             })
             .map(|(_, a)| a.tid)
-            .collect();
-        drop(fds);
-        let hit = self.check();
-        for tid in gone {
-            self.forget(tid);
-        }
-        Ok(hit)
+            .collect())
     }
 
     /// Throws away hits already in the rings (from while a snapshot was
@@ -323,7 +397,15 @@ mod tests {
     #[test]
     fn parses_a_sample_with_registers() {
         let mut body = Vec::new();
-        for v in [0x401000u64, (7u64 << 32) | 5, 123_456, 2, 0xaa, 0xbb] {
+        for v in [
+            0x401000u64,
+            (7u64 << 32) | 5,
+            123_456,
+            2,
+            0xaa,
+            0xbb,
+            0x7ff0,
+        ] {
             body.extend_from_slice(&v.to_le_bytes());
         }
         let hit = parse_sample(&body).unwrap();
@@ -336,6 +418,7 @@ mod tests {
                 time: 123_456,
                 rsi: Some(0xaa),
                 rdi: Some(0xbb),
+                rsp: Some(0x7ff0),
             }
         );
         assert_eq!(
@@ -343,7 +426,7 @@ mod tests {
             vec![("rdi".into(), 0xbb), ("rsi".into(), 0xaa)]
         );
         // Truncated bodies are refused, not read past.
-        assert_eq!(parse_sample(&body[..40]), None);
+        assert_eq!(parse_sample(&body[..48]), None);
         // Record framing: a bad size stops the walk.
         let mut rec = vec![9u8, 0, 0, 0, 0, 0];
         rec.extend_from_slice(&((8 + body.len()) as u16).to_le_bytes());

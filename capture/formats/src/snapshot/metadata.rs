@@ -29,6 +29,9 @@ pub struct Metadata {
     /// Registers at the trigger (rdi, rsi), for hardware triggers.
     #[serde(default)]
     pub trigger_registers: Vec<(String, u64)>,
+    /// The call that fired a slow-call trigger (`--slower-than`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_call: Option<TriggerCall>,
     /// The debug files the snapshot carries (at `.build-id/xx/yyyy…/debug`),
     /// by build id in hex: where each was found at capture (a debug
     /// directory, `.gnu_debuglink`, perf's cache, a debuginfod server).
@@ -39,4 +42,16 @@ pub struct Metadata {
     /// `kernel.kptr_restrict`, unreadable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kallsyms_missing: Option<String>,
+}
+
+/// A call that fired a slow-call trigger: the snapshot ends as it returns.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TriggerCall {
+    pub function: String,
+    pub tid: i32,
+    /// perf time (ns) of its entry and its return.
+    pub start: u64,
+    pub end: u64,
+    /// `end - start`, in ns.
+    pub duration: u64,
 }

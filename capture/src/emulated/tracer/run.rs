@@ -61,7 +61,7 @@ impl Tracer {
                         }
                     }
                 }
-                if let Some(stop) = self.breakpoint_hit() {
+                if let Some(stop) = self.breakpoint_hit().or_else(|| self.slow_call_fired()) {
                     return Ok(stop);
                 }
                 continue;

@@ -122,6 +122,7 @@ impl Tracer {
                 }
                 if step_trap || Some(rip) != prev || entering_handler {
                     self.retire(tid, rip);
+                    self.watch_slow_calls(tid, rip, regs.rsp);
                 } else {
                     // A signal before the instruction ran (a fault).
                     let t = self.threads.get_mut(&tid).unwrap();

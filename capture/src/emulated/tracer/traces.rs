@@ -179,7 +179,11 @@ impl Tracer {
             pt: self.pt_setup(),
             inherit: self.opts.per_cpu && !self.opts.system_wide,
             trigger_registers: std::mem::take(&mut self.trigger_registers),
-            warnings: std::mem::take(&mut self.warnings),
+            warnings: {
+                let mut w = std::mem::take(&mut self.warnings);
+                w.extend(self.trigger_warnings());
+                w
+            },
         }
     }
 }

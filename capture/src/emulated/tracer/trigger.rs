@@ -26,6 +26,10 @@ impl Tracer {
     /// Looks for the symbol trigger in the current mappings; once it is
     /// found, arms it as a hardware breakpoint when the kernel can.
     pub(super) fn resolve_symbol(&mut self) {
+        // The slow-call trigger watches every step and needs no breakpoint.
+        if let Some(slow) = &mut self.slow {
+            slow.sym.resolve(&self.maps);
+        }
         if let Some(sym) = &mut self.symbol {
             sym.resolve(&self.maps);
             if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
@@ -59,6 +63,10 @@ impl Tracer {
     pub(super) fn breakpoint_hit(&mut self) -> Option<StopReason> {
         let hit = self.breakpoint.as_mut()?.check()?;
         let tid = hit.tid;
+        if !self.armed(tid) {
+            self.unarmed += 1;
+            return None;
+        }
         self.trigger_registers = hit.registers();
         let rip = self.threads.get(&tid).map(|t| t.rip)?;
         let now = self.now;
@@ -80,20 +88,25 @@ impl Tracer {
     pub(super) fn symbol_reached(&mut self, tid: i32, rip: u64) -> bool {
         let resume = self.resume_past_symbol == Some(tid);
         self.resume_past_symbol = None;
-        if let (Some(sym), None, false) = (&self.symbol, &self.breakpoint, resume) {
-            if sym.address() == Some(rip) {
-                if let Ok(regs) = ptrace::regs(tid) {
-                    self.trigger_registers =
-                        vec![("rdi".into(), regs.rdi), ("rsi".into(), regs.rsi)];
-                }
-                let now = self.now;
-                if self.thread_tracing(tid) {
-                    self.unit(tid).interrupt(rip, now);
-                }
-                return true;
-            }
+        let arrived = match (&self.symbol, &self.breakpoint, resume) {
+            (Some(sym), None, false) => sym.address() == Some(rip),
+            _ => false,
+        };
+        if !arrived {
+            return false;
         }
-        false
+        if !self.armed(tid) {
+            self.unarmed += 1;
+            return false;
+        }
+        if let Ok(regs) = ptrace::regs(tid) {
+            self.trigger_registers = vec![("rdi".into(), regs.rdi), ("rsi".into(), regs.rsi)];
+        }
+        let now = self.now;
+        if self.thread_tracing(tid) {
+            self.unit(tid).interrupt(rip, now);
+        }
+        true
     }
 
     /// Why the capture stops when thread `tid` reached the symbol by
