@@ -609,8 +609,9 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let shots: [(&str, &[&str]); 5] = [
         ("demo.png", &[]),
         ("demo-slow-path.png", &["--select", "slow_path"]),
-        // The Details tab: every call of `handle`, and its histogram.
-        ("demo-histogram.png", &["--select", "handle"]),
+        // The outlier hunt: the slowest `handle` against a typical one,
+        // its slowest calls brushed on the histogram of every call.
+        ("demo-explain.png", &["--explain", "handle"]),
         // 80 ns: line spans and the instruction row.
         ("demo-lines.png", &["--select", "hash_key"]),
         // The Capture panel over the demo.

@@ -43,6 +43,11 @@ pub struct Args {
     /// Select the first call of FUNCTION and zoom to it once loaded.
     #[arg(long, value_name = "FUNCTION")]
     pub select: Option<String>,
+    /// Open at the slowest call of FUNCTION, compared with a typical call
+    /// in the Details tab, its slowest calls (p99 and up) brushed on the
+    /// histogram of its durations.
+    #[arg(long, value_name = "FUNCTION", conflicts_with = "select")]
+    pub explain: Option<String>,
     /// Where to find source files whose DWARF path starts with FROM: read
     /// them under TO instead (for binaries built elsewhere). Repeatable;
     /// also settable in the Source pane.
@@ -422,7 +427,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None => ptscope::gui::run(
             args.files,
             args.screenshot,
-            args.select,
+            match (args.select, args.explain) {
+                (Some(f), _) => Some(ptscope::gui::OnLoad::Select(f)),
+                (None, Some(f)) => Some(ptscope::gui::OnLoad::Explain(f)),
+                (None, None) => None,
+            },
             args.source_maps,
             args.capture,
             ptscope::loader::Decoding {

@@ -37,7 +37,7 @@ const RECENT_KEY: &str = "ptscope.recent";
 pub fn run(
     files: Vec<PathBuf>,
     screenshot: Option<PathBuf>,
-    select: Option<String>,
+    on_load: Option<OnLoad>,
     source_maps: Vec<(String, String)>,
     capture: bool,
     decoding: Decoding,
@@ -80,7 +80,7 @@ pub fn run(
                 requested: false,
                 failed: failed2,
             });
-            app.select_on_load = select;
+            app.on_load = on_load;
             app.capture.open = capture;
             Ok(Box::new(app))
         }),
@@ -403,14 +403,24 @@ struct Screenshot {
     failed: Arc<std::sync::Mutex<Option<String>>>,
 }
 
+/// What the window shows of the first file once it is decoded
+/// (`--select`, `--explain`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OnLoad {
+    /// The first call of this function, fitted.
+    Select(String),
+    /// The slowest call of this function against a typical one.
+    Explain(String),
+}
+
 /// The application state: every open tab and the recent files.
 pub struct App {
     pub tabs: Vec<Tab>,
     pub active: usize,
     pub recent: Vec<PathBuf>,
     screenshot: Option<Screenshot>,
-    /// A function to select and zoom to once the first file is decoded.
-    pub select_on_load: Option<String>,
+    /// What to show of the first file once it is decoded.
+    pub on_load: Option<OnLoad>,
     /// `--source-map` prefix rewrites for source files: (DWARF prefix,
     /// local prefix).
     pub source_maps: Vec<(String, String)>,
@@ -445,7 +455,7 @@ impl App {
             active: 0,
             recent,
             screenshot: None,
-            select_on_load: None,
+            on_load: None,
             title: String::new(),
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
@@ -575,15 +585,22 @@ impl App {
             self.open(&p, &ctx);
         }
         // After the view has drawn once (and fitted itself to the trace).
-        if let Some(name) = &self.select_on_load {
+        if let Some(on_load) = &self.on_load {
             if let Some(t) = self.tabs.get_mut(self.active).filter(|t| !t.is_loading()) {
                 if let Some(v) = t.view_mut() {
-                    if let Some(r) = v.find_span(name) {
-                        v.select(Some(r));
-                        v.zoom_to_selection();
+                    match on_load {
+                        OnLoad::Select(name) => {
+                            if let Some(r) = v.find_span(name) {
+                                v.select(Some(r));
+                                v.zoom_to_selection();
+                            }
+                        }
+                        OnLoad::Explain(name) => {
+                            v.explain(name);
+                        }
                     }
                 }
-                self.select_on_load = None;
+                self.on_load = None;
                 ctx.request_repaint();
             }
         }

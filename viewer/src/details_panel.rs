@@ -363,7 +363,7 @@ fn comparison_ui(ui: &mut egui::Ui, model: &Model, c: &Comparison) {
             ui.strong("typical");
             ui.strong("path");
             ui.end_row();
-            for n in c.nodes.iter().take(12) {
+            for n in c.nodes.iter().take(8) {
                 let side = |f: &ptscope_decoder::calls::compare::Figures| {
                     if f.count == 0 {
                         "-".to_string()
@@ -452,12 +452,25 @@ fn calls_column(
     action: &mut Option<DetailsAction>,
 ) {
     use crate::axis::format_duration;
-    let c = &d.calls;
-    let (heading, step) = if c.is_call {
+    let (heading, step) = if d.calls.is_call {
         ("All calls of this function", "call")
     } else {
         ("All spans of this kind", "span")
     };
+    // A comparison asked for comes first: it is the answer.
+    if d.comparison.is_some() {
+        ui.horizontal(|ui| {
+            ui.heading("Against a typical call");
+            if ui.small_button("Close").clicked() {
+                d.comparison = None;
+            }
+        });
+        if let Some(cmp) = &d.comparison {
+            comparison_ui(ui, model, cmp);
+        }
+        ui.separator();
+    }
+    let c = &d.calls;
     ui.heading(heading);
     ui.label(c.count_label());
     egui::Grid::new("ptscope-func-calls")
@@ -497,9 +510,6 @@ fn calls_column(
             }
         }
     });
-    if let Some(cmp) = &d.comparison {
-        comparison_ui(ui, model, cmp);
-    }
 }
 
 /// Lists the spans of a merged run that no zoom takes apart (spans of

@@ -87,11 +87,13 @@ pub fn histogram_ui(
         .y_axis_min_width(24.0);
     let shown_plot = plot.show(ui, |p| {
         p.bar_chart(BarChart::new("calls", bars));
-        // Marks that fall together are named together.
+        // Marks that fall together (closer than a twentieth of the axis)
+        // are named together, at the first.
+        let near = (x_of(dist.max) - x_of(dist.min) + 1.0) / 20.0;
         let mut named: Vec<(f64, String)> = Vec::new();
         for (v, name) in marks {
             let x = x_of(v);
-            match named.iter_mut().find(|(nx, _)| (*nx - x).abs() < 1e-9) {
+            match named.iter_mut().find(|(nx, _)| (*nx - x).abs() < near) {
                 Some((_, n)) => {
                     n.push_str(", ");
                     n.push_str(name);

@@ -498,6 +498,27 @@ impl TraceView {
         None
     }
 
+    /// Opens the outlier hunt on function `name`: its slowest call selected
+    /// and fitted, set beside a typical call in the Details tab, and the
+    /// calls from p99 up brushed on its histogram. False if no call of
+    /// that name ran.
+    pub fn explain(&mut self, name: &str) -> bool {
+        let funcs = ptscope_decoder::calls::funcs_named(&self.model.funcs, name);
+        let calls = ptscope_decoder::calls::calls_of(&self.model, &funcs);
+        let Some(slow) = ptscope_decoder::calls::Pick::Slowest.of(&calls, None) else {
+            return false;
+        };
+        self.select(Some(calls[slow].span));
+        self.zoom_to_selection();
+        let model = self.model.clone();
+        if let Some(d) = &mut self.details {
+            let (p99, max) = (d.calls.dist.p99, d.calls.dist.max);
+            d.set_brush(Some((p99, max)));
+            d.compare_with_typical(&model, true);
+        }
+        true
+    }
+
     /// Where span `r` was drawn last frame, if it was on screen.
     pub fn span_rect(&self, r: SpanRef) -> Option<egui::Rect> {
         self.timeline.span_rect(&self.model, r)
