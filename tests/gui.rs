@@ -901,3 +901,85 @@ fn capture_panel_is_not_confused_by_a_chatty_command() {
     let log = wait_for_log(&mut h, "the command exited with status");
     assert!(log.contains("status 0"), "{log}");
 }
+
+/// Three snapshots of slow calls, opened together, are one session: their
+/// trigger calls listed slowest first, each opening its tab at that call.
+#[test]
+fn snapshots_of_slow_calls_open_as_one_session() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = crate::support::build(dir.path(), "outlier.c");
+    let out = dir.path().join("slow.ptscope");
+    let run = crate::support::run_ok(
+        crate::support::ptscope()
+            .args(["record", "-o"])
+            .arg(&out)
+            .args([
+                "--trigger",
+                "handle",
+                "--slower-than",
+                "300ns",
+                "--snapshots",
+                "3",
+            ])
+            .arg("--")
+            .arg(&exe)
+            .arg("200"),
+        "record --snapshots 3",
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("open them as one session"), "{err}");
+    let files: Vec<PathBuf> = (1..=3)
+        .map(|n| dir.path().join(format!("slow-{n}.ptscope")))
+        .collect();
+    let calls: Vec<ptscope_formats::snapshot::metadata::TriggerCall> = files
+        .iter()
+        .map(|f| {
+            ptscope_formats::snapshot::Snapshot::read_metadata(f)
+                .unwrap()
+                .unwrap()
+                .trigger_call
+                .expect("each snapshot is a slow call")
+        })
+        .collect();
+    let mut h = harness_with(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    h.get_by_label("Slow calls");
+    // Listed slowest first.
+    let worst = (0..3)
+        .max_by_key(|&i| (calls[i].duration, std::cmp::Reverse(i)))
+        .unwrap();
+    let entries: Vec<String> = h
+        .query_all_by_label_contains("handle  (thread")
+        .map(|n| format!("{n:?}"))
+        .collect();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    assert!(
+        entries[0].contains(&format!("slow-{}", worst + 1)),
+        "{entries:?}"
+    );
+    // Another tab is active; the worst call's entry opens its tab at it.
+    h.state_mut().active = (worst + 1) % 3;
+    h.run_steps(2);
+    h.query_all_by_label_contains("handle  (thread")
+        .next()
+        .unwrap()
+        .click();
+    h.run_steps(3);
+    assert_eq!(h.state().active, worst);
+    let v = view(&h);
+    let r = v.selected().expect("the trigger call selected");
+    let (s, e) = r.times(v.model()).unwrap();
+    assert_eq!(
+        v.model().funcs.name(r.span(v.model()).unwrap().func()),
+        "handle"
+    );
+    let c = &calls[worst];
+    assert!(
+        s.abs_diff(c.start) + e.abs_diff(c.end) < c.duration / 10,
+        "selected {s}..{e}, trigger call {}..{}",
+        c.start,
+        c.end
+    );
+    let (a, b) = v.view_range();
+    assert!(b - a < 4 * c.duration, "zoomed to the call: {a}..{b}");
+}

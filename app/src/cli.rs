@@ -796,6 +796,13 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
                 s.instructions as f64 / secs / 1e3,
             );
         }
+        if saved.len() > 1 && saved.iter().any(|s| s.metadata.trigger_call.is_some()) {
+            let files: Vec<String> = saved.iter().map(|s| s.path.display().to_string()).collect();
+            eprintln!(
+                "ptscope: open them as one session, their slow calls listed slowest first: ptscope {}",
+                files.join(" ")
+            );
+        }
     }
     if json {
         report(recorder::Report::Done {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use eframe::egui;
+use ptscope_formats::snapshot::metadata::TriggerCall;
 use ptscope_viewer::TraceView;
 
 use crate::loader::{Decoding, Load, Poll};
@@ -117,6 +118,8 @@ pub struct Tab {
     source_maps: Vec<(String, String)>,
     /// The snapshot's account of its capture, read once at open.
     capture_info: Option<String>,
+    /// The call that fired its slow-call trigger, if one did.
+    pub trigger_call: Option<TriggerCall>,
     /// What it was last decoded with beyond what it records.
     pub decoding: Decoding,
     /// The file is a raw PT dump: the form that changes its binaries and
@@ -421,6 +424,8 @@ pub struct App {
     screenshot: Option<Screenshot>,
     /// What to show of the first file once it is decoded.
     pub on_load: Option<OnLoad>,
+    /// A session's trigger call to zoom to, in tab `.0`, once it loads.
+    pending_call: Option<(usize, TriggerCall)>,
     /// `--source-map` prefix rewrites for source files: (DWARF prefix,
     /// local prefix).
     pub source_maps: Vec<(String, String)>,
@@ -456,6 +461,7 @@ impl App {
             recent,
             screenshot: None,
             on_load: None,
+            pending_call: None,
             title: String::new(),
             source_maps: Vec::new(),
             capture: crate::capture_panel::CapturePanel::new(),
@@ -517,6 +523,10 @@ impl App {
             names: self.names.clone(),
             source_maps: self.source_maps.clone(),
             capture_info: capture_info(path),
+            trigger_call: ptscope_formats::snapshot::Snapshot::read_metadata(path)
+                .ok()
+                .flatten()
+                .and_then(|m| m.trigger_call),
             raw,
             state: TabState::Loading { load, view: None },
         });
@@ -579,7 +589,20 @@ impl App {
         if self.tabs.len() > 1 {
             egui::Panel::top("tabs").show(ui, |ui| self.tab_strip(ui));
         }
+        if self
+            .tabs
+            .iter()
+            .filter(|t| t.trigger_call.is_some())
+            .count()
+            >= 2
+        {
+            egui::Panel::left("session")
+                .resizable(true)
+                .default_size(220.0)
+                .show(ui, |ui| self.session_list(ui));
+        }
         egui::CentralPanel::default().show(ui, |ui| self.body(ui));
+        self.show_pending_call();
         self.capture.ui(&ctx);
         for p in self.capture.take_saved() {
             self.open(&p, &ctx);
@@ -695,6 +718,57 @@ impl App {
             ui.separator();
             ui.label(egui::RichText::new(t.path.display().to_string()).weak());
         }
+    }
+
+    /// The session: every open snapshot a slow-call trigger took, by the
+    /// call that fired it, the slowest first. A click opens its tab at
+    /// that call.
+    fn session_list(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Slow calls");
+        ui.label("one per snapshot, slowest first");
+        let mut calls: Vec<(usize, &TriggerCall)> = self
+            .tabs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((i, t.trigger_call.as_ref()?)))
+            .collect();
+        calls.sort_by_key(|(i, c)| (std::cmp::Reverse(c.duration), *i));
+        let mut picked = None;
+        for (i, c) in calls {
+            let text = format!(
+                "{}  {}  (thread {}, {})",
+                ptscope_viewer::axis::format_duration(c.duration),
+                c.function,
+                c.tid,
+                self.tabs[i].title()
+            );
+            if ui.selectable_label(i == self.active, text).clicked() {
+                picked = Some((i, c.clone()));
+            }
+        }
+        if let Some((i, c)) = picked {
+            self.active = i;
+            self.pending_call = Some((i, c));
+        }
+    }
+
+    /// Zooms the active tab to the trigger call picked in the session, once
+    /// its model is there.
+    fn show_pending_call(&mut self) {
+        let Some((i, c)) = &self.pending_call else {
+            return;
+        };
+        if *i != self.active {
+            self.pending_call = None;
+            return;
+        }
+        let Some(t) = self.tabs.get_mut(*i).filter(|t| !t.is_loading()) else {
+            return;
+        };
+        if let Some(v) = t.view_mut() {
+            v.show_call(c.tid, &c.function, c.start, c.end);
+        }
+        self.pending_call = None;
     }
 
     fn tab_strip(&mut self, ui: &mut egui::Ui) {

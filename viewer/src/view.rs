@@ -519,6 +519,29 @@ impl TraceView {
         true
     }
 
+    /// Selects and fits the call of function `name` on thread `tid` that
+    /// ran from `start` to `end` (a trigger's call, as the capture timed
+    /// it): of that thread's calls of the function, the one whose times
+    /// are nearest. False if the thread ran no such call.
+    pub fn show_call(&mut self, tid: i32, name: &str, start: u64, end: u64) -> bool {
+        let funcs = ptscope_decoder::calls::funcs_named(&self.model.funcs, name);
+        let calls = ptscope_decoder::calls::calls_of(&self.model, &funcs);
+        let off = |c: &ptscope_decoder::calls::Call| {
+            c.start.abs_diff(start) + (c.start + c.duration).abs_diff(end)
+        };
+        let Some(best) = calls
+            .iter()
+            .filter(|c| self.model.threads[c.span.thread as usize].spans.tid == tid)
+            .min_by_key(|c| off(c))
+        else {
+            return false;
+        };
+        let r = best.span;
+        self.select(Some(r));
+        self.zoom_to_selection();
+        true
+    }
+
     /// Where span `r` was drawn last frame, if it was on screen.
     pub fn span_rect(&self, r: SpanRef) -> Option<egui::Rect> {
         self.timeline.span_rect(&self.model, r)
