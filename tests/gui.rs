@@ -983,3 +983,38 @@ fn snapshots_of_slow_calls_open_as_one_session() {
     let (a, b) = v.view_range();
     assert!(b - a < 4 * c.duration, "zoomed to the call: {a}..{b}");
 }
+
+/// "By line" re-decodes the slowest call and a typical one in the
+/// background: the lines only the slow one ran (the demo's slow path, and
+/// its loop of 300 hashes) are listed.
+#[test]
+fn the_slowest_call_is_compared_with_a_typical_one_line_by_line() {
+    let mut h = demo_harness();
+    assert!(h
+        .state_mut()
+        .active_tab_mut()
+        .unwrap()
+        .view_mut()
+        .unwrap()
+        .explain("handle"));
+    h.run_steps(3);
+    h.get_by_label("Against a typical call");
+    h.get_by_label("By line").click();
+    let t = std::time::Instant::now();
+    while h.query_by_label("Lines only this call ran").is_none() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "no line comparison after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        h.run_steps(1);
+    }
+    h.get_by_label_contains("demo.c:30 slow_path");
+    // The slow path's loop ran 300 times in the slow call, never in the
+    // typical one.
+    assert!(
+        h.query_all_by_label_contains("300 × against 0 ×").count()
+            + h.query_all_by_label_contains("301 × against 0 ×").count()
+            >= 1
+    );
+}

@@ -307,6 +307,12 @@ fn a_function_or_call_that_is_not_there_is_a_clear_error() {
     assert!(e.contains("no function named"), "{e}");
     let e = fail(&["compare", "--function", "handle", "--call", "9999"]);
     assert!(e.contains("no call 9999"), "{e}");
+    // A snapshot no slow call fired has no trigger call to explain.
+    let e = fail(&["compare", "--function", "handle", "--call", "trigger"]);
+    assert!(
+        e.contains("no slow-call trigger fired this snapshot"),
+        "{e}"
+    );
     // --histogram without --function is refused by the parser.
     let out = ptscope()
         .args(["stats", "--histogram"])
@@ -314,6 +320,18 @@ fn a_function_or_call_that_is_not_there_is_a_clear_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Records with `args` a trigger that must not fire: the snapshot ends at
+/// the process's exit. What ptscope said on stderr.
+fn record_unfired(dir: &Path, args: &[&str]) -> String {
+    let snap = dir.join("unfired.ptscope");
+    let out = run_ok(
+        ptscope().args(["record", "-q", "-o"]).arg(&snap).args(args),
+        &format!("record {args:?}"),
+    );
+    assert_eq!(metadata(&snap)["stop"], "process exit", "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The snapshot's `ptscope.json`.
@@ -380,13 +398,18 @@ fn a_slow_call_trigger_snapshots_the_first_slow_call_whole() {
             "--function",
             "handle",
             "--call",
-            "slowest",
+            "trigger",
             "--format",
             "json",
         ],
         &snap,
     );
-    assert_eq!(c["a"]["call"], 25, "{c}");
+    // The trigger's call, which is also the slowest.
+    assert_eq!(
+        (&c["a"]["call"], &c["a"]["pick"]),
+        (&25.into(), &"trigger".into()),
+        "{c}"
+    );
     let decoded = c["a"]["duration"].as_u64().unwrap();
     // The trigger measures to the instruction; the decoded return may take
     // the time of the last timing packet before it (a compressed return
@@ -405,29 +428,21 @@ fn a_slow_call_trigger_snapshots_the_first_slow_call_whole() {
 
     // A threshold no call reaches never fires: the snapshot ends at the
     // exit, and the user is told.
-    let out = run_ok(
-        ptscope()
-            .args(["record", "-q", "-o"])
-            .arg(dir.path().join("never.ptscope"))
-            .args([
-                "--trigger",
-                "handle",
-                "--slower-than",
-                "100us",
-                "--",
-                exe,
-                "50",
-            ]),
-        "record --slower-than 100us",
+    let err = record_unfired(
+        dir.path(),
+        &[
+            "--trigger",
+            "handle",
+            "--slower-than",
+            "100us",
+            "--",
+            exe,
+            "50",
+        ],
     );
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("no call to handle longer than 100us fired the trigger"),
         "{err}"
-    );
-    assert_eq!(
-        metadata(&dir.path().join("never.ptscope"))["stop"],
-        "process exit"
     );
 }
 
@@ -439,30 +454,25 @@ fn arm_after_lets_the_trigger_fire_only_with_that_much_history() {
     // A 4 KiB ring never holds 10 s of this program (kernel time counts
     // as wall time, so a busy machine stretches what it holds, but not
     // that far): the trigger never arms, and the warning says why.
-    let out = run_ok(
-        ptscope()
-            .args(["record", "-q", "-o"])
-            .arg(dir.path().join("small.ptscope"))
-            .args(["--size", "4K", "--arm-after", "10s"])
-            .args([
-                "--trigger",
-                "handle",
-                "--slower-than",
-                "300ns",
-                "--",
-                exe,
-                "200",
-            ]),
-        "record --arm-after 10s",
+    let err = record_unfired(
+        dir.path(),
+        &[
+            "--size",
+            "4K",
+            "--arm-after",
+            "10s",
+            "--trigger",
+            "handle",
+            "--slower-than",
+            "300ns",
+            "--",
+            exe,
+            "200",
+        ],
     );
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("before the ring held 10000000000 ns of history"),
         "{err}"
-    );
-    assert_eq!(
-        metadata(&dir.path().join("small.ptscope"))["stop"],
-        "process exit"
     );
     // With the default ring it arms and fires, and the snapshot holds at
     // least that much before the call.

@@ -264,7 +264,9 @@ impl CapturePanel {
         req.opts.timing = Some(self.timing.clone());
         req.backend = self.backend;
         req.opts.snapshots = self.snapshots.max(1);
-        req.opts.arm_after = optional(&self.arm_after)?;
+        if req.opts.trigger.symbol().is_some() {
+            req.opts.arm_after = optional(&self.arm_after)?;
+        }
         Ok(req)
     }
 
@@ -642,7 +644,7 @@ impl CapturePanel {
             ui.label("Arm after");
             let r = ui.add(
                 egui::TextEdit::singleline(&mut self.arm_after)
-                    .hint_text("history first, e.g. 1ms; empty: at once"),
+                    .hint_text("a function trigger waits for history, e.g. 1ms"),
             );
             ui.ctx()
                 .accesskit_node_builder(r.id, |b| b.set_label("Arm after"));

@@ -95,7 +95,7 @@ pub struct CaptureOpts {
     /// history (the emulated backend measures its ring; Intel PT counts
     /// the time since tracing began): without it, a trigger on a hot
     /// function fires at once and the snapshot holds almost nothing.
-    #[arg(long, value_name = "DURATION", value_parser = ptscope::durations::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "trigger", value_parser = ptscope::durations::parse_duration)]
     pub arm_after: Option<u64>,
     /// Take the snapshot after MS milliseconds.
     #[arg(long, value_name = "MS")]
@@ -321,8 +321,9 @@ pub enum Command {
         /// The function whose calls are compared (as `decode` prints it).
         #[arg(long, value_name = "NAME")]
         function: String,
-        /// The call to explain: slowest, median, or N (the N-th call in
-        /// time order, from 1).
+        /// The call to explain: slowest, median, trigger (the call that
+        /// fired a --slower-than capture), or N (the N-th call in time
+        /// order, from 1).
         #[arg(long, default_value = "slowest", value_parser = ptscope::outlier::parse_choice)]
         call: ptscope::outlier::Choice,
         /// The call to compare it with: median (the typical call), slowest,
@@ -495,19 +496,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             to,
             level,
             format,
-        }) => {
-            let file = input.file.clone();
-            let m = load_input(input)?;
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let r = match level {
-                ptscope::report::Level::Calls => {
-                    ptscope::report::decode(&m, from, to, format, &mut out)
-                }
-                fine => ptscope::report::decode_fine(&m, &file, from, to, fine, format, &mut out),
-            };
-            ptscope::report::quiet_pipe(r.and_then(|()| Ok(out.flush()?)))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        }) => print_model(input, |m, file, out| match level {
+            ptscope::report::Level::Calls => ptscope::report::decode(m, from, to, format, out),
+            fine => ptscope::report::decode_fine(m, file, from, to, fine, format, out),
+        }),
         Some(Command::Stats {
             input,
             sort,
@@ -515,19 +507,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             function,
             histogram,
             format,
-        }) => {
-            let file = input.file.clone();
-            let m = load_input(input)?;
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let r = match &function {
-                Some(f) if histogram => ptscope::outlier::histogram(&m, &file, f, format, &mut out),
-                Some(f) => ptscope::outlier::function_ids(&m, &file, f)
-                    .and_then(|ids| ptscope::report::stats(&m, sort, limit, Some(&ids), &mut out)),
-                None => ptscope::report::stats(&m, sort, limit, None, &mut out),
-            };
-            ptscope::report::quiet_pipe(r.and_then(|()| Ok(out.flush()?)))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        }) => print_model(input, |m, file, out| match &function {
+            Some(f) if histogram => ptscope::outlier::histogram(m, file, f, format, out),
+            Some(f) => ptscope::outlier::function_ids(m, file, f)
+                .and_then(|ids| ptscope::report::stats(m, sort, limit, Some(&ids), out)),
+            None => ptscope::report::stats(m, sort, limit, None, out),
+        }),
         Some(Command::Compare {
             input,
             function,
@@ -536,9 +521,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             level,
             format,
         }) => {
-            let file = input.file.clone();
-            let m = load_input(input)?;
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let args = ptscope::outlier::CompareArgs {
                 function: &function,
                 call,
@@ -546,13 +528,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 level,
                 format,
             };
-            ptscope::report::quiet_pipe(
-                ptscope::outlier::compare(&m, &file, &args, &mut out)
-                    .and_then(|()| Ok(out.flush()?)),
-            )?;
-            Ok(ExitCode::SUCCESS)
+            print_model(input, |m, file, out| {
+                ptscope::outlier::compare(m, file, &args, out)
+            })
         }
     }
+}
+
+/// Opens the input and prints what `print` makes of its model to stdout;
+/// a closed pipe (`| head`) is not an error.
+fn print_model(
+    input: InputOpts,
+    print: impl FnOnce(
+        &ptscope_decoder::model::Model,
+        &Path,
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<()>,
+) -> Result<ExitCode> {
+    let file = input.file.clone();
+    let m = load_input(input)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    ptscope::report::quiet_pipe(print(&m, &file, &mut out).and_then(|()| Ok(out.flush()?)))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
@@ -940,7 +937,7 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
         if let Some(c) = &m.trigger_call {
             writeln!(
                 out,
-                "  trigger call: {} on thread {}, {} ns (perf time {} .. {}); `ptscope compare --call slowest` explains it",
+                "  trigger call: {} on thread {}, {} ns (perf time {} .. {}); `ptscope compare --call trigger` explains it",
                 c.function, c.tid, c.duration, c.start, c.end
             )?;
         }

@@ -16,7 +16,7 @@ use clap::ValueEnum;
 
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Figures, Side};
 use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::lines::{compare_lines, LineComparison, LineRow};
+use ptscope_decoder::calls::lines::{compare_lines, Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::{calls_of, funcs_named, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::fine::LineSource;
@@ -49,6 +49,8 @@ pub enum CompareLevel {
 pub enum Choice {
     Slowest,
     Median,
+    /// The call that fired the snapshot's slow-call trigger.
+    Trigger,
     /// The N-th call in time order, from 1.
     Nth(usize),
 }
@@ -56,7 +58,7 @@ pub enum Choice {
 impl Choice {
     fn pick(self) -> Pick {
         match self {
-            Choice::Slowest => Pick::Slowest,
+            Choice::Slowest | Choice::Trigger => Pick::Slowest,
             Choice::Median => Pick::Median,
             Choice::Nth(n) => Pick::Nth(n.saturating_sub(1)),
         }
@@ -68,10 +70,13 @@ pub fn parse_choice(s: &str) -> Result<Choice, String> {
     match s {
         "slowest" => Ok(Choice::Slowest),
         "median" => Ok(Choice::Median),
+        "trigger" => Ok(Choice::Trigger),
         n => match n.parse::<usize>() {
             Ok(0) => Err("calls are numbered from 1".into()),
             Ok(n) => Ok(Choice::Nth(n)),
-            Err(_) => Err(format!("`{s}` is not slowest, median or a call number")),
+            Err(_) => Err(format!(
+                "`{s}` is not slowest, median, trigger or a call number"
+            )),
         },
     }
 }
@@ -205,8 +210,48 @@ impl Named {
     }
 }
 
-fn choose(calls: &[Call], c: Choice, not: Option<usize>, name: &str) -> Result<(usize, Named)> {
-    let Some(i) = c.pick().of(calls, not) else {
+/// The call of `calls` that fired the snapshot `file`'s slow-call
+/// trigger: on its thread, the one whose times are nearest the trigger's.
+fn trigger_call(m: &Model, file: &Path, calls: &[Call]) -> Result<usize> {
+    let meta = ptscope_formats::snapshot::Snapshot::read_metadata(file)
+        .ok()
+        .flatten();
+    let Some(t) = meta.and_then(|m| m.trigger_call) else {
+        bail!(
+            "{}: no slow-call trigger fired this snapshot (it was not captured with --slower-than)",
+            file.display()
+        );
+    };
+    let off =
+        |c: &Call| c.start.abs_diff(t.start) + c.start.saturating_add(c.duration).abs_diff(t.end);
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| m.threads[c.span.thread as usize].spans.tid == t.tid)
+        .min_by_key(|(_, c)| off(c))
+        .map(|(i, _)| i)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: the trigger's call ({} on thread {}) is not among the decoded calls",
+                file.display(),
+                t.function,
+                t.tid
+            )
+        })
+}
+
+fn choose(
+    (m, file): (&Model, &Path),
+    calls: &[Call],
+    c: Choice,
+    not: Option<usize>,
+    name: &str,
+) -> Result<(usize, Named)> {
+    let picked = match c {
+        Choice::Trigger => Some(trigger_call(m, file, calls)?),
+        _ => c.pick().of(calls, not),
+    };
+    let Some(i) = picked else {
         bail!(
             "`{name}` has {} calls: there is no call {}",
             calls.len(),
@@ -219,6 +264,7 @@ fn choose(calls: &[Call], c: Choice, not: Option<usize>, name: &str) -> Result<(
     let how = match c {
         Choice::Slowest => "slowest",
         Choice::Median => "median",
+        Choice::Trigger => "trigger",
         Choice::Nth(_) => "chosen",
     };
     Ok((
@@ -299,8 +345,8 @@ pub struct CompareArgs<'a> {
 pub fn compare(m: &Model, file: &Path, args: &CompareArgs, out: &mut impl Write) -> Result<()> {
     let name = args.function;
     let calls = calls_named(m, file, name)?;
-    let (ia, a) = choose(&calls, args.call, None, name)?;
-    let (_, b) = choose(&calls, args.against, Some(ia), name)?;
+    let (ia, a) = choose((m, file), &calls, args.call, None, name)?;
+    let (_, b) = choose((m, file), &calls, args.against, Some(ia), name)?;
     let base = m.time_range().map_or(0, |r| r.0);
     let tid = |c: &Call| m.threads[c.span.thread as usize].spans.tid;
     let json_call = |n: &Named| JsonCall {
@@ -474,9 +520,6 @@ fn write_tree(
     Ok(())
 }
 
-/// Which lines a section of `compare --level lines` lists.
-type Keep = fn(&LineRow) -> bool;
-
 fn write_lines(
     l: &LineComparison,
     (a, b): (&Named, &Named),
@@ -490,25 +533,18 @@ fn write_lines(
         let file = r.file.rsplit('/').next().unwrap_or(&r.file);
         format!("{file}:{} {}", r.line, r.function)
     };
-    let sections: [(String, Keep); 3] = [
-        (
-            format!("lines that ran only in {}", a.label()),
-            LineRow::only_in_a,
-        ),
-        (
-            format!("lines that ran only in {}", b.label()),
-            LineRow::only_in_b,
-        ),
-        (
-            "lines that ran a different number of times (loop trips)".to_string(),
-            LineRow::runs_differ,
-        ),
-    ];
-    for (title, keep) in &sections {
+    let title = |d: Difference| match d {
+        Difference::OnlyInA => format!("lines that ran only in {}", a.label()),
+        Difference::OnlyInB => format!("lines that ran only in {}", b.label()),
+        Difference::RunsDiffer => {
+            "lines that ran a different number of times (loop trips)".to_string()
+        }
+    };
+    for d in Difference::ALL {
         writeln!(out)?;
-        writeln!(out, "{title}:")?;
+        writeln!(out, "{}:", title(d))?;
         let mut any = false;
-        for r in l.rows.iter().filter(|r| keep(r)) {
+        for r in l.rows.iter().filter(|r| d.holds(r)) {
             any = true;
             writeln!(
                 out,
@@ -565,6 +601,7 @@ mod tests {
     fn choices_parse_as_users_type_them() {
         assert_eq!(parse_choice("slowest"), Ok(Choice::Slowest));
         assert_eq!(parse_choice("median"), Ok(Choice::Median));
+        assert_eq!(parse_choice("trigger"), Ok(Choice::Trigger));
         assert_eq!(parse_choice("3"), Ok(Choice::Nth(3)));
         assert!(parse_choice("0").is_err());
         assert!(parse_choice("fast").is_err());

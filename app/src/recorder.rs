@@ -156,7 +156,8 @@ impl Request {
             args.push(opt("timing", &timing.to_string()));
         }
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
-        if let Some(ns) = self.opts.arm_after {
+        // Only a trigger on a function waits to be armed.
+        if let (Some(ns), Some(_)) = (self.opts.arm_after, self.opts.trigger.symbol()) {
             args.push(opt("arm-after", &crate::durations::format_duration(ns)));
         }
         if self.opts.kernel {

@@ -15,9 +15,12 @@
 //! timeline. (Source lines come from the decoder's fine pass,
 //! `ptscope_decoder::fine`, which [`crate::lines`] drives.)
 
+use std::sync::{Arc, Mutex};
+
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Side};
 use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::{calls_of, Call, Pick};
+use ptscope_decoder::calls::lines::{compare_lines, Difference, LineComparison, LineRow};
+use ptscope_decoder::calls::{calls_unordered, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;
 use ptscope_decoder::store::flag;
@@ -27,6 +30,10 @@ use crate::timeline::SpanGroup;
 
 /// The most spans of a merged run [`group_ui`] lists.
 pub const MAX_LISTED: usize = 1000;
+
+/// The most brushed calls the timeline outlines: a brush over a common
+/// duration can take millions, which outlines would only cover.
+pub const MAX_OUTLINED: usize = 50_000;
 
 /// Figures over every call of one function, or over every span of one
 /// pseudo-function (`[untraced]`, `[decode error: …]`, …), whose spans
@@ -43,8 +50,9 @@ pub struct FuncCalls {
     pub max_ns: u64,
     /// The call that took `max_ns` (the first one, if several).
     pub slowest: Option<SpanRef>,
-    /// Every call, in time order.
-    pub list: Vec<Call>,
+    /// Every call, slowest first (then in time order): a brush is a range
+    /// of it.
+    pub by_duration: Vec<Call>,
     /// How their durations are spread.
     pub dist: Distribution,
 }
@@ -67,20 +75,23 @@ impl FuncCalls {
     }
 }
 
-/// Scans every span of `model` for calls of `func`.
+/// Scans every span of `model` for calls of `func`. One sort, by
+/// duration, serves the figures, the histogram and every brush (a hot
+/// function of a big trace has millions of calls).
 pub fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
-    let list = calls_of(model, &[func]);
-    let slowest = Pick::Slowest.of(&list, None).map(|i| list[i]);
+    let mut by = calls_unordered(model, &[func]);
+    by.sort_unstable_by_key(|c| (std::cmp::Reverse(c.duration), c.start, c.span));
     FuncCalls {
         func,
         is_call: model.funcs.is_call(func),
-        calls: list.len() as u64,
-        total_ns: list.iter().map(|c| c.duration).sum(),
-        min_ns: list.iter().map(|c| c.duration).min().unwrap_or(0),
-        max_ns: slowest.map_or(0, |c| c.duration),
-        slowest: slowest.map(|c| c.span),
-        dist: Distribution::of(list.iter().map(|c| c.duration)),
-        list,
+        calls: by.len() as u64,
+        total_ns: by.iter().map(|c| c.duration).sum(),
+        min_ns: by.last().map_or(0, |c| c.duration),
+        max_ns: by.first().map_or(0, |c| c.duration),
+        slowest: by.first().map(|c| c.span),
+        // Descending already: the distribution's sort is one pass.
+        dist: Distribution::of(by.iter().map(|c| c.duration)),
+        by_duration: by,
     }
 }
 
@@ -145,11 +156,52 @@ pub struct Details {
     pub path: Vec<(SpanRef, FuncId)>,
     pub calls: FuncCalls,
     /// The durations brushed on the histogram, `[lo, hi]`, and the calls
-    /// that took them, slowest first.
+    /// that took them: a range of `calls.by_duration`, slowest first.
     pub brush: Option<(u64, u64)>,
-    pub brushed: Vec<Call>,
+    brushed: std::ops::Range<usize>,
+    /// The brushed calls the timeline outlines, in time order: none when
+    /// there are more than [`MAX_OUTLINED`].
+    pub outlined: Vec<Call>,
     /// A call beside a typical one, when asked for.
     pub comparison: Option<Comparison>,
+    /// The same two calls line by line, re-decoded in the background.
+    pub line_job: Option<LineJob>,
+}
+
+/// The line-level comparison of two calls, re-decoded by the fine pass on
+/// a thread of its own (a call can cover millions of instructions): empty
+/// until it is done.
+#[derive(Clone, Debug, Default)]
+pub struct LineJob {
+    slot: Arc<Mutex<Option<Result<LineComparison, String>>>>,
+}
+
+impl LineJob {
+    /// Starts re-decoding calls `a` and `b`; `done` runs when it is over
+    /// (to wake the window).
+    pub fn start(
+        model: Arc<Model>,
+        a: Call,
+        b: Call,
+        done: impl FnOnce() + Send + 'static,
+    ) -> LineJob {
+        let job = LineJob::default();
+        let slot = job.slot.clone();
+        std::thread::spawn(move || {
+            let result = match model.lines.as_deref() {
+                Some(src) => compare_lines(src, &model, &a, &b).map_err(|e| e.to_string()),
+                None => Err("line detail needs an instruction trace".to_string()),
+            };
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            done();
+        });
+        job
+    }
+
+    /// The comparison, once the re-decode is over.
+    pub fn result(&self) -> Option<Result<LineComparison, String>> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl Details {
@@ -184,8 +236,10 @@ impl Details {
             path,
             calls: FuncCalls::default(),
             brush: None,
-            brushed: Vec::new(),
+            brushed: 0..0,
+            outlined: Vec::new(),
             comparison: None,
+            line_job: None,
         })
     }
 
@@ -200,36 +254,54 @@ impl Details {
                 d.calls = p.calls;
                 d.brush = p.brush;
                 d.brushed = p.brushed;
-                d.comparison = p.comparison;
+                d.outlined = p.outlined;
+                // A comparison stays only while one of its calls is the
+                // one selected: it says "this call".
+                if p.comparison
+                    .as_ref()
+                    .is_some_and(|c| c.a.span == r || c.b.span == r)
+                {
+                    d.comparison = p.comparison;
+                    d.line_job = p.line_job;
+                }
                 Some(d)
             }
             _ => Details::new(model, r),
         }
     }
 
-    /// Brushes the calls that took `[lo, hi]` (or clears the brush).
+    /// Brushes the calls that took `[lo, hi]` (or clears the brush): two
+    /// binary searches, cheap enough for every frame of a drag.
     pub fn set_brush(&mut self, brush: Option<(u64, u64)>) {
         self.brush = brush;
+        let by = &self.calls.by_duration;
         self.brushed = match brush {
             Some((lo, hi)) => {
-                let mut b: Vec<Call> = self
-                    .calls
-                    .list
-                    .iter()
-                    .filter(|c| (lo..=hi).contains(&c.duration))
-                    .copied()
-                    .collect();
-                b.sort_by_key(|c| (std::cmp::Reverse(c.duration), c.start, c.span));
-                b
+                let first = by.partition_point(|c| c.duration > hi);
+                first..by.partition_point(|c| c.duration >= lo).max(first)
             }
-            None => Vec::new(),
+            None => 0..0,
         };
+        let brushed = &by[self.brushed.clone()];
+        self.outlined.clear();
+        if brushed.len() <= MAX_OUTLINED {
+            self.outlined.extend_from_slice(brushed);
+            self.outlined.sort_unstable_by_key(|c| (c.start, c.span));
+        }
+    }
+
+    /// The brushed calls, slowest first.
+    pub fn brushed(&self) -> &[Call] {
+        self.calls
+            .by_duration
+            .get(self.brushed.clone())
+            .unwrap_or(&[])
     }
 
     /// Sets the selected call (if it is the slowest, or `slowest` asks
     /// for that) beside the call nearest the median.
     pub fn compare_with_typical(&mut self, model: &Model, slowest: bool) {
-        let list = &self.calls.list;
+        let list = &self.calls.by_duration;
         let a = if slowest {
             Pick::Slowest.of(list, None)
         } else {
@@ -240,6 +312,7 @@ impl Details {
             return;
         };
         self.comparison = Some(compare_calls(model, &list[a], &list[b]));
+        self.line_job = None;
     }
 }
 
@@ -254,7 +327,7 @@ pub enum DetailsAction {
 }
 
 /// Draws the details of the selection.
-pub fn details_ui(ui: &mut egui::Ui, model: &Model, d: &mut Details) -> Option<DetailsAction> {
+pub fn details_ui(ui: &mut egui::Ui, model: &Arc<Model>, d: &mut Details) -> Option<DetailsAction> {
     let mut action = None;
     // Side by side: the span, its function's calls, and how their
     // durations are spread, so the buttons stay visible in a short bottom
@@ -307,7 +380,7 @@ fn distribution_column(
     ui.horizontal(|ui| {
         ui.label(format!(
             "{} calls of {} to {}, slowest first",
-            d.brushed.len(),
+            d.brushed().len(),
             format_duration(lo),
             format_duration(hi)
         ));
@@ -320,7 +393,7 @@ fn distribution_column(
         .id_salt("ptscope-brushed")
         .max_height(120.0)
         .show(ui, |ui| {
-            for c in d.brushed.iter().take(MAX_LISTED) {
+            for c in d.brushed().iter().take(MAX_LISTED) {
                 let tid = model.threads[c.span.thread as usize].spans.tid;
                 let text = format!(
                     "{}  at {}  (thread {tid})",
@@ -331,8 +404,8 @@ fn distribution_column(
                     *action = Some(DetailsAction::Show(c.span));
                 }
             }
-            if d.brushed.len() > MAX_LISTED {
-                ui.weak(format!("and {} more", d.brushed.len() - MAX_LISTED));
+            if d.brushed().len() > MAX_LISTED {
+                ui.weak(format!("and {} more", d.brushed().len() - MAX_LISTED));
             }
         });
 }
@@ -392,6 +465,63 @@ fn comparison_ui(ui: &mut egui::Ui, model: &Model, c: &Comparison) {
         });
 }
 
+/// The two calls line by line: the lines one ran and the other did not
+/// (a branch taken), and the lines that ran a different number of times
+/// (a loop's trips).
+fn line_comparison_ui(ui: &mut egui::Ui, job: &LineJob) {
+    use crate::axis::format_duration;
+    let l = match job.result() {
+        None => {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("re-decoding both calls to source lines…");
+            });
+            return;
+        }
+        Some(Err(e)) => {
+            ui.colored_label(egui::Color32::YELLOW, format!("cannot compare lines: {e}"));
+            return;
+        }
+        Some(Ok(l)) => l,
+    };
+    for w in &l.warnings {
+        ui.colored_label(egui::Color32::YELLOW, w);
+    }
+    let place = |r: &LineRow| {
+        let file = r.file.rsplit('/').next().unwrap_or(&r.file);
+        format!("{file}:{} {}", r.line, r.function)
+    };
+    let title = |d: Difference| match d {
+        Difference::OnlyInA => "Lines only this call ran",
+        Difference::OnlyInB => "Lines only the typical call ran",
+        Difference::RunsDiffer => "Lines run a different number of times",
+    };
+    egui::Grid::new("ptscope-line-compare")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            for d in Difference::ALL {
+                let rows: Vec<&LineRow> = l.rows.iter().filter(|r| d.holds(r)).take(5).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                ui.strong(title(d));
+                ui.end_row();
+                for r in rows {
+                    ui.label(place(r));
+                    ui.label(format!(
+                        "{} × against {} ×, {} against {}",
+                        r.a.count,
+                        r.b.count,
+                        format_duration(r.a.time_ns),
+                        format_duration(r.b.time_ns)
+                    ));
+                    ui.end_row();
+                }
+            }
+        });
+}
+
 fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Option<DetailsAction>) {
     use crate::axis::format_duration;
     ui.heading("Selected span");
@@ -447,7 +577,7 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
 
 fn calls_column(
     ui: &mut egui::Ui,
-    model: &Model,
+    model: &Arc<Model>,
     d: &mut Details,
     action: &mut Option<DetailsAction>,
 ) {
@@ -461,12 +591,35 @@ fn calls_column(
     if d.comparison.is_some() {
         ui.horizontal(|ui| {
             ui.heading("Against a typical call");
+            let lines = model.lines.is_some();
+            let by_line = ui
+                .add_enabled(
+                    lines && d.line_job.is_none(),
+                    egui::Button::new("By line").small(),
+                )
+                .on_disabled_hover_text(if lines {
+                    "re-decoded below"
+                } else {
+                    "line detail needs an instruction trace"
+                });
+            if by_line.clicked() {
+                if let Some(c) = &d.comparison {
+                    let ctx = ui.ctx().clone();
+                    d.line_job = Some(LineJob::start(model.clone(), c.a, c.b, move || {
+                        ctx.request_repaint()
+                    }));
+                }
+            }
             if ui.small_button("Close").clicked() {
                 d.comparison = None;
+                d.line_job = None;
             }
         });
         if let Some(cmp) = &d.comparison {
             comparison_ui(ui, model, cmp);
+        }
+        if let Some(job) = &d.line_job {
+            line_comparison_ui(ui, job);
         }
         ui.separator();
     }

@@ -123,7 +123,8 @@ pub struct TimelineInput<'a> {
     /// Per thread, why it decoded to almost nothing, if it did
     /// ([`ptscope_decoder::model::ThreadModel::diagnosis`]).
     pub diagnoses: &'a [Option<String>],
-    /// Calls brushed on the Details panel's histogram: outlined.
+    /// Calls brushed on the Details panel's histogram, in time order:
+    /// outlined.
     pub brushed: &'a [ptscope_decoder::calls::Call],
 }
 
@@ -576,13 +577,21 @@ impl Timeline {
     }
 
     fn draw_selection(&self, painter: &Painter, input: &TimelineInput) {
+        /// Outlines one frame draws: more would only cover each other.
+        const MAX_OUTLINES: usize = 2000;
         // Brushed calls first, so the selection's outline stays on top.
-        // Only those in the window cost anything past the time check.
+        // They come in time order: those that start past the window end
+        // the loop, and only those in it cost more than a comparison.
         let (from, to) = (self.window.start, self.window.end());
+        let mut drawn = 0;
         for c in input.brushed {
-            if c.start > to || c.start.saturating_add(c.duration) < from {
+            if c.start > to || drawn >= MAX_OUTLINES {
+                break;
+            }
+            if c.start.saturating_add(c.duration) < from {
                 continue;
             }
+            drawn += 1;
             if let Some(r) = self.span_rect(input.model, c.span) {
                 painter.rect_stroke(
                     r.expand(1.0),

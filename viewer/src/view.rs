@@ -165,7 +165,13 @@ impl TraceView {
         self.timeline.unit = self.model.unit;
         self.timeline.set_bounds(self.model.time_range());
         self.refresh_search(true);
+        // A newer model of the same trace: the brush carries over (the
+        // comparison named spans of the old one).
+        let brush = self.details.as_ref().and_then(|d| d.brush);
         self.details = self.selected.and_then(|r| Details::new(&self.model, r));
+        if let Some(d) = &mut self.details {
+            d.set_brush(brush);
+        }
         if self.details.is_none() {
             self.selected = None;
         }
@@ -523,17 +529,36 @@ impl TraceView {
     /// ran from `start` to `end` (a trigger's call, as the capture timed
     /// it): of that thread's calls of the function, the one whose times
     /// are nearest. False if the thread ran no such call.
+    /// The name is the trigger's as the user typed it, which may not be
+    /// the name the model shows (mangled, or without its namespace): when
+    /// no call has that name, the call of any function on that thread
+    /// whose times are nearest is taken.
     pub fn show_call(&mut self, tid: i32, name: &str, start: u64, end: u64) -> bool {
         let funcs = ptscope_decoder::calls::funcs_named(&self.model.funcs, name);
-        let calls = ptscope_decoder::calls::calls_of(&self.model, &funcs);
-        let off = |c: &ptscope_decoder::calls::Call| {
-            c.start.abs_diff(start) + (c.start + c.duration).abs_diff(end)
+        let on_thread = |c: &ptscope_decoder::calls::Call| {
+            self.model.threads[c.span.thread as usize].spans.tid == tid
         };
-        let Some(best) = calls
-            .iter()
-            .filter(|c| self.model.threads[c.span.thread as usize].spans.tid == tid)
-            .min_by_key(|c| off(c))
-        else {
+        let mut calls: Vec<_> = ptscope_decoder::calls::calls_of(&self.model, &funcs)
+            .into_iter()
+            .filter(on_thread)
+            .collect();
+        if calls.is_empty() {
+            let every: Vec<_> = self
+                .model
+                .funcs
+                .iter()
+                .filter(|(id, _)| self.model.funcs.is_call(*id))
+                .map(|(id, _)| id)
+                .collect();
+            calls = ptscope_decoder::calls::calls_of(&self.model, &every)
+                .into_iter()
+                .filter(on_thread)
+                .collect();
+        }
+        let off = |c: &ptscope_decoder::calls::Call| {
+            c.start.abs_diff(start) + c.start.saturating_add(c.duration).abs_diff(end)
+        };
+        let Some(best) = calls.iter().min_by_key(|c| off(c)) else {
             return false;
         };
         let r = best.span;
@@ -782,7 +807,7 @@ impl TraceView {
                 source: model.lines.as_deref(),
                 pseudo: &self.pseudo,
                 diagnoses: &self.diagnoses,
-                brushed: self.details.as_ref().map_or(&[], |d| &d.brushed),
+                brushed: self.details.as_ref().map_or(&[], |d| &d.outlined),
             };
             let events = self.timeline.ui(ui, &input, &mut self.disasm);
             for e in events {

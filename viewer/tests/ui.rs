@@ -453,18 +453,19 @@ fn brushing_the_slow_mode_of_the_histogram_lists_exactly_the_slow_calls() {
     let d = h.state().details().expect("details");
     let (lo, hi) = d.brush.expect("the drag brushed");
     assert!(lo > 60 && hi >= 1200, "{lo}..{hi}");
-    let durations: Vec<u64> = d.brushed.iter().map(|c| c.duration).collect();
+    let durations: Vec<u64> = d.brushed().iter().map(|c| c.duration).collect();
     assert_eq!(durations, [1200, 1000], "slowest first");
     h.get_by_label_contains("2 calls of");
     // Each listed call zooms to itself; the brush stays.
-    let slowest = d.brushed[0].span;
+    let slowest = d.brushed()[0].span;
+    assert_eq!(d.outlined.len(), 2, "outlined on the timeline");
     h.query_all_by_label_contains("(thread 1)")
         .next()
         .expect("the list of brushed calls")
         .click();
     h.run();
     assert_eq!(h.state().selected(), Some(slowest));
-    assert_eq!(h.state().details().unwrap().brushed.len(), 2);
+    assert_eq!(h.state().details().unwrap().brushed().len(), 2);
     let (a, b) = h.state().view_range();
     assert!(b - a < 10_000, "zoomed to the call: {a}..{b}");
 

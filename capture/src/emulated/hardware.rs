@@ -205,11 +205,16 @@ impl ThreadPt {
     /// The time of the oldest PSB the ring still holds whole: what a
     /// snapshot taken now decodes from. `None` before the first.
     pub fn oldest_decodable(&mut self) -> Option<u64> {
+        self.prune_psbs();
+        self.psbs.front().map(|&(_, time)| time)
+    }
+
+    /// Forgets the PSBs the ring has overwritten.
+    fn prune_psbs(&mut self) {
         let first_kept = self.ring.head().saturating_sub(self.ring.size() as u64);
         while self.psbs.front().is_some_and(|&(at, _)| at < first_kept) {
             self.psbs.pop_front();
         }
-        self.psbs.front().map(|&(_, time)| time)
     }
 
     pub fn tracing(&self) -> bool {
@@ -504,6 +509,7 @@ impl ThreadPt {
         if self.dropping.is_none() {
             self.psbs
                 .push_back((self.ring.head() + self.out.len() as u64, now));
+            self.prune_psbs();
         }
         self.out.extend_from_slice(&packets::PSB);
         self.last_ip = 0;

@@ -27,7 +27,9 @@
 //! - `threads` holds the per-thread state and its bookkeeping;
 //! - `memory` reads the process's memory and mappings and emits their
 //!   sideband;
-//! - `trigger` arms and checks the duration and symbol triggers;
+//! - `trigger` arms and checks the duration and symbol triggers, and
+//!   `--arm-after`;
+//! - `slow_call` times every call of the slow-call trigger's function;
 //! - `traces` copies the PT rings into a [`Capture`];
 //! - `release` lets every thread go when the capture ends.
 

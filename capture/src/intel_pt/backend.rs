@@ -129,6 +129,8 @@ struct Session<'a> {
     started: Instant,
     /// Times a trigger would have fired before `--arm-after` armed it.
     unarmed: u64,
+    /// Mapped files the slow-call trigger's function was looked for in.
+    searched: std::collections::HashSet<String>,
     synthesized: Vec<Sideband>,
     comms: HashMap<i32, String>,
     warnings: Vec<String>,
@@ -255,6 +257,7 @@ pub fn capture(
         timer: None,
         started: Instant::now(),
         unarmed: 0,
+        searched: std::collections::HashSet::new(),
         synthesized: Vec::new(),
         comms: HashMap::new(),
         warnings,
@@ -324,9 +327,13 @@ impl Session<'_> {
             if last {
                 break;
             }
-            // Hits while the snapshot was taken are stale.
+            // Hits while the snapshot was taken are stale, and the calls
+            // they would have closed are forgotten with them.
             if let Some(bp) = &mut self.breakpoint {
                 bp.discard();
+            }
+            if let Some(timer) = &mut self.timer {
+                timer.forget_open();
             }
             for u in &self.units {
                 let _ = u.pt.enable();
@@ -522,7 +529,13 @@ impl Session<'_> {
     fn resolve_symbol(&mut self) -> Result<(), CaptureError> {
         if let (Some((name, threshold)), None) = (&self.slow, &self.timer) {
             if let Ok(maps) = procfs::read_maps(self.pid) {
-                if let Some(sites) = slow_call::call_sites(&maps, name)? {
+                // Files searched in vain are not read again every scan.
+                let fresh: Vec<_> = maps
+                    .into_iter()
+                    .filter(|m| !self.searched.contains(&m.path))
+                    .collect();
+                self.searched.extend(fresh.iter().map(|m| m.path.clone()));
+                if let Some(sites) = slow_call::call_sites(&fresh, name)? {
                     // Each call is two samples: a ring of 16 pages holds
                     // some 500 calls between two polls.
                     self.breakpoint = Some(Breakpoint::at(sites.addresses(), 16));
@@ -546,7 +559,12 @@ impl Session<'_> {
                 Err(_) => return Ok(()),
             };
             for tid in tids {
-                let _ = bp.arm(tid);
+                if let Err(e) = bp.arm(tid) {
+                    let w = format!("the trigger's breakpoints are not armed on thread {tid}: {e}");
+                    if !self.warnings.contains(&w) {
+                        self.warnings.push(w);
+                    }
+                }
             }
         }
         Ok(())
@@ -595,7 +613,12 @@ impl Session<'_> {
                 }
             }
             if let Some(bp) = &mut self.breakpoint {
-                let _ = bp.arm(tid);
+                if let Err(e) = bp.arm(tid) {
+                    let w = format!("the trigger's breakpoints are not armed on thread {tid}: {e}");
+                    if !self.warnings.contains(&w) {
+                        self.warnings.push(w);
+                    }
+                }
             }
         }
         Ok(())
@@ -625,7 +648,7 @@ impl Session<'_> {
                 let hits = bp
                     .wait_for_hits(Duration::from_millis(5))
                     .unwrap_or_default();
-                if let Some(call) = timer.feed(&hits) {
+                for call in timer.feed(&hits) {
                     if self.armed() {
                         let name = self.slow.as_ref().map(|s| s.0.clone()).unwrap_or_default();
                         return Ok((

@@ -145,10 +145,11 @@ impl CallTimer {
         &self.sites
     }
 
-    /// Feeds hits in time order; the first call slower than the threshold
-    /// to return, if one did (later hits are dropped: the snapshot is
-    /// taken now). A batch with lost hits starts every pairing over.
-    pub fn feed(&mut self, hits: &Hits) -> Option<SlowCall> {
+    /// Feeds hits in time order; every call slower than the threshold
+    /// that returned among them, in order. A batch with lost hits starts
+    /// every pairing over.
+    pub fn feed(&mut self, hits: &Hits) -> Vec<SlowCall> {
+        let mut slow = Vec::new();
         if hits.lost {
             self.open.clear();
         }
@@ -156,6 +157,12 @@ impl CallTimer {
             let Some(sp) = h.rsp else { continue };
             let open = self.open.entry(h.tid).or_default();
             if h.ip == self.sites.entry {
+                // A frame at this address or deeper is gone, whether or
+                // not a watched return said so (a longjmp, a lost hit): a
+                // new call now occupies it.
+                while open.last().is_some_and(|&(s, _)| s <= sp) {
+                    open.pop();
+                }
                 open.push((sp, h.time));
                 continue;
             }
@@ -171,7 +178,7 @@ impl CallTimer {
                 let (_, start) = open.pop().expect("checked");
                 self.calls += 1;
                 if h.time.saturating_sub(start) > self.threshold {
-                    return Some(SlowCall {
+                    slow.push(SlowCall {
                         tid: h.tid,
                         start,
                         end: h.time,
@@ -179,7 +186,13 @@ impl CallTimer {
                 }
             }
         }
-        None
+        slow
+    }
+
+    /// Forgets every open call: after hits were thrown away (while a
+    /// snapshot was taken), their returns may be gone.
+    pub fn forget_open(&mut self) {
+        self.open.clear();
     }
 }
 
@@ -224,18 +237,18 @@ mod tests {
                 hit(7, 0x1000, 110, 0x7e00),
                 hit(7, 0x1080, 150, 0x7e00),
             ])),
-            None
+            []
         );
         assert_eq!(t.calls, 2);
         // Another thread's hits do not pair with these.
-        assert_eq!(t.feed(&batch(vec![hit(8, 0x1040, 900, 0x7f00)])), None);
+        assert_eq!(t.feed(&batch(vec![hit(8, 0x1040, 900, 0x7f00)])), []);
         assert_eq!(
             t.feed(&batch(vec![hit(7, 0x1040, 300, 0x7f00)])),
-            Some(SlowCall {
+            [SlowCall {
                 tid: 7,
                 start: 100,
                 end: 300
-            })
+            }]
         );
     }
 
@@ -250,11 +263,11 @@ mod tests {
         ];
         assert_eq!(
             t.feed(&Hits { hits, lost: false }),
-            Some(SlowCall {
+            [SlowCall {
                 tid: 7,
                 start: 0,
                 end: 500
-            })
+            }]
         );
         t.feed(&Hits {
             hits: vec![hit(7, 0x1000, 600, 0x7f00)],
@@ -266,8 +279,22 @@ mod tests {
                 hits: vec![hit(7, 0x1040, 900, 0x7f00)],
                 lost: true
             }),
-            None
+            []
         );
+        // An entry whose return was never seen is replaced by the next
+        // call at the same stack address, not paired with its return.
+        t.feed(&Hits {
+            hits: vec![hit(7, 0x1000, 1000, 0x7f00)],
+            lost: false,
+        });
+        assert_eq!(
+            t.feed(&Hits {
+                hits: vec![hit(7, 0x1000, 5000, 0x7f00), hit(7, 0x1040, 5050, 0x7f00)],
+                lost: false
+            }),
+            []
+        );
+        assert_eq!(t.calls, 2);
     }
 
     /// Spins `n` rounds: a call whose length the caller picks.
@@ -323,10 +350,12 @@ mod tests {
         assert_eq!(hits.hits.len(), 8, "{hits:?}");
         assert!(hits.hits.iter().all(|h| h.tid == tid && h.rsp.is_some()));
         let mut timer = CallTimer::new(sites, 1_000_000);
-        let slow = timer.feed(&hits).expect("the slow call");
+        let slow = timer.feed(&hits);
+        assert_eq!(slow.len(), 1, "{slow:?}");
+        let slow = slow[0];
         assert_eq!(slow.tid, tid);
         assert!(slow.end - slow.start > 1_000_000);
-        assert_eq!(timer.calls, 3, "two fast calls paired before it");
+        assert_eq!(timer.calls, 4, "every call paired");
         bp.disarm();
     }
 

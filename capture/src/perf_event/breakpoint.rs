@@ -134,6 +134,8 @@ pub fn parse_records(bytes: &[u8]) -> (Vec<Hit>, bool) {
 
 struct Armed {
     tid: i32,
+    /// Which of the addresses (0: the first, a function's entry).
+    addr: usize,
     event: Event,
     ring: Arc<DataRing>,
 }
@@ -193,7 +195,7 @@ impl Breakpoint {
             return Ok(());
         }
         let mut opened = Vec::with_capacity(self.addrs.len());
-        for &addr in &self.addrs {
+        for (index, &addr) in self.addrs.iter().enumerate() {
             let what = || format!("a breakpoint at {addr:#x} on thread {tid}");
             let event = Event::open(&breakpoint_attr(addr), tid, -1)
                 .map_err(|errno| PerfError::open(what(), errno))?;
@@ -201,6 +203,7 @@ impl Breakpoint {
                 .map_err(|errno| PerfError::mmap(what(), errno, 0))?;
             opened.push(Armed {
                 tid,
+                addr: index,
                 event,
                 ring: Arc::new(ring),
             });
@@ -231,10 +234,16 @@ impl Breakpoint {
     }
 
     /// Every hit waiting in any ring, in time order.
+    ///
+    /// The rings of the other addresses are read before the first's: a
+    /// return read now then always comes with its entry (written before
+    /// it, so read after it at the latest), while an entry read without
+    /// its return gets it in a later look.
     pub fn hits(&mut self) -> Hits {
         let mut out = Hits::default();
         let mut buf = Vec::new();
-        for a in &self.armed {
+        let later = self.armed.iter().filter(|a| a.addr != 0);
+        for a in later.chain(self.armed.iter().filter(|a| a.addr == 0)) {
             if a.ring.pending() {
                 buf.clear();
                 a.ring.drain(&mut buf);

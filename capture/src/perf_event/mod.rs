@@ -1,8 +1,9 @@
 //! This module uses perf_event_open without the perf tool: it opens events,
 //! maps their rings, takes AUX snapshots, reads sideband records and
 //! breakpoint hits, and explains the permission rules when the kernel says
-//! no. The Intel PT backend is built on it, and so is the hardware-breakpoint
-//! symbol trigger both backends use. This file defines [`PerfError`], a
+//! no. The Intel PT backend is built on it, and so are the hardware
+//! breakpoints of the symbol trigger both backends use and of the Intel PT
+//! backend's slow-call trigger. This file defines [`PerfError`], a
 //! failed open, mmap or ioctl with what to do about it.
 
 pub mod aux;

@@ -46,6 +46,35 @@ impl LineRow {
     }
 }
 
+/// The ways a line tells two calls apart, in the order the command line
+/// and the window list them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Difference {
+    /// It ran in `a` only: the branch the slow call took.
+    OnlyInA,
+    /// It ran in `b` only.
+    OnlyInB,
+    /// It ran in both, a different number of times: a loop's trips.
+    RunsDiffer,
+}
+
+impl Difference {
+    pub const ALL: [Difference; 3] = [
+        Difference::OnlyInA,
+        Difference::OnlyInB,
+        Difference::RunsDiffer,
+    ];
+
+    /// Whether `row` differs this way.
+    pub fn holds(self, row: &LineRow) -> bool {
+        match self {
+            Difference::OnlyInA => row.only_in_a(),
+            Difference::OnlyInB => row.only_in_b(),
+            Difference::RunsDiffer => row.runs_differ(),
+        }
+    }
+}
+
 /// The line-level comparison of two calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LineComparison {

@@ -43,6 +43,14 @@ pub fn funcs_named(funcs: &FuncTable, name: &str) -> Vec<FuncId> {
 /// Every span of any of `funcs` over all threads, in time order (start,
 /// then thread, depth and index: the order "next call" steps in).
 pub fn calls_of(model: &Model, funcs: &[FuncId]) -> Vec<Call> {
+    let mut out = calls_unordered(model, funcs);
+    out.sort_unstable_by_key(|c| (c.start, c.span));
+    out
+}
+
+/// [`calls_of`] in the store's order (by thread, depth, then time): for
+/// callers that sort them their own way.
+pub fn calls_unordered(model: &Model, funcs: &[FuncId]) -> Vec<Call> {
     let wanted = |f: FuncId| funcs.contains(&f);
     let mut out = Vec::new();
     for (ti, t) in model.threads.iter().enumerate() {
@@ -59,7 +67,6 @@ pub fn calls_of(model: &Model, funcs: &[FuncId]) -> Vec<Call> {
             }
         }
     }
-    out.sort_unstable_by_key(|c| (c.start, c.span));
     out
 }
 

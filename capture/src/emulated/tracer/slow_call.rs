@@ -18,6 +18,10 @@ use super::Tracer;
 use crate::recording::StopReason;
 use crate::trigger::SymbolTrigger;
 
+/// A rise of the stack pointer larger than this (a thread's default stack,
+/// 8 MiB) is a switch to another stack, not a return.
+const STACK_SWITCH: u64 = 8 << 20;
+
 /// The state of a slow-call trigger.
 pub(super) struct SlowCalls {
     pub(super) sym: SymbolTrigger,
@@ -57,15 +61,23 @@ impl Tracer {
         };
         let open = slow.open.entry(tid).or_default();
         // The outermost call the step left: a longjmp may leave several.
+        // A stack pointer that leaps further than a stack is deep moved to
+        // another stack (a coroutine's, a signal's alternate stack), which
+        // returns from nothing.
         let mut left = None;
         while let Some(&(sp, start)) = open.last() {
-            if rsp <= sp {
+            if rsp <= sp || rsp - sp > STACK_SWITCH {
                 break;
             }
             open.pop();
             left = Some(start);
         }
         if slow.sym.address() == Some(rip) {
+            // A frame at this address or deeper is gone, however it went:
+            // the new call occupies it.
+            while open.last().is_some_and(|&(sp, _)| sp <= rsp) {
+                open.pop();
+            }
             open.push((rsp, now));
         }
         let Some(start) = left.filter(|&s| now - s > slow.threshold) else {
@@ -196,6 +208,21 @@ mod tests {
         // The thread left traced code where the call returned.
         assert!(!tr.thread_tracing(10));
         assert_eq!(tr.slow_call_fired(), None);
+    }
+
+    #[test]
+    fn a_switch_to_another_stack_closes_no_call() {
+        let mut tr = watching();
+        tr.watch_slow_calls(10, 0x1000, 0x7ff0_0000);
+        tr.now += 100;
+        // A coroutine's stack, far above.
+        tr.watch_slow_calls(10, 0x2000, 0x7ff0_0000 + (64 << 20));
+        assert_eq!(tr.slow_call_fired(), None);
+        assert_eq!(tr.slow.as_ref().unwrap().open[&10].len(), 1);
+        // Back, and returning.
+        tr.watch_slow_calls(10, 0x1010, 0x7fef_fff0);
+        tr.watch_slow_calls(10, 0x520, 0x7ff0_0008);
+        assert!(tr.slow_call_fired().is_some());
     }
 
     #[test]
