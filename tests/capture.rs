@@ -348,7 +348,7 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
     use ptscope::recorder::{Backend, Report, Request};
     use ptscope_capture::intel_pt::Timing;
     use ptscope_capture::recording::Target;
-    use ptscope_capture::trigger::Trigger;
+    use ptscope_capture::trigger::{ArmAfter, Trigger};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("never.ptscope");
     let targets = [
@@ -391,7 +391,11 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
                 req.opts.timing = Some(timing.clone());
                 req.opts.size = 64 << 10;
                 req.opts.snapshots = 2;
-                req.opts.arm_after = matches!(backend, Backend::Emulated).then_some(1_000_000);
+                req.opts.arm_after = match backend {
+                    Backend::Emulated => Some(ArmAfter::History(1_000_000)),
+                    Backend::Auto => Some(ArmAfter::Full),
+                    Backend::IntelPt => None,
+                };
                 // `--no-debug-info` in half of them.
                 req.debug_info = matches!(backend, Backend::Auto);
                 let args = req.cli_args(&out);

@@ -474,6 +474,26 @@ fn arm_after_lets_the_trigger_fire_only_with_that_much_history() {
         err.contains("before the ring held 10000000000 ns of history"),
         "{err}"
     );
+    // `full` waits for the ring to fill: the snapshot is a full ring.
+    let (snap, _) = record(
+        dir.path(),
+        "full",
+        &[
+            "--size",
+            "4K",
+            "--arm-after",
+            "full",
+            "--trigger",
+            "handle",
+            "--slower-than",
+            "300ns",
+        ],
+        &[exe, "200"],
+    );
+    assert!(metadata(&snap)["trigger_call"].is_object(), "fired");
+    let info = run_ok(ptscope().arg("info").arg(&snap), "info");
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains(" 4096 bytes of PT"), "{info}");
     // With the default ring it arms and fires, and the snapshot holds at
     // least that much before the call.
     let (snap, _) = record(

@@ -264,8 +264,8 @@ impl CapturePanel {
         req.opts.timing = Some(self.timing.clone());
         req.backend = self.backend;
         req.opts.snapshots = self.snapshots.max(1);
-        if req.opts.trigger.symbol().is_some() {
-            req.opts.arm_after = optional(&self.arm_after)?;
+        if req.opts.trigger.symbol().is_some() && !self.arm_after.trim().is_empty() {
+            req.opts.arm_after = Some(crate::durations::parse_arm_after(&self.arm_after)?);
         }
         Ok(req)
     }
@@ -644,7 +644,7 @@ impl CapturePanel {
             ui.label("Arm after");
             let r = ui.add(
                 egui::TextEdit::singleline(&mut self.arm_after)
-                    .hint_text("a function trigger waits for history, e.g. 1ms"),
+                    .hint_text("a function trigger waits: 1ms of history, or full"),
             );
             ui.ctx()
                 .accesskit_node_builder(r.id, |b| b.set_label("Arm after"));

@@ -93,10 +93,11 @@ pub struct CaptureOpts {
     pub slower_than: Option<u64>,
     /// Let the trigger fire only once the trace ring holds DURATION of
     /// history (the emulated backend measures its ring; Intel PT counts
-    /// the time since tracing began): without it, a trigger on a hot
+    /// the time since tracing began), or with `full`, once the ring has
+    /// filled (emulated backend only): without it, a trigger on a hot
     /// function fires at once and the snapshot holds almost nothing.
-    #[arg(long, value_name = "DURATION", requires = "trigger", value_parser = ptscope::durations::parse_duration)]
-    pub arm_after: Option<u64>,
+    #[arg(long, value_name = "DURATION|full", requires = "trigger", value_parser = ptscope::durations::parse_arm_after)]
+    pub arm_after: Option<ptscope_capture::trigger::ArmAfter>,
     /// Take the snapshot after MS milliseconds.
     #[arg(long, value_name = "MS")]
     pub duration: Option<u64>,

@@ -2,6 +2,8 @@
 //! for the command line and the Capture panel alike. A bare number is in
 //! nanoseconds, the unit every time in ptscope counts.
 
+use ptscope_capture::trigger::ArmAfter;
+
 /// A duration in ns: a number (decimals allowed) with an optional unit
 /// `ns`, `us`/`µs`, `ms` or `s`; blanks around the parts are allowed.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
@@ -25,6 +27,24 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
         return Err(format!("`{t}` is too long"));
     }
     Ok(ns as u64)
+}
+
+/// `--arm-after` as users type it: a duration of history, or `full`.
+pub fn parse_arm_after(s: &str) -> Result<ArmAfter, String> {
+    match s.trim() {
+        "full" => Ok(ArmAfter::Full),
+        t => parse_duration(t)
+            .map(ArmAfter::History)
+            .map_err(|e| format!("{e}, or `full`")),
+    }
+}
+
+/// `--arm-after` as [`parse_arm_after`] reads it back.
+pub fn format_arm_after(a: ArmAfter) -> String {
+    match a {
+        ArmAfter::History(ns) => format_duration(ns),
+        ArmAfter::Full => "full".into(),
+    }
 }
 
 /// `ns` as [`parse_duration`] reads it back: the largest unit that keeps
@@ -57,6 +77,12 @@ mod tests {
         assert!(parse_duration("1e30s").is_err());
         for ns in [0, 1, 999, 1000, 2500, 1_000_000, 3_000_000_000, 1_234_567] {
             assert_eq!(parse_duration(&format_duration(ns)), Ok(ns));
+        }
+        assert_eq!(parse_arm_after("full"), Ok(ArmAfter::Full));
+        assert_eq!(parse_arm_after("5ms"), Ok(ArmAfter::History(5_000_000)));
+        assert!(parse_arm_after("soon").unwrap_err().ends_with("or `full`"));
+        for a in [ArmAfter::Full, ArmAfter::History(2500)] {
+            assert_eq!(parse_arm_after(&format_arm_after(a)), Ok(a));
         }
     }
 }

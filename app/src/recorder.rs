@@ -157,8 +157,8 @@ impl Request {
         }
         args.push(opt("snapshots", &self.opts.snapshots.to_string()));
         // Only a trigger on a function waits to be armed.
-        if let (Some(ns), Some(_)) = (self.opts.arm_after, self.opts.trigger.symbol()) {
-            args.push(opt("arm-after", &crate::durations::format_duration(ns)));
+        if let (Some(a), Some(_)) = (self.opts.arm_after, self.opts.trigger.symbol()) {
+            args.push(opt("arm-after", &crate::durations::format_arm_after(a)));
         }
         if self.opts.kernel {
             args.push("--kernel".into());

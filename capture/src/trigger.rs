@@ -32,6 +32,26 @@ pub enum Trigger {
     Manual,
 }
 
+/// When a trigger on a function may start firing (`--arm-after`): without
+/// it, a trigger on a hot function fires at the first call, and the
+/// snapshot holds almost nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmAfter {
+    /// Once the ring holds this much history (ns).
+    History(u64),
+    /// Once the ring has filled.
+    Full,
+}
+
+impl std::fmt::Display for ArmAfter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArmAfter::History(ns) => write!(f, "{ns} ns of history"),
+            ArmAfter::Full => write!(f, "a full ring"),
+        }
+    }
+}
+
 impl Trigger {
     /// The function the trigger watches, if it watches one.
     pub fn symbol(&self) -> Option<&str> {

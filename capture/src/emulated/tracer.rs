@@ -58,7 +58,7 @@ use crate::error::CaptureError;
 use crate::filter::{self, FilterRange};
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
-use crate::trigger::{SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, SymbolTrigger, Trigger};
 use threads::Thread;
 
 use crate::recording::{
@@ -93,8 +93,8 @@ pub struct TracerOptions {
     pub cancel: Arc<AtomicBool>,
     /// IP filter ranges (`--filter`); none traces everything.
     pub filter: Vec<FilterRange>,
-    /// A trigger fires only once the ring holds this much history (ns).
-    pub arm_after: Option<u64>,
+    /// When a trigger on a function may start firing.
+    pub arm_after: Option<ArmAfter>,
 }
 
 pub struct Tracer {

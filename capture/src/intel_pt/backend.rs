@@ -33,7 +33,7 @@ use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
 use crate::tracee;
-use crate::trigger::{SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, SymbolTrigger, Trigger};
 use ptscope_formats::pt_params::PtParams;
 
 /// Data-ring pages per event: sideband only, drained every millisecond.
@@ -60,8 +60,8 @@ pub struct Options {
     pub pmu_dir: PathBuf,
     /// IP filter ranges (`--filter`); none traces everything.
     pub filter: Vec<FilterRange>,
-    /// A trigger fires only once the ring holds this much history (ns).
-    pub arm_after: Option<u64>,
+    /// When a trigger on a function may start firing.
+    pub arm_after: Option<ArmAfter>,
 }
 
 impl Options {
@@ -198,6 +198,13 @@ pub fn capture(
     mut status: impl FnMut(Status),
     mut on_snapshot: impl FnMut(Capture) -> Result<(), CaptureError>,
 ) -> Result<(), CaptureError> {
+    if opts.arm_after == Some(ArmAfter::Full) {
+        return Err(CaptureError::Unsupported(
+            "--arm-after full: the Intel PT backend cannot see its ring fill while it \
+             traces; give a duration (how much history to wait for) instead"
+                .into(),
+        ));
+    }
     let (pmu, cfg, warnings) = prepare(opts)?;
     let wall = Instant::now();
     let (pid, child, cmdline) = match &target {
@@ -573,10 +580,11 @@ impl Session<'_> {
     /// Whether a trigger may fire: always, or once `--arm-after` has
     /// passed since tracing began.
     fn armed(&mut self) -> bool {
-        let ok = self
-            .opts
-            .arm_after
-            .is_none_or(|ns| self.started.elapsed() >= Duration::from_nanos(ns));
+        // `Full` is refused before tracing starts (`capture`).
+        let ok = match self.opts.arm_after {
+            Some(ArmAfter::History(ns)) => self.started.elapsed() >= Duration::from_nanos(ns),
+            _ => true,
+        };
         if !ok {
             self.unarmed += 1;
         }
@@ -829,7 +837,7 @@ impl Session<'_> {
         let start_time = sideband.first().map_or(end_time, |s| s.time);
         let mut warnings = self.warnings.clone();
         warnings.extend(collected.warnings());
-        if let (Some(ns), true) = (self.opts.arm_after, self.unarmed > 0) {
+        if let (Some(ArmAfter::History(ns)), true) = (self.opts.arm_after, self.unarmed > 0) {
             warnings.push(format!(
                 "the trigger was reached {} time(s) in the first {ns} ns of tracing \
                  (--arm-after)",
@@ -953,6 +961,16 @@ fn own_vdso() -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ring's fill is unknown while Intel PT traces: `--arm-after full`
+    /// is refused at once, before anything is opened or attached.
+    #[test]
+    fn arm_after_full_is_refused_up_front() {
+        let mut opts = Options::new(Trigger::Symbol("main".into()));
+        opts.arm_after = Some(ArmAfter::Full);
+        let err = capture(Target::Attach(i32::MAX), &opts, |_| {}, |_| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("--arm-after full"), "{err}");
+    }
 
     #[test]
     fn cpu_lists_parse() {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use super::Tracer;
 use crate::recording::StopReason;
-use crate::trigger::SymbolTrigger;
+use crate::trigger::{ArmAfter, SymbolTrigger};
 
 /// A rise of the stack pointer larger than this (a thread's default stack,
 /// 8 MiB) is a switch to another stack, not a return.
@@ -113,15 +113,17 @@ impl Tracer {
     }
 
     /// Whether a trigger may fire on thread `tid`: always, or with
-    /// `--arm-after`, once the ring holds that much history.
+    /// `--arm-after`, once its ring holds that much history, or has filled.
     pub(super) fn armed(&mut self, tid: i32) -> bool {
-        let Some(wanted) = self.opts.arm_after else {
-            return true;
-        };
         let now = self.now;
-        self.unit(tid)
-            .oldest_decodable()
-            .is_some_and(|t| now.saturating_sub(t) >= wanted)
+        match self.opts.arm_after {
+            None => true,
+            Some(ArmAfter::Full) => self.unit(tid).ring().wrapped(),
+            Some(ArmAfter::History(wanted)) => self
+                .unit(tid)
+                .oldest_decodable()
+                .is_some_and(|t| now.saturating_sub(t) >= wanted),
+        }
     }
 
     /// What the capture should say about triggers that could not fire:
@@ -131,8 +133,8 @@ impl Tracer {
         let mut out = Vec::new();
         if let (Some(wanted), true) = (self.opts.arm_after, self.unarmed > 0) {
             out.push(format!(
-                "the trigger was reached {} time(s) before the ring held {wanted} ns of \
-                 history (--arm-after); a larger --size holds more",
+                "the trigger was reached {} time(s) before the ring held {wanted} \
+                 (--arm-after)",
                 self.unarmed
             ));
         }
@@ -211,6 +213,25 @@ mod tests {
     }
 
     #[test]
+    fn arm_after_full_waits_for_the_ring_to_wrap() {
+        let mut tr = watching();
+        tr.opts.arm_after = Some(ArmAfter::Full);
+        assert!(!tr.armed(10), "an empty ring");
+        // Fill the (64 KiB) ring with indirect jumps, a TIP packet each.
+        let jmp = crate::emulated::insn::classify(0x600, &[0xff, 0xe0]).unwrap();
+        for i in 0..1_000_000u64 {
+            if tr.unit(10).ring().wrapped() {
+                break;
+            }
+            tr.now += 1;
+            let now = tr.now;
+            tr.unit(10).retire(0x600, &jmp, 0x10_0000 + (i << 16), now);
+        }
+        assert!(tr.unit(10).ring().wrapped());
+        assert!(tr.armed(10));
+    }
+
+    #[test]
     fn a_switch_to_another_stack_closes_no_call() {
         let mut tr = watching();
         tr.watch_slow_calls(10, 0x1000, 0x7ff0_0000);
@@ -243,7 +264,7 @@ mod tests {
     #[test]
     fn arm_after_waits_for_history_and_a_call_the_ring_lost_is_counted() {
         let mut tr = watching();
-        tr.opts.arm_after = Some(1_000_000);
+        tr.opts.arm_after = Some(ArmAfter::History(1_000_000));
         tr.watch_slow_calls(10, 0x1000, 0x7ff0);
         tr.now += 100;
         tr.watch_slow_calls(10, 0x520, 0x7ff8);
