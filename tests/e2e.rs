@@ -14,6 +14,7 @@
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`outlier`]: the outlier hunt: a function's duration histogram, and
 //!   its slowest call compared with a typical one, by call path and line;
+//! - [`export`]: `ptscope export`, read back by readers we did not write;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`raw_dumps`]: raw PT dumps in every command and in the window;
 //! - [`sparse_tracks`]: a track that decoded to almost nothing says why;
@@ -43,6 +44,7 @@ mod capture;
 mod debug_names;
 mod decode;
 mod dialects;
+mod export;
 mod faults;
 mod filter;
 mod fuzz_regressions;

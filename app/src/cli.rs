@@ -313,6 +313,26 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text", requires = "histogram")]
         format: ptscope::outlier::Output,
     },
+    /// Write the decoded spans in a format other tools read: `chrome`,
+    /// Chrome's JSON trace events (chrome://tracing, ui.perfetto.dev), one
+    /// track per thread. Streamed: a big trace is never held in memory
+    /// twice, and OUT appears only when whole.
+    Export {
+        #[command(flatten)]
+        input: InputOpts,
+        /// The format to write.
+        #[arg(long, value_enum, default_value = "chrome")]
+        format: ptscope::export::ExportFormat,
+        /// Where to write it.
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// Only spans that end at or after NS (from the first timestamp).
+        #[arg(long, value_name = "NS")]
+        from: Option<u64>,
+        /// Only spans that start at or before NS.
+        #[arg(long, value_name = "NS")]
+        to: Option<u64>,
+    },
     /// Explain a slow call: compare one call of a function (by default the
     /// slowest) with another (by default the one nearest the median), by
     /// call path, or line by line.
@@ -514,6 +534,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .and_then(|ids| ptscope::report::stats(m, sort, limit, Some(&ids), out)),
             None => ptscope::report::stats(m, sort, limit, None, out),
         }),
+        Some(Command::Export {
+            input,
+            format,
+            output,
+            from,
+            to,
+        }) => {
+            let m = load_input(input)?;
+            let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let n = ptscope::export::export(&m, (from, to), format, &output, |n| {
+                if tty {
+                    eprint!("\rptscope: {n} spans written");
+                }
+            })?;
+            if tty {
+                eprintln!();
+            }
+            eprintln!("ptscope: {}: {n} spans", output.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Compare {
             input,
             function,

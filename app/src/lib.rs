@@ -12,6 +12,8 @@
 //!   capture both it and `ptscope record`/`attach` run;
 //! - [`report`]: `ptscope decode` and `stats`, and [`outlier`]: `stats
 //!   --histogram` and `compare`, the outlier hunt;
+//! - [`export`]: `ptscope export`, the spans for other tools (Chrome's
+//!   JSON trace events);
 //! - [`name_dirs`]: the flags that say where debug files and binaries
 //!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
@@ -24,6 +26,7 @@
 pub mod capture_panel;
 pub mod demo;
 pub mod durations;
+pub mod export;
 pub mod gui;
 pub mod loader;
 pub mod missing;
