@@ -196,6 +196,53 @@ fn trigger_snapshot_ends_at_symbol_entry() {
     assert!(info.metadata.unwrap().stop.contains("entered work"));
 }
 
+/// A trigger fires on whichever thread reaches its function first, here a
+/// thread created after the capture began that calls it at once (the
+/// emulated backend arms each new thread as it is created, before it
+/// runs; the Intel PT backend's breakpoints are inherited, tested on the
+/// real breakpoint PMU in `perf_event::breakpoint`). Both kinds of
+/// trigger: on entry, and on a slow call.
+#[test]
+fn triggers_fire_on_a_thread_created_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "late_thread.c");
+    let exe = exe.to_str().unwrap();
+    for (name, extra) in [
+        ("entry", &["--trigger", "late_work"][..]),
+        (
+            "slow",
+            &["--trigger", "late_work", "--slower-than", "1us"][..],
+        ),
+    ] {
+        let (snap, _) = record(dir.path(), name, extra, &[exe]);
+        let meta = ptscope_formats::snapshot::Snapshot::read_metadata(&snap)
+            .unwrap()
+            .unwrap();
+        let tid = match &meta.trigger_call {
+            Some(c) => {
+                assert_eq!(c.function, "late_work");
+                assert!(c.duration > 1000, "{c:?}");
+                c.tid
+            }
+            None => {
+                assert!(meta.stop.contains("entered late_work"), "{}", meta.stop);
+                meta.stop
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|t| t.parse().ok())
+                    .expect("the thread in the stop text")
+            }
+        };
+        assert_ne!(tid, meta.pid, "{name}: the late thread, not the main one");
+        // The late thread's trace is in the snapshot, and reaches the call.
+        let spans = decode_json(&snap, &[]);
+        assert!(
+            spans.iter().any(|s| s.tid == tid && s.name == "late_work"),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn small_ring_keeps_the_last_bytes_and_decodes_from_first_psb() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,7 @@ use crate::perf_event::aux::AuxCursor;
 use crate::perf_event::breakpoint::{Breakpoint, Hit};
 use crate::perf_event::mmap::{aux_head, page_size, AuxArea, DataRing};
 use crate::perf_event::sideband::{self, Collector};
-use crate::perf_event::{sys, Event, PerfError, Privileges, Scope};
+use crate::perf_event::{online_cpus, sys, Event, PerfError, Privileges, Scope};
 use crate::procfs;
 use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
@@ -545,7 +545,7 @@ impl Session<'_> {
                 if let Some(sites) = slow_call::call_sites(&fresh, name)? {
                     // Each call is two samples: a ring of 16 pages holds
                     // some 500 calls between two polls.
-                    self.breakpoint = Some(Breakpoint::at(sites.addresses(), 16));
+                    self.breakpoint = Some(Breakpoint::at(sites.addresses(), 16).inherited());
                     self.timer = Some(CallTimer::new(sites, *threshold));
                 }
             }
@@ -557,7 +557,7 @@ impl Session<'_> {
                 }
             }
             if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
-                self.breakpoint = Some(Breakpoint::new(addr));
+                self.breakpoint = Some(Breakpoint::new(addr).inherited());
             }
         }
         if let Some(bp) = &mut self.breakpoint {
@@ -592,7 +592,11 @@ impl Session<'_> {
     }
 
     /// Follows new threads: any thread of the process without a unit gets
-    /// one (per-thread mode), and the breakpoint.
+    /// one (per-thread mode). The trigger's breakpoints need no arming
+    /// here: they are inherited by every thread an armed thread creates,
+    /// from its first instruction, while this scan comes every 10 ms, too
+    /// late for a thread that calls the function at once (and arming again
+    /// would take a second debug register for the same address).
     fn follow_threads(&mut self) -> Result<(), CaptureError> {
         let Ok(tids) = procfs::threads(self.pid) else {
             return Ok(());
@@ -617,14 +621,6 @@ impl Session<'_> {
                             self.warnings.push(w);
                         }
                         self.untraceable.push(tid);
-                    }
-                }
-            }
-            if let Some(bp) = &mut self.breakpoint {
-                if let Err(e) = bp.arm(tid) {
-                    let w = format!("the trigger's breakpoints are not armed on thread {tid}: {e}");
-                    if !self.warnings.contains(&w) {
-                        self.warnings.push(w);
                     }
                 }
             }
@@ -888,36 +884,6 @@ impl Session<'_> {
     }
 }
 
-/// The CPUs that are online, from sysfs.
-fn online_cpus() -> Vec<u32> {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .map(|s| parse_cpu_list(s.trim()))
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| {
-            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-            (0..n as u32).collect()
-        })
-}
-
-/// Parses a kernel CPU list such as `0-3,8,10-11`.
-pub fn parse_cpu_list(s: &str) -> Vec<u32> {
-    let mut cpus = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-                    if b >= a && b - a < 4096 {
-                        cpus.extend(a..=b);
-                    }
-                }
-            }
-            None => cpus.extend(part.parse::<u32>().ok()),
-        }
-    }
-    cpus
-}
-
 fn cpuinfo_field(name: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     text.lines()
@@ -970,13 +936,6 @@ mod tests {
         opts.arm_after = Some(ArmAfter::Full);
         let err = capture(Target::Attach(i32::MAX), &opts, |_| {}, |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("--arm-after full"), "{err}");
-    }
-
-    #[test]
-    fn cpu_lists_parse() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(parse_cpu_list("0"), vec![0]);
-        assert_eq!(parse_cpu_list("3-1,x"), Vec::<u32>::new());
     }
 
     #[test]

@@ -31,14 +31,17 @@ pub mod reg {
 pub const SAMPLE_TYPE: u64 = sample::IP | sample::TID | sample::TIME | sample::REGS_USER;
 
 /// The attr of an execute breakpoint at `addr`, sampling every hit with
-/// rdi, rsi and rsp, and waking a poller at once.
-pub fn breakpoint_attr(addr: u64) -> PerfEventAttr {
+/// rdi, rsi and rsp, and waking a poller at once; with `inherit`, threads
+/// the armed thread creates later carry it too, from their first
+/// instruction, their samples written to its ring.
+pub fn breakpoint_attr(addr: u64, inherit: bool) -> PerfEventAttr {
+    let inherit = if inherit { flag::INHERIT } else { 0 };
     PerfEventAttr {
         kind: perf_data::PERF_TYPE_BREAKPOINT,
         config: 0,
         sample_period: 1,
         sample_type: SAMPLE_TYPE,
-        flags: flag::EXCLUDE_KERNEL | flag::EXCLUDE_HV,
+        flags: flag::EXCLUDE_KERNEL | flag::EXCLUDE_HV | inherit,
         wakeup_events: 1,
         bp_type: HW_BREAKPOINT_X,
         config1: addr,
@@ -146,6 +149,8 @@ pub struct Breakpoint {
     addrs: Vec<u64>,
     /// Data pages of each event's ring.
     pages: usize,
+    /// Threads an armed thread creates inherit its events.
+    inherit: bool,
     armed: Vec<Armed>,
 }
 
@@ -170,8 +175,19 @@ impl Breakpoint {
         Breakpoint {
             addrs,
             pages,
+            inherit: false,
             armed: Vec::new(),
         }
+    }
+
+    /// The same, inherited by every thread an armed thread creates, from
+    /// its first instruction: a thread that reaches the function at once
+    /// is not missed while the caller has yet to notice it. Its samples
+    /// come from the creator's rings. (A tracer that stops each new thread
+    /// before it runs, as the emulated backend does, arms it instead.)
+    pub fn inherited(mut self) -> Breakpoint {
+        self.inherit = true;
+        self
     }
 
     /// The first address (the entry).
@@ -194,19 +210,29 @@ impl Breakpoint {
         if self.is_armed(tid) {
             return Ok(());
         }
-        let mut opened = Vec::with_capacity(self.addrs.len());
+        // The kernel maps no ring of an inherited event bound to a thread
+        // alone (all its descendants would write to one ring from every
+        // CPU): an inherited breakpoint is one event per CPU, as perf
+        // record's are.
+        let cpus: Vec<i32> = match self.inherit {
+            true => super::online_cpus().into_iter().map(|c| c as i32).collect(),
+            false => vec![-1],
+        };
+        let mut opened = Vec::with_capacity(self.addrs.len() * cpus.len());
         for (index, &addr) in self.addrs.iter().enumerate() {
-            let what = || format!("a breakpoint at {addr:#x} on thread {tid}");
-            let event = Event::open(&breakpoint_attr(addr), tid, -1)
-                .map_err(|errno| PerfError::open(what(), errno))?;
-            let ring = DataRing::map(&event, self.pages)
-                .map_err(|errno| PerfError::mmap(what(), errno, 0))?;
-            opened.push(Armed {
-                tid,
-                addr: index,
-                event,
-                ring: Arc::new(ring),
-            });
+            for &cpu in &cpus {
+                let what = || format!("a breakpoint at {addr:#x} on thread {tid}");
+                let event = Event::open(&breakpoint_attr(addr, self.inherit), tid, cpu)
+                    .map_err(|errno| PerfError::open(what(), errno))?;
+                let ring = DataRing::map(&event, self.pages)
+                    .map_err(|errno| PerfError::mmap(what(), errno, 0))?;
+                opened.push(Armed {
+                    tid,
+                    addr: index,
+                    event,
+                    ring: Arc::new(ring),
+                });
+            }
         }
         self.armed.extend(opened);
         Ok(())
@@ -374,6 +400,38 @@ mod tests {
         assert_eq!(hit.rsi, Some(0x5678));
         assert!(hit.time > 0);
         assert_eq!(bp.check(), None, "one hit, one sample");
+        bp.disarm();
+    }
+
+    /// An inherited breakpoint armed on one thread fires on a thread that
+    /// thread creates afterwards, before anyone could arm it: the hit says
+    /// the new thread, and comes through the creator's ring.
+    #[test]
+    fn inherited_breakpoints_fire_on_threads_created_later() {
+        let addr = target as *const () as u64;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (late_tx, late_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            go_rx.recv().unwrap();
+            // Created after the arming, calling at once.
+            std::thread::spawn(move || {
+                late_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                target(7, 8)
+            })
+            .join()
+            .unwrap()
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut bp = Breakpoint::new(addr).inherited();
+        bp.arm(tid).unwrap();
+        go_tx.send(()).unwrap();
+        worker.join().unwrap();
+        let late = late_rx.recv().unwrap();
+        assert_ne!(late, tid);
+        let hit = bp.wait(Duration::from_secs(5)).unwrap().expect("a hit");
+        assert_eq!((hit.tid, hit.ip, hit.rdi), (late, addr, Some(7)));
         bp.disarm();
     }
 
