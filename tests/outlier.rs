@@ -306,7 +306,10 @@ fn a_function_or_call_that_is_not_there_is_a_clear_error() {
     let e = fail(&["stats", "--function", "nothing_like_it_xyz", "--histogram"]);
     assert!(e.contains("no function named"), "{e}");
     let e = fail(&["compare", "--function", "handle", "--call", "9999"]);
-    assert!(e.contains("no call 9999"), "{e}");
+    assert!(
+        e.contains("outlier.ptscope") && e.contains("no call 9999"),
+        "{e}"
+    );
     // A snapshot no slow call fired has no trigger call to explain.
     let e = fail(&["compare", "--function", "handle", "--call", "trigger"]);
     assert!(

@@ -103,8 +103,7 @@ fn breakpoints() {
         .unwrap()
         .expect("found in this binary");
     println!(
-        "function: {} instructions' worth, entry and {} return(s) watched",
-        20,
+        "function: some 20 instructions, entry and {} return(s) watched",
         sites.returns.len()
     );
     let mut plain = Duration::MAX;

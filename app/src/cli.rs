@@ -541,9 +541,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             from,
             to,
         }) => {
+            let file = input.file.clone();
             let m = load_input(input)?;
             let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let n = ptscope::export::export(&m, (from, to), format, &output, |n| {
+            let n = ptscope::export::export(&m, &file, (from, to), format, &output, |n| {
                 if tty {
                     eprint!("\rptscope: {n} spans written");
                 }

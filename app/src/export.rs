@@ -66,18 +66,19 @@ struct ThreadNameArgs<'a> {
     name: &'a str,
 }
 
-/// `ptscope export FILE --format F -o OUT`: the spans that end at or after
-/// `from` and start at or before `to` (ns from the first timestamp).
-/// Returns how many spans it wrote.
+/// `ptscope export FILE --format F -o OUT`: the spans of `m` (decoded
+/// from `input`) that end at or after `from` and start at or before `to`
+/// (ns from the first timestamp). Returns how many spans it wrote.
 pub fn export(
     m: &Model,
+    input: &Path,
     (from, to): (Option<u64>, Option<u64>),
     format: ExportFormat,
     output: &Path,
     mut progress: impl FnMut(u64),
 ) -> Result<u64> {
     if m.threads.is_empty() {
-        bail!("no thread has any trace to export");
+        bail!("{}: no thread has any trace to export", input.display());
     }
     let partial = PathBuf::from(format!("{}.partial", output.display()));
     let written = (|| -> Result<u64> {

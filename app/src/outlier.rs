@@ -222,22 +222,14 @@ fn trigger_call(m: &Model, file: &Path, calls: &[Call]) -> Result<usize> {
             file.display()
         );
     };
-    let off =
-        |c: &Call| c.start.abs_diff(t.start) + c.start.saturating_add(c.duration).abs_diff(t.end);
-    calls
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| m.threads[c.span.thread as usize].spans.tid == t.tid)
-        .min_by_key(|(_, c)| off(c))
-        .map(|(i, _)| i)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: the trigger's call ({} on thread {}) is not among the decoded calls",
-                file.display(),
-                t.function,
-                t.tid
-            )
-        })
+    ptscope_decoder::calls::nearest(m, calls, t.tid, t.start, t.end).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: the trigger's call ({} on thread {}) is not among the decoded calls",
+            file.display(),
+            t.function,
+            t.tid
+        )
+    })
 }
 
 fn choose(
@@ -253,7 +245,8 @@ fn choose(
     };
     let Some(i) = picked else {
         bail!(
-            "`{name}` has {} calls: there is no call {}",
+            "{}: `{name}` has {} calls: there is no call {}",
+            file.display(),
             calls.len(),
             match c {
                 Choice::Nth(n) => n,

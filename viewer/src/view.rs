@@ -534,34 +534,23 @@ impl TraceView {
     /// no call has that name, the call of any function on that thread
     /// whose times are nearest is taken.
     pub fn show_call(&mut self, tid: i32, name: &str, start: u64, end: u64) -> bool {
-        let funcs = ptscope_decoder::calls::funcs_named(&self.model.funcs, name);
-        let on_thread = |c: &ptscope_decoder::calls::Call| {
-            self.model.threads[c.span.thread as usize].spans.tid == tid
+        use ptscope_decoder::calls::{calls_unordered, funcs_named, nearest};
+        let m = &self.model;
+        let on_thread = |ids: &[_]| {
+            let calls = calls_unordered(m, ids);
+            nearest(m, &calls, tid, start, end).map(|i| calls[i].span)
         };
-        let mut calls: Vec<_> = ptscope_decoder::calls::calls_of(&self.model, &funcs)
-            .into_iter()
-            .filter(on_thread)
-            .collect();
-        if calls.is_empty() {
-            let every: Vec<_> = self
-                .model
-                .funcs
+        let every = || -> Vec<_> {
+            m.funcs
                 .iter()
-                .filter(|(id, _)| self.model.funcs.is_call(*id))
+                .filter(|(id, _)| m.funcs.is_call(*id))
                 .map(|(id, _)| id)
-                .collect();
-            calls = ptscope_decoder::calls::calls_of(&self.model, &every)
-                .into_iter()
-                .filter(on_thread)
-                .collect();
-        }
-        let off = |c: &ptscope_decoder::calls::Call| {
-            c.start.abs_diff(start) + c.start.saturating_add(c.duration).abs_diff(end)
+                .collect()
         };
-        let Some(best) = calls.iter().min_by_key(|c| off(c)) else {
+        let Some(r) = on_thread(&funcs_named(&m.funcs, name)).or_else(|| on_thread(&every()))
+        else {
             return false;
         };
-        let r = best.span;
         self.select(Some(r));
         self.zoom_to_selection();
         true

@@ -70,6 +70,19 @@ pub fn calls_unordered(model: &Model, funcs: &[FuncId]) -> Vec<Call> {
     out
 }
 
+/// The call of `calls` on thread `tid` whose times are nearest `start` and
+/// `end`: a call timed outside the trace (a trigger's) found in it. Times
+/// measured apart can differ by the last timing packet's distance.
+pub fn nearest(model: &Model, calls: &[Call], tid: i32, start: u64, end: u64) -> Option<usize> {
+    let off = |c: &Call| c.start.abs_diff(start) + c.start.saturating_add(c.duration).abs_diff(end);
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| model.threads[c.span.thread as usize].spans.tid == tid)
+        .min_by_key(|(_, c)| off(c))
+        .map(|(i, _)| i)
+}
+
 /// Which call a comparison takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pick {
