@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// The log's instructions must equal each decoder's, thread by thread.
 /// Returns the log.
-fn check_exact(dir: &Path, name: &str, argv: &[&str]) -> PerThread {
+pub(crate) fn check_exact(dir: &Path, name: &str, argv: &[&str]) -> PerThread {
     check_exact_with(dir, name, &[], argv)
 }
 

@@ -15,6 +15,7 @@
 //! - [`outlier`]: the outlier hunt: a function's duration histogram, and
 //!   its slowest call compared with a typical one, by call path and line;
 //! - [`export`]: `ptscope export`, read back by readers we did not write;
+//! - [`marks`]: PTWRITE values, frequency and power states, judged by perf;
 //! - [`bad_input`]: damaged files of every kind give clear errors;
 //! - [`raw_dumps`]: raw PT dumps in every command and in the window;
 //! - [`sparse_tracks`]: a track that decoded to almost nothing says why;
@@ -53,6 +54,7 @@ mod hardware;
 mod install;
 mod kernel_maps;
 mod lines;
+mod marks;
 mod missing_binaries;
 mod model_cache;
 mod outlier;

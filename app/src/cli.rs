@@ -279,7 +279,9 @@ pub enum Command {
         /// cover --from..--to down to source lines (from DWARF, with
         /// inlined functions as their own lines); insns: every instruction
         /// with its disassembly, line and time ("exact":false, or `~`, where
-        /// the time is spread between timing packets).
+        /// the time is spread between timing packets); marks: PTWRITE
+        /// values, frequency (CBR) changes and power events (MWAIT, PWRE,
+        /// EXSTOP, PWRX), per thread and per CPU.
         #[arg(long, value_enum, default_value = "calls")]
         level: ptscope::report::Level,
         /// text: an indented call tree; json: one span per line, with
@@ -519,6 +521,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             format,
         }) => print_model(input, |m, file, out| match level {
             ptscope::report::Level::Calls => ptscope::report::decode(m, from, to, format, out),
+            ptscope::report::Level::Marks => {
+                ptscope::report::decode_marks(m, from, to, format, out)
+            }
             fine => ptscope::report::decode_fine(m, file, from, to, fine, format, out),
         }),
         Some(Command::Stats {

@@ -34,6 +34,9 @@ pub enum Level {
     Lines,
     /// Every instruction, with its disassembly and line.
     Insns,
+    /// What the trace says besides the flow: PTWRITE values, the core's
+    /// frequency (CBR) and power states, per thread and per CPU.
+    Marks,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -124,7 +127,7 @@ pub const UNTIMED_NOTE: &str =
     "# the trace has no timing (tsc=0): times count instructions retired, not ns";
 
 /// `value` as one line of JSON.
-fn json_line(out: &mut impl Write, value: &impl serde::Serialize) -> Result<()> {
+fn json_line(out: &mut (impl Write + ?Sized), value: &impl serde::Serialize) -> Result<()> {
     serde_json::to_writer(&mut *out, value)?;
     writeln!(out)?;
     Ok(())
@@ -229,6 +232,119 @@ pub fn decode(
         }
     }
     Ok(())
+}
+
+/// `decode --level marks`: every thread's marks (PTWRITE values, CBR
+/// changes, power events) in time order, then every CPU's, each with its
+/// time (ns since the first timestamp) and, where the trace binds one,
+/// its instruction's address.
+pub fn decode_marks(
+    m: &Model,
+    from: Option<u64>,
+    to: Option<u64>,
+    format: Format,
+    out: &mut impl Write,
+) -> Result<()> {
+    use ptscope_decoder::marks::{Mark, MarkKind};
+    let base = m.time_range().map_or(0, |r| r.0);
+    let lo = base.saturating_add(from.unwrap_or(0));
+    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    let mhz = m.cbr_mhz;
+    let one = |out: &mut dyn Write, tid: Option<i32>, cpu: Option<u32>, k: &Mark| -> Result<()> {
+        let time = k.time.saturating_sub(base);
+        match format {
+            Format::Text => {
+                let ip = k.ip.map(|ip| format!(" at {ip:#x}")).unwrap_or_default();
+                writeln!(out, "{time:>12}  {}{ip}", k.describe(mhz))?;
+            }
+            Format::Json => {
+                let mut v = serde_json::json!({
+                    "time_ns": time,
+                    "unit": m.unit.as_str(),
+                    "text": k.describe(mhz),
+                });
+                let o = v.as_object_mut().expect("an object");
+                if let Some(tid) = tid {
+                    o.insert("tid".into(), tid.into());
+                }
+                if let Some(cpu) = cpu {
+                    o.insert("cpu".into(), cpu.into());
+                }
+                if let Some(ip) = k.ip {
+                    o.insert("ip".into(), ip.into());
+                }
+                let fields: Vec<(&str, u64)> = match k.kind {
+                    MarkKind::PtWrite { payload, bytes } => {
+                        vec![("payload", payload), ("bytes", bytes as u64)]
+                    }
+                    MarkKind::Cbr { ratio } => vec![("ratio", ratio as u64)],
+                    MarkKind::Mwait { hints, ext } => {
+                        vec![("hints", hints as u64), ("extensions", ext as u64)]
+                    }
+                    MarkKind::Pwre { hw, cstate, sub } => vec![
+                        ("hw", hw as u64),
+                        ("cstate", cstate as u64),
+                        ("sub_cstate", sub as u64),
+                    ],
+                    MarkKind::Exstop => vec![],
+                    MarkKind::Pwrx {
+                        deepest,
+                        last,
+                        wake,
+                    } => vec![
+                        ("deepest_cstate", deepest as u64),
+                        ("last_cstate", last as u64),
+                        ("wake_reason", wake as u64),
+                    ],
+                };
+                o.insert("mark".into(), mark_name(&k.kind).into());
+                for (name, value) in fields {
+                    o.insert(name.into(), value.into());
+                }
+                if let MarkKind::Cbr { ratio } = k.kind {
+                    if mhz > 0.0 {
+                        o.insert("mhz".into(), (ratio as f64 * mhz).round().into());
+                    }
+                }
+                json_line(out, &v)?;
+            }
+        }
+        Ok(())
+    };
+    for t in &m.threads {
+        if format == Format::Text {
+            writeln!(
+                out,
+                "thread {} ({}) pid {}",
+                t.spans.tid, t.spans.comm, t.spans.pid
+            )?;
+        }
+        for k in t.marks.between(lo, hi) {
+            one(out, Some(t.spans.tid), None, k)?;
+        }
+    }
+    for c in &m.cpus {
+        if format == Format::Text {
+            writeln!(out, "cpu {}", c.cpu)?;
+        }
+        for k in c.marks.between(lo, hi) {
+            one(out, None, Some(c.cpu), k)?;
+        }
+    }
+    Ok(())
+}
+
+/// A mark's kind as JSON names it.
+pub fn mark_name(k: &ptscope_decoder::marks::MarkKind) -> &'static str {
+    use ptscope_decoder::marks::MarkKind;
+    match k {
+        MarkKind::PtWrite { .. } => "ptwrite",
+        MarkKind::Cbr { .. } => "cbr",
+        MarkKind::Mwait { .. } => "mwait",
+        MarkKind::Pwre { .. } => "pwre",
+        MarkKind::Exstop => "exstop",
+        MarkKind::Pwrx { .. } => "pwrx",
+    }
 }
 
 /// `decode --level lines|insns`: the fine pass over the PSB segments that

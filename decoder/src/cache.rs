@@ -39,8 +39,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::coarse::{Checkpoint, WalkFigures};
+use crate::cpus::CpuTrack;
 use crate::event::{Func, FuncTable};
 use crate::fine::FineRecipe;
+use crate::marks::Marks;
 use crate::memory::{Aligned, Backing, SharedSlice};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::progress::DecodeProgress;
@@ -98,6 +100,8 @@ struct EntryRef<'a> {
     warnings: &'a [String],
     unit: TimeUnit,
     recipe: FineRecipe,
+    cpus: &'a [CpuTrack],
+    cbr_mhz: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -108,6 +112,7 @@ struct ThreadRef<'a> {
     checkpoints: &'a [Checkpoint],
     checkpoint_frames: &'a [OpenFrame],
     stream: Option<u32>,
+    marks: &'a Marks,
 }
 
 #[derive(serde::Deserialize)]
@@ -119,6 +124,8 @@ struct Entry {
     warnings: Vec<String>,
     unit: TimeUnit,
     recipe: FineRecipe,
+    cpus: Vec<CpuTrack>,
+    cbr_mhz: f64,
 }
 
 #[derive(serde::Deserialize)]
@@ -129,6 +136,7 @@ struct ThreadEntry {
     checkpoints: Vec<Checkpoint>,
     checkpoint_frames: Vec<OpenFrame>,
     stream: Option<u32>,
+    marks: Marks,
 }
 
 impl<'a> EntryRef<'a> {
@@ -152,12 +160,15 @@ impl<'a> EntryRef<'a> {
                     checkpoints: &t.checkpoints,
                     checkpoint_frames: &t.checkpoint_frames,
                     stream: t.stream,
+                    marks: &t.marks,
                 })
                 .collect(),
             missing_binaries: &model.missing_binaries,
             warnings: &model.warnings,
             unit: model.unit,
             recipe,
+            cpus: &model.cpus,
+            cbr_mhz: model.cbr_mhz,
         }
     }
 }
@@ -490,6 +501,8 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
         warnings,
         unit,
         recipe,
+        cpus,
+        cbr_mhz,
     } = postcard::from_bytes(dir).map_err(|e| e.to_string())?;
     if decoder != DECODER {
         return Err(format!("written by ptscope {decoder}"));
@@ -531,6 +544,7 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
                     checkpoints: t.checkpoints.clone(),
                     checkpoint_frames: t.checkpoint_frames.clone(),
                     stream: t.stream,
+                    marks: t.marks.clone(),
                 })
             })
             .collect();
@@ -542,6 +556,8 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
                 warnings: warnings.clone(),
                 lines: None,
                 unit,
+                cpus: cpus.clone(),
+                cbr_mhz,
             });
         }
     }
@@ -557,6 +573,7 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
             checkpoints: t.checkpoints,
             checkpoint_frames: t.checkpoint_frames,
             stream: t.stream,
+            marks: t.marks,
         });
     }
     Ok(Cached {
@@ -567,6 +584,8 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
             warnings,
             lines: None,
             unit,
+            cpus,
+            cbr_mhz,
         },
         recipe,
     })

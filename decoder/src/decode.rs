@@ -14,13 +14,15 @@ use crate::block::decoder_config;
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::chunks::{decode_queue_chunked, Parallel};
 use crate::coarse::{
-    decode_queue, decode_thread, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
+    decode_queue, decode_thread, scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
 };
+use crate::cpus::CpuTrack;
 use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections_with, Section};
+use crate::marks::{self, Mark, Marks};
 use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::packet::{find_psb, psb_offsets};
@@ -436,6 +438,7 @@ pub fn decode_trace(
                             warnings: Vec::new(),
                             lines: None,
                             unit,
+                            ..Model::default()
                         }
                     });
                     if published {
@@ -471,6 +474,7 @@ pub fn decode_trace(
                 warnings: Vec::new(),
                 lines: None,
                 unit,
+                ..Model::default()
             });
         }
     }
@@ -480,6 +484,7 @@ pub fn decode_trace(
     let mut schedules: HashMap<u32, Vec<(u64, usize)>> = HashMap::new();
     let mut cpu_slots = CpuSlots::default();
     let mut cpu_pids: Vec<i32> = Vec::new();
+    let mut cpu_slot_tids: Vec<i32> = Vec::new();
     if trace.streams.iter().any(|s| s.tid.is_none()) {
         let mut slot_of: HashMap<i32, usize> = HashMap::new();
         let mut queue_threads: Vec<QueueThread> = Vec::new();
@@ -648,6 +653,7 @@ pub fn decode_trace(
             thread_procs: thread_procs.clone(),
         };
         cpu_pids = pids.clone();
+        cpu_slot_tids = queue_threads.iter().map(|t| t.tid).collect();
         for (t, d) in queue_threads.iter().zip(builders.finish()) {
             if !wanted(t.tid) || (d.spans.span_count() == 0 && d.walk.blocks == 0) {
                 continue;
@@ -656,6 +662,19 @@ pub fn decode_trace(
         }
     }
     threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
+    let (cpus, untimed) = add_marks(
+        trace,
+        &cfg,
+        &to_ns,
+        &mut threads,
+        (&schedules, &cpu_slot_tids),
+    );
+    let marks_warning = (untimed > 0).then(|| {
+        format!(
+            "{untimed} PTWRITE, frequency or power packets came before any timing packet \
+             (or the trace has none) and are not shown"
+        )
+    });
 
     // What the fine pass needs later: per-CPU processes first, in the
     // order their slots name them.
@@ -689,12 +708,91 @@ pub fn decode_trace(
             input_warnings(trace, &wanted),
             symbols.notes().to_vec(),
             stack_warnings(&threads),
+            marks_warning.into_iter().collect(),
         ]
         .concat(),
         threads,
         lines: Some(Arc::new(lines)),
         unit,
+        cpus,
+        cbr_mhz: cbr_mhz(&trace.params),
     })
+}
+
+/// MHz per unit of CBR ratio, as perf takes it: the TSC's frequency (from
+/// the perf time conversion) over the maximum non-turbo ratio; 0 when
+/// either is unknown.
+fn cbr_mhz(params: &ptscope_formats::pt_params::PtParams) -> f64 {
+    if params.time_mult == 0 || params.max_nonturbo_ratio == 0 {
+        return 0.0;
+    }
+    let tsc_hz = 1e9 * (1u64 << params.time_shift.min(63)) as f64 / params.time_mult as f64;
+    tsc_hz / params.max_nonturbo_ratio as f64 / 1e6
+}
+
+/// Reads every queue's marks ([`crate::marks`]): a per-thread queue's go
+/// to its thread; a per-CPU queue's to its CPU's track and, by its
+/// schedule, to the thread that ran (`slot_tids` names each slot's
+/// thread). Returns the CPU tracks, and how many marks had no time.
+fn add_marks(
+    trace: &Trace,
+    cfg: &DecoderConfig,
+    to_ns: &dyn Fn(u64) -> u64,
+    threads: &mut [ThreadModel],
+    (schedules, slot_tids): (&Schedules, &[i32]),
+) -> (Vec<CpuTrack>, u64) {
+    let mut untimed = 0;
+    let mut per_tid: HashMap<i32, Vec<Mark>> = HashMap::new();
+    let mut cpus = Vec::new();
+    let end = threads
+        .iter()
+        .filter_map(|t| t.spans.time_range())
+        .map(|r| r.1)
+        .max()
+        .unwrap_or(0);
+    for s in &trace.streams {
+        if let Some(tid) = s.tid {
+            if !threads.iter().any(|t| t.spans.tid == tid) {
+                continue;
+            }
+            let scan = marks::scan(&s.data, cfg, to_ns);
+            untimed += scan.untimed;
+            per_tid.entry(tid).or_default().extend(scan.marks);
+            continue;
+        }
+        let cpu = s.cpu.unwrap_or(0);
+        let scan = marks::scan(&s.data, cfg, to_ns);
+        untimed += scan.untimed;
+        let schedule = schedules.get(&s.idx).map(Vec::as_slice).unwrap_or(&[]);
+        for m in &scan.marks {
+            if let Some(&tid) = scheduled(schedule, m.time).and_then(|slot| slot_tids.get(slot)) {
+                per_tid.entry(tid).or_default().push(*m);
+            }
+        }
+        let switches: Vec<(u64, i32, i32)> = trace
+            .switches
+            .iter()
+            .filter(|sw| sw.cpu == cpu)
+            .map(|sw| (sw.time, sw.pid, sw.tid))
+            .collect();
+        let last = scan.marks.iter().map(|m| m.time).max().unwrap_or(0);
+        let mut marks = Marks::new(scan.marks);
+        marks.drop_repeated_cbrs();
+        cpus.push(CpuTrack {
+            cpu,
+            slices: crate::cpus::slices(&switches, end.max(last)),
+            marks,
+        });
+    }
+    for t in threads.iter_mut() {
+        if let Some(m) = per_tid.remove(&t.spans.tid) {
+            let mut marks = Marks::new(m);
+            marks.drop_repeated_cbrs();
+            t.marks = marks;
+        }
+    }
+    cpus.sort_by_key(|c| c.cpu);
+    (cpus, untimed)
 }
 
 /// Per-CPU queue, who ran when: (perf ns, slot).
@@ -910,7 +1008,11 @@ pub fn decode_raw(
         CpuSlots::default(),
         funcs.clone(),
     );
-    let threads = vec![ThreadModel::new(d, None)];
+    let mut thread = ThreadModel::new(d, None);
+    let scan = marks::scan(pt, cfg, &|tsc| tsc);
+    thread.marks = Marks::new(scan.marks);
+    thread.marks.drop_repeated_cbrs();
+    let threads = vec![thread];
     Ok(Model {
         funcs,
         missing_binaries: Vec::new(),
@@ -918,6 +1020,7 @@ pub fn decode_raw(
         threads,
         lines: Some(Arc::new(lines)),
         unit: TimeUnit::Ns,
+        ..Model::default()
     })
 }
 
@@ -945,6 +1048,7 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         threads,
         lines: None,
         unit: TimeUnit::Ns,
+        ..Model::default()
     }
 }
 

@@ -872,15 +872,7 @@ impl<'a> FlowDecoder<'a> {
     }
 
     fn read_ip(&mut self, ipb: u8, payload: u64) -> Option<u64> {
-        let last = self.rd.last_ip;
-        let ip = match ipb {
-            0 => return None,
-            1 => (last & !0xffff) | payload,
-            2 => (last & !0xffff_ffff) | payload,
-            3 => ((payload << 16) as i64 >> 16) as u64,
-            4 => (last & 0xffff_0000_0000_0000) | payload,
-            _ => payload,
-        };
+        let ip = packet::expand_ip(self.rd.last_ip, ipb, payload)?;
         self.rd.last_ip = ip;
         Some(ip)
     }
@@ -926,9 +918,9 @@ impl<'a> FlowDecoder<'a> {
             | Packet::Pip { .. }
             | Packet::Vmcs(_)
             | Packet::Mnt(_)
-            | Packet::Mwait
-            | Packet::Pwre
-            | Packet::Pwrx
+            | Packet::Mwait { .. }
+            | Packet::Pwre { .. }
+            | Packet::Pwrx { .. }
             | Packet::Stop => {}
             Packet::Tsc(v) => t.on_tsc(v),
             Packet::Mtc(v) => t.on_mtc(v, &cfg),
@@ -1249,8 +1241,8 @@ impl<'a> FlowDecoder<'a> {
                 | Packet::ModeExec { .. }
                 | Packet::Pad
                 | Packet::Mnt(_)
-                | Packet::Pwre
-                | Packet::Pwrx
+                | Packet::Pwre { .. }
+                | Packet::Pwrx { .. }
                 | Packet::Evd { .. }
                 | Packet::Tsc(_)
                 | Packet::Mtc(_)

@@ -28,6 +28,10 @@
 //! - [`coarse`]: the coarse pass, PT into timed branch [`event`]s, one walk
 //!   or in chunks on every core with the same result;
 //! - [`perf_script`]: the same events from `perf script` text;
+//! - [`marks`]: what a trace says besides the flow, read by a scan of its
+//!   packets: PTWRITE values, the core's frequency (CBR) and its power
+//!   states (MWAIT, PWRE, EXSTOP, PWRX); and [`cpus`]: a per-CPU trace's
+//!   lanes, which thread ran on each CPU and when;
 //! - [`stack`]: call-stack reconstruction, the heart of it: events in,
 //!   nested spans out;
 //! - [`store`]: the span store the viewer draws from, flat per-depth lanes
@@ -55,6 +59,7 @@ pub mod block;
 pub mod cache;
 pub mod calls;
 pub mod coarse;
+pub mod cpus;
 pub mod decode;
 pub mod errata;
 pub mod event;
@@ -65,6 +70,7 @@ pub mod fine;
 pub mod flow;
 pub mod image;
 pub mod ip_filter;
+pub mod marks;
 // Maps binaries: its one unsafe block says why it is sound.
 #[allow(unsafe_code)]
 pub mod memory;

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 
 use crate::coarse::{Checkpoint, ThreadDecode, WalkFigures};
+use crate::cpus::CpuTrack;
 use crate::event::{FuncId, FuncTable, SpanKind};
 use crate::fine::LineSource;
+use crate::marks::Marks;
 use crate::stack::{OpenFrame, StackStats};
 use crate::store::{Span, ThreadSpans};
 
@@ -22,6 +24,8 @@ pub struct ThreadModel {
     pub checkpoint_frames: Vec<OpenFrame>,
     /// Index of the AUX stream it came from, if any.
     pub stream: Option<u32>,
+    /// Its PTWRITE values, frequency and power states.
+    pub marks: Marks,
 }
 
 impl ThreadModel {
@@ -33,6 +37,7 @@ impl ThreadModel {
             checkpoints: d.checkpoints,
             checkpoint_frames: d.stacks,
             stream,
+            marks: Marks::default(),
         }
     }
 
@@ -47,6 +52,7 @@ impl ThreadModel {
             checkpoints: Vec::new(),
             checkpoint_frames: Vec::new(),
             stream: None,
+            marks: Marks::default(),
         }
     }
 }
@@ -166,6 +172,11 @@ pub struct Model {
     /// What every time of the model (span starts and ends, checkpoints,
     /// the fine pass's instructions) counts.
     pub unit: TimeUnit,
+    /// A per-CPU trace's CPUs: who ran on each, and its marks.
+    pub cpus: Vec<CpuTrack>,
+    /// MHz per unit of CBR ratio (the bus clock: TSC frequency over the
+    /// maximum non-turbo ratio, as perf takes it); 0 when unknown.
+    pub cbr_mhz: f64,
 }
 
 impl Model {

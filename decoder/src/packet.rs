@@ -55,9 +55,26 @@ pub enum Packet {
     Exstop {
         ip: bool,
     },
-    Mwait,
-    Pwre,
-    Pwrx,
+    /// MWAIT's operands: `hints` (EAX\[7:0\]: the requested C-state
+    /// minus one in bits 7:4, its sub-state in 3:0) and `ext` (ECX\[1:0\]).
+    Mwait {
+        hints: u8,
+        ext: u8,
+    },
+    /// Power entry: the thread's resolved C-state and sub-state; `hw` when
+    /// the hardware chose it (rather than MWAIT).
+    Pwre {
+        hw: bool,
+        cstate: u8,
+        sub: u8,
+    },
+    /// Power exit: the deepest and the last core C-state of the stay, and
+    /// why it woke (a bit set of `PWRX_WAKE_*`).
+    Pwrx {
+        deepest: u8,
+        last: u8,
+        wake: u8,
+    },
     Stop,
     /// Event Trace's control-flow event: `kind` (interrupt 1, iret 2, ...,
     /// as in libipt's `pt_cfe_type`), its vector; `ip`: a FUP with the IP
@@ -303,9 +320,35 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                     Ok((Packet::Mnt(le(&b[3..11])), 11))
                 }
                 0x62 | 0xe2 => Ok((Packet::Exstop { ip: b1 == 0xe2 }, 2)),
-                0xc2 => need(10).map(|_| (Packet::Mwait, 10)),
-                0x22 => need(4).map(|_| (Packet::Pwre, 4)),
-                0xa2 => need(7).map(|_| (Packet::Pwrx, 7)),
+                0xc2 => need(10).map(|b| {
+                    (
+                        Packet::Mwait {
+                            hints: b[2],
+                            ext: b[6] & 3,
+                        },
+                        10,
+                    )
+                }),
+                0x22 => need(4).map(|b| {
+                    (
+                        Packet::Pwre {
+                            hw: b[2] & 0x80 != 0,
+                            cstate: b[3] >> 4,
+                            sub: b[3] & 0xf,
+                        },
+                        4,
+                    )
+                }),
+                0xa2 => need(7).map(|b| {
+                    (
+                        Packet::Pwrx {
+                            deepest: b[2] & 0xf,
+                            last: b[2] >> 4,
+                            wake: b[3] & 0xf,
+                        },
+                        7,
+                    )
+                }),
                 0x83 => Ok((Packet::Stop, 2)),
                 0x13 => need(4).map(|b| {
                     (
@@ -352,6 +395,20 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
 }
 
 /// Offsets of every PSB in `buf`.
+/// The IP an IP packet gives, from its compression `ipb` and `payload`
+/// over the last IP (SDM "IP Compression"); `None` when it gives none
+/// (IP suppressed).
+pub fn expand_ip(last: u64, ipb: u8, payload: u64) -> Option<u64> {
+    Some(match ipb {
+        0 => return None,
+        1 => (last & !0xffff) | payload,
+        2 => (last & !0xffff_ffff) | payload,
+        3 => ((payload << 16) as i64 >> 16) as u64,
+        4 => (last & 0xffff_0000_0000_0000) | payload,
+        _ => payload,
+    })
+}
+
 pub fn psb_offsets(buf: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -456,9 +513,20 @@ impl fmt::Display for Packet {
             Packet::Mnt(v) => write!(f, "{:<10} {v:x}", "mnt"),
             Packet::Ptw { payload, .. } => write!(f, "{:<10} {payload:x}", "ptw"),
             Packet::Exstop { ip } => write!(f, "exstop{}", if ip { " ip" } else { "" }),
-            Packet::Mwait => write!(f, "mwait"),
-            Packet::Pwre => write!(f, "pwre"),
-            Packet::Pwrx => write!(f, "pwrx"),
+            Packet::Mwait { hints, ext } => write!(f, "{:<10} {hints:#x} {ext:#x}", "mwait"),
+            Packet::Pwre { hw, cstate, sub } => {
+                write!(
+                    f,
+                    "{:<10} c{cstate}.{sub}{}",
+                    "pwre",
+                    if hw { " hw" } else { "" }
+                )
+            }
+            Packet::Pwrx {
+                deepest,
+                last,
+                wake,
+            } => write!(f, "{:<10} c{deepest} c{last} {wake:#x}", "pwrx"),
             Packet::Stop => write!(f, "stop"),
             Packet::Cfe { ip, kind, vector } => {
                 write!(f, "{:<10} {kind}: {vector:x}", "cfe")?;

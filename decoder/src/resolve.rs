@@ -1058,6 +1058,7 @@ mod walk_and_chunks {
                 warnings: Vec::new(),
                 lines: None,
                 unit: TimeUnit::Ns,
+                ..Model::default()
             }
             .canonical()
         };

@@ -13,9 +13,15 @@ pub const AUXTRACE_KIND: u32 = 1;
 pub mod term {
     pub const PT: u64 = 1 << 0;
     pub const CYC: u64 = 1 << 1;
+    /// Power event trace (MWAIT, PWRE, PWRX, EXSTOP packets).
+    pub const PWR_EVT: u64 = 1 << 4;
+    /// A FUP with the instruction's IP after each PTW packet.
+    pub const FUP_ON_PTW: u64 = 1 << 5;
     pub const MTC: u64 = 1 << 9;
     pub const TSC: u64 = 1 << 10;
     pub const NORETCOMP: u64 = 1 << 11;
+    /// PTWRITE: a PTW packet for each PTWRITE instruction.
+    pub const PTW: u64 = 1 << 12;
     pub const BRANCH: u64 = 1 << 13;
     pub const MTC_PERIOD_SHIFT: u32 = 14;
     pub const MTC_PERIOD_MASK: u64 = 0xf << MTC_PERIOD_SHIFT;

@@ -81,7 +81,7 @@ impl IpFilter {
 /// control: the only instructions at which FilterEn changes.
 pub fn is_taken_branch(insn: &Insn, ip: u64, next_ip: u64) -> bool {
     match insn.class {
-        InsnClass::Other | InsnClass::KernelEntry => false,
+        InsnClass::Other | InsnClass::KernelEntry | InsnClass::PtWrite { .. } => false,
         InsnClass::CondBranch { target } => next_ip == target && target != insn.next_ip(ip),
         InsnClass::DirectJump { .. }
         | InsnClass::DirectCall { .. }

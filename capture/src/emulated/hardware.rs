@@ -80,6 +80,10 @@ pub struct PtSettings {
     pub tsc_per_ctc: u64,
     /// Core-to-bus ratio reported in CBR packets.
     pub cbr: u8,
+    /// PTW packets for PTWRITE instructions, each with a FUP of its IP
+    /// when `fup_on_ptw`.
+    pub ptw: bool,
+    pub fup_on_ptw: bool,
     pub ring_size: usize,
     /// The unit's instruction counts (its `insn_count`, from 1) at which
     /// its internal buffer overflows, ascending; for tests of decoders.
@@ -291,6 +295,11 @@ impl ThreadPt {
         match insn.class {
             _ if left => {}
             InsnClass::Other | InsnClass::DirectJump { .. } => {}
+            InsnClass::PtWrite { payload, bytes } => {
+                if self.cfg.ptw {
+                    self.ptwrite(now, ip, payload, bytes);
+                }
+            }
             InsnClass::CondBranch { target } => {
                 self.tnt(now, next_ip == target && target != fallthrough);
             }
@@ -468,6 +477,17 @@ impl ThreadPt {
         self.tma(now);
     }
 
+    /// A PTWRITE at `ip`: its PTW packet, in order after the branches
+    /// before it, then the FUP that binds it to `ip`.
+    fn ptwrite(&mut self, now: u64, ip: u64, payload: u64, bytes: u8) {
+        self.cyc_now(now);
+        self.flush_tnt();
+        packets::ptw(&mut self.out, payload, bytes, self.cfg.fup_on_ptw);
+        if self.cfg.fup_on_ptw {
+            self.ip_packet(IpPacket::Fup, Some(ip));
+        }
+    }
+
     fn tip(&mut self, now: u64, target: u64) {
         self.cyc_now(now);
         self.flush_tnt();
@@ -642,6 +662,8 @@ pub(crate) mod tests {
             mtc_period: None,
             tsc_per_ctc: 40,
             cbr: 10,
+            ptw: true,
+            fup_on_ptw: true,
             ring_size: 1 << 20,
             overflows: Arc::from([]),
             skl014: false,
@@ -659,6 +681,62 @@ pub(crate) mod tests {
             class,
             repeats: false,
         }
+    }
+
+    #[test]
+    fn a_ptwrite_follows_the_branches_before_it_and_binds_its_ip() {
+        let mut t = ThreadPt::new(cfg(), 100);
+        let start = t.ring().snapshot().len();
+        t.enter_user(0x401000, 100, false);
+        t.retire(
+            0x401000,
+            &insn(InsnClass::CondBranch { target: 0x401010 }, 2),
+            0x401010,
+            101,
+        );
+        let ptw = InsnClass::PtWrite {
+            payload: 0x2a,
+            bytes: 4,
+        };
+        t.retire(0x401010, &insn(ptw, 4), 0x401014, 102);
+        // Off: the instruction retires with no packet.
+        let mut off = cfg();
+        off.ptw = false;
+        let mut quiet = ThreadPt::new(off, 100);
+        let quiet_start = quiet.ring().snapshot().len();
+        quiet.enter_user(0x401010, 100, false);
+        quiet.retire(0x401010, &insn(ptw, 4), 0x401014, 101);
+        quiet.finish();
+        t.finish();
+        let bytes = &t.ring().snapshot()[start..];
+        // MODE.Exec, PGE, TNT(1) flushed first, PTW (4 bytes, IP bit),
+        // FUP 0x401010 (2-byte update).
+        assert_eq!(
+            bytes,
+            &[
+                0x99,
+                0x01,
+                0x51,
+                0x00,
+                0x10,
+                0x40,
+                0,
+                0b0000_0110,
+                0x02,
+                0x92,
+                0x2a,
+                0,
+                0,
+                0,
+                0x3d,
+                0x10,
+                0x10
+            ]
+        );
+        assert_eq!(
+            &quiet.ring().snapshot()[quiet_start..],
+            &[0x99, 0x01, 0x51, 0x10, 0x10, 0x40, 0]
+        );
     }
 
     #[test]

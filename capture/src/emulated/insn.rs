@@ -3,7 +3,7 @@
 //! packets. The emulated hardware needs nothing else from an instruction, so
 //! iced-x86 decodes just enough to tell the classes apart.
 
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
 
 /// What PT needs to know about one instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,10 @@ pub enum InsnClass {
     /// Far transfers that stay in user space, and anything else that needs a
     /// TIP for its target (far JMP/CALL/RET, IRET).
     FarTransfer,
+    /// PTWRITE: a PTW packet with its operand, `bytes` (4 or 8) wide. The
+    /// tracer reads `payload` before the step ([`ptwrite_operand`]); the
+    /// classification alone leaves it 0.
+    PtWrite { payload: u64, bytes: u8 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -54,7 +58,7 @@ impl Insn {
             | InsnClass::IndirectCall
             | InsnClass::Return
             | InsnClass::FarTransfer => true,
-            InsnClass::Other | InsnClass::KernelEntry => false,
+            InsnClass::Other | InsnClass::KernelEntry | InsnClass::PtWrite { .. } => false,
         }
     }
 }
@@ -75,6 +79,20 @@ pub fn classify(ip: u64, bytes: &[u8]) -> Option<Insn> {
         return Some(Insn {
             len: insn.len() as u8,
             class: InsnClass::KernelEntry,
+            repeats: false,
+        });
+    }
+    if matches!(insn.code(), Code::Ptwrite_rm32 | Code::Ptwrite_rm64) {
+        return Some(Insn {
+            len: insn.len() as u8,
+            class: InsnClass::PtWrite {
+                payload: 0,
+                bytes: if insn.code() == Code::Ptwrite_rm64 {
+                    8
+                } else {
+                    4
+                },
+            },
             repeats: false,
         });
     }
@@ -130,6 +148,37 @@ pub fn classify(ip: u64, bytes: &[u8]) -> Option<Insn> {
     })
 }
 
+/// The operand of the PTWRITE at `ip` (`bytes`), read as the CPU would:
+/// a register's value by `reg` (a full 64-bit register, FS and GS giving
+/// their bases, other segments 0), or `bytes` of memory at its effective
+/// address by `mem`. `None` if it is not a PTWRITE or a read fails.
+pub fn ptwrite_operand(
+    ip: u64,
+    bytes: &[u8],
+    reg: impl Fn(Register) -> Option<u64>,
+    mem: impl Fn(u64, usize) -> Option<u64>,
+) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    let width = match insn.code() {
+        Code::Ptwrite_rm32 => 4,
+        Code::Ptwrite_rm64 => 8,
+        _ => return None,
+    };
+    let mask = if width == 4 { 0xffff_ffff } else { u64::MAX };
+    match insn.op0_kind() {
+        OpKind::Register => Some(reg(insn.op0_register().full_register())? & mask),
+        OpKind::Memory => {
+            let addr = insn.virtual_address(0, 0, |r, _, _| match r {
+                Register::ES | Register::CS | Register::SS | Register::DS => Some(0),
+                r => reg(r.full_register()),
+            })?;
+            Some(mem(addr, width)? & mask)
+        }
+        _ => None,
+    }
+}
+
 fn is_near_branch(insn: &Instruction) -> bool {
     matches!(
         insn.op0_kind(),
@@ -152,6 +201,52 @@ fn is_far(insn: &Instruction) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ptwrite_reads_its_register_or_memory_operand() {
+        let regs = |r: Register| match r {
+            Register::RAX => Some(0x1_2345_6789),
+            Register::RBX => Some(0x5000),
+            Register::FS => Some(0x7000),
+            _ => Some(0),
+        };
+        let mem = |addr: u64, n: usize| (addr == 0x5010 && n == 8).then_some(0xfeed_beef_0000_0001);
+        let fs = |addr: u64, n: usize| (addr == 0x7008 && n == 4).then_some(0xabcd);
+        // ptwrite %rax (f3 48 0f ae e0)
+        let rax = [0xf3, 0x48, 0x0f, 0xae, 0xe0];
+        assert_eq!(
+            classify(0x1000, &rax).unwrap().class,
+            InsnClass::PtWrite {
+                payload: 0,
+                bytes: 8
+            }
+        );
+        assert_eq!(
+            ptwrite_operand(0x1000, &rax, regs, mem),
+            Some(0x1_2345_6789)
+        );
+        // ptwrite %eax (f3 0f ae e0): the low 32 bits.
+        assert_eq!(
+            ptwrite_operand(0x1000, &[0xf3, 0x0f, 0xae, 0xe0], regs, mem),
+            Some(0x2345_6789)
+        );
+        // ptwriteq 0x10(%rbx) (f3 48 0f ae 63 10)
+        assert_eq!(
+            ptwrite_operand(0x1000, &[0xf3, 0x48, 0x0f, 0xae, 0x63, 0x10], regs, mem),
+            Some(0xfeed_beef_0000_0001)
+        );
+        // ptwritel %fs:8 (64 f3 0f ae 24 25 08 00 00 00)
+        assert_eq!(
+            ptwrite_operand(
+                0x1000,
+                &[0x64, 0xf3, 0x0f, 0xae, 0x24, 0x25, 8, 0, 0, 0],
+                regs,
+                fs
+            ),
+            Some(0xabcd)
+        );
+        assert_eq!(ptwrite_operand(0x1000, &[0x90], regs, mem), None);
+    }
 
     #[test]
     fn classifies_common_cofi() {

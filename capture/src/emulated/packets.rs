@@ -109,6 +109,14 @@ pub fn tsc(out: &mut Vec<u8>, tsc: u64) {
     out.extend_from_slice(&tsc.to_le_bytes()[..7]);
 }
 
+/// PTW: a PTWRITE's operand, 4 or 8 bytes; `ip`: a FUP with the
+/// instruction's IP follows.
+pub fn ptw(out: &mut Vec<u8>, payload: u64, bytes: u8, ip: bool) {
+    let wide = bytes == 8;
+    out.extend_from_slice(&[0x02, 0x12 | ((wide as u8) << 5) | ((ip as u8) << 7)]);
+    out.extend_from_slice(&payload.to_le_bytes()[..if wide { 8 } else { 4 }]);
+}
+
 pub fn cbr(out: &mut Vec<u8>, ratio: u8) {
     out.extend_from_slice(&[0x02, 0x03, ratio, 0x00]);
 }

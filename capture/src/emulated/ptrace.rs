@@ -29,6 +29,12 @@ pub fn regs(tid: i32) -> Result<libc::user_regs_struct, CaptureError> {
     ptrace::getregs(Pid::from_raw(tid)).map_err(err("getregs", tid))
 }
 
+/// Moves `tid` (whose registers are `regs`) on to `rip`.
+pub fn set_rip(tid: i32, mut regs: libc::user_regs_struct, rip: u64) -> Result<(), CaptureError> {
+    regs.rip = rip;
+    ptrace::setregs(Pid::from_raw(tid), regs).map_err(err("setregs", tid))
+}
+
 /// The `si_code` of the signal that stopped `tid`.
 pub fn si_code(tid: i32) -> Result<i32, CaptureError> {
     ptrace::getsiginfo(Pid::from_raw(tid))

@@ -53,8 +53,9 @@ pub const DEFAULT_TIMING: &str = "cyc=1,mtc=0,psb_period=1";
 /// The `intel_pt` PMU of the emulated CPU, as the kernel would describe a
 /// Skylake's in sysfs: the config terms the emulated unit implements, in
 /// the kernel's bit positions, and the CPU's caps. Terms it does not
-/// implement (PTWRITE, power events, event trace, TNT disable) are absent,
-/// so asking for them is a clear error.
+/// implement (power events, event trace, TNT disable) are absent, so
+/// asking for them is a clear error. PTWRITE it implements on any CPU: the
+/// tracer steps past the instruction where the CPU lacks it.
 pub fn emulated_pmu() -> Pmu {
     let bits = |lo: u32, hi: u32| Format {
         word: ConfigWord::Config,
@@ -68,6 +69,8 @@ pub fn emulated_pmu() -> Pmu {
         ("tsc", bit(term::TSC)),
         ("noretcomp", bit(term::NORETCOMP)),
         ("branch", bit(term::BRANCH)),
+        ("ptw", bit(term::PTW)),
+        ("fup_on_ptw", bit(term::FUP_ON_PTW)),
         (
             "mtc_period",
             bits(term::MTC_PERIOD_SHIFT, term::MTC_PERIOD_SHIFT + 3),
@@ -90,7 +93,7 @@ pub fn emulated_pmu() -> Pmu {
         ("mtc_periods", cpu::MTC_PERIODS),
         ("cycle_thresholds", cpu::CYCLE_THRESHOLDS),
         ("psb_periods", cpu::PSB_PERIODS),
-        ("ptwrite", 0),
+        ("ptwrite", 1),
         ("power_event_trace", 0),
         ("event_trace", 0),
         ("tnt_disable", 0),
@@ -108,6 +111,7 @@ pub fn emulated_pmu() -> Pmu {
             mtc_periods: cpu::MTC_PERIODS,
             cycle_thresholds: cpu::CYCLE_THRESHOLDS,
             psb_periods: cpu::PSB_PERIODS,
+            ptwrite: true,
             raw,
             ..Caps::default()
         },
@@ -193,6 +197,8 @@ pub fn pt_settings(cfg: &PtConfig, ring_size: usize, overflows: Arc<[u64]>) -> P
         mtc_period: (config & term::MTC != 0).then(|| field(term::MTC_PERIOD_SHIFT)),
         tsc_per_ctc: (cpu::CPUID15_EBX / cpu::CPUID15_EAX) as u64,
         cbr: cpu::MAX_NONTURBO_RATIO,
+        ptw: config & term::PTW != 0,
+        fup_on_ptw: config & term::FUP_ON_PTW != 0,
         ring_size,
         overflows,
         skl014: false,
@@ -233,12 +239,17 @@ mod tests {
                 | term::BRANCH
                 | term::TSC
                 | term::CYC
+                | term::PTW
+                | term::FUP_ON_PTW
                 | (3 << term::MTC_PERIOD_SHIFT)
                 | (1 << term::PSB_PERIOD_SHIFT)
         );
         let s = pt_settings(&cfg, 1 << 16, Arc::from([]));
         assert_eq!(s.psb_period, 4096);
         assert!(s.cyc && s.tsc && s.ret_compression);
+        // PTWRITE is on, as where a real CPU offers it.
+        assert!(s.ptw && s.fup_on_ptw);
+        assert!(!settings("ptw=0").1.ptw);
         assert_eq!((s.mtc_period, s.cyc_thresh), (None, 0));
         assert_eq!(s.cbr, cpu::MAX_NONTURBO_RATIO);
         let setup = pt_setup(&cfg);
@@ -277,7 +288,7 @@ mod tests {
     fn what_the_emulated_cpu_cannot_do_is_refused() {
         for (timing, says) in [
             ("mtc_period=2", "mtc_period=2 is not supported"),
-            ("ptw=1", "ptw needs PTWRITE"),
+            ("pwr_evt=1", "pwr_evt needs power event trace"),
             ("notnt=1", "notnt needs TNT disable"),
             ("branch=0", "traces branches only"),
             ("cyc_thresh=15", "cyc_thresh=15 is not supported"),

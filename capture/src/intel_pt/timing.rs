@@ -121,6 +121,25 @@ pub fn perf_defaults(pmu: &Pmu) -> Vec<(String, u64)> {
     terms
 }
 
+/// What ptscope turns on beyond perf's defaults wherever the CPU offers
+/// it: PTWRITE (each PTW bound to its instruction by a FUP) and power
+/// events. They cost nothing where the program never executes PTWRITE or
+/// the core never sleeps, and show what the program and the core did. A
+/// timing may still turn them off (`ptw=0`, `pwr_evt=0`).
+pub fn offered_packets(pmu: &Pmu) -> Vec<(String, u64)> {
+    let caps = &pmu.caps;
+    let has = |term: &str| pmu.formats.contains_key(term);
+    let mut terms = Vec::new();
+    if caps.ptwrite && has("ptw") && has("fup_on_ptw") {
+        terms.push(("ptw".to_string(), 1));
+        terms.push(("fup_on_ptw".to_string(), 1));
+    }
+    if caps.power_event_trace && has("pwr_evt") {
+        terms.push(("pwr_evt".to_string(), 1));
+    }
+    terms
+}
+
 /// A resolved PT config: the terms and their encoding for this PMU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PtConfig {
@@ -170,7 +189,11 @@ impl Timing {
     pub fn resolve(&self, pmu: &Pmu) -> Result<PtConfig, PtSetupError> {
         let mut merged: BTreeMap<String, u64> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
-        for (name, value) in perf_defaults(pmu).into_iter().chain(self.extra()) {
+        for (name, value) in perf_defaults(pmu)
+            .into_iter()
+            .chain(offered_packets(pmu))
+            .chain(self.extra())
+        {
             if merged.insert(name.clone(), value).is_none() {
                 order.push(name);
             }

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::Tracer;
-use crate::emulated::insn::{classify, Insn};
+use crate::emulated::insn::{classify, ptwrite_operand, Insn, InsnClass};
 use crate::error::CaptureError;
 use crate::procfs::{self, Mapping};
 use crate::recording::SidebandEvent;
@@ -43,17 +43,7 @@ impl Tracer {
             return Ok(*insn);
         }
         let mut buf = [0u8; 16];
-        let mem = self.mem.as_ref().ok_or_else(|| {
-            CaptureError::Invalid(format!("cannot read the memory of process {}", self.pid))
-        })?;
-        let mut n = 0;
-        // A read may stop at the end of a mapping; take what is there.
-        while n < buf.len() {
-            match mem.read_at(&mut buf[n..], ip + n as u64) {
-                Ok(0) | Err(_) => break,
-                Ok(k) => n += k,
-            }
-        }
+        let n = self.read_memory(ip, &mut buf)?;
         let insn = classify(ip, &buf[..n]).ok_or_else(|| {
             CaptureError::Invalid(format!(
                 "thread {tid}: undecodable instruction at {ip:#x} ({:02x?})",
@@ -65,6 +55,54 @@ impl Tracer {
     }
 
     /// Re-reads the mappings and emits MMAP2 events for new executable ones.
+    /// Reads the tracee's memory at `addr` into `buf`; how much was there
+    /// (a read may stop at the end of a mapping).
+    pub(super) fn read_memory(&self, addr: u64, buf: &mut [u8]) -> Result<usize, CaptureError> {
+        let mem = self.mem.as_ref().ok_or_else(|| {
+            CaptureError::Invalid(format!("cannot read the memory of process {}", self.pid))
+        })?;
+        let mut n = 0;
+        while n < buf.len() {
+            match mem.read_at(&mut buf[n..], addr + n as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+        Ok(n)
+    }
+
+    /// The PTWRITE `insn` at `ip` of thread `tid` with its operand read
+    /// from the thread's registers and memory, as it is about to run.
+    pub(super) fn with_ptwrite_operand(
+        &self,
+        tid: i32,
+        ip: u64,
+        mut insn: Insn,
+    ) -> Result<Insn, CaptureError> {
+        let InsnClass::PtWrite { bytes, .. } = insn.class else {
+            return Ok(insn);
+        };
+        let regs = crate::emulated::ptrace::regs(tid)?;
+        let mut code = [0u8; 16];
+        let n = self.read_memory(ip, &mut code)?;
+        let payload = ptwrite_operand(
+            ip,
+            &code[..n],
+            |r| register(&regs, r),
+            |addr, len| {
+                let mut v = [0u8; 8];
+                (self.read_memory(addr, &mut v[..len]).ok()? == len).then(|| u64::from_le_bytes(v))
+            },
+        )
+        .ok_or_else(|| {
+            CaptureError::Invalid(format!(
+                "thread {tid}: cannot read the operand of the PTWRITE at {ip:#x}"
+            ))
+        })?;
+        insn.class = InsnClass::PtWrite { payload, bytes };
+        Ok(insn)
+    }
+
     pub(super) fn refresh_maps(&mut self, tid: i32) {
         let Ok(maps) = procfs::read_maps(self.pid) else {
             return;
@@ -125,6 +163,35 @@ impl Tracer {
             self.refresh_maps(tid);
         }
     }
+}
+
+/// A 64-bit register's value in `regs`, as an instruction operand (or an
+/// address's base or index) reads it; FS and GS give their bases.
+fn register(regs: &libc::user_regs_struct, r: iced_x86::Register) -> Option<u64> {
+    use iced_x86::Register as R;
+    Some(match r {
+        R::RAX => regs.rax,
+        R::RBX => regs.rbx,
+        R::RCX => regs.rcx,
+        R::RDX => regs.rdx,
+        R::RSI => regs.rsi,
+        R::RDI => regs.rdi,
+        R::RBP => regs.rbp,
+        R::RSP => regs.rsp,
+        R::R8 => regs.r8,
+        R::R9 => regs.r9,
+        R::R10 => regs.r10,
+        R::R11 => regs.r11,
+        R::R12 => regs.r12,
+        R::R13 => regs.r13,
+        R::R14 => regs.r14,
+        R::R15 => regs.r15,
+        R::RIP => regs.rip,
+        R::FS => regs.fs_base,
+        R::GS => regs.gs_base,
+        R::None => 0,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ impl Tracer {
             }
         }
         let insn = self.decode_at(tid, rip)?;
+        let insn = self.with_ptwrite_operand(tid, rip, insn)?;
         let now = self.now;
         // A syscall stepped again after a stop that came before it ran was
         // already written into the CPU's trace.

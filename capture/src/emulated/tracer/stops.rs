@@ -101,14 +101,25 @@ impl Tracer {
                     return Ok(false);
                 }
                 let regs = ptrace::regs(tid)?;
-                let rip = regs.rip;
+                let mut rip = regs.rip;
                 let prev = t.stepping.map(|(ip, _)| ip);
+                // A PTWRITE on a CPU without it (#UD, SIGILL): the tracer
+                // is the PT unit, so it runs it as the CPU would, a no-op
+                // that writes a packet, and the program never sees the
+                // fault.
+                let mut sig = Some(sig);
+                if let (Some(Signal::SIGILL), Some((ip, insn))) = (sig, t.stepping) {
+                    if ip == rip && matches!(insn.class, InsnClass::PtWrite { .. }) {
+                        rip = insn.next_ip(ip);
+                        ptrace::set_rip(tid, regs, rip)?;
+                        sig = Some(Signal::SIGTRAP);
+                    }
+                }
                 let entering_handler = t.entering_handler;
                 // A step ends in a SIGTRAP with a TRAP_* code; a SIGTRAP sent
                 // by the kernel or a process (si_code <= 0 or SI_KERNEL) is a
                 // signal, not the end of a step. When the step moved the IP it
                 // is the step's own trap, which spares the hot path a syscall.
-                let mut sig = Some(sig);
                 let mut step_trap = false;
                 if sig == Some(Signal::SIGTRAP) && prev.is_some() && Some(rip) != prev {
                     step_trap = true;

@@ -1,0 +1,443 @@
+//! Marks: what a trace says besides the control flow. The program's own
+//! PTWRITE values, the core's frequency (CBR), and its power states
+//! (MWAIT, PWRE, EXSTOP, PWRX) are packets that change no branch, so they
+//! are read by a scan of the packets alone, with the time each packet
+//! stands for ([`Time`]), independently of the engine that decodes the
+//! flow. A PTWRITE or EXSTOP with its IP bit set binds the FUP after it,
+//! which gives the instruction's address.
+//!
+//! [`scan`] reads one AUX queue into [`Mark`]s in trace order; [`Marks`]
+//! holds a thread's (or a CPU's) in time order, and derives the frequency
+//! steps and the sleeps (C-state stays) the viewer draws.
+
+use crate::block::DecoderConfig;
+use crate::packet::{self, IpKind, Packet, PacketError};
+use crate::timing::Time;
+
+/// What one mark says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MarkKind {
+    /// A PTWRITE's operand, `bytes` (4 or 8) wide.
+    PtWrite { payload: u64, bytes: u8 },
+    /// The core's ratio to the 100 MHz bus clock from here on.
+    Cbr { ratio: u8 },
+    /// MWAIT's operands: `hints` (the requested C-state minus one in bits
+    /// 7:4, its sub-state in 3:0) and `ext`.
+    Mwait { hints: u8, ext: u8 },
+    /// The thread entered C-state `cstate`.`sub`; `hw`: by the hardware's
+    /// own choice.
+    Pwre { hw: bool, cstate: u8, sub: u8 },
+    /// Execution stopped (the core went idle or halted).
+    Exstop,
+    /// The core woke: the deepest and last C-state of the stay, and why
+    /// ([`wake_reason`]).
+    Pwrx { deepest: u8, last: u8, wake: u8 },
+}
+
+/// One mark: its time (as the model's times count), the instruction it
+/// was bound to when the trace says (a PTWRITE's or EXSTOP's FUP), and
+/// what it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mark {
+    pub time: u64,
+    pub ip: Option<u64>,
+    pub kind: MarkKind,
+}
+
+impl Mark {
+    /// The mark as one line, as the hover and `decode`'s text output give
+    /// it; `mhz_per_ratio` turns a CBR into a frequency.
+    pub fn describe(&self, mhz_per_ratio: f64) -> String {
+        match self.kind {
+            MarkKind::PtWrite { payload, .. } => format!("ptwrite = {payload:#x}"),
+            MarkKind::Cbr { ratio } => {
+                format!("cbr {ratio}: {:.0} MHz", ratio as f64 * mhz_per_ratio)
+            }
+            MarkKind::Mwait { hints, ext } => format!(
+                "mwait C{}.{} (hints {hints:#x}, extensions {ext:#x})",
+                (hints >> 4).wrapping_add(1) & 0xf,
+                hints & 0xf
+            ),
+            MarkKind::Pwre { hw, cstate, sub } => format!(
+                "power entry C{cstate}.{sub}{}",
+                if hw { " (hardware)" } else { "" }
+            ),
+            MarkKind::Exstop => "execution stopped".to_string(),
+            MarkKind::Pwrx {
+                deepest,
+                last,
+                wake,
+            } => format!(
+                "power exit: deepest C{deepest}, last C{last}, woken by {}",
+                wake_reason(wake)
+            ),
+        }
+    }
+}
+
+/// PWRX's wake reasons, as the SDM names its bits.
+pub fn wake_reason(wake: u8) -> String {
+    let names = [
+        (1, "an interrupt"),
+        (2, "a timer deadline"),
+        (4, "a store to the monitored range"),
+        (8, "a C1 wake (hardware)"),
+    ];
+    let hit: Vec<&str> = names
+        .iter()
+        .filter(|(bit, _)| wake & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if hit.is_empty() {
+        "an unknown reason".to_string()
+    } else {
+        hit.join(" and ")
+    }
+}
+
+/// A stay in a C-state deeper than C0: from the power entry (or the
+/// execution stop, when no PWRE came) to the power exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sleep {
+    pub start: u64,
+    pub end: u64,
+    /// The C-state entered (PWRE's, else MWAIT's request, else 0).
+    pub cstate: u8,
+    /// The deepest C-state the core reached, from PWRX.
+    pub deepest: u8,
+    pub wake: u8,
+}
+
+/// A thread's or a CPU's marks, in time order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Marks {
+    marks: Vec<Mark>,
+}
+
+impl Marks {
+    /// `marks` sorted by time (stable: trace order within a time).
+    pub fn new(mut marks: Vec<Mark>) -> Marks {
+        marks.sort_by_key(|m| m.time);
+        Marks { marks }
+    }
+
+    pub fn all(&self) -> &[Mark] {
+        &self.marks
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.marks.is_empty()
+    }
+
+    /// The marks from `from` to `to` (inclusive): a binary search, for
+    /// drawing a window of a long trace.
+    pub fn between(&self, from: u64, to: u64) -> &[Mark] {
+        let a = self.marks.partition_point(|m| m.time < from);
+        let b = self.marks.partition_point(|m| m.time <= to);
+        &self.marks[a..b.max(a)]
+    }
+
+    pub fn ptwrites(&self) -> impl Iterator<Item = (&Mark, u64)> {
+        self.marks.iter().filter_map(|m| match m.kind {
+            MarkKind::PtWrite { payload, .. } => Some((m, payload)),
+            _ => None,
+        })
+    }
+
+    /// The frequency steps: each time the ratio changes, the new ratio.
+    pub fn frequency(&self) -> Vec<(u64, u8)> {
+        let mut out: Vec<(u64, u8)> = Vec::new();
+        for m in &self.marks {
+            if let MarkKind::Cbr { ratio } = m.kind {
+                if out.last().is_none_or(|&(_, r)| r != ratio) {
+                    out.push((m.time, ratio));
+                }
+            }
+        }
+        out
+    }
+
+    /// The C-state stays: a PWRE (or EXSTOP) opens one, the next PWRX
+    /// closes it. A stay still open at the end has no exit to end it and
+    /// is left out; a PWRX with nothing open is a stay whose entry the
+    /// trace did not hold, from its previous mark.
+    pub fn sleeps(&self) -> Vec<Sleep> {
+        let mut out = Vec::new();
+        let mut open: Option<(u64, u8)> = None;
+        let mut requested = 0u8;
+        let mut previous = None;
+        for m in &self.marks {
+            match m.kind {
+                MarkKind::Mwait { hints, .. } => requested = (hints >> 4).wrapping_add(1) & 0xf,
+                MarkKind::Pwre { cstate, .. } => {
+                    open.get_or_insert((m.time, cstate)).1 = cstate;
+                }
+                MarkKind::Exstop => {
+                    open.get_or_insert((m.time, requested));
+                }
+                MarkKind::Pwrx { deepest, wake, .. } => {
+                    let (start, cstate) = open.take().unwrap_or((
+                        previous.unwrap_or(m.time),
+                        if requested != 0 { requested } else { deepest },
+                    ));
+                    out.push(Sleep {
+                        start,
+                        end: m.time,
+                        cstate,
+                        deepest,
+                        wake,
+                    });
+                    requested = 0;
+                }
+                MarkKind::PtWrite { .. } | MarkKind::Cbr { .. } => {}
+            }
+            previous = Some(m.time);
+        }
+        out
+    }
+
+    /// Keeps only the CBRs that change the ratio: a PSB+ restates it.
+    pub fn drop_repeated_cbrs(&mut self) {
+        let mut last = None;
+        self.marks.retain(|m| match m.kind {
+            MarkKind::Cbr { ratio } => last.replace(ratio) != Some(ratio),
+            _ => true,
+        });
+    }
+}
+
+/// Marks found by [`scan`], and how many could not be placed in time.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub marks: Vec<Mark>,
+    /// Marks before the trace's first timing packet (or in a trace
+    /// without any), which have no time and are left out.
+    pub untimed: u64,
+}
+
+/// Reads `trace` (one AUX queue) for its marks, timed by its timing
+/// packets as the flow decoder times them and converted by `to_ns`. A
+/// packet that cannot be read skips to the next PSB.
+pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Scan {
+    let mut out = Scan::default();
+    let mut time = Time::default();
+    let mut last_ip = 0u64;
+    // A mark waiting for its FUP.
+    let mut bound: Option<Mark> = None;
+    let push = |out: &mut Scan, m: Mark| out.marks.push(m);
+    let Some(mut pos) = packet::find_psb(trace) else {
+        return out;
+    };
+    while pos < trace.len() {
+        let (p, n) = match packet::parse(&trace[pos..]) {
+            Ok(x) => x,
+            Err(PacketError::Truncated) => break,
+            Err(PacketError::Unknown(_)) => match packet::find_psb(&trace[pos + 1..]) {
+                Some(next) => {
+                    pos += 1 + next;
+                    bound = None;
+                    continue;
+                }
+                None => break,
+            },
+        };
+        pos += n;
+        let now = time.tsc().map(to_ns);
+        let mut mark = |out: &mut Scan, ip_follows: bool, kind: MarkKind| {
+            let Some(t) = now else {
+                out.untimed += 1;
+                return;
+            };
+            let m = Mark {
+                time: t,
+                ip: None,
+                kind,
+            };
+            if ip_follows {
+                if let Some(b) = bound.replace(m) {
+                    push(out, b);
+                }
+            } else {
+                push(out, m);
+            }
+        };
+        match p {
+            Packet::Psb => {
+                time.on_psb();
+                last_ip = 0;
+            }
+            Packet::Tsc(v) => time.on_tsc(v),
+            Packet::Mtc(v) => time.on_mtc(v, cfg),
+            Packet::Tma { ctc, fc } => time.on_tma(ctc, fc, cfg),
+            Packet::Cyc(v) => time.on_cyc(v, cfg),
+            Packet::Cbr(ratio) => {
+                time.on_cbr(ratio);
+                mark(&mut out, false, MarkKind::Cbr { ratio });
+            }
+            Packet::Ptw { ipb, payload } => {
+                // The packet's size says the operand's: PLC 0 is 4 bytes.
+                let bytes = if ptw_is_wide(&trace[pos - n..]) { 8 } else { 4 };
+                mark(&mut out, ipb != 0, MarkKind::PtWrite { payload, bytes });
+            }
+            Packet::Mwait { hints, ext } => mark(&mut out, false, MarkKind::Mwait { hints, ext }),
+            Packet::Pwre { hw, cstate, sub } => {
+                mark(&mut out, false, MarkKind::Pwre { hw, cstate, sub })
+            }
+            Packet::Exstop { ip } => mark(&mut out, ip, MarkKind::Exstop),
+            Packet::Pwrx {
+                deepest,
+                last,
+                wake,
+            } => mark(
+                &mut out,
+                false,
+                MarkKind::Pwrx {
+                    deepest,
+                    last,
+                    wake,
+                },
+            ),
+            Packet::Tip { kind, ipb, payload } => {
+                let ip = packet::expand_ip(last_ip, ipb, payload);
+                if let Some(ip) = ip {
+                    last_ip = ip;
+                }
+                if kind == IpKind::Fup {
+                    if let Some(mut b) = bound.take() {
+                        b.ip = ip;
+                        push(&mut out, b);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(b) = bound {
+        out.marks.push(b);
+    }
+    out
+}
+
+/// Whether the PTW packet at the start of `bytes` carries 8 bytes.
+fn ptw_is_wide(bytes: &[u8]) -> bool {
+    bytes.get(1).is_some_and(|b| (b >> 5) & 3 == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> DecoderConfig {
+        DecoderConfig::default()
+    }
+
+    const PSB: [u8; 16] = packet::PSB_BYTES;
+
+    /// PSB, TSC `tsc`, CBR 10, PSBEND.
+    fn start(tsc: u64) -> Vec<u8> {
+        let mut t = PSB.to_vec();
+        t.push(0x19);
+        t.extend_from_slice(&tsc.to_le_bytes()[..7]);
+        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
+        t.extend_from_slice(&[0x02, 0x23]);
+        t
+    }
+
+    fn tsc(t: &mut Vec<u8>, v: u64) {
+        t.push(0x19);
+        t.extend_from_slice(&v.to_le_bytes()[..7]);
+    }
+
+    #[test]
+    fn a_ptwrite_takes_the_ip_of_its_fup_and_its_width() {
+        let mut t = start(1000);
+        // PTW, 8 bytes, IP bit; then FUP with a full 6-byte IP.
+        t.extend_from_slice(&[0x02, 0xb2]);
+        t.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
+        tsc(&mut t, 2000);
+        // PTW, 4 bytes, no IP.
+        t.extend_from_slice(&[0x02, 0x12, 0x2a, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        assert_eq!(s.untimed, 0);
+        let m = Marks::new(s.marks);
+        let ptw: Vec<(u64, Option<u64>, u64)> =
+            m.ptwrites().map(|(m, p)| (m.time, m.ip, p)).collect();
+        assert_eq!(
+            ptw,
+            [
+                (1000, Some(0x40_1234), 0x1122_3344_5566_7788),
+                (2000, None, 0x2a)
+            ]
+        );
+        assert!(matches!(
+            m.all()[1].kind,
+            MarkKind::PtWrite { bytes: 8, .. }
+        ));
+        assert!(matches!(
+            m.all()[2].kind,
+            MarkKind::PtWrite { bytes: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn frequency_steps_and_sleeps() {
+        let mut t = start(1000);
+        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
+        tsc(&mut t, 1100);
+        t.extend_from_slice(&[0x02, 0x03, 24, 0]);
+        tsc(&mut t, 1200);
+        // MWAIT C3 (hints 0x20), PWRE C3.0, EXSTOP (no IP).
+        t.extend_from_slice(&[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
+        t.extend_from_slice(&[0x02, 0x22, 0, 0x30]);
+        t.extend_from_slice(&[0x02, 0x62]);
+        tsc(&mut t, 5200);
+        // PWRX: deepest C6, last C3, woken by an interrupt.
+        t.extend_from_slice(&[0x02, 0xa2, 0x36, 1, 0, 0, 0]);
+        let mut m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
+        m.drop_repeated_cbrs();
+        assert_eq!(m.all().len(), 6, "{:?}", m.all());
+        assert_eq!(
+            m.sleeps(),
+            [Sleep {
+                start: 1200,
+                end: 5200,
+                cstate: 3,
+                deepest: 6,
+                wake: 1
+            }]
+        );
+        assert_eq!(
+            m.all()[2].describe(100.0),
+            "mwait C3.0 (hints 0x20, extensions 0x1)"
+        );
+        assert!(m.all()[5].describe(100.0).contains("an interrupt"));
+        assert_eq!(m.between(1100, 1200).len(), 4);
+    }
+
+    #[test]
+    fn marks_before_any_time_are_counted_not_placed() {
+        let mut t = PSB.to_vec();
+        t.extend_from_slice(&[0x02, 0x23]);
+        t.extend_from_slice(&[0x02, 0x12, 1, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        assert!(s.marks.is_empty());
+        assert_eq!(s.untimed, 1);
+    }
+
+    #[test]
+    fn garbage_skips_to_the_next_psb() {
+        let mut t = start(10);
+        t.extend_from_slice(&[0x02, 0xff, 0xff]);
+        t.extend(start(20));
+        t.extend_from_slice(&[0x02, 0x12, 7, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        let m = Marks::new(s.marks);
+        assert_eq!(
+            m.ptwrites().map(|(m, p)| (m.time, p)).collect::<Vec<_>>(),
+            [(20, 7)]
+        );
+    }
+}
