@@ -17,6 +17,9 @@
 //! - [`view`] draws a whole frame: toolbar, overview, timeline, bottom tabs.
 //! - [`timeline`] draws the axis and the thread tracks, and handles the mouse.
 //! - [`frame_mesh`] builds the frame's one mesh of span boxes, merged per pixel.
+//! - [`marks_row`] draws a thread's marks: PTWRITE values, the core's
+//!   frequency and its sleeps; [`cpu_lanes`] draws a per-CPU trace's
+//!   lanes, which thread ran on each CPU when.
 //! - [`time_window`] holds the visible time window, exact deep into a trace.
 //! - [`axis`] picks the axis's ticks and formats times and durations.
 //! - [`overview`] draws the strip showing the whole snapshot.
@@ -39,6 +42,7 @@ pub mod axis;
 #[doc(hidden)]
 pub mod bench;
 pub mod color;
+pub mod cpu_lanes;
 pub mod details_panel;
 pub mod flame_graph;
 pub mod frame_mesh;
@@ -46,6 +50,7 @@ pub mod fuzzy;
 pub mod help;
 pub mod histogram;
 pub mod lines;
+pub mod marks_row;
 pub mod overview;
 pub mod range;
 pub mod search;

@@ -103,10 +103,51 @@ impl Search {
     }
 }
 
+/// The PTWRITEs whose text (`ptwrite = 0x…`, as the hover gives it)
+/// holds the query, as (thread, time) in time order: a query that names
+/// no function can name a value the program wrote.
+pub fn ptwrite_hits(model: &ptscope_decoder::model::Model, query: &str) -> Vec<(u32, u64)> {
+    let needle = query.trim().to_lowercase();
+    if needle.is_empty() {
+        return Vec::new();
+    }
+    let mut hits = Vec::new();
+    for (ti, t) in model.threads.iter().enumerate() {
+        for (m, payload) in t.marks.ptwrites() {
+            if substring_match(&format!("ptwrite = {payload:#x}"), &needle) {
+                hits.push((ti as u32, m.time));
+            }
+        }
+    }
+    hits.sort_by_key(|h| (h.1, h.0));
+    hits
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ptscope_decoder::event::SpanKind;
+
+    #[test]
+    fn ptwrites_match_by_their_value() {
+        use ptscope_decoder::marks::{Mark, MarkKind, Marks};
+        use ptscope_decoder::model::{Model, ThreadModel};
+        let mut t = ThreadModel::from_spans(Default::default());
+        let ptw = |time, payload| Mark {
+            time,
+            ip: None,
+            kind: MarkKind::PtWrite { payload, bytes: 8 },
+        };
+        t.marks = Marks::new(vec![ptw(30, 0x1005), ptw(10, 0xbeef), ptw(20, 0x10050)]);
+        let m = Model {
+            threads: vec![t],
+            ..Model::default()
+        };
+        assert_eq!(ptwrite_hits(&m, "ptwrite = 0x1005"), [(0, 20), (0, 30)]);
+        assert_eq!(ptwrite_hits(&m, "BEEF"), [(0, 10)]);
+        assert_eq!(ptwrite_hits(&m, "ptwrite").len(), 3);
+        assert!(ptwrite_hits(&m, "main").is_empty());
+    }
 
     #[test]
     fn substring_ignores_case() {

@@ -6,6 +6,9 @@
 //! and only the boxes wide enough for a label get a text shape. Line detail
 //! ([`crate::lines`]) goes into the same mesh: line spans in the lanes
 //! under their function spans, instructions in a row under the track. The
+//! Above the threads, a per-CPU trace gets a lane per CPU
+//! ([`crate::cpu_lanes`]); under a thread's header, its marks (PTWRITE,
+//! frequency, sleeps) get a row ([`crate::marks_row`]). The
 //! widget reports what the user did as [`TimelineEvent`]s and leaves acting
 //! on them to the view ([`crate::view`]), which owns the selection and the
 //! panels.
@@ -23,8 +26,10 @@ use ptscope_decoder::store::flag;
 
 use crate::axis::{self, format_duration, format_duration_in, TimeMode, TimeUnit};
 use crate::color::{text_on, FuncStyle, MERGED};
+use crate::cpu_lanes;
 use crate::frame_mesh::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
 use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
+use crate::marks_row::{self, RowGeom, MARKS_H};
 use crate::spans::{merged_label, self_time, PseudoIndex, SpanRef};
 use crate::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};
 
@@ -48,6 +53,11 @@ pub enum RowKind {
     Lane,
     /// The thread's instructions, under its deepest lane.
     Insns,
+    /// The thread's marks ([`crate::marks_row`]), under its header.
+    Marks,
+    /// A CPU's lane ([`crate::cpu_lanes`]), above the threads: `thread`
+    /// is its index in the model's CPUs.
+    Cpu,
 }
 
 /// One lane on screen this frame.
@@ -317,6 +327,7 @@ impl Timeline {
         self.layout_spans(input, tracks);
         painter.add(Shape::mesh(self.buf.take_mesh()));
         self.draw_labels(&painter, input);
+        self.draw_marks_and_cpus(&painter, input);
         self.draw_line_labels(&painter, input, disasm);
         self.draw_selection(&painter, input);
         self.draw_range(&painter, input, tracks);
@@ -338,23 +349,67 @@ impl Timeline {
         (lanes, lines.is_some_and(|l| l.has_insn_row(ti)))
     }
 
+    /// Whether thread `ti` shows a marks row: its trace holds marks and
+    /// it is not folded.
+    fn marks_row(&self, input: &TimelineInput, ti: usize) -> bool {
+        let t = &input.model.threads[ti];
+        !t.marks.is_empty() && !self.collapsed.contains(&t.spans.tid)
+    }
+
     fn track_height(&self, input: &TimelineInput, ti: usize) -> f32 {
         let (lanes, insns) = self.track(input, ti);
-        (lanes + insns as usize) as f32 * LANE_H
+        let marks = if self.marks_row(input, ti) {
+            MARKS_H
+        } else {
+            0.0
+        };
+        (lanes + insns as usize) as f32 * LANE_H + marks
+    }
+
+    /// Height of the CPU lanes above the threads.
+    fn cpus_height(input: &TimelineInput) -> f32 {
+        input.model.cpus.len() as f32 * LANE_H
     }
 
     fn content_height(&self, input: &TimelineInput) -> f32 {
-        (0..input.model.threads.len())
-            .map(|ti| HEADER_H + self.track_height(input, ti))
-            .sum()
+        Self::cpus_height(input)
+            + (0..input.model.threads.len())
+                .map(|ti| HEADER_H + self.track_height(input, ti))
+                .sum::<f32>()
     }
 
     /// The rows that intersect `tracks` vertically.
     fn build_rows(&mut self, input: &TimelineInput, tracks: Rect) {
         self.rows.clear();
         let mut y = tracks.top() - self.scroll_y;
+        for ci in 0..input.model.cpus.len() {
+            let (y0, y1) = (y, y + LANE_H);
+            y = y1;
+            if y1 >= tracks.top() && y0 <= tracks.bottom() {
+                self.rows.push(Row {
+                    thread: ci as u32,
+                    depth: 0,
+                    kind: RowKind::Cpu,
+                    y0,
+                    y1: y1 - 1.0,
+                });
+            }
+        }
         for ti in 0..input.model.threads.len() {
             y += HEADER_H;
+            if self.marks_row(input, ti) {
+                let (y0, y1) = (y, y + MARKS_H);
+                y = y1;
+                if y1 >= tracks.top() && y0 <= tracks.bottom() {
+                    self.rows.push(Row {
+                        thread: ti as u32,
+                        depth: 0,
+                        kind: RowKind::Marks,
+                        y0,
+                        y1: y1 - 1.0,
+                    });
+                }
+            }
             let (lanes, insns) = self.track(input, ti);
             let kinds = (0..lanes)
                 .map(|d| (d, RowKind::Lane))
@@ -389,6 +444,13 @@ impl Timeline {
             search: input.search,
         };
         for (ri, row) in self.rows.iter().enumerate() {
+            if matches!(row.kind, RowKind::Marks | RowKind::Cpu) {
+                let none = self.buf.boxes.len()..self.buf.boxes.len();
+                self.row_boxes.push(none);
+                let none = self.line_boxes.len()..self.line_boxes.len();
+                self.row_line_boxes.push(none);
+                continue;
+            }
             let t = &input.model.threads[row.thread as usize].spans;
             let geom = LaneGeom {
                 left: tracks.left(),
@@ -406,7 +468,9 @@ impl Timeline {
                     &geom,
                     &paint,
                 ),
-                RowKind::Insns => self.buf.boxes.len()..self.buf.boxes.len(),
+                RowKind::Insns | RowKind::Marks | RowKind::Cpu => {
+                    self.buf.boxes.len()..self.buf.boxes.len()
+                }
             };
             self.row_boxes.push(r);
             let segs = input
@@ -426,6 +490,7 @@ impl Timeline {
                 RowKind::Insns => {
                     lines::layout_insn_row(mesh, &mut self.line_boxes, segs, &self.window, &geom)
                 }
+                RowKind::Marks | RowKind::Cpu => continue,
             };
             self.row_line_boxes.push(r);
         }
@@ -460,7 +525,7 @@ impl Timeline {
             if b.count > 1 {
                 let what = match row.kind {
                     RowKind::Lane => "lines",
-                    RowKind::Insns => "instructions",
+                    _ => "instructions",
                 };
                 cands[0] = format!("{} {what}", b.count);
                 cands[1] = b.count.to_string();
@@ -643,11 +708,121 @@ impl Timeline {
         );
     }
 
+    /// Where row `row` is drawn, for the marks and CPU rows.
+    fn row_geom(&self, row: &Row) -> RowGeom<'_> {
+        RowGeom {
+            window: &self.window,
+            px_per_ns: self.window.px_per_ns(self.width_px),
+            left: self.tracks_rect.left(),
+            right: self.tracks_rect.right(),
+            y0: row.y0,
+            y1: row.y1,
+        }
+    }
+
+    /// The end of thread `ti`'s track: its last span's end, or its last
+    /// mark.
+    fn track_end(model: &Model, ti: usize) -> u64 {
+        let t = &model.threads[ti];
+        let last = t.marks.all().last().map_or(0, |m| m.time);
+        t.spans.time_range().map_or(last, |r| r.1.max(last))
+    }
+
+    /// The marks rows of the threads and the CPU lanes on screen.
+    fn draw_marks_and_cpus(&self, painter: &Painter, input: &TimelineInput) {
+        let model = input.model;
+        for row in &self.rows {
+            let g = self.row_geom(row);
+            match row.kind {
+                RowKind::Marks => {
+                    let ti = row.thread as usize;
+                    let end = Self::track_end(model, ti);
+                    marks_row::draw(painter, &model.threads[ti].marks, end, model.cbr_mhz, &g);
+                }
+                RowKind::Cpu => {
+                    cpu_lanes::draw(painter, model, &model.cpus[row.thread as usize], &g);
+                }
+                RowKind::Lane | RowKind::Insns => {}
+            }
+        }
+    }
+
+    /// The tooltip of a marks row or CPU lane under the pointer; false if
+    /// the pointer is on neither.
+    fn hover_marks_or_cpu(&self, resp: &Response, input: &TimelineInput, pos: egui::Pos2) -> bool {
+        let Some(row) = self.row_at(pos) else {
+            return false;
+        };
+        let g = self.row_geom(&row);
+        let model = input.model;
+        let text = match row.kind {
+            RowKind::Marks => {
+                let ti = row.thread as usize;
+                let end = Self::track_end(model, ti);
+                marks_row::hover(&model.threads[ti].marks, end, model.cbr_mhz, &g, pos.x)
+            }
+            RowKind::Cpu => {
+                let cpu = &model.cpus[row.thread as usize];
+                cpu_lanes::hit(cpu, &g, pos.x)
+                    .map(|s| cpu_lanes::describe(model, cpu, s))
+                    .into_iter()
+                    .collect()
+            }
+            RowKind::Lane | RowKind::Insns => return false,
+        };
+        if !text.is_empty() {
+            resp.clone().on_hover_ui_at_pointer(|ui| {
+                for (i, l) in text.iter().enumerate() {
+                    if i == 0 {
+                        ui.strong(l);
+                    } else {
+                        ui.label(l);
+                    }
+                }
+            });
+        }
+        true
+    }
+
+    /// The row under `pos`, if any.
+    fn row_at(&self, pos: egui::Pos2) -> Option<Row> {
+        self.rows
+            .iter()
+            .find(|r| pos.y >= r.y0 && pos.y <= r.y1 + 1.0)
+            .copied()
+    }
+
+    /// A click on a CPU lane's slice: the view goes to that thread (its
+    /// track scrolled to the top, unfolded) over the slice's time. False
+    /// if the click was not on a slice.
+    fn click_cpu(&mut self, pos: Option<egui::Pos2>, input: &TimelineInput) -> bool {
+        let Some(row) = pos
+            .and_then(|p| self.row_at(p))
+            .filter(|r| r.kind == RowKind::Cpu)
+        else {
+            return false;
+        };
+        let model = input.model;
+        let cpu = &model.cpus[row.thread as usize];
+        let Some(slice) = cpu_lanes::hit(cpu, &self.row_geom(&row), pos.unwrap().x).copied() else {
+            return true;
+        };
+        if let Some(ti) = model.threads.iter().position(|t| t.spans.tid == slice.tid) {
+            self.set_collapsed(slice.tid, false);
+            let above: f32 = (0..ti)
+                .map(|i| HEADER_H + self.track_height(input, i))
+                .sum();
+            self.scroll_y = above;
+        }
+        self.fit(slice.start, slice.end);
+        true
+    }
+
     /// Thread headers: a clickable, labelled bar per thread that folds its
     /// lanes.
     fn headers(&mut self, ui: &mut Ui, input: &TimelineInput, tracks: Rect) {
         let painter = ui.painter_at(tracks);
-        let mut y = tracks.top() - self.scroll_y;
+        let mut y = tracks.top() - self.scroll_y + Self::cpus_height(input);
         let mut toggle = None;
         for (ti, t) in input.model.threads.iter().enumerate() {
             let t = &t.spans;
@@ -749,6 +924,7 @@ impl Timeline {
                 Some((l.get(a)?.start, l.get(z)?.end))
             }
             RowKind::Insns => Some((seg.insns.get(a)?.start, seg.insns.get(z)?.end)),
+            RowKind::Marks | RowKind::Cpu => None,
         }
     }
 
@@ -773,7 +949,7 @@ impl Timeline {
             let covered = Self::line_box_times(frame, &row, &b).map_or(0, |(s, e)| e - s);
             let what = match row.kind {
                 RowKind::Lane => "lines",
-                RowKind::Insns => "instructions",
+                _ => "instructions",
             };
             resp.clone()
                 .on_hover_ui_at_pointer(|ui| lines::merged_tooltip(ui, what, b.count, covered));
@@ -806,6 +982,7 @@ impl Timeline {
                     lines::insn_tooltip(ui, insn, dis.as_deref(), origin, mode);
                 });
             }
+            RowKind::Marks | RowKind::Cpu => return false,
         }
         true
     }
@@ -835,6 +1012,9 @@ impl Timeline {
             return;
         }
         if self.hover_line(resp, input, pos, disasm) {
+            return;
+        }
+        if self.hover_marks_or_cpu(resp, input, pos) {
             return;
         }
         let Some((row, b)) = self.hovered_box(pos) else {
@@ -957,6 +1137,7 @@ impl Timeline {
                 key,
                 index: b.first,
             }),
+            RowKind::Marks | RowKind::Cpu => return None,
         }))
     }
 
@@ -1083,6 +1264,9 @@ impl Timeline {
         // Clicks: select, zoom into merged boxes, fit on double-click.
         if resp.clicked() || resp.double_clicked() {
             let pos = resp.interact_pointer_pos();
+            if self.click_cpu(pos, input) {
+                return;
+            }
             if let Some(ev) = self.click_line(pos, resp.double_clicked(), input) {
                 events.extend(ev);
                 return;

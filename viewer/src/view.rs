@@ -75,6 +75,8 @@ pub struct TraceView {
     spans: Vec<u64>,
     /// Matching pseudo-spans (`[untraced]`, …), which are no calls.
     matched_other: u64,
+    /// PTWRITEs whose value matches the search: (thread, time).
+    ptwrite_hits: Vec<(u32, u64)>,
     /// Which spans are not calls, for merged boxes' counts.
     pseudo: PseudoIndex,
     /// Per thread, why it decoded to almost nothing, if it did.
@@ -109,6 +111,7 @@ impl TraceView {
             calls: Vec::new(),
             spans: Vec::new(),
             matched_other: 0,
+            ptwrite_hits: Vec::new(),
             pseudo: PseudoIndex::default(),
             diagnoses: Vec::new(),
             group: None,
@@ -189,6 +192,33 @@ impl TraceView {
         if self.search.update(&self.model.funcs) || force {
             self.matched_calls = self.search.matched_calls(&self.calls);
             self.matched_other = self.search.matched_calls(&self.spans) - self.matched_calls;
+            self.ptwrite_hits = crate::search::ptwrite_hits(&self.model, &self.search.text);
+        }
+    }
+
+    /// PTWRITEs whose value matches the search, as (thread, time).
+    pub fn ptwrite_hits(&self) -> &[(u32, u64)] {
+        &self.ptwrite_hits
+    }
+
+    /// Shows the next (or previous) PTWRITE that matches the search after
+    /// the middle of the view: the view centers on it, at most
+    /// [`PTWRITE_VIEW_NS`] wide.
+    fn step_ptwrite(&mut self, forward: bool) {
+        let w = self.timeline.window;
+        let mid = w.start.saturating_add((w.width / 2.0) as u64);
+        let hits = &self.ptwrite_hits;
+        let next = if forward {
+            hits.iter().find(|h| h.1 > mid)
+        } else {
+            hits.iter().rev().find(|h| h.1 < mid)
+        };
+        if let Some(&(_, t)) = next.or(if forward { hits.first() } else { hits.last() }) {
+            // No wider than a few µs: the instructions around it are what
+            // a PTWRITE marks.
+            let half = (w.width.min(PTWRITE_VIEW_NS) / 2.0).max(1.0) as u64;
+            self.timeline
+                .fit(t.saturating_sub(half), t.saturating_add(half));
         }
     }
 
@@ -603,6 +633,10 @@ impl TraceView {
     /// Selects and shows the next (or previous) matching call after the
     /// selection (or the view's left edge).
     pub fn step_match(&mut self, forward: bool) {
+        if self.matched_calls + self.matched_other == 0 && !self.ptwrite_hits.is_empty() {
+            self.step_ptwrite(forward);
+            return;
+        }
         let Some(mask) = self.search.mask() else {
             return;
         };
@@ -883,6 +917,9 @@ impl TraceView {
                     // Pseudo-spans match by name but are no calls.
                     text.push_str(&format!(", and {} other spans", self.matched_other));
                 }
+                if !self.ptwrite_hits.is_empty() {
+                    text.push_str(&format!(", {} PTWRITE values", self.ptwrite_hits.len()));
+                }
                 ui.label(text);
                 if ui.button("<").on_hover_text("Previous match").clicked() {
                     self.step_match(false);
@@ -1063,6 +1100,9 @@ impl TraceView {
 }
 
 /// The toolbar's note for a trace without timing, and its explanation.
+/// The widest view stepping to a PTWRITE shows, ns.
+pub const PTWRITE_VIEW_NS: f64 = 2_000.0;
+
 pub const UNTIMED_LABEL: &str = "no timing: axis in instructions";
 const UNTIMED_HOVER: &str = "This trace has no timing packets (recorded with tsc=0), so \
     spans are placed by the instructions each thread (or CPU) retired, not by time.";

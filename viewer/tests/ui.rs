@@ -491,3 +491,102 @@ fn brushing_the_slow_mode_of_the_histogram_lists_exactly_the_slow_calls() {
     h.run();
     assert!(h.state().details().unwrap().brush.is_none());
 }
+
+/// [`model`] as a per-CPU trace: CPU 0 ran the demo thread then the
+/// worker; the worker wrote two PTWRITE values and its core changed
+/// frequency.
+fn cpus_model() -> Model {
+    use ptscope_decoder::cpus::{CpuSlice, CpuTrack};
+    use ptscope_decoder::marks::{Mark, MarkKind, Marks};
+    let mut m = model();
+    let base = m.time_range().unwrap().0;
+    let mark = |time, kind| Mark {
+        time,
+        ip: Some(0x1300),
+        kind,
+    };
+    m.threads[1].marks = Marks::new(vec![
+        mark(base + 1_000, MarkKind::Cbr { ratio: 10 }),
+        mark(
+            base + 2_000,
+            MarkKind::PtWrite {
+                payload: 0x1005,
+                bytes: 8,
+            },
+        ),
+        mark(base + 5_000, MarkKind::Cbr { ratio: 24 }),
+        mark(
+            base + 6_000,
+            MarkKind::PtWrite {
+                payload: 0xbeef,
+                bytes: 8,
+            },
+        ),
+    ]);
+    m.cbr_mhz = 100.0;
+    let slice = |start, end, tid| CpuSlice {
+        start: base + start,
+        end: base + end,
+        pid: 100,
+        tid,
+    };
+    m.cpus = vec![CpuTrack {
+        cpu: 0,
+        slices: vec![slice(0, 3_000, 100), slice(3_000, 9_500, 101)],
+        marks: Marks::default(),
+    }];
+    m
+}
+
+/// The screen x of time `t` in the view.
+fn x_of(h: &Harness<'_, TraceView>, t: u64) -> f32 {
+    let tracks = h.get_by_label("Timeline tracks").rect();
+    let (a, b) = h.state().view_range();
+    tracks.left() + ((t - a) as f64 / (b - a) as f64 * tracks.width() as f64) as f32
+}
+
+#[test]
+fn clicking_a_cpu_slice_goes_to_its_thread_at_that_time() {
+    let mut h = harness_on(cpus_model());
+    let base = model().time_range().unwrap().0;
+    h.get_by_label("101 worker").click();
+    h.run();
+    assert!(h.state().is_thread_collapsed(101));
+    let (a0, b0) = h.state().view_range();
+    // The CPU lane is the first row under the axis.
+    let tracks = h.get_by_label("Timeline tracks").rect();
+    let at = Pos2::new(x_of(&h, base + 6_000), tracks.top() + 9.0);
+    click(&mut h, at, Modifiers::NONE);
+    let (a, b) = h.state().view_range();
+    assert!(a <= base + 3_000 && b >= base + 9_500, "{a}..{b}");
+    assert!(
+        b - a < b0 - a0,
+        "zoomed to the slice: {a0}..{b0} -> {a}..{b}"
+    );
+    assert!(!h.state().is_thread_collapsed(101), "its track is unfolded");
+}
+
+#[test]
+fn a_ptwrite_value_is_found_by_search_and_shown_on_hover() {
+    let mut h = harness_on(cpus_model());
+    let base = model().time_range().unwrap().0;
+    h.state_mut().set_search("ptwrite = 0xbeef");
+    h.run();
+    assert_eq!(h.state().ptwrite_hits(), [(1, base + 6_000)]);
+    h.get_by_label_contains("1 PTWRITE values");
+    h.state_mut().step_match(true);
+    h.run();
+    let (a, b) = h.state().view_range();
+    let mid = a + (b - a) / 2;
+    assert!(mid.abs_diff(base + 6_000) <= 2, "centered on it: {a}..{b}");
+    // The worker's marks row: under the CPU lane, the demo thread's
+    // header and two lanes, and the worker's header.
+    h.state_mut().fit_all();
+    h.run();
+    let tracks = h.get_by_label("Timeline tracks").rect();
+    let y = tracks.top() + 18.0 + 20.0 + 2.0 * 18.0 + 20.0 + 8.0;
+    h.hover_at(Pos2::new(x_of(&h, base + 2_000), y));
+    h.run();
+    h.get_by_label_contains("ptwrite = 0x1005");
+    h.get_by_label_contains("core at 1000 MHz");
+}
