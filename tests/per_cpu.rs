@@ -63,6 +63,91 @@ fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
     assert_same_instructions("ptscope", &our_instructions(snap), truth);
 }
 
+/// Per CPU: (tid, start, end) of each stay, times relative to the first
+/// stay's start anywhere.
+type Lanes = BTreeMap<u32, Vec<(i32, u64, u64)>>;
+
+/// `decode --level cpus` equals perf's `--show-switch-events`: every
+/// stay of a thread on a CPU, from its switch-in to the next switch-in
+/// there or its own switch-out, to the nanosecond (but the last stay of
+/// each CPU, which ptscope ends where the trace does).
+fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
+    let out = run_ok(
+        ptscope()
+            .args(["decode", "--level", "cpus", "--format", "json"])
+            .arg(snap),
+        "decode --level cpus",
+    );
+    let mut ours = Lanes::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        ours.entry(v["cpu"].as_u64().unwrap() as u32)
+            .or_default()
+            .push((
+                v["tid"].as_i64().unwrap() as i32,
+                v["start_ns"].as_u64().unwrap(),
+                v["end_ns"].as_u64().unwrap(),
+            ));
+    }
+    let extracted = extract(snap, dir);
+    let out = perf_script(
+        &extracted,
+        &[
+            "--ns",
+            "--show-switch-events",
+            "--itrace=",
+            "-F",
+            "tid,cpu,time",
+        ],
+    );
+    // Per CPU: (time, tid, in).
+    let mut events: BTreeMap<u32, Vec<(u64, i32, bool)>> = BTreeMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() < 5 || w[3] != "PERF_RECORD_SWITCH" {
+            continue;
+        }
+        let tid: i32 = w[0].parse().unwrap();
+        let cpu: u32 = w[1].trim_matches(|c| c == '[' || c == ']').parse().unwrap();
+        let (sec, ns) = w[2].trim_end_matches(':').split_once('.').unwrap();
+        let time = sec.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+        events
+            .entry(cpu)
+            .or_default()
+            .push((time, tid, w[4] == "IN"));
+    }
+    let mut perf = Lanes::new();
+    for (cpu, evs) in &events {
+        let ins: Vec<&(u64, i32, bool)> = evs.iter().filter(|e| e.2).collect();
+        for (i, &&(t, tid, _)) in ins.iter().enumerate() {
+            let next = ins.get(i + 1).map_or(u64::MAX, |n| n.0);
+            let end = evs
+                .iter()
+                .find(|e| !e.2 && e.1 == tid && e.0 >= t && e.0 <= next)
+                .map_or(next, |e| e.0);
+            perf.entry(*cpu).or_default().push((tid, t, end));
+        }
+    }
+    let origin = |l: &Lanes| l.values().flatten().map(|s| s.1).min().unwrap();
+    let (o, p) = (origin(&ours), origin(&perf));
+    let rel = |l: &Lanes, o: u64| -> Lanes {
+        l.iter()
+            .map(|(cpu, v)| {
+                let n = v.len();
+                let v = v
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (s.0, s.1 - o, if i + 1 == n { 0 } else { s.2 - o }))
+                    .collect();
+                (*cpu, v)
+            })
+            .collect()
+    };
+    let (ours, perf) = (rel(&ours, o), rel(&perf, p));
+    assert!(ours.values().map(Vec::len).sum::<usize>() >= 4, "{ours:?}");
+    assert_eq!(ours, perf);
+}
+
 #[test]
 fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     // Both threads spin, so time slices end mid-code and each thread comes
@@ -101,6 +186,10 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
 
     // Three decoders, one truth.
     three_judges(&snap, dir.path(), &truth);
+
+    // The CPU lanes: who ran on each CPU when, as perf's switch events
+    // tell it.
+    cpu_lanes_match_perfs(&snap, dir.path());
 
     // One track per thread; each buffer's checkpoints are timed by its own
     // packets: nonzero, and in order along the buffer.

@@ -281,7 +281,8 @@ pub enum Command {
         /// with its disassembly, line and time ("exact":false, or `~`, where
         /// the time is spread between timing packets); marks: PTWRITE
         /// values, frequency (CBR) changes and power events (MWAIT, PWRE,
-        /// EXSTOP, PWRX), per thread and per CPU.
+        /// EXSTOP, PWRX), per thread and per CPU; cpus: for a per-CPU
+        /// trace, which thread ran on each CPU when.
         #[arg(long, value_enum, default_value = "calls")]
         level: ptscope::report::Level,
         /// text: an indented call tree; json: one span per line, with
@@ -523,6 +524,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ptscope::report::Level::Calls => ptscope::report::decode(m, from, to, format, out),
             ptscope::report::Level::Marks => {
                 ptscope::report::decode_marks(m, from, to, format, out)
+            }
+            ptscope::report::Level::Cpus => {
+                ptscope::report::decode_cpus(m, file, from, to, format, out)
             }
             fine => ptscope::report::decode_fine(m, file, from, to, fine, format, out),
         }),

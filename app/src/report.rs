@@ -37,6 +37,9 @@ pub enum Level {
     /// What the trace says besides the flow: PTWRITE values, the core's
     /// frequency (CBR) and power states, per thread and per CPU.
     Marks,
+    /// Which thread ran on each CPU when (a per-CPU trace's CPU lanes):
+    /// a slice per stay of a thread on a CPU.
+    Cpus,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -329,6 +332,62 @@ pub fn decode_marks(
         }
         for k in c.marks.between(lo, hi) {
             one(out, None, Some(c.cpu), k)?;
+        }
+    }
+    Ok(())
+}
+
+/// `decode --level cpus`: every CPU's slices, in time order, with times
+/// in ns since the first timestamp.
+pub fn decode_cpus(
+    m: &Model,
+    file: &Path,
+    from: Option<u64>,
+    to: Option<u64>,
+    format: Format,
+    out: &mut impl Write,
+) -> Result<()> {
+    if m.cpus.is_empty() {
+        bail!(
+            "{}: the trace is per thread, not per CPU: it has no CPU lanes",
+            file.display()
+        );
+    }
+    let base = m.time_range().map_or(0, |r| r.0);
+    let lo = base.saturating_add(from.unwrap_or(0));
+    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    for c in &m.cpus {
+        if format == Format::Text {
+            writeln!(out, "cpu {}", c.cpu)?;
+        }
+        for s in c.slices_between(lo, hi) {
+            let comm = m
+                .threads
+                .iter()
+                .find(|t| t.spans.tid == s.tid)
+                .map_or("", |t| t.spans.comm.as_str());
+            let (start, end) = (s.start.saturating_sub(base), s.end.saturating_sub(base));
+            match format {
+                Format::Text => writeln!(
+                    out,
+                    "{start:>12} {:>10}  {} {comm} (pid {})",
+                    end - start,
+                    s.tid,
+                    s.pid
+                )?,
+                Format::Json => json_line(
+                    out,
+                    &serde_json::json!({
+                        "cpu": c.cpu,
+                        "tid": s.tid,
+                        "pid": s.pid,
+                        "comm": comm,
+                        "start_ns": start,
+                        "end_ns": end,
+                        "unit": m.unit.as_str(),
+                    }),
+                )?,
+            }
         }
     }
     Ok(())

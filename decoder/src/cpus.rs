@@ -34,12 +34,20 @@ impl CpuTrack {
     }
 }
 
-/// The slices of `cpu` from its switch-ins `(time, pid, tid)` (sorted by
-/// time), the last one running to `end`.
-pub fn slices(switches: &[(u64, i32, i32)], end: u64) -> Vec<CpuSlice> {
+/// The slices of a CPU from its switch-ins `(time, pid, tid)` and its
+/// switch-outs `(time, tid)` (each sorted by time): a stay ends at the
+/// next switch-in, or at the thread's own switch-out before it; the last
+/// one runs to `end`.
+pub fn slices(switches: &[(u64, i32, i32)], outs: &[(u64, i32)], end: u64) -> Vec<CpuSlice> {
     let mut out = Vec::new();
     for (i, &(start, pid, tid)) in switches.iter().enumerate() {
-        let until = switches.get(i + 1).map_or(end.max(start), |n| n.0);
+        let next = switches.get(i + 1).map_or(end.max(start), |n| n.0);
+        let from = outs.partition_point(|o| o.0 < start);
+        let until = outs[from..]
+            .iter()
+            .take_while(|o| o.0 <= next)
+            .find(|o| o.1 == tid)
+            .map_or(next, |o| o.0);
         if tid > 0 && until > start {
             out.push(CpuSlice {
                 start,
@@ -58,7 +66,7 @@ mod tests {
 
     #[test]
     fn a_slice_per_stay_and_none_for_idle() {
-        let s = slices(&[(10, 1, 1), (20, 0, 0), (30, 1, 2), (30, 1, 3)], 50);
+        let s = slices(&[(10, 1, 1), (20, 0, 0), (30, 1, 2), (30, 1, 3)], &[], 50);
         assert_eq!(
             s,
             [
@@ -84,5 +92,10 @@ mod tests {
         assert_eq!(t.slices_between(21, 29).len(), 0);
         assert_eq!(t.slices_between(0, 100).len(), 2);
         assert_eq!(t.slices_between(15, 31).len(), 2);
+        // A switch-out ends a stay before the next switch-in; another
+        // thread's does not.
+        let s = slices(&[(10, 1, 1), (40, 1, 2)], &[(20, 7), (25, 1), (45, 2)], 50);
+        let spans: Vec<(u64, u64, i32)> = s.iter().map(|s| (s.start, s.end, s.tid)).collect();
+        assert_eq!(spans, [(10, 25, 1), (40, 45, 2)]);
     }
 }

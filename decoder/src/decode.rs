@@ -775,12 +775,18 @@ fn add_marks(
             .filter(|sw| sw.cpu == cpu)
             .map(|sw| (sw.time, sw.pid, sw.tid))
             .collect();
+        let outs: Vec<(u64, i32)> = trace
+            .switch_outs
+            .iter()
+            .filter(|sw| sw.cpu == cpu)
+            .map(|sw| (sw.time, sw.tid))
+            .collect();
         let last = scan.marks.iter().map(|m| m.time).max().unwrap_or(0);
         let mut marks = Marks::new(scan.marks);
         marks.drop_repeated_cbrs();
         cpus.push(CpuTrack {
             cpu,
-            slices: crate::cpus::slices(&switches, end.max(last)),
+            slices: crate::cpus::slices(&switches, &outs, end.max(last)),
             marks,
         });
     }

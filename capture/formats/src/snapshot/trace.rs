@@ -127,6 +127,12 @@ pub struct Trace<'a> {
     /// Who runs on which CPU when, sorted by time; what per-CPU queues are
     /// divided among threads by. Empty unless records carry the CPU.
     pub switches: Vec<CpuSwitch>,
+    /// Threads leaving a CPU (SWITCH out records of a per-thread-event
+    /// per-CPU trace), sorted by time: where a thread's stay on a CPU
+    /// ends when the next thread to run there is not one of the traced
+    /// process's. (CPU-wide switches name the thread coming in, the idle
+    /// task included, so they need none.)
+    pub switch_outs: Vec<CpuSwitch>,
     pub features: Features,
     /// First and last sideband timestamps (perf ns), if any.
     pub time_range: Option<(u64, u64)>,
@@ -143,6 +149,7 @@ impl<'a> Trace<'a> {
         let mut threads: BTreeMap<i32, ThreadInfo> = BTreeMap::new();
         let mut mmaps = Vec::new();
         let mut switches = Vec::new();
+        let mut switch_outs = Vec::new();
         // Records carry their CPU only when the sample type says so.
         let has_cpu = file
             .attrs
@@ -225,16 +232,19 @@ impl<'a> Trace<'a> {
                         tid,
                     });
                 }
-                Record::Switch {
-                    out: false,
-                    sample_id,
-                    ..
-                } if has_cpu => switches.push(CpuSwitch {
-                    time: sample_id.time,
-                    cpu: sample_id.cpu,
-                    pid: sample_id.pid as i32,
-                    tid: sample_id.tid as i32,
-                }),
+                Record::Switch { out, sample_id, .. } if has_cpu => {
+                    let sw = CpuSwitch {
+                        time: sample_id.time,
+                        cpu: sample_id.cpu,
+                        pid: sample_id.pid as i32,
+                        tid: sample_id.tid as i32,
+                    };
+                    if out {
+                        switch_outs.push(sw);
+                    } else {
+                        switches.push(sw);
+                    }
+                }
                 Record::ItraceStart {
                     pid,
                     tid,
@@ -294,6 +304,10 @@ impl<'a> Trace<'a> {
             streams,
             threads: threads.into_values().collect(),
             mmaps,
+            switch_outs: {
+                switch_outs.sort_by_key(|s| s.time);
+                switch_outs
+            },
             switches: {
                 // Stable: records of equal time keep the file's order.
                 switches.sort_by_key(|s| s.time);
