@@ -1018,3 +1018,59 @@ fn the_slowest_call_is_compared_with_a_typical_one_line_by_line() {
             >= 1
     );
 }
+
+/// File > Export… > Perfetto writes the open trace, on a thread of its
+/// own, and Perfetto's schema reads back every span of it.
+#[test]
+fn file_export_writes_a_perfetto_trace_of_the_open_file() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("from-the-window.pftrace");
+    let mut h = demo_harness();
+    let chosen = dest.clone();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    h.state_mut().pick_export = Box::new(move |format| {
+        seen.lock().unwrap().push(format);
+        Some(chosen.clone())
+    });
+    h.get_by_label("File").click();
+    h.run();
+    h.get_by_label("Export…").click();
+    h.run();
+    h.get_by_label("Perfetto trace (.pftrace)…").click();
+    h.run();
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [ptscope::export::ExportFormat::Perfetto]
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while h.state().exporting() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.run_steps(1);
+    }
+    h.run_steps(1);
+    let n = view(&h).model().span_count();
+    let said = format!("exported {n} spans to {}", dest.display());
+    assert!(
+        h.state().capture.log.iter().any(|l| l == &said),
+        "{:?}",
+        h.state().capture.log
+    );
+    let out = std::process::Command::new(crate::support::python_readers())
+        .arg("-c")
+        .arg(
+            "import sys\nfrom perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb\n\
+             t = pb.Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read())\n\
+             print(sum(1 for p in t.packet if p.HasField('track_event') and p.track_event.type == 1))",
+        )
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), n.to_string());
+}

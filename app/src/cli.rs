@@ -323,12 +323,21 @@ pub enum Command {
     Export {
         #[command(flatten)]
         input: InputOpts,
-        /// The format to write.
-        #[arg(long, value_enum, default_value = "chrome")]
-        format: ptscope::export::ExportFormat,
+        /// The format to write: perfetto (TrackEvent protobuf), fxt
+        /// (Fuchsia trace format, as magic-trace writes), chrome (JSON
+        /// trace events). By default, as OUT's extension says (.json:
+        /// chrome, .fxt: fxt), else perfetto.
+        #[arg(long, value_enum)]
+        format: Option<ptscope::export::ExportFormat>,
         /// Where to write it.
         #[arg(short, long, value_name = "OUT")]
         output: PathBuf,
+        /// calls: function calls; lines: calls, and under them (on a
+        /// track of their own in Perfetto) the source lines that ran, from
+        /// the fine pass (narrow it with --from/--to: every instruction of
+        /// the window is decoded).
+        #[arg(long, value_enum, default_value = "calls")]
+        level: ptscope::export::ExportLevel,
         /// Only spans that end at or after NS (from the first timestamp).
         #[arg(long, value_name = "NS")]
         from: Option<u64>,
@@ -547,13 +556,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
             input,
             format,
             output,
+            level,
             from,
             to,
         }) => {
             let file = input.file.clone();
             let m = load_input(input)?;
             let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let n = ptscope::export::export(&m, &file, (from, to), format, &output, |n| {
+            let format = format.unwrap_or_else(|| ptscope::export::ExportFormat::for_path(&output));
+            let sel = ptscope::export::Selection {
+                from,
+                to,
+                threads: None,
+                level,
+            };
+            let n = ptscope::export::export(&m, &file, &sel, format, &output, |n| {
                 if tty {
                     eprint!("\rptscope: {n} spans written");
                 }

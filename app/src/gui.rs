@@ -21,6 +21,7 @@ use eframe::egui;
 use ptscope_formats::snapshot::metadata::TriggerCall;
 use ptscope_viewer::TraceView;
 
+use crate::export::ExportFormat;
 use crate::loader::{Decoding, Load, Poll};
 
 /// How many recent files the File menu keeps.
@@ -442,6 +443,11 @@ pub struct App {
     /// Asks the user for a folder of binaries or debug files: a native
     /// dialog; the GUI tests put a closure that answers in its place.
     pub pick_folder: Box<dyn FnMut() -> Option<PathBuf>>,
+    /// Asks where to export the active tab in a format (File >
+    /// Export…): a native dialog, or the GUI tests' closure.
+    pub pick_export: Box<dyn FnMut(ExportFormat) -> Option<PathBuf>>,
+    /// Exports running in the background: each says how it ended.
+    exports: Vec<std::sync::mpsc::Receiver<String>>,
 }
 
 impl App {
@@ -472,6 +478,76 @@ impl App {
                     .set_title("A folder of binaries or debug files")
                     .pick_folder()
             }),
+            pick_export: Box::new(|format| {
+                rfd::FileDialog::new()
+                    .set_title(format!("Export as a {}", format.title()))
+                    .add_filter(format.title(), &[format.extension()])
+                    .set_file_name(format!("trace.{}", format.extension()))
+                    .save_file()
+            }),
+            exports: Vec::new(),
+        }
+    }
+
+    /// Exports the active tab's model to `dest` in `format`, on a thread
+    /// of its own (a large trace takes a while); the log says when it is
+    /// written, or why not. With a range selected, only the range.
+    pub fn export_active(&mut self, format: ExportFormat, dest: &Path) {
+        let Some(t) = self.active_tab() else {
+            return;
+        };
+        let Some(view) = t.view() else {
+            self.capture.log.push(format!(
+                "{}: not decoded yet: nothing to export",
+                t.path.display()
+            ));
+            return;
+        };
+        let model = view.model().clone();
+        let input = t.path.clone();
+        let base = model.time_range().map_or(0, |r| r.0);
+        let sel = match view.range() {
+            Some((a, b)) => crate::export::Selection {
+                from: Some(a.saturating_sub(base)),
+                to: Some(b.saturating_sub(base)),
+                ..Default::default()
+            },
+            None => crate::export::Selection::default(),
+        };
+        let dest = dest.to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.capture
+            .log
+            .push(format!("exporting to {}…", dest.display()));
+        std::thread::spawn(move || {
+            let said = match crate::export::export(&model, &input, &sel, format, &dest, |_| {}) {
+                Ok(n) => format!("exported {n} spans to {}", dest.display()),
+                Err(e) => format!("export failed: {e:#}"),
+            };
+            let _ = tx.send(said);
+        });
+        self.exports.push(rx);
+    }
+
+    /// Whether an export is still running.
+    pub fn exporting(&self) -> bool {
+        !self.exports.is_empty()
+    }
+
+    /// Logs the exports that ended.
+    fn poll_exports(&mut self, ctx: &egui::Context) {
+        let mut done = Vec::new();
+        self.exports.retain(|rx| match rx.try_recv() {
+            Ok(said) => {
+                done.push(said);
+                false
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => true,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => false,
+        });
+        self.capture.log.extend(done);
+        if !self.exports.is_empty() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
     }
 
@@ -559,6 +635,7 @@ impl App {
         for t in &mut self.tabs {
             t.poll();
         }
+        self.poll_exports(&ctx);
         if self.tabs.iter().any(Tab::is_loading) {
             // Progress and partial models arrive without input events.
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
@@ -681,6 +758,24 @@ impl App {
                     }
                 }
             }
+            ui.add_enabled_ui(!self.tabs.is_empty(), |ui| {
+                ui.menu_button("Export…", |ui| {
+                    for format in [
+                        ExportFormat::Perfetto,
+                        ExportFormat::Fxt,
+                        ExportFormat::Chrome,
+                    ] {
+                        let label = format!("{} (.{})…", format.title(), format.extension());
+                        if ui.button(label).clicked() {
+                            ui.close();
+                            if let Some(dest) = (self.pick_export)(format) {
+                                self.export_active(format, &dest);
+                            }
+                        }
+                    }
+                    ui.weak("The selected range only, when there is one");
+                });
+            });
             if ui.button("Open the demo").clicked() {
                 ui.close();
                 match crate::demo::path() {

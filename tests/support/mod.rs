@@ -507,6 +507,46 @@ pub fn check_png(shot: &Path) {
     assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
 }
 
+/// A Python with the readers of `tests/requirements.txt` (Perfetto's
+/// schema, an FXT parser), in a venv beside the test binaries, made on
+/// first use and again when the requirements change.
+pub fn python_readers() -> PathBuf {
+    static PY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PY.get_or_init(|| {
+        let req = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/requirements.txt");
+        let wanted = std::fs::read_to_string(&req).unwrap();
+        let dir = Path::new(env!("CARGO_BIN_EXE_ptscope"))
+            .parent()
+            .unwrap()
+            .join("python-readers");
+        let py = dir.join("bin").join("python");
+        let stamp = dir.join("requirements.txt");
+        if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
+            let _ = std::fs::remove_dir_all(&dir);
+            run_ok(
+                Command::new("python3").args(["-m", "venv"]).arg(&dir),
+                "python3 -m venv (Debian: python3-venv)",
+            );
+            run_ok(
+                Command::new(&py)
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "-q",
+                        "--disable-pip-version-check",
+                        "-r",
+                    ])
+                    .arg(&req),
+                "pip install -r tests/requirements.txt",
+            );
+            std::fs::write(&stamp, &wanted).unwrap();
+        }
+        py
+    })
+    .clone()
+}
+
 pub fn which(prog: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
