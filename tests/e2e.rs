@@ -11,6 +11,7 @@
 //! - [`dialects`]: every timing dialect and overflow of the emulated unit,
 //!   decoded alike by libipt, perf and ptscope;
 //! - [`filter`]: IP-filtered captures (`--filter`), decoded by all three;
+//! - [`range`]: range captures (`--range START STOP`), decoded by all three;
 //! - [`lines`]: the fine pass, down to source lines;
 //! - [`outlier`]: the outlier hunt: a function's duration histogram, and
 //!   its slowest call compared with a typical one, by call path and line;
@@ -60,6 +61,7 @@ mod model_cache;
 mod outlier;
 mod peer_cases;
 mod per_cpu;
+mod range;
 mod raw_dumps;
 mod script_rules;
 mod sparse_tracks;

@@ -86,7 +86,7 @@ fn inside(log: &PerThread, range: (u64, u64)) -> PerThread {
 
 /// perf, libipt and our flow and libipt engines give the same
 /// instructions; returns them.
-fn three_decoders_agree(name: &str, snap: &Path, dir: &Path) -> PerThread {
+pub(crate) fn three_decoders_agree(name: &str, snap: &Path, dir: &Path) -> PerThread {
     let (libipt, errors) = libipt_instructions(snap);
     assert!(errors.is_empty(), "{name}: libipt: {errors:?}");
     let extracted = extract(snap, dir);

@@ -98,6 +98,13 @@ pub struct CaptureOpts {
     /// function fires at once and the snapshot holds almost nothing.
     #[arg(long, value_name = "DURATION|full", requires = "trigger", value_parser = ptscope::durations::parse_arm_after)]
     pub arm_after: Option<ptscope_capture::trigger::ArmAfter>,
+    /// Trace only between START and STOP (functions, named as for
+    /// --trigger): tracing starts paused, resumes each time a thread
+    /// enters START and pauses each time one enters STOP. Works with every
+    /// trigger. Intel PT does it in the kernel (AUX pause/resume, Linux
+    /// 6.13 or newer); the emulated backend does the same.
+    #[arg(long, num_args = 2, value_names = ["START", "STOP"])]
+    pub range: Option<Vec<String>>,
     /// Take the snapshot after MS milliseconds.
     #[arg(long, value_name = "MS")]
     pub duration: Option<u64>,
@@ -777,6 +784,18 @@ fn capture_here(target: Target, opts: CaptureOpts, reports: &Reports) -> Result<
     }
     req.opts.snapshots = opts.snapshots;
     req.opts.arm_after = opts.arm_after;
+    if let Some(r) = &opts.range {
+        if r[0] == r[1] {
+            bail!(
+                "--range: START and STOP are both `{}`; they must differ",
+                r[0]
+            );
+        }
+        req.opts.range = Some(ptscope_capture::trigger::Range {
+            start: r[0].clone(),
+            stop: r[1].clone(),
+        });
+    }
     if let Some(text) = &opts.filter {
         use ptscope_capture::filter;
         let specs = filter::parse(text)?;

@@ -160,6 +160,11 @@ impl Request {
         if let (Some(a), Some(_)) = (self.opts.arm_after, self.opts.trigger.symbol()) {
             args.push(opt("arm-after", &crate::durations::format_arm_after(a)));
         }
+        if let Some(r) = &self.opts.range {
+            args.push("--range".into());
+            args.push(r.start.clone().into());
+            args.push(r.stop.clone().into());
+        }
         if self.opts.kernel {
             args.push("--kernel".into());
         }
@@ -470,6 +475,7 @@ pub fn run(
                 cancel: req.opts.cancel.clone(),
                 filter: req.opts.filter.clone(),
                 arm_after: req.opts.arm_after,
+                range: req.opts.range.clone(),
             };
             let threads = match &req.target {
                 Target::Attach(pid) => {

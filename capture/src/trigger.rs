@@ -32,6 +32,16 @@ pub enum Trigger {
     Manual,
 }
 
+/// Range capture (`--range START STOP`): tracing starts paused, resumes
+/// each time a thread enters `start` and pauses each time one enters
+/// `stop` (functions, named as for a symbol trigger). Every trigger works
+/// inside it: the snapshot holds the ranges traced before it fired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub start: String,
+    pub stop: String,
+}
+
 /// When a trigger on a function may start firing (`--arm-after`): without
 /// it, a trigger on a hot function fires at the first call, and the
 /// snapshot holds almost nothing.

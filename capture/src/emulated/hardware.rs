@@ -140,6 +140,9 @@ pub struct ThreadPt {
     /// RTIT_STATUS.Stopped: a branch landed in a TraceStop range, and the
     /// unit writes nothing until it is cleared.
     stopped: bool,
+    /// RTIT_CTL.TraceEn cleared by the kernel's AUX pause (`--range`):
+    /// the unit writes nothing until it is resumed.
+    paused: bool,
     /// The time of the last CYC (or TSC) packet.
     last_cyc: u64,
     /// The IP filter, and whether user code runs outside it (ContextEn=1,
@@ -184,6 +187,7 @@ impl ThreadPt {
             mode_exec_sent: false,
             packet_en: false,
             stopped: false,
+            paused: false,
             last_cyc: now,
             filter: IpFilter::default(),
             filtered_out: false,
@@ -230,6 +234,33 @@ impl ThreadPt {
         self.stopped
     }
 
+    /// Starts paused (`aux-action=start-paused`): nothing is traced until
+    /// [`ThreadPt::resume`].
+    pub fn start_paused(&mut self) {
+        self.paused = true;
+    }
+
+    /// The kernel paused the trace at a breakpoint on `ip` (aux-action
+    /// pause): the debug exception took the thread out of user code (FUP,
+    /// TIP.PGD), then TraceEn was cleared.
+    pub fn pause(&mut self, ip: u64, now: u64) {
+        if !self.paused {
+            self.interrupt(ip, now);
+            self.paused = true;
+        }
+    }
+
+    /// The kernel resumed the trace (aux-action resume): tracing restarts
+    /// where the thread next runs user code, after a TSC, as when TraceEn
+    /// is set again on a context switch.
+    pub fn resume(&mut self) {
+        self.paused = false;
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
     /// The unit's thread was scheduled out: the kernel's pt_event_stop
     /// clears RTIT_STATUS.Stopped (pt_handle_status), so tracing resumes
     /// where the thread next enters user code, unless the unit is
@@ -250,7 +281,7 @@ impl ThreadPt {
     /// traced code, tracing resumes with TIP.PGE. `resync` adds a TSC first,
     /// as after a context switch (TraceEn 0→1).
     pub fn enter_user(&mut self, ip: u64, now: u64, resync: bool) {
-        if self.stopped {
+        if self.stopped || self.paused {
             return;
         }
         if self.packet_en || self.filtered_out && ip == self.expected_ip {
@@ -279,7 +310,7 @@ impl ThreadPt {
 
     /// The instruction at `ip` retired at `now`; the next one is `next_ip`.
     pub fn retire(&mut self, ip: u64, insn: &Insn, next_ip: u64, now: u64) {
-        if self.stopped {
+        if self.stopped || self.paused {
             self.insn_count += 1;
             return;
         }
@@ -737,6 +768,34 @@ pub(crate) mod tests {
             &quiet.ring().snapshot()[quiet_start..],
             &[0x99, 0x01, 0x51, 0x10, 0x10, 0x40, 0]
         );
+    }
+
+    #[test]
+    fn a_range_pauses_with_a_disable_and_resumes_with_a_timed_enable() {
+        let mut t = ThreadPt::new(cfg(), 100);
+        t.start_paused();
+        let start = t.ring().snapshot().len();
+        // Paused: user code runs, nothing is written.
+        t.enter_user(0x401000, 100, true);
+        t.retire(0x401000, &nop(), 0x401001, 101);
+        assert_eq!(t.ring().snapshot().len(), start);
+        // START's breakpoint resumes it; the thread enters user code there.
+        t.resume();
+        t.enter_user(0x401001, 200, true);
+        assert!(t.tracing());
+        t.retire(0x401001, &nop(), 0x401002, 201);
+        // STOP's breakpoint pauses it: FUP and TIP.PGD, then nothing.
+        t.pause(0x401002, 202);
+        assert!(t.paused() && !t.tracing());
+        t.enter_user(0x401002, 203, true);
+        t.retire(0x401002, &nop(), 0x401003, 204);
+        t.finish();
+        let b = written(&t, start);
+        // TSC 200, MODE.Exec, TIP.PGE 0x401001; FUP 0x401002, TIP.PGD.
+        assert_eq!(b[0], 0x19);
+        assert_eq!(&b[8..10], &[0x99, 0x01]);
+        assert_eq!(b[10] & 0x1f, 0x11);
+        assert_eq!(&b[b.len() - 4..], &[0x3d, 0x02, 0x10, 0x01]);
     }
 
     #[test]

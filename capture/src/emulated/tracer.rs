@@ -58,7 +58,7 @@ use crate::error::CaptureError;
 use crate::filter::{self, FilterRange};
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
-use crate::trigger::{ArmAfter, SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, Range, SymbolTrigger, Trigger};
 use threads::Thread;
 
 use crate::recording::{
@@ -95,6 +95,9 @@ pub struct TracerOptions {
     pub filter: Vec<FilterRange>,
     /// When a trigger on a function may start firing.
     pub arm_after: Option<ArmAfter>,
+    /// Range capture: traced only from a thread's entry to START to its
+    /// entry to STOP.
+    pub range: Option<Range>,
 }
 
 pub struct Tracer {
@@ -140,6 +143,10 @@ pub struct Tracer {
     last_switched: Option<i32>,
     /// `opts.filter` placed in the process's current mappings.
     ip_filter: IpFilter,
+    /// `--range`'s START and STOP, resolved as the mappings appear.
+    range: Option<(SymbolTrigger, SymbolTrigger)>,
+    /// Times a thread entered the range (tracing resumed).
+    range_entries: u64,
 }
 
 /// perf timestamps are CLOCK_MONOTONIC nanoseconds.
@@ -165,6 +172,10 @@ impl Tracer {
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
             _ => None,
         };
+        let range = opts
+            .range
+            .as_ref()
+            .map(|r| (SymbolTrigger::new(&r.start), SymbolTrigger::new(&r.stop)));
         let slow = match &opts.trigger {
             Trigger::SlowCall {
                 symbol,
@@ -202,6 +213,8 @@ impl Tracer {
             on_cpu: Vec::new(),
             last_switched: None,
             ip_filter,
+            range,
+            range_entries: 0,
         }
     }
 
@@ -340,6 +353,7 @@ impl Tracer {
             cancel: Arc::new(AtomicBool::new(false)),
             filter: Vec::new(),
             arm_after: None,
+            range: None,
         };
         Tracer::new(opts, 1 << 30)
     }

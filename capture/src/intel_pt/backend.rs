@@ -19,6 +19,7 @@ use nix::sys::signal::Signal;
 
 use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
+use super::range::{self, RangeSymbols};
 use super::slow_call::{self, CallTimer};
 use super::timing::{PtConfig, Timing};
 use crate::error::CaptureError;
@@ -33,7 +34,7 @@ use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
 use crate::tracee;
-use crate::trigger::{ArmAfter, SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, Range, SymbolTrigger, Trigger};
 use ptscope_formats::pt_params::PtParams;
 
 /// Data-ring pages per event: sideband only, drained every millisecond.
@@ -62,6 +63,9 @@ pub struct Options {
     pub filter: Vec<FilterRange>,
     /// When a trigger on a function may start firing.
     pub arm_after: Option<ArmAfter>,
+    /// Range capture: the trace runs only from a thread's entry to START
+    /// to its entry to STOP ([`super::range`]).
+    pub range: Option<Range>,
 }
 
 impl Options {
@@ -78,6 +82,7 @@ impl Options {
             pmu_dir: PathBuf::from(SYSFS_PMUS).join("intel_pt"),
             filter: Vec::new(),
             arm_after: None,
+            range: None,
         }
     }
 }
@@ -103,6 +108,9 @@ struct Unit {
     tid: i32,
     cpu: i32,
     pt: Event,
+    /// `--range`'s resume and pause breakpoints, in the PT event's group,
+    /// once START and STOP are found.
+    range: Vec<Event>,
     _dummy: Event,
     ring: Arc<DataRing>,
     aux: AuxArea,
@@ -136,6 +144,8 @@ struct Session<'a> {
     warnings: Vec<String>,
     /// Threads whose events could not be opened (not retried).
     untraceable: Vec<i32>,
+    /// `--range`'s START and STOP, resolved as the mappings appear.
+    range: Option<RangeSymbols>,
 }
 
 /// The AUX size for `size`: a power-of-two number of pages, at least one.
@@ -148,6 +158,12 @@ pub fn aux_size(size: u64) -> usize {
 /// its caps, and the privileges allow the scope. Returns the PMU and config.
 pub fn prepare(opts: &Options) -> Result<(Pmu, PtConfig, Vec<String>), CaptureError> {
     let pmu = Pmu::read(&opts.pmu_dir)?;
+    if opts.range.is_some() {
+        let release = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        range::check_kernel(&release).map_err(CaptureError::Invalid)?;
+    }
     let mut warnings = Vec::new();
     let timing = opts.timing.clone().unwrap_or_default();
     let cfg = match timing.resolve(&pmu) {
@@ -269,6 +285,7 @@ pub fn capture(
         comms: HashMap::new(),
         warnings,
         untraceable: Vec::new(),
+        range: opts.range.as_ref().map(RangeSymbols::new),
     };
     s.fit_aux_size();
     let mut setup = s.open_all(spawned);
@@ -355,6 +372,7 @@ impl Session<'_> {
             kernel: self.opts.kernel,
             per_cpu: self.opts.per_cpu,
             enable_on_exec,
+            start_paused: self.opts.range.is_some(),
         }
     }
 
@@ -476,6 +494,7 @@ impl Session<'_> {
             tid,
             cpu,
             pt,
+            range: Vec::new(),
             _dummy: dummy,
             ring,
             aux,
@@ -560,6 +579,7 @@ impl Session<'_> {
                 self.breakpoint = Some(Breakpoint::new(addr).inherited());
             }
         }
+        self.arm_range()?;
         if let Some(bp) = &mut self.breakpoint {
             let tids: Vec<i32> = match procfs::threads(self.pid) {
                 Ok(t) => t,
@@ -572,6 +592,47 @@ impl Session<'_> {
                         self.warnings.push(w);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// `--range`: once START and STOP are found, gives every unit without
+    /// them its resume and pause breakpoints, in its PT event's group (a
+    /// thread's unit for that thread, a CPU's for that CPU).
+    fn arm_range(&mut self) -> Result<(), CaptureError> {
+        let Some(r) = &mut self.range else {
+            return Ok(());
+        };
+        if r.addresses().is_none() {
+            if let Ok(maps) = procfs::read_maps(self.pid) {
+                r.resolve(&maps);
+            }
+        }
+        let Some((start, stop)) = r.addresses() else {
+            return Ok(());
+        };
+        for u in self.units.iter_mut().filter(|u| u.range.is_empty()) {
+            let pid = if u.cpu >= 0 { -1 } else { u.tid };
+            for (addr, resume) in [(start, true), (stop, false)] {
+                let what = format!(
+                    "the --range {} breakpoint at {addr:#x}",
+                    if resume { "resume" } else { "pause" }
+                );
+                let ev = Event::open_in_group(
+                    &range::breakpoint(addr, resume),
+                    pid,
+                    u.cpu,
+                    Some(&u.pt),
+                )
+                .map_err(|errno| PerfError::Open {
+                    guidance:
+                        "the kernel refused an AUX pause/resume breakpoint in the PT event's group"
+                            .into(),
+                    what,
+                    errno,
+                })?;
+                u.range.push(ev);
             }
         }
         Ok(())

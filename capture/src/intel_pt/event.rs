@@ -5,7 +5,7 @@
 
 use super::pmu::Pmu;
 use super::timing::PtConfig;
-use ptscope_formats::perf_data::{flag, sample, PerfEventAttr};
+use ptscope_formats::perf_data::{aux_action, flag, sample, PerfEventAttr};
 
 /// How the PT event is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +16,9 @@ pub struct EventOptions {
     pub per_cpu: bool,
     /// Start disabled and let the kernel enable at the target's exec.
     pub enable_on_exec: bool,
+    /// Start paused (`--range`): tracing runs only once a breakpoint in
+    /// its group resumes it.
+    pub start_paused: bool,
 }
 
 /// The sample-id layout of PT records (ITRACE_START, AUX, LOST).
@@ -44,6 +47,11 @@ pub fn pt_attr(pmu: &Pmu, cfg: &PtConfig, opts: EventOptions) -> PerfEventAttr {
             } else {
                 0
             },
+        aux_action: if opts.start_paused {
+            aux_action::START_PAUSED
+        } else {
+            0
+        },
         ..Default::default()
     }
 }
@@ -73,6 +81,7 @@ mod tests {
         kernel: false,
         per_cpu: false,
         enable_on_exec: false,
+        start_paused: false,
     };
 
     /// The attr perf would open for these terms, written out by hand from
@@ -97,6 +106,31 @@ mod tests {
     const TSC: u64 = 1 << 10;
     const NORETCOMP: u64 = 1 << 11;
     const BRANCH: u64 = 1 << 13;
+
+    #[test]
+    fn ptwrite_and_power_events_are_on_where_the_caps_offer_them() {
+        let term = |pmu: &Pmu, name: &str| pmu.format(name).unwrap().encode(1).unwrap();
+        // Ice Lake's fixture has the terms but not the caps: off.
+        let mut pmu = fixture("icelake");
+        let low = || "low".parse::<Timing>().unwrap();
+        let (ptw, fup, pwr) = (
+            term(&pmu, "ptw"),
+            term(&pmu, "fup_on_ptw"),
+            term(&pmu, "pwr_evt"),
+        );
+        assert_eq!(low().resolve(&pmu).unwrap().config & (ptw | fup | pwr), 0);
+        // A CPU that offers them: on, and a timing may turn them off.
+        pmu.caps.ptwrite = true;
+        pmu.caps.power_event_trace = true;
+        let cfg = low().resolve(&pmu).unwrap();
+        assert_eq!(cfg.config & (ptw | fup | pwr), ptw | fup | pwr);
+        let off = "ptw=0,pwr_evt=0"
+            .parse::<Timing>()
+            .unwrap()
+            .resolve(&pmu)
+            .unwrap();
+        assert_eq!(off.config & (ptw | pwr), 0);
+    }
 
     #[test]
     fn skylake_presets_give_perfs_attrs() {
@@ -124,6 +158,20 @@ mod tests {
                 normal | NORETCOMP,
                 flag::EXCLUDE_KERNEL | flag::ENABLE_ON_EXEC
             )
+        );
+        // --range: the event opens paused.
+        let range = EventOptions {
+            start_paused: true,
+            ..ATTACH
+        };
+        let paused = attr("skylake", "low", range);
+        assert_eq!(paused.aux_action, aux_action::START_PAUSED);
+        assert_eq!(
+            PerfEventAttr {
+                aux_action: 0,
+                ..paused
+            },
+            expected(low, flag::EXCLUDE_KERNEL)
         );
         // --kernel drops exclude_kernel.
         let kernel = EventOptions {

@@ -3,7 +3,8 @@
 //! preset into config terms the CPU supports ([`timing`]), build the PT
 //! event's attr ([`event`]), check IP filters ([`filter`]), time a
 //! function's calls with breakpoints for the slow-call trigger
-//! ([`slow_call`]) and run captures ([`backend`]); this file defines
+//! ([`slow_call`]), pause and resume the trace for range capture
+//! ([`range`]) and run captures ([`backend`]); this file defines
 //! [`PtSetupError`], what can go wrong setting up Intel PT. The AUXTRACE_INFO
 //! parameters perf stores for decoders are a file format, so they live in
 //! [`ptscope_formats::pt_params`].
@@ -14,6 +15,7 @@ pub mod backend;
 pub mod event;
 pub mod filter;
 pub mod pmu;
+pub mod range;
 pub mod slow_call;
 pub mod timing;
 

@@ -22,6 +22,17 @@ impl Event {
     /// Opens `attr` on thread `pid` (or -1 for every thread) and CPU `cpu`
     /// (or -1 for any). The attr is passed at the size ptscope writes.
     pub fn open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> Result<Event, Errno> {
+        Event::open_in_group(attr, pid, cpu, None)
+    }
+
+    /// [`Event::open`], as a member of `leader`'s group.
+    pub fn open_in_group(
+        attr: &PerfEventAttr,
+        pid: i32,
+        cpu: i32,
+        leader: Option<&Event>,
+    ) -> Result<Event, Errno> {
+        let group = leader.map_or(-1, |l| l.fd.as_raw_fd());
         let mut bytes = Vec::with_capacity(ATTR_SIZE as usize);
         attr.encode(&mut bytes);
         // The kernel may write a size back into the attr on E2BIG, so it
@@ -38,7 +49,7 @@ impl Event {
                 buf.as_mut_ptr().cast::<sys::bindings::perf_event_attr>(),
                 pid,
                 cpu,
-                -1,
+                group,
                 sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
             )
         };

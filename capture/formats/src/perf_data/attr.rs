@@ -31,6 +31,9 @@ pub struct PerfEventAttr {
     pub aux_watermark: u32,
     pub sample_max_stack: u16,
     pub aux_sample_size: u32,
+    /// What an overflow of the event does to its group's AUX event
+    /// (Linux 6.13's aux-action bits, [`super::aux_action`]).
+    pub aux_action: u32,
     pub sig_data: u64,
 }
 
@@ -62,7 +65,7 @@ impl PerfEventAttr {
         out.put_u16(self.sample_max_stack);
         out.put_u16(0);
         out.put_u32(self.aux_sample_size);
-        out.put_u32(0);
+        out.put_u32(self.aux_action);
         out.put_u64(self.sig_data);
         debug_assert_eq!(out.len() - start, ATTR_SIZE as usize);
     }
@@ -106,11 +109,8 @@ impl PerfEventAttr {
                 b.u16(w)?;
                 v
             },
-            aux_sample_size: {
-                let v = b.u32(w)?;
-                b.u32(w)?;
-                v
-            },
+            aux_sample_size: b.u32(w)?,
+            aux_action: b.u32(w)?,
             sig_data: b.u64(w)?,
         })
     }
@@ -138,12 +138,15 @@ mod tests {
             flags: 0x40021,
             clockid: -1,
             aux_watermark: 4096,
+            aux_action: super::super::aux_action::START_PAUSED,
             sig_data: 7,
             ..Default::default()
         };
         let mut v = Vec::new();
         attr.encode(&mut v);
         assert_eq!(v.len(), 128);
+        // The aux-action word is where the kernel reads it: offset 124.
+        assert_eq!(&v[124..128], &[1, 0, 0, 0]);
         assert_eq!(PerfEventAttr::decode(&v, 0).unwrap(), attr);
         // An older, shorter attr zero-extends.
         let short = PerfEventAttr::decode(&v[..72], 0).unwrap();

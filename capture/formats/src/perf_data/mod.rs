@@ -41,6 +41,14 @@ pub mod sample {
     pub const IDENTIFIER: u64 = 1 << 16;
 }
 
+/// perf_event_attr's aux-action bits (Linux 6.13): the AUX event starts
+/// paused, or an overflow of a sibling pauses or resumes it.
+pub mod aux_action {
+    pub const START_PAUSED: u32 = 1 << 0;
+    pub const PAUSE: u32 = 1 << 1;
+    pub const RESUME: u32 = 1 << 2;
+}
+
 /// perf_event_attr flag bits (the bitfield word at offset 40).
 pub mod flag {
     pub const DISABLED: u64 = 1 << 0;

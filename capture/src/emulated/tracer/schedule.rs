@@ -61,9 +61,13 @@ impl Tracer {
     pub(super) fn unit(&mut self, tid: i32) -> &mut ThreadPt {
         let key = self.unit_key(tid);
         let (settings, now, filter) = (&self.opts.settings, self.now, &self.ip_filter);
+        let paused = self.range.is_some();
         self.units.entry(key).or_insert_with(|| {
             let mut unit = ThreadPt::new(settings.clone(), now);
             unit.set_filter(filter.clone());
+            if paused {
+                unit.start_paused();
+            }
             unit
         })
     }

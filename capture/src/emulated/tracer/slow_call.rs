@@ -139,6 +139,7 @@ impl Tracer {
             ));
         }
         out.extend(self.slow_call_warning());
+        out.extend(self.range_warnings());
         out
     }
 

@@ -22,6 +22,7 @@ impl Tracer {
             (t.rip, t.pending_signal)
         };
         self.switch_to(tid);
+        self.range_step(tid, rip);
         if self.symbol_reached(tid, rip) {
             return Ok(true);
         }

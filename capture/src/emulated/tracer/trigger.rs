@@ -30,6 +30,10 @@ impl Tracer {
         if let Some(slow) = &mut self.slow {
             slow.sym.resolve(&self.maps);
         }
+        if let Some((start, stop)) = &mut self.range {
+            start.resolve(&self.maps);
+            stop.resolve(&self.maps);
+        }
         if let Some(sym) = &mut self.symbol {
             sym.resolve(&self.maps);
             if let (Some(addr), None) = (sym.address(), &self.breakpoint) {
@@ -107,6 +111,52 @@ impl Tracer {
             self.unit(tid).interrupt(rip, now);
         }
         true
+    }
+
+    /// Range capture: thread `tid` is about to run the instruction at
+    /// `rip`. At START's entry the kernel's breakpoint resumes the trace,
+    /// which restarts there; at STOP's it pauses it.
+    pub(super) fn range_step(&mut self, tid: i32, rip: u64) {
+        let Some((start, stop)) = &self.range else {
+            return;
+        };
+        let (start, stop) = (start.address(), stop.address());
+        let now = self.now;
+        if start == Some(rip) {
+            if self.unit(tid).paused() {
+                self.unit(tid).resume();
+                self.range_entries += 1;
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.resync = true;
+                }
+            }
+        } else if stop == Some(rip) {
+            self.unit(tid).pause(rip, now);
+        }
+    }
+
+    /// What the capture should say about its range: a START or STOP never
+    /// found, or a START never reached (nothing was traced).
+    pub(super) fn range_warnings(&self) -> Vec<String> {
+        let Some((start, stop)) = &self.range else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for s in [start, stop] {
+            if s.address().is_none() {
+                out.push(format!(
+                    "--range: no function `{}` in the program or its libraries",
+                    s.name()
+                ));
+            }
+        }
+        if start.address().is_some() && self.range_entries == 0 {
+            out.push(format!(
+                "--range: `{}` was never entered, so nothing was traced",
+                start.name()
+            ));
+        }
+        out
     }
 
     /// Why the capture stops when thread `tid` reached the symbol by
