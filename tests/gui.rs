@@ -605,8 +605,18 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let keep = std::env::var_os("PTSCOPE_SCREENSHOTS").map(PathBuf::from);
     let out_dir = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
     std::fs::create_dir_all(&out_dir).unwrap();
+    // Two threads writing PTWRITE values, recorded per CPU: the CPU lanes
+    // over the threads, and each thread's marks row.
+    let exe = crate::support::build(dir.path(), "ptwrite_threads.c");
+    let (marks, _) = crate::support::record(
+        dir.path(),
+        "marks",
+        &["--per-cpu", "--cpus", "2"],
+        &[exe.to_str().unwrap()],
+    );
+    let marks = marks.to_str().unwrap().to_string();
     // The demo as it opens, and zoomed to its slow request.
-    let shots: [(&str, &[&str]); 5] = [
+    let shots: [(&str, &[&str]); 6] = [
         ("demo.png", &[]),
         ("demo-slow-path.png", &["--select", "slow_path"]),
         // The outlier hunt: the slowest `handle` against a typical one,
@@ -616,6 +626,8 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
         ("demo-lines.png", &["--select", "hash_key"]),
         // The Capture panel over the demo.
         ("demo-capture.png", &["--capture"]),
+        // CPU lanes and marks rows.
+        ("marks-cpus.png", &[marks.as_str(), "--select", "worker"]),
     ];
     let mut results = Vec::new();
     for (name, args) in shots {

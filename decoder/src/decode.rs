@@ -782,8 +782,7 @@ fn add_marks(
             .map(|sw| (sw.time, sw.tid))
             .collect();
         let last = scan.marks.iter().map(|m| m.time).max().unwrap_or(0);
-        let mut marks = Marks::new(scan.marks);
-        marks.drop_repeated_cbrs();
+        let marks = Marks::new(scan.marks);
         cpus.push(CpuTrack {
             cpu,
             slices: crate::cpus::slices(&switches, &outs, end.max(last)),
@@ -792,9 +791,7 @@ fn add_marks(
     }
     for t in threads.iter_mut() {
         if let Some(m) = per_tid.remove(&t.spans.tid) {
-            let mut marks = Marks::new(m);
-            marks.drop_repeated_cbrs();
-            t.marks = marks;
+            t.marks = Marks::new(m);
         }
     }
     cpus.sort_by_key(|c| c.cpu);
@@ -1017,7 +1014,6 @@ pub fn decode_raw(
     let mut thread = ThreadModel::new(d, None);
     let scan = marks::scan(pt, cfg, &|tsc| tsc);
     thread.marks = Marks::new(scan.marks);
-    thread.marks.drop_repeated_cbrs();
     let threads = vec![thread];
     Ok(Model {
         funcs,

@@ -97,7 +97,7 @@ pub fn wake_reason(wake: u8) -> String {
 
 /// A stay in a C-state deeper than C0: from the power entry (or the
 /// execution stop, when no PWRE came) to the power exit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sleep {
     pub start: u64,
     pub end: u64,
@@ -108,17 +108,34 @@ pub struct Sleep {
     pub wake: u8,
 }
 
-/// A thread's or a CPU's marks, in time order.
+/// A thread's or a CPU's marks, in time order, with what is drawn from
+/// them (the frequency steps and the sleeps) worked out once, so that a
+/// frame finds the visible ones by binary search.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Marks {
     marks: Vec<Mark>,
+    steps: Vec<(u64, u8)>,
+    sleeps: Vec<Sleep>,
 }
 
 impl Marks {
-    /// `marks` sorted by time (stable: trace order within a time).
+    /// `marks` sorted by time (stable: trace order within a time), less
+    /// the CBRs that restate the ratio (every PSB+ does).
     pub fn new(mut marks: Vec<Mark>) -> Marks {
         marks.sort_by_key(|m| m.time);
-        Marks { marks }
+        let mut last = None;
+        marks.retain(|m| match m.kind {
+            MarkKind::Cbr { ratio } => last.replace(ratio) != Some(ratio),
+            _ => true,
+        });
+        let mut m = Marks {
+            marks,
+            steps: Vec::new(),
+            sleeps: Vec::new(),
+        };
+        m.steps = m.find_steps();
+        m.sleeps = m.find_sleeps();
+        m
     }
 
     pub fn all(&self) -> &[Mark] {
@@ -145,7 +162,34 @@ impl Marks {
     }
 
     /// The frequency steps: each time the ratio changes, the new ratio.
-    pub fn frequency(&self) -> Vec<(u64, u8)> {
+    pub fn frequency(&self) -> &[(u64, u8)] {
+        &self.steps
+    }
+
+    /// The steps that set the ratio over `[from, to]`: the one in force at
+    /// `from` and those after it.
+    pub fn frequency_between(&self, from: u64, to: u64) -> &[(u64, u8)] {
+        let a = self
+            .steps
+            .partition_point(|s| s.0 <= from)
+            .saturating_sub(1);
+        let b = self.steps.partition_point(|s| s.0 <= to);
+        &self.steps[a.min(b)..b]
+    }
+
+    /// The C-state stays, in time order.
+    pub fn sleeps(&self) -> &[Sleep] {
+        &self.sleeps
+    }
+
+    /// The stays that overlap `[from, to]`.
+    pub fn sleeps_between(&self, from: u64, to: u64) -> &[Sleep] {
+        let a = self.sleeps.partition_point(|s| s.end < from);
+        let b = self.sleeps.partition_point(|s| s.start <= to);
+        &self.sleeps[a..b.max(a)]
+    }
+
+    fn find_steps(&self) -> Vec<(u64, u8)> {
         let mut out: Vec<(u64, u8)> = Vec::new();
         for m in &self.marks {
             if let MarkKind::Cbr { ratio } = m.kind {
@@ -161,7 +205,7 @@ impl Marks {
     /// closes it. A stay still open at the end has no exit to end it and
     /// is left out; a PWRX with nothing open is a stay whose entry the
     /// trace did not hold, from its previous mark.
-    pub fn sleeps(&self) -> Vec<Sleep> {
+    fn find_sleeps(&self) -> Vec<Sleep> {
         let mut out = Vec::new();
         let mut open: Option<(u64, u8)> = None;
         let mut requested = 0u8;
@@ -194,15 +238,6 @@ impl Marks {
             previous = Some(m.time);
         }
         out
-    }
-
-    /// Keeps only the CBRs that change the ratio: a PSB+ restates it.
-    pub fn drop_repeated_cbrs(&mut self) {
-        let mut last = None;
-        self.marks.retain(|m| match m.kind {
-            MarkKind::Cbr { ratio } => last.replace(ratio) != Some(ratio),
-            _ => true,
-        });
     }
 }
 
@@ -395,10 +430,14 @@ mod tests {
         tsc(&mut t, 5200);
         // PWRX: deepest C6, last C3, woken by an interrupt.
         t.extend_from_slice(&[0x02, 0xa2, 0x36, 1, 0, 0, 0]);
-        let mut m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
         assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
-        m.drop_repeated_cbrs();
+        // The restated CBR 10 is dropped.
         assert_eq!(m.all().len(), 6, "{:?}", m.all());
+        assert_eq!(m.frequency_between(1050, 1060), [(1000, 10)]);
+        assert_eq!(m.frequency_between(1050, 2000), [(1000, 10), (1100, 24)]);
+        assert_eq!(m.sleeps_between(5300, 6000), []);
+        assert_eq!(m.sleeps_between(5000, 6000).len(), 1);
         assert_eq!(
             m.sleeps(),
             [Sleep {

@@ -375,6 +375,39 @@ pub fn pt_decode(input: &[u8]) {
     decode_all_ways(snap, Some(&trace));
 }
 
+/// Any bytes as a trace's marks ([`ptscope_decoder::marks`]): the packet
+/// scan under the configuration the first bytes pick ([`configure_pt`]'s
+/// timing bytes), then everything the window and `decode --level marks`
+/// derive from them: frequency steps, sleeps, windows and descriptions.
+pub fn marks(input: &[u8]) {
+    use ptscope_decoder::block::DecoderConfig;
+    use ptscope_decoder::marks::{scan, Marks};
+    let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
+        return;
+    };
+    let [flags, nom, ctc_n, ctc_d] = *cfg;
+    let dc = DecoderConfig {
+        mtc_freq: flags & 0xf,
+        nom_freq: nom,
+        cpuid_0x15_eax: ctc_d.into(),
+        cpuid_0x15_ebx: ctc_n.into(),
+        ..DecoderConfig::default()
+    };
+    let s = scan(data, &dc, &|tsc| tsc);
+    let m = Marks::new(s.marks);
+    let (first, last) = match (m.all().first(), m.all().last()) {
+        (Some(a), Some(b)) => (a.time, b.time),
+        _ => (0, 0),
+    };
+    let mid = last / 2 + first / 2;
+    let _ = (m.frequency(), m.sleeps(), m.ptwrites().count());
+    let _ = (m.between(first, mid), m.frequency_between(mid, last));
+    let _ = m.sleeps_between(first, mid);
+    for k in m.all().iter().take(64) {
+        let _ = k.describe(100.0);
+    }
+}
+
 /// An ELF file as a binary in a snapshot: symbols, segments, lines and
 /// inlined frames at every function and at addresses the input picks.
 pub fn symbols(data: &[u8]) {
@@ -459,6 +492,7 @@ pub const AS_FUZZED: &[(&str, Target)] = &[
     ("symbols", symbols),
     ("perf_script", perf_script),
     ("model_cache", model_cache),
+    ("marks", marks),
 ];
 
 /// Every target by name, going all the ways, for the regression test.
@@ -469,4 +503,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("symbols", symbols),
     ("perf_script", perf_script),
     ("model_cache", model_cache),
+    ("marks", marks),
 ];

@@ -45,11 +45,17 @@ pub fn draw(painter: &Painter, marks: &Marks, end: u64, mhz: f64, g: &RowGeom) {
     let (from, to) = g.visible();
     let h = g.y1 - g.y0;
     let font = FontId::proportional(10.0);
-    // Frequency: a step band, its height the ratio over the highest one.
-    let steps = marks.frequency();
-    let top = steps.iter().map(|s| s.1).max().unwrap_or(1).max(1) as f32;
+    // Frequency: a step band, its height the ratio over the highest one
+    // (the steps are the ratio's changes: a few in any real trace).
+    let all = marks.frequency();
+    let top = all.iter().map(|s| s.1).max().unwrap_or(1).max(1) as f32;
+    let steps = marks.frequency_between(from, to);
     for (i, &(t, ratio)) in steps.iter().enumerate() {
-        let until = steps.get(i + 1).map_or(end.max(t), |n| n.0);
+        let next = steps.get(i + 1).map(|n| n.0).or_else(|| {
+            let at = all.partition_point(|s| s.0 <= t);
+            all.get(at).map(|n| n.0)
+        });
+        let until = next.unwrap_or(end.max(t));
         if until < from || t > to {
             continue;
         }
@@ -70,10 +76,7 @@ pub fn draw(painter: &Painter, marks: &Marks, end: u64, mhz: f64, g: &RowGeom) {
             );
         }
     }
-    for s in marks.sleeps() {
-        if s.end < from || s.start > to {
-            continue;
-        }
+    for s in marks.sleeps_between(from, to) {
         let (x0, x1) = (g.x(s.start).max(g.left), g.x(s.end).min(g.right));
         let r = Rect::from_min_max(pos2(x0, g.y0 + 2.0), pos2(x1.max(x0 + 1.0), g.y1 - 2.0));
         painter.rect_filled(r, 2.0, SLEEP);
@@ -146,8 +149,8 @@ pub fn hover(marks: &Marks, end: u64, mhz: f64, g: &RowGeom, x: f32) -> Vec<Stri
             out.push(format!("at {ip:#x}"));
         }
     } else if let Some(s) = marks
-        .sleeps()
-        .into_iter()
+        .sleeps_between(at, at)
+        .iter()
         .find(|s| s.start <= at && at < s.end)
     {
         out.push(format!(
@@ -158,9 +161,7 @@ pub fn hover(marks: &Marks, end: u64, mhz: f64, g: &RowGeom, x: f32) -> Vec<Stri
             wake_reason(s.wake)
         ));
     }
-    let steps = marks.frequency();
-    let i = steps.partition_point(|s| s.0 <= at);
-    if let Some(&(_, ratio)) = i.checked_sub(1).and_then(|i| steps.get(i)) {
+    if let Some(&(_, ratio)) = marks.frequency_between(at, at).first() {
         out.push(format!("core at {}", freq_label(ratio, mhz)));
     }
     out

@@ -2,15 +2,15 @@
 //! for tools that read other formats, each checked in the tests by a
 //! reader we did not write:
 //!
-//! - [`perfetto`]: Perfetto's TrackEvent protobuf (ui.perfetto.dev,
+//! - `perfetto`: Perfetto's TrackEvent protobuf (ui.perfetto.dev,
 //!   trace_processor), one track per thread, nanosecond times, names and
 //!   modules interned, sources as source locations;
-//! - [`fxt`]: the Fuchsia trace format, which magic-trace writes and its
+//! - `fxt`: the Fuchsia trace format, which magic-trace writes and its
 //!   users' Perfetto fork reads;
-//! - [`chrome`]: Chrome's JSON trace events (chrome://tracing, Perfetto,
+//! - `chrome`: Chrome's JSON trace events (chrome://tracing, Perfetto,
 //!   speedscope).
 //!
-//! Every format gets the same slices from one walk ([`Sink`]): per thread,
+//! Every format gets the same slices from one walk (a `Sink` each): per thread,
 //! its calls in tree order (each after its parent, before its later
 //! siblings), and with `--level lines` the source lines under them, from
 //! the fine pass over the window's PSB segments, a thread at a time. Times

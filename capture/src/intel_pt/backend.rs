@@ -619,19 +619,17 @@ impl Session<'_> {
                     "the --range {} breakpoint at {addr:#x}",
                     if resume { "resume" } else { "pause" }
                 );
-                let ev = Event::open_in_group(
-                    &range::breakpoint(addr, resume),
-                    pid,
-                    u.cpu,
-                    Some(&u.pt),
-                )
-                .map_err(|errno| PerfError::Open {
+                let ev =
+                    Event::open_in_group(&range::breakpoint(addr, resume), pid, u.cpu, Some(&u.pt))
+                        .map_err(|errno| {
+                            PerfError::Open {
                     guidance:
                         "the kernel refused an AUX pause/resume breakpoint in the PT event's group"
                             .into(),
                     what,
                     errno,
-                })?;
+                }
+                        })?;
                 u.range.push(ev);
             }
         }
