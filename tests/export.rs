@@ -146,7 +146,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 trace = pb.Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 names, values, sources, ann = {}, {}, {}, {}
-tracks, stacks = {}, {}
+tracks, stacks, ends = {}, {}, {}
 TB = pb.TrackEvent.TYPE_SLICE_BEGIN
 TE = pb.TrackEvent.TYPE_SLICE_END
 for p in trace.packet:
@@ -172,6 +172,11 @@ for p in trace.packet:
         elif e.type == TE:
             start, name, b = st.pop()
             assert p.timestamp >= start, (name, start, p.timestamp)
+            # Ends on a track never go back in time: nesting is by time,
+            # as trace_processor pairs them after sorting.
+            last = ends.get(e.track_uuid, 0)
+            assert p.timestamp >= last, (name, last, p.timestamp)
+            ends[e.track_uuid] = p.timestamp
             print("S", tracks[e.track_uuid], start, p.timestamp, name)
             if name == "main":
                 a = {ann[x.name_iid]: values.get(x.string_value_iid) for x in b.debug_annotations}

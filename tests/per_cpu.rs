@@ -65,7 +65,7 @@ fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
 
 /// Per CPU: (tid, start, end) of each stay, times relative to the first
 /// stay's start anywhere.
-type Lanes = BTreeMap<u32, Vec<(i32, u64, u64)>>;
+type Lanes = BTreeMap<u32, Vec<(i32, i64, i64)>>;
 
 /// `decode --level cpus` equals perf's `--show-switch-events`: every
 /// stay of a thread on a CPU, from its switch-in to the next switch-in
@@ -85,8 +85,8 @@ fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
             .or_default()
             .push((
                 v["tid"].as_i64().unwrap() as i32,
-                v["start_ns"].as_u64().unwrap(),
-                v["end_ns"].as_u64().unwrap(),
+                v["start_ns"].as_i64().unwrap(),
+                v["end_ns"].as_i64().unwrap(),
             ));
     }
     let extracted = extract(snap, dir);
@@ -101,7 +101,7 @@ fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
         ],
     );
     // Per CPU: (time, tid, in).
-    let mut events: BTreeMap<u32, Vec<(u64, i32, bool)>> = BTreeMap::new();
+    let mut events: BTreeMap<u32, Vec<(i64, i32, bool)>> = BTreeMap::new();
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
         if w.len() < 5 || w[3] != "PERF_RECORD_SWITCH" {
@@ -110,7 +110,7 @@ fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
         let tid: i32 = w[0].parse().unwrap();
         let cpu: u32 = w[1].trim_matches(|c| c == '[' || c == ']').parse().unwrap();
         let (sec, ns) = w[2].trim_end_matches(':').split_once('.').unwrap();
-        let time = sec.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+        let time = sec.parse::<i64>().unwrap() * 1_000_000_000 + ns.parse::<i64>().unwrap();
         events
             .entry(cpu)
             .or_default()
@@ -118,9 +118,9 @@ fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
     }
     let mut perf = Lanes::new();
     for (cpu, evs) in &events {
-        let ins: Vec<&(u64, i32, bool)> = evs.iter().filter(|e| e.2).collect();
+        let ins: Vec<&(i64, i32, bool)> = evs.iter().filter(|e| e.2).collect();
         for (i, &&(t, tid, _)) in ins.iter().enumerate() {
-            let next = ins.get(i + 1).map_or(u64::MAX, |n| n.0);
+            let next = ins.get(i + 1).map_or(i64::MAX, |n| n.0);
             let end = evs
                 .iter()
                 .find(|e| !e.2 && e.1 == tid && e.0 >= t && e.0 <= next)
@@ -130,7 +130,7 @@ fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
     }
     let origin = |l: &Lanes| l.values().flatten().map(|s| s.1).min().unwrap();
     let (o, p) = (origin(&ours), origin(&perf));
-    let rel = |l: &Lanes, o: u64| -> Lanes {
+    let rel = |l: &Lanes, o: i64| -> Lanes {
         l.iter()
             .map(|(cpu, v)| {
                 let n = v.len();

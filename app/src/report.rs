@@ -249,12 +249,10 @@ pub fn decode_marks(
     out: &mut impl Write,
 ) -> Result<()> {
     use ptscope_decoder::marks::{Mark, MarkKind};
-    let base = m.time_range().map_or(0, |r| r.0);
-    let lo = base.saturating_add(from.unwrap_or(0));
-    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    let (base, lo, hi) = marks_window(m, from, to);
     let mhz = m.cbr_mhz;
     let one = |out: &mut dyn Write, tid: Option<i32>, cpu: Option<u32>, k: &Mark| -> Result<()> {
-        let time = k.time.saturating_sub(base);
+        let time = relative(k.time, base);
         match format {
             Format::Text => {
                 let ip = k.ip.map(|ip| format!(" at {ip:#x}")).unwrap_or_default();
@@ -353,25 +351,24 @@ pub fn decode_cpus(
             file.display()
         );
     }
-    let base = m.time_range().map_or(0, |r| r.0);
-    let lo = base.saturating_add(from.unwrap_or(0));
-    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    let (base, lo, hi) = marks_window(m, from, to);
+    let comms: std::collections::HashMap<i32, &str> = m
+        .threads
+        .iter()
+        .map(|t| (t.spans.tid, t.spans.comm.as_str()))
+        .collect();
     for c in &m.cpus {
         if format == Format::Text {
             writeln!(out, "cpu {}", c.cpu)?;
         }
         for s in c.slices_between(lo, hi) {
-            let comm = m
-                .threads
-                .iter()
-                .find(|t| t.spans.tid == s.tid)
-                .map_or("", |t| t.spans.comm.as_str());
-            let (start, end) = (s.start.saturating_sub(base), s.end.saturating_sub(base));
+            let comm = comms.get(&s.tid).copied().unwrap_or("");
+            let (start, end) = (relative(s.start, base), relative(s.end, base));
             match format {
                 Format::Text => writeln!(
                     out,
                     "{start:>12} {:>10}  {} {comm} (pid {})",
-                    end - start,
+                    s.end.saturating_sub(s.start),
                     s.tid,
                     s.pid
                 )?,
@@ -391,6 +388,22 @@ pub fn decode_cpus(
         }
     }
     Ok(())
+}
+
+/// Times for marks and CPU lanes, which may come before the first span
+/// (a CBR in the first PSB+, a thread switched in before it ran): the
+/// base (the first span's start) and the window `[lo, hi]` in perf time,
+/// everything when `from` is not given.
+fn marks_window(m: &Model, from: Option<u64>, to: Option<u64>) -> (u64, u64, u64) {
+    let base = m.time_range().map_or(0, |r| r.0);
+    let lo = from.map_or(0, |f| base.saturating_add(f));
+    let hi = to.map_or(u64::MAX, |t| base.saturating_add(t));
+    (base, lo, hi)
+}
+
+/// `t` from `base`, negative before it.
+fn relative(t: u64, base: u64) -> i64 {
+    (t as i128 - base as i128) as i64
 }
 
 /// A mark's kind as JSON names it.

@@ -42,6 +42,32 @@ pub struct Range {
     pub stop: String,
 }
 
+/// A [`Range`]'s START and STOP, resolved against the process's mappings
+/// as they appear; both backends use it.
+pub struct RangeSymbols {
+    pub start: SymbolTrigger,
+    pub stop: SymbolTrigger,
+}
+
+impl RangeSymbols {
+    pub fn new(r: &Range) -> RangeSymbols {
+        RangeSymbols {
+            start: SymbolTrigger::new(&r.start),
+            stop: SymbolTrigger::new(&r.stop),
+        }
+    }
+
+    pub fn resolve(&mut self, maps: &[Mapping]) {
+        self.start.resolve(maps);
+        self.stop.resolve(maps);
+    }
+
+    /// Both addresses, once both are found.
+    pub fn addresses(&self) -> Option<(u64, u64)> {
+        Some((self.start.address()?, self.stop.address()?))
+    }
+}
+
 /// When a trigger on a function may start firing (`--arm-after`): without
 /// it, a trigger on a hot function fires at the first call, and the
 /// snapshot holds almost nothing.

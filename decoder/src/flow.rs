@@ -1220,11 +1220,7 @@ impl<'a> FlowDecoder<'a> {
                                     kind: IpKind::Fup,
                                     ipb: ipb @ (3 | 6),
                                     payload,
-                                } => Some(if ipb == 3 {
-                                    ((payload << 16) as i64 >> 16) as u64
-                                } else {
-                                    payload
-                                }),
+                                } => packet::expand_ip(0, ipb, payload),
                                 _ => None,
                             });
                     return match fup {

@@ -21,16 +21,18 @@ pub enum MarkKind {
     PtWrite { payload: u64, bytes: u8 },
     /// The core's ratio to the 100 MHz bus clock from here on.
     Cbr { ratio: u8 },
-    /// MWAIT's operands: `hints` (the requested C-state minus one in bits
-    /// 7:4, its sub-state in 3:0) and `ext`.
+    /// MWAIT's operands: `hints` (the requested C-state in bits 7:4, its
+    /// sub-state in 3:0, each in the hint encoding of [`c_state`]) and
+    /// `ext`.
     Mwait { hints: u8, ext: u8 },
-    /// The thread entered C-state `cstate`.`sub`; `hw`: by the hardware's
-    /// own choice.
+    /// The thread entered C-state `cstate`.`sub`, as the packet holds them
+    /// (the hint encoding, [`c_state`]); `hw`: by the hardware's own
+    /// choice.
     Pwre { hw: bool, cstate: u8, sub: u8 },
     /// Execution stopped (the core went idle or halted).
     Exstop,
-    /// The core woke: the deepest and last C-state of the stay, and why
-    /// ([`wake_reason`]).
+    /// The core woke: the deepest and last core C-state of the stay (hint
+    /// encoding), and why ([`wake_reason`]).
     Pwrx { deepest: u8, last: u8, wake: u8 },
 }
 
@@ -55,11 +57,13 @@ impl Mark {
             }
             MarkKind::Mwait { hints, ext } => format!(
                 "mwait C{}.{} (hints {hints:#x}, extensions {ext:#x})",
-                (hints >> 4).wrapping_add(1) & 0xf,
-                hints & 0xf
+                c_state(hints >> 4),
+                c_state(hints & 0xf)
             ),
             MarkKind::Pwre { hw, cstate, sub } => format!(
-                "power entry C{cstate}.{sub}{}",
+                "power entry C{}.{}{}",
+                c_state(cstate),
+                c_state(sub),
                 if hw { " (hardware)" } else { "" }
             ),
             MarkKind::Exstop => "execution stopped".to_string(),
@@ -68,11 +72,20 @@ impl Mark {
                 last,
                 wake,
             } => format!(
-                "power exit: deepest C{deepest}, last C{last}, woken by {}",
+                "power exit: deepest C{}, last C{}, woken by {}",
+                c_state(deepest),
+                c_state(last),
                 wake_reason(wake)
             ),
         }
     }
+}
+
+/// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
+/// carry it (and as libipt's ptxed prints it): the value plus one, so 0 is
+/// C1, and 0xf is C0.
+pub fn c_state(v: u8) -> u8 {
+    v.wrapping_add(1) & 0xf
 }
 
 /// PWRX's wake reasons, as the SDM names its bits.
@@ -101,9 +114,10 @@ pub fn wake_reason(wake: u8) -> String {
 pub struct Sleep {
     pub start: u64,
     pub end: u64,
-    /// The C-state entered (PWRE's, else MWAIT's request, else 0).
+    /// The C-state entered (PWRE's, else MWAIT's request), decoded
+    /// ([`c_state`]): 3 is C3.
     pub cstate: u8,
-    /// The deepest C-state the core reached, from PWRX.
+    /// The deepest C-state the core reached, from PWRX, decoded.
     pub deepest: u8,
     pub wake: u8,
 }
@@ -111,7 +125,12 @@ pub struct Sleep {
 /// A thread's or a CPU's marks, in time order, with what is drawn from
 /// them (the frequency steps and the sleeps) worked out once, so that a
 /// frame finds the visible ones by binary search.
+///
+/// Kept (in the model cache) as its marks alone: what is drawn from them
+/// is worked out again as it is read, so a damaged entry cannot hold steps
+/// or sleeps that its marks do not give.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "Vec<Mark>", into = "Vec<Mark>")]
 pub struct Marks {
     marks: Vec<Mark>,
     steps: Vec<(u64, u8)>,
@@ -212,14 +231,15 @@ impl Marks {
         let mut previous = None;
         for m in &self.marks {
             match m.kind {
-                MarkKind::Mwait { hints, .. } => requested = (hints >> 4).wrapping_add(1) & 0xf,
+                MarkKind::Mwait { hints, .. } => requested = c_state(hints >> 4),
                 MarkKind::Pwre { cstate, .. } => {
-                    open.get_or_insert((m.time, cstate)).1 = cstate;
+                    open.get_or_insert((m.time, c_state(cstate))).1 = c_state(cstate);
                 }
                 MarkKind::Exstop => {
                     open.get_or_insert((m.time, requested));
                 }
                 MarkKind::Pwrx { deepest, wake, .. } => {
+                    let deepest = c_state(deepest);
                     let (start, cstate) = open.take().unwrap_or((
                         previous.unwrap_or(m.time),
                         if requested != 0 { requested } else { deepest },
@@ -238,6 +258,18 @@ impl Marks {
             previous = Some(m.time);
         }
         out
+    }
+}
+
+impl From<Vec<Mark>> for Marks {
+    fn from(marks: Vec<Mark>) -> Marks {
+        Marks::new(marks)
+    }
+}
+
+impl From<Marks> for Vec<Mark> {
+    fn from(m: Marks) -> Vec<Mark> {
+        m.marks
     }
 }
 
@@ -277,6 +309,25 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
             },
         };
         pos += n;
+        // A mark waiting for its FUP gets it from the next packet but for
+        // timing and padding; anything else (a PSB+, a branch) means the
+        // FUP is not there, and the mark keeps no IP.
+        let keeps_waiting = matches!(
+            p,
+            Packet::Tip {
+                kind: IpKind::Fup,
+                ..
+            } | Packet::Pad
+                | Packet::Cyc(_)
+                | Packet::Mtc(_)
+                | Packet::Tsc(_)
+                | Packet::Tma { .. }
+        );
+        if !keeps_waiting {
+            if let Some(b) = bound.take() {
+                push(&mut out, b);
+            }
+        }
         let now = time.tsc().map(to_ns);
         let mut mark = |out: &mut Scan, ip_follows: bool, kind: MarkKind| {
             let Some(t) = now else {
@@ -309,11 +360,11 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
                 time.on_cbr(ratio);
                 mark(&mut out, false, MarkKind::Cbr { ratio });
             }
-            Packet::Ptw { ipb, payload } => {
-                // The packet's size says the operand's: PLC 0 is 4 bytes.
-                let bytes = if ptw_is_wide(&trace[pos - n..]) { 8 } else { 4 };
-                mark(&mut out, ipb != 0, MarkKind::PtWrite { payload, bytes });
-            }
+            Packet::Ptw {
+                ipb,
+                bytes,
+                payload,
+            } => mark(&mut out, ipb != 0, MarkKind::PtWrite { payload, bytes }),
             Packet::Mwait { hints, ext } => mark(&mut out, false, MarkKind::Mwait { hints, ext }),
             Packet::Pwre { hw, cstate, sub } => {
                 mark(&mut out, false, MarkKind::Pwre { hw, cstate, sub })
@@ -351,11 +402,6 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
         out.marks.push(b);
     }
     out
-}
-
-/// Whether the PTW packet at the start of `bytes` carries 8 bytes.
-fn ptw_is_wide(bytes: &[u8]) -> bool {
-    bytes.get(1).is_some_and(|b| (b >> 5) & 3 == 1)
 }
 
 #[cfg(test)]
@@ -423,13 +469,13 @@ mod tests {
         tsc(&mut t, 1100);
         t.extend_from_slice(&[0x02, 0x03, 24, 0]);
         tsc(&mut t, 1200);
-        // MWAIT C3 (hints 0x20), PWRE C3.0, EXSTOP (no IP).
+        // MWAIT C3 (hints 0x20), PWRE C3 (state 2), EXSTOP (no IP).
         t.extend_from_slice(&[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
-        t.extend_from_slice(&[0x02, 0x22, 0, 0x30]);
+        t.extend_from_slice(&[0x02, 0x22, 0, 0x20]);
         t.extend_from_slice(&[0x02, 0x62]);
         tsc(&mut t, 5200);
-        // PWRX: deepest C6, last C3, woken by an interrupt.
-        t.extend_from_slice(&[0x02, 0xa2, 0x36, 1, 0, 0, 0]);
+        // PWRX: deepest C6 (5), last C3 (2), woken by an interrupt.
+        t.extend_from_slice(&[0x02, 0xa2, 0x25, 1, 0, 0, 0]);
         let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
         assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
         // The restated CBR 10 is dropped.
@@ -450,10 +496,29 @@ mod tests {
         );
         assert_eq!(
             m.all()[2].describe(100.0),
-            "mwait C3.0 (hints 0x20, extensions 0x1)"
+            "mwait C3.1 (hints 0x20, extensions 0x1)"
         );
+        assert_eq!(m.all()[3].describe(100.0), "power entry C3.1");
         assert!(m.all()[5].describe(100.0).contains("an interrupt"));
         assert_eq!(m.between(1100, 1200).len(), 4);
+    }
+
+    #[test]
+    fn a_ptwrite_whose_fup_does_not_follow_keeps_no_ip() {
+        let mut t = start(1000);
+        // PTW with its IP bit, then a TNT (not its FUP), then a FUP.
+        t.extend_from_slice(&[0x02, 0x92, 1, 0, 0, 0]);
+        t.push(0b0000_0110);
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
+        // And one cut off by the next PSB+, whose FUP is not its.
+        t.extend_from_slice(&[0x02, 0x92, 2, 0, 0, 0]);
+        t.extend(start(2000));
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_5678u64.to_le_bytes()[..6]);
+        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        let ptw: Vec<(u64, Option<u64>)> = m.ptwrites().map(|(m, p)| (p, m.ip)).collect();
+        assert_eq!(ptw, [(1, None), (2, None)]);
     }
 
     #[test]

@@ -47,8 +47,11 @@ pub enum Packet {
     },
     Vmcs(u64),
     Mnt(u64),
+    /// A PTWRITE's operand, `bytes` (4 or 8) wide; `ipb` 1: a FUP with
+    /// the instruction's IP follows.
     Ptw {
         ipb: u8,
+        bytes: u8,
         payload: u64,
     },
     /// `ip`: a FUP with the IP follows.
@@ -382,6 +385,7 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                     Ok((
                         Packet::Ptw {
                             ipb: b >> 7,
+                            bytes: n as u8,
                             payload: le(&bytes[2..]),
                         },
                         2 + n,
@@ -394,7 +398,6 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
     }
 }
 
-/// Offsets of every PSB in `buf`.
 /// The IP an IP packet gives, from its compression `ipb` and `payload`
 /// over the last IP (SDM "IP Compression"); `None` when it gives none
 /// (IP suppressed).
@@ -409,6 +412,7 @@ pub fn expand_ip(last: u64, ipb: u8, payload: u64) -> Option<u64> {
     })
 }
 
+/// Offsets of every PSB in `buf`.
 pub fn psb_offsets(buf: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
     let mut i = 0;

@@ -30,14 +30,18 @@ pub fn draw(painter: &Painter, model: &Model, cpu: &CpuTrack, g: &RowGeom) {
     let (from, to) = (g.window.start, g.window.end());
     let font = FontId::proportional(11.0);
     let mut last_x = f32::NEG_INFINITY;
-    for s in cpu.slices_between(from, to) {
+    let visible = cpu.slices_between(from, to);
+    let mut i = 0;
+    while let Some(s) = visible.get(i) {
+        i += 1;
         let x0 = (g.left + g.window.x(s.start, g.px_per_ns) as f32).max(g.left);
         let x1 = (g.left + g.window.x(s.end, g.px_per_ns) as f32).min(g.right);
-        if x1 < last_x + 1.0 {
-            continue;
-        }
         let x0 = x0.max(last_x);
         last_x = x1.max(x0 + 1.0);
+        // Slices that end within the pixel just drawn are stepped over by
+        // binary search: a frame's cost follows the lane's width.
+        let next = g.window.time_at_px((last_x - g.left) as f64, g.px_per_ns);
+        i += visible[i..].partition_point(|n| n.end <= next);
         let r = Rect::from_min_max(pos2(x0, g.y0), pos2(last_x, g.y1));
         let c = thread_color(s.tid);
         painter.rect_filled(r, 0.0, c);
@@ -87,6 +91,6 @@ pub fn describe(model: &Model, cpu: &CpuTrack, s: &CpuSlice) -> String {
         cpu.cpu,
         thread_name(model, s.tid),
         s.pid,
-        crate::axis::format_duration(s.end - s.start)
+        crate::axis::format_duration(s.end.saturating_sub(s.start))
     )
 }

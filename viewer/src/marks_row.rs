@@ -90,15 +90,23 @@ pub fn draw(painter: &Painter, marks: &Marks, end: u64, mhz: f64, g: &RowGeom) {
             );
         }
     }
-    // Point marks, one per pixel at most.
-    let mut last_x = f32::NEG_INFINITY;
+    // Point marks, one per pixel: after drawing one, the rest of its
+    // pixel is stepped over by binary search, so a frame's cost follows
+    // the row's width, not the marks in view.
     let cy = g.y0 + h / 2.0;
-    for m in marks.between(from, to) {
+    let visible = marks.between(from, to);
+    let mut i = 0;
+    while let Some(m) = visible.get(i) {
         let x = g.x(m.time);
-        if x - last_x < 1.0 {
+        i += 1;
+        if matches!(m.kind, MarkKind::Cbr { .. }) {
             continue;
         }
-        last_x = x;
+        let next = g
+            .window
+            .time_at_px((x + 1.0 - g.left) as f64, g.px_per_ns)
+            .max(m.time + 1);
+        i += visible[i..].partition_point(|k| k.time < next);
         match m.kind {
             MarkKind::PtWrite { .. } => {
                 let r = (h / 2.0 - 2.0).max(2.0);
@@ -156,7 +164,7 @@ pub fn hover(marks: &Marks, end: u64, mhz: f64, g: &RowGeom, x: f32) -> Vec<Stri
         out.push(format!(
             "asleep in C{} for {} (deepest C{}), woken by {}",
             s.cstate,
-            crate::axis::format_duration(s.end - s.start),
+            crate::axis::format_duration(s.end.saturating_sub(s.start)),
             s.deepest,
             wake_reason(s.wake)
         ));

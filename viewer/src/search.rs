@@ -107,14 +107,20 @@ impl Search {
 /// holds the query, as (thread, time) in time order: a query that names
 /// no function can name a value the program wrote.
 pub fn ptwrite_hits(model: &ptscope_decoder::model::Model, query: &str) -> Vec<(u32, u64)> {
+    use std::fmt::Write;
     let needle = query.trim().to_lowercase();
-    if needle.is_empty() {
+    // Only a query that can name a value (`ptwrite…` or `0x…`) looks at
+    // the PTWRITEs: a function search stays one pass over the functions.
+    if !(needle.contains("ptwrite") || needle.contains("0x")) {
         return Vec::new();
     }
     let mut hits = Vec::new();
+    let mut text = String::new();
     for (ti, t) in model.threads.iter().enumerate() {
         for (m, payload) in t.marks.ptwrites() {
-            if substring_match(&format!("ptwrite = {payload:#x}"), &needle) {
+            text.clear();
+            let _ = write!(text, "ptwrite = {payload:#x}");
+            if substring_match(&text, &needle) {
                 hits.push((ti as u32, m.time));
             }
         }
@@ -144,7 +150,8 @@ mod tests {
             ..Model::default()
         };
         assert_eq!(ptwrite_hits(&m, "ptwrite = 0x1005"), [(0, 20), (0, 30)]);
-        assert_eq!(ptwrite_hits(&m, "BEEF"), [(0, 10)]);
+        assert_eq!(ptwrite_hits(&m, "0xBEEF"), [(0, 10)]);
+        assert!(ptwrite_hits(&m, "beef").is_empty(), "not a value query");
         assert_eq!(ptwrite_hits(&m, "ptwrite").len(), 3);
         assert!(ptwrite_hits(&m, "main").is_empty());
     }

@@ -812,7 +812,7 @@ impl Timeline {
             let above: f32 = (0..ti)
                 .map(|i| HEADER_H + self.track_height(input, i))
                 .sum();
-            self.scroll_y = above;
+            self.scroll_y = Self::cpus_height(input) + above;
         }
         self.fit(slice.start, slice.end);
         true

@@ -1099,10 +1099,10 @@ impl TraceView {
     }
 }
 
-/// The toolbar's note for a trace without timing, and its explanation.
 /// The widest view stepping to a PTWRITE shows, ns.
 pub const PTWRITE_VIEW_NS: f64 = 2_000.0;
 
+/// The toolbar's note for a trace without timing, and its explanation.
 pub const UNTIMED_LABEL: &str = "no timing: axis in instructions";
 const UNTIMED_HOVER: &str = "This trace has no timing packets (recorded with tsc=0), so \
     spans are placed by the instructions each thread (or CPU) retired, not by time.";

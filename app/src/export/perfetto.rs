@@ -167,11 +167,11 @@ impl Interned {
     }
 }
 
-/// A track's open slices, as the ends still to write.
+/// A track's open slices: each one's depth and the end still to write.
 #[derive(Default)]
 struct Track {
     uuid: u64,
-    open: Vec<u64>,
+    open: Vec<(u32, u64)>,
 }
 
 pub struct Perfetto<'w> {
@@ -253,18 +253,24 @@ impl<'w> Perfetto<'w> {
         Ok(uuid)
     }
 
-    /// Ends the open slices of `track` deeper than `depth`.
-    fn close(&mut self, lines: bool, depth: usize) -> Result<()> {
+    /// Ends the open slices a slice at `depth` starting at `start` does
+    /// not nest in: those as deep or deeper (a call's depth is exact, in
+    /// tree order) and, for lines, which come in time order, those that
+    /// ended by `start`.
+    fn close(&mut self, lines: bool, depth: u32, start: u64) -> Result<()> {
         loop {
             let track = if lines {
                 self.lines.as_mut().expect("a lines track")
             } else {
                 &mut self.calls
             };
-            if track.open.len() <= depth {
+            let Some(&(d, end)) = track.open.last() else {
+                return Ok(());
+            };
+            if d < depth && !(lines && end <= start) {
                 return Ok(());
             }
-            let end = track.open.pop().expect("not empty");
+            track.open.pop();
             let uuid = track.uuid;
             self.packet(TracePacket {
                 timestamp: Some(end),
@@ -280,9 +286,9 @@ impl<'w> Perfetto<'w> {
 
     /// Ends every open slice of the current thread.
     fn close_thread(&mut self) -> Result<()> {
-        self.close(false, 0)?;
+        self.close(false, 0, u64::MAX)?;
         if self.lines.is_some() {
-            self.close(true, 0)?;
+            self.close(true, 0, u64::MAX)?;
         }
         Ok(())
     }
@@ -323,7 +329,7 @@ impl Sink for Perfetto<'_> {
                 open: Vec::new(),
             });
         }
-        self.close(s.line, s.depth as usize)?;
+        self.close(s.line, s.depth, s.start)?;
         let mut interned = InternedData::default();
         let (name, new) = self.names.iid(s.name);
         if new {
@@ -421,7 +427,7 @@ impl Sink for Perfetto<'_> {
         } else {
             &mut self.calls
         };
-        t.open.push(s.end);
+        t.open.push((s.depth, s.end));
         Ok(())
     }
 

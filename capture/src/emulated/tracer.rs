@@ -58,7 +58,7 @@ use crate::error::CaptureError;
 use crate::filter::{self, FilterRange};
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
-use crate::trigger::{ArmAfter, Range, SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, Range, RangeSymbols, SymbolTrigger, Trigger};
 use threads::Thread;
 
 use crate::recording::{
@@ -144,7 +144,7 @@ pub struct Tracer {
     /// `opts.filter` placed in the process's current mappings.
     ip_filter: IpFilter,
     /// `--range`'s START and STOP, resolved as the mappings appear.
-    range: Option<(SymbolTrigger, SymbolTrigger)>,
+    range: Option<RangeSymbols>,
     /// Times a thread entered the range (tracing resumed).
     range_entries: u64,
 }
@@ -172,10 +172,7 @@ impl Tracer {
             Trigger::Symbol(name) => Some(SymbolTrigger::new(name)),
             _ => None,
         };
-        let range = opts
-            .range
-            .as_ref()
-            .map(|r| (SymbolTrigger::new(&r.start), SymbolTrigger::new(&r.stop)));
+        let range = opts.range.as_ref().map(RangeSymbols::new);
         let slow = match &opts.trigger {
             Trigger::SlowCall {
                 symbol,

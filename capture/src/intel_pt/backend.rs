@@ -19,7 +19,7 @@ use nix::sys::signal::Signal;
 
 use super::event::{pt_attr, EventOptions};
 use super::pmu::{Pmu, SYSFS_PMUS};
-use super::range::{self, RangeSymbols};
+use super::range;
 use super::slow_call::{self, CallTimer};
 use super::timing::{PtConfig, Timing};
 use crate::error::CaptureError;
@@ -34,11 +34,15 @@ use crate::recording::{
     Capture, CpuTrace, PtSetup, Sideband, SidebandEvent, StopReason, Target, ThreadTrace,
 };
 use crate::tracee;
-use crate::trigger::{ArmAfter, Range, SymbolTrigger, Trigger};
+use crate::trigger::{ArmAfter, Range, RangeSymbols, SymbolTrigger, Trigger};
 use ptscope_formats::pt_params::PtParams;
 
 /// Data-ring pages per event: sideband only, drained every millisecond.
 const DATA_PAGES: usize = 16;
+
+/// What a refused `--range` breakpoint means.
+const REFUSED_RANGE: &str =
+    "the kernel refused an AUX pause/resume breakpoint in the PT event's group";
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -619,18 +623,20 @@ impl Session<'_> {
                     "the --range {} breakpoint at {addr:#x}",
                     if resume { "resume" } else { "pause" }
                 );
-                let ev =
-                    Event::open_in_group(&range::breakpoint(addr, resume), pid, u.cpu, Some(&u.pt))
-                        .map_err(|errno| {
-                            PerfError::Open {
-                    guidance:
-                        "the kernel refused an AUX pause/resume breakpoint in the PT event's group"
-                            .into(),
-                    what,
-                    errno,
+                let attr = range::breakpoint(addr, resume);
+                match Event::open_in_group(&attr, pid, u.cpu, Some(&u.pt)) {
+                    Ok(ev) => u.range.push(ev),
+                    // The thread is gone: its unit is drained as any other.
+                    Err(nix::errno::Errno::ESRCH) => break,
+                    Err(errno) => {
+                        return Err(PerfError::Open {
+                            guidance: REFUSED_RANGE.into(),
+                            what,
+                            errno,
+                        }
+                        .into())
+                    }
                 }
-                        })?;
-                u.range.push(ev);
             }
         }
         Ok(())
@@ -762,6 +768,9 @@ impl Session<'_> {
                 if self.breakpoint.is_none() {
                     self.resolve_symbol()?;
                 }
+                // START and STOP may be in a library mapped later, and new
+                // threads' units need their breakpoints.
+                self.arm_range()?;
                 // aux_head only moves when an event stops, so what is
                 // known while tracing is the buffers' capacity.
                 status(Status::Waiting {

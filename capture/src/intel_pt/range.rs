@@ -9,8 +9,6 @@
 use ptscope_formats::perf_data::{aux_action, PerfEventAttr};
 
 use crate::perf_event::breakpoint::breakpoint_attr;
-use crate::procfs::Mapping;
-use crate::trigger::{Range, SymbolTrigger};
 
 /// The first kernel with aux-action (`aux_start_paused`, `aux_pause`,
 /// `aux_resume`).
@@ -49,32 +47,6 @@ pub fn breakpoint(addr: u64, resume: bool) -> PerfEventAttr {
             aux_action::PAUSE
         },
         ..breakpoint_attr(addr, false)
-    }
-}
-
-/// START and STOP, resolved against the process's mappings as they
-/// appear.
-pub struct RangeSymbols {
-    pub start: SymbolTrigger,
-    pub stop: SymbolTrigger,
-}
-
-impl RangeSymbols {
-    pub fn new(r: &Range) -> RangeSymbols {
-        RangeSymbols {
-            start: SymbolTrigger::new(&r.start),
-            stop: SymbolTrigger::new(&r.stop),
-        }
-    }
-
-    pub fn resolve(&mut self, maps: &[Mapping]) {
-        self.start.resolve(maps);
-        self.stop.resolve(maps);
-    }
-
-    /// Both addresses, once both are found.
-    pub fn addresses(&self) -> Option<(u64, u64)> {
-        Some((self.start.address()?, self.stop.address()?))
     }
 }
 

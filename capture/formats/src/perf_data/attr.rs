@@ -145,8 +145,10 @@ mod tests {
         let mut v = Vec::new();
         attr.encode(&mut v);
         assert_eq!(v.len(), 128);
-        // The aux-action word is where the kernel reads it: offset 124.
-        assert_eq!(&v[124..128], &[1, 0, 0, 0]);
+        // The aux-action word is where the kernel reads it: after
+        // aux_sample_size (112), at 116, before sig_data (120).
+        assert_eq!(&v[116..120], &[1, 0, 0, 0]);
+        assert_eq!(&v[120..128], &7u64.to_le_bytes());
         assert_eq!(PerfEventAttr::decode(&v, 0).unwrap(), attr);
         // An older, shorter attr zero-extends.
         let short = PerfEventAttr::decode(&v[..72], 0).unwrap();

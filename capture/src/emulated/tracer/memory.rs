@@ -54,7 +54,6 @@ impl Tracer {
         Ok(insn)
     }
 
-    /// Re-reads the mappings and emits MMAP2 events for new executable ones.
     /// Reads the tracee's memory at `addr` into `buf`; how much was there
     /// (a read may stop at the end of a mapping).
     pub(super) fn read_memory(&self, addr: u64, buf: &mut [u8]) -> Result<usize, CaptureError> {
@@ -103,6 +102,7 @@ impl Tracer {
         Ok(insn)
     }
 
+    /// Re-reads the mappings and emits MMAP2 events for new executable ones.
     pub(super) fn refresh_maps(&mut self, tid: i32) {
         let Ok(maps) = procfs::read_maps(self.pid) else {
             return;

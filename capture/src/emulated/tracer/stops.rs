@@ -59,6 +59,10 @@ fn resume_ip(rip: u64, rax: u64, orig_rax: u64) -> u64 {
     }
 }
 
+/// SIGILL's `si_code` for an illegal opcode, as the kernel sends it for a
+/// #UD (`<asm-generic/siginfo.h>`; the libc crate has no Linux constant).
+const ILL_ILLOPN: i32 = 2;
+
 /// Where a thread seen for the first time (new, or just attached) resumes.
 /// One stopped inside an interrupted syscall goes back to its `syscall`
 /// instruction when resumed, to run it again: stepping it blocks in the
@@ -109,7 +113,11 @@ impl Tracer {
                 // fault.
                 let mut sig = Some(sig);
                 if let (Some(Signal::SIGILL), Some((ip, insn))) = (sig, t.stepping) {
-                    if ip == rip && matches!(insn.class, InsnClass::PtWrite { .. }) {
+                    // The #UD the CPU raises, not a SIGILL sent by a process.
+                    if ip == rip
+                        && matches!(insn.class, InsnClass::PtWrite { .. })
+                        && ptrace::si_code(tid)? == ILL_ILLOPN
+                    {
                         rip = insn.next_ip(ip);
                         ptrace::set_rip(tid, regs, rip)?;
                         sig = Some(Signal::SIGTRAP);

@@ -12,7 +12,7 @@ use super::Tracer;
 use crate::emulated::ptrace;
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::recording::StopReason;
-use crate::trigger::Trigger;
+use crate::trigger::{RangeSymbols, Trigger};
 
 /// When a run under `trigger` starting now has to stop, if it has to.
 pub(super) fn deadline(trigger: &Trigger) -> Option<Instant> {
@@ -30,9 +30,8 @@ impl Tracer {
         if let Some(slow) = &mut self.slow {
             slow.sym.resolve(&self.maps);
         }
-        if let Some((start, stop)) = &mut self.range {
-            start.resolve(&self.maps);
-            stop.resolve(&self.maps);
+        if let Some(r) = &mut self.range {
+            r.resolve(&self.maps);
         }
         if let Some(sym) = &mut self.symbol {
             sym.resolve(&self.maps);
@@ -117,10 +116,10 @@ impl Tracer {
     /// `rip`. At START's entry the kernel's breakpoint resumes the trace,
     /// which restarts there; at STOP's it pauses it.
     pub(super) fn range_step(&mut self, tid: i32, rip: u64) {
-        let Some((start, stop)) = &self.range else {
+        let Some(r) = &self.range else {
             return;
         };
-        let (start, stop) = (start.address(), stop.address());
+        let (start, stop) = (r.start.address(), r.stop.address());
         let now = self.now;
         if start == Some(rip) {
             if self.unit(tid).paused() {
@@ -138,7 +137,7 @@ impl Tracer {
     /// What the capture should say about its range: a START or STOP never
     /// found, or a START never reached (nothing was traced).
     pub(super) fn range_warnings(&self) -> Vec<String> {
-        let Some((start, stop)) = &self.range else {
+        let Some(RangeSymbols { start, stop }) = &self.range else {
             return Vec::new();
         };
         let mut out = Vec::new();
