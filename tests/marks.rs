@@ -2,9 +2,10 @@
 //! executes PTWRITE runs under the emulated backend on a CPU without it;
 //! its values and their order equal perf's `--itrace=w`, and the trace
 //! decodes exactly (the instructions libipt and perf see equal the ptrace
-//! log). Power and frequency packets, hand-encoded into a perf.data as a
-//! CPU with power event trace writes them, are read as perf's
-//! `--itrace=p` reads them.
+//! log). Power and frequency packets are read as perf reads them: inserted
+//! into a real capture recorded with `pwr_evt`, equal to perf's
+//! `--itrace=p` events; hand-encoded in a perf.data of their own, equal to
+//! perf's packet decoder field by field.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -293,4 +294,108 @@ fn power_and_frequency_packets_read_as_perf_reads_them() {
         })
         .collect();
     assert_eq!(mine, perf, "perf printed:\n{text}");
+}
+
+/// Power packets in a real emulated capture, as perf's `--itrace=p`
+/// synthesizes them: the demo's trace with a stay in C3 inserted after its
+/// first PSB+ (CBR up to 24, MWAIT, PWRE, EXSTOP, PWRX, CBR back to 10),
+/// and the PT event's config with `pwr_evt` set, as a CPU with power event
+/// trace records it. perf's events and ptscope's marks agree, field by
+/// field, each kind in the same order.
+#[test]
+fn power_events_in_a_capture_equal_perfs_itrace_p() {
+    use ptscope_formats::snapshot::{rewrite, Snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let snap = Snapshot::open(&demo_snapshot()).unwrap();
+    let power: Vec<u8> = [
+        &[0x02, 0x03, 24, 0][..],
+        &[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0],
+        &[0x02, 0x22, 0x00, 0x20],
+        &[0x02, 0x62],
+        &[0x02, 0xa2, 0x25, 0x01, 0, 0, 0],
+        &[0x02, 0x03, 10, 0],
+    ]
+    .concat();
+    let out = dir.path().join("power.ptscope");
+    rewrite::with_aux(&snap, &out, 0, &|_, old| {
+        // After the first PSBEND (02 23): between PSB+ and the flow.
+        let at = old
+            .windows(2)
+            .position(|w| w == [0x02, 0x23])
+            .map_or(0, |p| p + 2);
+        [&old[..at], &power, &old[at..]].concat()
+    })
+    .unwrap();
+    let extracted = extract(&out, dir.path());
+    // The PT event (the first attr) recorded with pwr_evt (config bit 4).
+    let perf_data = extracted.join("perf.data");
+    let mut bytes = std::fs::read(&perf_data).unwrap();
+    let attrs = u64::from_le_bytes(bytes[24..32].try_into().unwrap()) as usize;
+    let config = attrs + 8;
+    let v = u64::from_le_bytes(bytes[config..config + 8].try_into().unwrap()) | term::PWR_EVT;
+    bytes[config..config + 8].copy_from_slice(&v.to_le_bytes());
+    std::fs::write(&perf_data, bytes).unwrap();
+
+    let text = perf_script(&extracted, &["--itrace=p", "-F", "synth"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let mut perf: Vec<String> = Vec::new();
+    for l in text.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let after = |key: &str| w.iter().position(|x| *x == key).map(|i| w[i + 1]);
+        if let Some(cbr) = after("cbr:") {
+            perf.push(format!("cbr {cbr} {}", after("freq:").unwrap()));
+        } else if let Some(h) = after("hints:") {
+            perf.push(format!(
+                "mwait {} {}",
+                hex(h),
+                hex(after("extensions:").unwrap())
+            ));
+        } else if l.contains("sub-cstate:") {
+            perf.push(format!(
+                "pwre {} {} {}",
+                after("hw:").unwrap(),
+                after("cstate:").unwrap(),
+                after("sub-cstate:").unwrap()
+            ));
+        } else if l.contains("deepest cstate:") {
+            let n = |k: &str| w[w.iter().position(|x| *x == k).unwrap() + 2];
+            perf.push(format!(
+                "pwrx {} {} {}",
+                n("deepest"),
+                n("last"),
+                hex(after("reason:").unwrap())
+            ));
+        } else if l.contains("IP:") {
+            perf.push("exstop".into());
+        }
+    }
+    let ours: Vec<String> = marks_of(&out)
+        .iter()
+        .filter(|m| m.get("tid").is_some())
+        .map(|m| match m["mark"].as_str().unwrap() {
+            "cbr" => format!("cbr {} {}", m["ratio"], m["mhz"]),
+            "mwait" => format!("mwait {} {}", m["hints"], m["extensions"]),
+            "pwre" => format!("pwre {} {} {}", m["hw"], m["cstate"], m["sub_cstate"]),
+            "pwrx" => format!(
+                "pwrx {} {} {}",
+                m["deepest_cstate"], m["last_cstate"], m["wake_reason"]
+            ),
+            other => other.to_string(),
+        })
+        .collect();
+    assert!(ours.iter().any(|m| m.starts_with("pwrx")), "{ours:?}");
+    // perf delivers MWAIT and PWRE with the next instruction sample it
+    // makes, later than the packets' place in the trace: the same events,
+    // and each kind in the same order.
+    let kinds = |v: &[String], kind: &str| -> Vec<String> {
+        v.iter().filter(|m| m.starts_with(kind)).cloned().collect()
+    };
+    for kind in ["cbr", "mwait", "pwre", "exstop", "pwrx"] {
+        assert_eq!(
+            kinds(&ours, kind),
+            kinds(&perf, kind),
+            "{kind}; perf printed:\n{text}"
+        );
+    }
+    assert_eq!(ours.len(), perf.len(), "perf printed:\n{text}");
 }

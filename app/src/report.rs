@@ -304,7 +304,8 @@ pub fn decode_marks(
                 }
                 if let MarkKind::Cbr { ratio } = k.kind {
                     if mhz > 0.0 {
-                        o.insert("mhz".into(), (ratio as f64 * mhz).round().into());
+                        // Whole MHz, as perf prints them.
+                        o.insert("mhz".into(), ((ratio as f64 * mhz).round() as u64).into());
                     }
                 }
                 json_line(out, &v)?;
