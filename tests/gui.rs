@@ -709,12 +709,16 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
         .find(|t| t.spans.tid == pid as i32)
         .unwrap();
     // Pseudo spans such as `[untraced]` (after the trigger) are not calls.
+    // The last call in tree order: by start time alone, a call made just
+    // after the attach can tie with the sleep the thread was attached in,
+    // which began (as far as the trace knows) at the same first timestamp.
     let last = t
         .spans
-        .lanes()
-        .flat_map(|(_, lane)| lane.iter())
+        .tree_order()
+        .into_iter()
+        .map(|(d, i)| t.spans.lane(d)[i])
         .filter(|s| !model.funcs.name(s.func()).starts_with('['))
-        .max_by_key(|s| s.start)
+        .last()
         .unwrap();
     assert_eq!(model.funcs.name(last.func()), "tick");
     // The viewer says how it was captured, with tick's argument.
