@@ -716,9 +716,9 @@ fn capture_panel_attaches_triggers_and_opens_the_snapshot() {
         .spans
         .tree_order()
         .into_iter()
+        .rev()
         .map(|(d, i)| t.spans.lane(d)[i])
-        .filter(|s| !model.funcs.name(s.func()).starts_with('['))
-        .last()
+        .find(|s| !model.funcs.name(s.func()).starts_with('['))
         .unwrap();
     assert_eq!(model.funcs.name(last.func()), "tick");
     // The viewer says how it was captured, with tick's argument.
