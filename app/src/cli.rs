@@ -323,10 +323,12 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text", requires = "histogram")]
         format: ptscope::outlier::Output,
     },
-    /// Write the decoded spans in a format other tools read: `chrome`,
-    /// Chrome's JSON trace events (chrome://tracing, ui.perfetto.dev), one
-    /// track per thread. Streamed: a big trace is never held in memory
-    /// twice, and OUT appears only when whole.
+    /// Write the decoded spans in a format other tools read: Perfetto's
+    /// TrackEvent protobuf (ui.perfetto.dev), the Fuchsia trace format
+    /// (FXT, as magic-trace writes it) or Chrome's JSON trace events; one
+    /// track per thread, and with --level lines the source lines under the
+    /// calls. Streamed: a big trace is never held in memory, and OUT
+    /// appears only when whole.
     Export {
         #[command(flatten)]
         input: InputOpts,
