@@ -26,5 +26,6 @@ GUI_PACKAGES=(libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon-x11-0 libgl1 l
 # debuginfod server on loopback. libc6-dbg holds the symbols of the
 # stripped libc and loader (/usr/lib/debug/.build-id), which perf and
 # ptscope name them by. python3-venv holds the export tests' readers
-# (tests/requirements.txt: Perfetto's schema, an FXT parser).
-TEST_PACKAGES=(linux-perf binutils python3-venv xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux debuginfod libc6-dbg)
+# (tests/requirements.txt: Perfetto's schema, an FXT parser). qemu-user
+# runs programs for the QEMU capture backend, whose tests need it.
+TEST_PACKAGES=(qemu-user linux-perf binutils python3-venv xvfb xauth xz-utils desktop-file-utils shared-mime-info util-linux debuginfod libc6-dbg)

@@ -70,8 +70,9 @@ pub struct CapturePanel {
     symbols_of: Option<String>,
     /// The last symbol search: its filter and the matching indices.
     symbol_matches: Option<(String, Vec<usize>)>,
-    /// What `auto` (or the chosen backend) means here, per backend.
-    backend_note: Option<(Backend, String)>,
+    /// What `auto` (or the chosen backend) means here: per backend and
+    /// target (the program, or none to attach), and the note.
+    backend_note: Option<(Backend, Option<String>, String)>,
     pub duration_ms: u64,
     /// With a function trigger: fire only on a call slower than this
     /// (a duration as typed; empty fires on entry).
@@ -635,6 +636,7 @@ impl CapturePanel {
             ui.horizontal(|ui| {
                 ui.radio_value(&mut self.backend, Backend::Auto, "auto");
                 ui.radio_value(&mut self.backend, Backend::IntelPt, "intel-pt");
+                ui.radio_value(&mut self.backend, Backend::Qemu, "qemu");
                 ui.radio_value(&mut self.backend, Backend::Emulated, "emulated");
             });
             ui.end_row();
@@ -650,23 +652,37 @@ impl CapturePanel {
                 .accesskit_node_builder(r.id, |b| b.set_label("Arm after"));
             ui.end_row();
         });
-        // Reading the PMU from sysfs once per backend choice, not per frame.
+        // Reading the PMU from sysfs and the program's header once per
+        // backend and target, not per frame.
+        let program = match self.target {
+            TargetKind::Command => Some(self.program.trim().to_string()),
+            TargetKind::Attach => None,
+        };
         if self
             .backend_note
             .as_ref()
-            .is_none_or(|(b, _)| *b != self.backend)
+            .is_none_or(|(b, p, _)| *b != self.backend || *p != program)
         {
             let pmu_dir = Request::new(Target::Attach(0), Trigger::Manual)
                 .opts
                 .pmu_dir;
-            let note = match recorder::choose(self.backend, &pmu_dir) {
-                Ok(Chosen::IntelPt) => "Intel PT hardware, through perf_event_open".to_string(),
-                Ok(Chosen::Emulated { why }) => why,
-                Err(e) => e.to_string(),
+            let target = match &program {
+                Some(p) => Target::Spawn {
+                    argv: vec![p.clone()],
+                    cwd: Some(self.cwd.trim())
+                        .filter(|c| !c.is_empty())
+                        .map(PathBuf::from),
+                },
+                None => Target::Attach(0),
             };
-            self.backend_note = Some((self.backend, note));
+            let note = match recorder::choose(self.backend, &pmu_dir, &target) {
+                Ok(Chosen::IntelPt) => "Intel PT hardware, through perf_event_open".to_string(),
+                Ok(chosen) => chosen.why(),
+                Err(e) => format!("{e:#}"),
+            };
+            self.backend_note = Some((self.backend, program, note));
         }
-        if let Some((_, note)) = &self.backend_note {
+        if let Some((_, _, note)) = &self.backend_note {
             ui.label(egui::RichText::new(note.as_str()).small());
         }
     }

@@ -25,7 +25,7 @@ use ptscope_decoder::packet::{self, Packets};
     name = "ptscope",
     version,
     about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.",
-    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on each FILE (one tab each), or on the bundled demo snapshot. More files open from File > Open, the recent-files list, or by dropping them on the window.\nOn machines without Intel PT (AMD, most VMs) captures use the emulated backend, which single-steps the program with ptrace and writes the packets PT hardware would write."
+    long_about = "Intel Processor Trace: capture the last milliseconds before something interesting happens, and see every call on a timeline.\n\nWith no command, opens the window on each FILE (one tab each), or on the bundled demo snapshot. More files open from File > Open, the recent-files list, or by dropping them on the window.\nOn machines without Intel PT (AMD, most VMs), `record` runs the command under QEMU's user-mode emulator (qemu-x86_64), whose ptscope plugin writes the packets PT hardware would write, at hundreds of millions of instructions per second; `attach`, and programs QEMU cannot run, use the emulated backend, which single-steps with ptrace."
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -949,6 +949,17 @@ fn check() -> Result<ExitCode> {
         }
         Err(e) => writeln!(out, "Intel PT:      no: {e}")?,
     }
+    match ptscope_capture::qemu::probe::usable_qemu() {
+        Ok((qemu, version)) => writeln!(
+            out,
+            "QEMU:          yes ({}, version {version}): `record` traces commands under it, with ptscope's plugin, where there is no Intel PT; `attach` single-steps (QEMU cannot attach)",
+            qemu.display()
+        )?,
+        Err(e) => writeln!(
+            out,
+            "QEMU:          no: {e}; without Intel PT, `record` single-steps (thousands of times slower)"
+        )?,
+    }
     let bp = ptscope_capture::perf_event::breakpoint::Breakpoint::available();
     writeln!(
         out,
@@ -1015,6 +1026,15 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
             writeln!(out, "  command: {} (pid {})", m.command.join(" "), m.pid)?;
         }
         writeln!(out, "  clock:   {}", m.clock)?;
+        if let Some(cpu) = &m.guest_cpu {
+            writeln!(
+                out,
+                "  ran on:  {cpu} (QEMU's CPU model: glibc picked its routines for it)"
+            )?;
+        }
+        for w in &m.warnings {
+            writeln!(out, "  warning: {w}")?;
+        }
         if !m.trigger_registers.is_empty() {
             let regs: Vec<String> = m
                 .trigger_registers

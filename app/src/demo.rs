@@ -6,6 +6,7 @@
 //! beside it), so the first use writes it and its source to the user's
 //! cache directory. The directory's name carries the snapshot's size and a
 //! hash of its bytes: a binary with another demo never reads a stale copy.
+//! The QEMU plugin ([`crate::qemu_plugin`]) is unpacked the same way.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +22,7 @@ pub const FILE_NAME: &str = "demo.ptscope";
 
 /// FNV-1a over `data`: a fingerprint of the embedded snapshot, not a
 /// security measure.
-fn fingerprint(data: &[u8]) -> u64 {
+pub(crate) fn fingerprint(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -29,7 +30,7 @@ fn fingerprint(data: &[u8]) -> u64 {
 
 /// Where the demo is unpacked: `$XDG_CACHE_HOME/ptscope`, else
 /// `~/.cache/ptscope`, else the temporary directory.
-fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     let xdg = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty());
     let home = std::env::var_os("HOME").filter(|v| !v.is_empty());
     match (xdg, home) {
@@ -42,7 +43,7 @@ fn cache_root() -> PathBuf {
 
 /// Writes `data` to `path` unless it already holds exactly that: through a
 /// temporary file renamed into place, so a reader never sees half a file.
-fn write_once(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_once(path: &Path, data: &[u8]) -> std::io::Result<()> {
     if std::fs::read(path).is_ok_and(|have| have == data) {
         return Ok(());
     }

@@ -17,7 +17,8 @@
 //! - [`name_dirs`]: the flags that say where debug files and binaries
 //!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
-//! - [`demo`]: the demo snapshot, built into the binary;
+//! - [`demo`]: the demo snapshot, and [`qemu_plugin`]: the QEMU backend's
+//!   plugin, both built into the binary;
 //! - [`size`]: byte sizes as users type them, and [`durations`]: durations.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
@@ -32,6 +33,7 @@ pub mod loader;
 pub mod missing;
 pub mod name_dirs;
 pub mod outlier;
+pub mod qemu_plugin;
 pub mod recorder;
 pub mod report;
 pub mod scale;

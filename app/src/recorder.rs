@@ -5,11 +5,13 @@
 //! Capture panel runs those commands as a process of its own and reads
 //! their `--json-progress` lines back as [`Report`]s, so a capture behaves
 //! the same whichever started it. With `--backend auto` a capture takes
-//! the Intel PT hardware when this machine has a usable `intel_pt` PMU,
-//! and otherwise the emulated backend, saying why it fell back.
+//! the Intel PT hardware when this machine has a usable `intel_pt` PMU;
+//! otherwise QEMU with ptscope's plugin for a command QEMU can run, and
+//! the single-stepping emulated backend for the rest, saying why.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
@@ -23,11 +25,16 @@ use ptscope_formats::snapshot::{self, Metadata};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq, Default)]
 pub enum Backend {
-    /// intel-pt when this machine has Intel PT, else emulated.
+    /// intel-pt when this machine has Intel PT; else qemu for a command
+    /// QEMU can run; else emulated.
     #[default]
     Auto,
     /// Real Intel PT hardware through perf_event_open.
     IntelPt,
+    /// Run the command under QEMU's user-mode emulator, whose ptscope
+    /// plugin writes the packets PT hardware would: no Intel PT needed,
+    /// hundreds of millions of instructions per second. Commands only.
+    Qemu,
     /// Single-step with ptrace and emit the packets PT hardware would.
     Emulated,
 }
@@ -36,27 +43,108 @@ pub enum Backend {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Chosen {
     IntelPt,
-    Emulated { why: String },
+    Qemu {
+        qemu: PathBuf,
+        version: String,
+        why: String,
+    },
+    Emulated {
+        why: String,
+    },
 }
 
-/// Picks the backend. `auto` takes intel-pt when the PMU is there, and
-/// otherwise says why it fell back.
-pub fn choose(backend: Backend, pmu_dir: &Path) -> Result<Chosen, PtSetupError> {
+impl Chosen {
+    /// The backend's name, as snapshots record it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Chosen::IntelPt => "intel-pt",
+            Chosen::Qemu { .. } => "qemu",
+            Chosen::Emulated { .. } => "emulated",
+        }
+    }
+
+    /// Which backend runs and why, in a sentence for the user.
+    pub fn why(&self) -> String {
+        match self {
+            Chosen::IntelPt => "intel-pt backend".into(),
+            Chosen::Qemu { why, .. } | Chosen::Emulated { why } => why.clone(),
+        }
+    }
+}
+
+/// Picks the backend for capturing `target`. `auto` takes intel-pt when
+/// the PMU is there; else, for a command that is an x86-64 program and
+/// with `qemu-x86_64` installed, qemu; else the single-step backend. It
+/// says why it took what it took.
+pub fn choose(backend: Backend, pmu_dir: &Path, target: &Target) -> Result<Chosen> {
     match backend {
         Backend::Emulated => Ok(Chosen::Emulated {
             why: "the emulated backend was asked for".into(),
         }),
-        Backend::IntelPt => Pmu::read(pmu_dir).map(|_| Chosen::IntelPt),
-        Backend::Auto => match Pmu::read(pmu_dir) {
-            Ok(_) => Ok(Chosen::IntelPt),
-            Err(e @ PtSetupError::NoPmu { .. }) => Ok(Chosen::Emulated {
-                why: format!("auto chose emulated: {}", first_sentence(&e.to_string())),
-            }),
-            Err(e) => Ok(Chosen::Emulated {
-                why: format!("auto chose emulated: the intel_pt PMU is unusable: {e}"),
-            }),
-        },
+        Backend::IntelPt => Ok(Pmu::read(pmu_dir).map(|_| Chosen::IntelPt)?),
+        Backend::Qemu => {
+            if let Target::Attach(_) = target {
+                bail!("the qemu backend runs a command: QEMU cannot attach to a running process (use --backend emulated)");
+            }
+            let (qemu, version) =
+                ptscope_capture::qemu::probe::usable_qemu().map_err(anyhow::Error::msg)?;
+            Ok(Chosen::Qemu {
+                why: format!("the qemu backend was asked for (QEMU {version})"),
+                qemu,
+                version,
+            })
+        }
+        Backend::Auto => {
+            let no_pt = match Pmu::read(pmu_dir) {
+                Ok(_) => return Ok(Chosen::IntelPt),
+                Err(e @ PtSetupError::NoPmu { .. }) => first_sentence(&e.to_string()),
+                Err(e) => format!("the intel_pt PMU is unusable: {e}"),
+            };
+            match qemu_for(target) {
+                Ok((qemu, version)) => Ok(Chosen::Qemu {
+                    why: format!("auto chose qemu (QEMU {version}): {no_pt}"),
+                    qemu,
+                    version,
+                }),
+                Err(not) => Ok(Chosen::Emulated {
+                    why: format!("auto chose emulated (single-stepping): {no_pt}, and {not}"),
+                }),
+            }
+        }
     }
+}
+
+/// QEMU and its version when it can run `target`, else why not.
+fn qemu_for(target: &Target) -> Result<(PathBuf, String), String> {
+    use ptscope_capture::qemu::probe::{self, ProgramKind};
+    let Target::Spawn { argv, cwd } = target else {
+        return Err("QEMU cannot attach to a running process".into());
+    };
+    let found = usable_qemu_cached()?;
+    let program = argv.first().ok_or("there is no command")?;
+    let path = match program.contains('/') {
+        true => cwd.as_deref().unwrap_or(Path::new(".")).join(program),
+        false => {
+            probe::find_on_path(program).ok_or_else(|| format!("{program} is not on the PATH"))?
+        }
+    };
+    match probe::program_kind(&path) {
+        Ok(ProgramKind::X86_64) => Ok(found),
+        Ok(ProgramKind::Other(what)) => Err(format!(
+            "{} is {what}, which the qemu backend does not run",
+            path.display()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// [`ptscope_capture::qemu::probe::usable_qemu`], asked once per process.
+fn usable_qemu_cached() -> Result<(PathBuf, String), String> {
+    static FOUND: std::sync::OnceLock<Result<(PathBuf, String), String>> =
+        std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(ptscope_capture::qemu::probe::usable_qemu)
+        .clone()
 }
 
 fn first_sentence(s: &str) -> String {
@@ -306,6 +394,13 @@ pub fn stop_text(stop: &StopReason) -> String {
     }
 }
 
+/// What a QEMU capture's clock means, as its snapshot says.
+pub const QEMU_CLOCK: &str = "virtual: 1 ns per instruction per thread; a thread starts at the clone that made it, a futex wake comes before the woken thread goes on, system calls take no time";
+
+/// The CPU model QEMU runs programs on: every feature its TCG emulates,
+/// the nearest it comes to a modern host.
+pub const QEMU_CPU: &str = "max";
+
 fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
     let emulated = backend == "emulated";
     Metadata {
@@ -318,6 +413,8 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         cpu: cap.pt.cpuid.clone(),
         clock: if emulated {
             "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
+        } else if backend == "qemu" {
+            QEMU_CLOCK.into()
         } else {
             format!(
                 "TSC, timing {}",
@@ -344,6 +441,7 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
             }),
             _ => None,
         },
+        warnings: cap.warnings.clone(),
         ..Metadata::default()
     }
 }
@@ -352,6 +450,8 @@ struct Saver<'a> {
     req: &'a Request,
     output: &'a Path,
     backend: &'static str,
+    /// The CPU QEMU ran the program on.
+    guest_cpu: Option<String>,
     saved: Vec<Saved>,
     error: Option<anyhow::Error>,
 }
@@ -367,7 +467,8 @@ impl Saver<'_> {
             return;
         }
         let path = numbered(self.output, self.saved.len() + 1, self.req.opts.snapshots);
-        let meta = metadata(&cap, self.req, self.backend);
+        let mut meta = metadata(&cap, self.req, self.backend);
+        meta.guest_cpu = self.guest_cpu.clone();
         let opts = ptscope_capture::save::SaveOptions {
             debug_info: self.req.debug_info,
             ..Default::default()
@@ -400,6 +501,41 @@ impl Saver<'_> {
     }
 }
 
+/// The option of `req` that the QEMU backend does not take, if any.
+fn qemu_refuses(req: &Request) -> Option<&'static str> {
+    let refused = [
+        (req.opts.kernel, "--kernel (QEMU runs user space only)"),
+        (req.opts.per_cpu, "--per-cpu and --system-wide"),
+        (!req.opts.filter.is_empty(), "--filter"),
+        (req.opts.range.is_some(), "--range"),
+        (!req.overflow_at.is_empty(), "--overflow-at"),
+        (req.emulate_skl014, "--emulate-skl014"),
+    ];
+    refused.iter().find(|(on, _)| *on).map(|(_, what)| *what)
+}
+
+/// The QEMU backend's options for `req`, refusing what it does not do.
+fn qemu_options(req: &Request, qemu: PathBuf) -> Result<ptscope_capture::qemu::QemuOptions> {
+    if let Some(what) = qemu_refuses(req) {
+        bail!("the qemu backend does not take {what} yet; use --backend emulated for it");
+    }
+    let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
+    let settings = settings::pt_settings(&cfg, req.opts.size as usize, Arc::from([]));
+    Ok(ptscope_capture::qemu::QemuOptions {
+        qemu,
+        plugin: crate::qemu_plugin::path()?,
+        cpu_model: QEMU_CPU.into(),
+        settings,
+        pt: settings::pt_setup(&cfg),
+        trigger: req.opts.trigger.clone(),
+        arm_after: req.opts.arm_after,
+        snapshots: req.opts.snapshots,
+        ip_log: req.ip_log,
+        interrupt: req.opts.interrupt.clone(),
+        cancel: req.opts.cancel.clone(),
+    })
+}
+
 /// Runs `req`, writing snapshots to `output` (numbered when several), and
 /// reporting through `progress`. `ip_log` sees each capture before it is
 /// dropped. Returns what was saved.
@@ -412,11 +548,21 @@ pub fn run(
     if req.opts.snapshots == 0 {
         bail!("--snapshots must be at least 1");
     }
-    let chosen = choose(req.backend, &req.opts.pmu_dir)?;
+    let mut chosen = choose(req.backend, &req.opts.pmu_dir, &req.target)?;
+    if let (Backend::Auto, Chosen::Qemu { .. }, Some(what)) =
+        (req.backend, &chosen, qemu_refuses(req))
+    {
+        chosen = Chosen::Emulated {
+            why: format!(
+                "auto chose emulated (single-stepping): the qemu backend does not take {what} yet"
+            ),
+        };
+    }
     let mut saver = Saver {
         req,
         output,
         backend: "emulated",
+        guest_cpu: None,
         saved: Vec::new(),
         error: None,
     };
@@ -446,6 +592,19 @@ pub fn run(
                     Ok(())
                 },
             )?;
+        }
+        Chosen::Qemu { qemu, version, why } => {
+            progress(Progress::Backend(why));
+            saver.backend = "qemu";
+            saver.guest_cpu = Some(format!("qemu-x86_64 {version}, -cpu {QEMU_CPU}"));
+            let opts = qemu_options(req, qemu)?;
+            progress(Progress::Armed { threads: 1 });
+            ptscope_capture::qemu::capture_each(req.target.clone(), opts, |cap| {
+                progress(Progress::Triggered {
+                    snapshot: saver.saved.len() + 1,
+                });
+                saver.save(cap, &mut progress, &mut ip_log);
+            })?;
         }
         Chosen::Emulated { why } => {
             progress(Progress::Backend(why));

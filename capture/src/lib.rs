@@ -7,6 +7,8 @@
 //!
 //! - [`intel_pt`] captures real Intel PT through perf_event_open, with no perf tool.
 //! - [`emulated`] single-steps a process and writes the packets PT hardware would.
+//! - [`qemu`] runs a command under QEMU's user-mode emulator, whose ptscope plugin
+//!   writes those packets at near-native speed (the plugin is `capture/qemu-plugin`).
 //! - [`perf_event`] opens perf events and reads their rings, sideband and breakpoints.
 //! - [`tracee`] spawns, seizes, resumes, detaches and waits for traced processes.
 //! - [`filter`] reads and resolves IP filters (`--filter`), in perf's syntax.
@@ -25,6 +27,7 @@ pub mod intel_pt;
 pub mod kernel_symbols;
 pub mod perf_event;
 pub mod procfs;
+pub mod qemu;
 pub mod recording;
 pub mod save;
 pub mod supervise;

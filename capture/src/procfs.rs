@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use crate::error::CaptureError;
 
 /// One line of `/proc/PID/maps`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,

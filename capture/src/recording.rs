@@ -12,7 +12,7 @@ use crate::procfs::Mapping;
 use ptscope_formats::pt_params::PtParams;
 
 /// What to trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     /// Run a command (in `cwd`, or the current directory).
     Spawn {
@@ -24,7 +24,7 @@ pub enum Target {
 }
 
 /// What happened in the traced process, for the sideband records.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SidebandEvent {
     Comm {
         pid: i32,
@@ -65,7 +65,7 @@ pub enum SidebandEvent {
 }
 
 /// One timed sideband event.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Sideband {
     pub time: u64,
     /// The CPU it happened on (0 in a per-thread capture, whose records
@@ -75,7 +75,7 @@ pub struct Sideband {
 }
 
 /// The trace of one thread at the end of the capture.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct ThreadTrace {
     pub pid: i32,
     pub tid: i32,
@@ -89,7 +89,7 @@ pub struct ThreadTrace {
 }
 
 /// The trace of one CPU of a per-CPU capture.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct CpuTrace {
     pub cpu: u32,
     pub aux: Vec<u8>,
@@ -98,7 +98,7 @@ pub struct CpuTrace {
 }
 
 /// Why the capture ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StopReason {
     ProcessExit,
     Symbol {
@@ -118,7 +118,7 @@ pub enum StopReason {
     Interrupted,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Capture {
     pub pid: i32,
     /// Every thread; in a per-CPU capture their `aux` is empty and the
@@ -156,7 +156,7 @@ pub struct Capture {
 }
 
 /// The PT event a capture used, as the snapshot records it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PtSetup {
     pub pmu_type: u32,
     pub config: u64,

@@ -16,7 +16,7 @@ use ptscope_formats::demangle::demangle;
 use crate::procfs::Mapping;
 
 /// When to take the snapshot. The same syntax serves both backends.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Trigger {
     /// When the traced process exits (the default for `record`).
     ProcessExit,
@@ -36,7 +36,7 @@ pub enum Trigger {
 /// each time a thread enters `start` and pauses each time one enters
 /// `stop` (functions, named as for a symbol trigger). Every trigger works
 /// inside it: the snapshot holds the ranges traced before it fired.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Range {
     pub start: String,
     pub stop: String,
@@ -71,7 +71,7 @@ impl RangeSymbols {
 /// When a trigger on a function may start firing (`--arm-after`): without
 /// it, a trigger on a hot function fires at the first call, and the
 /// snapshot holds almost nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ArmAfter {
     /// Once the ring holds this much history (ns).
     History(u64),

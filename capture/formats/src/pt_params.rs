@@ -31,7 +31,7 @@ pub mod term {
 }
 
 /// The intel_pt AUXTRACE_INFO parameters, in perf's `priv[]` order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PtParams {
     pub pmu_type: u64,
     pub time_shift: u64,

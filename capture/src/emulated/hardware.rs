@@ -64,7 +64,7 @@ const RETSTACK_DEPTH: usize = 64;
 pub const OVERFLOW_INSNS: u64 = 64;
 
 /// What the emulated PT unit is configured to do.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PtSettings {
     /// Bytes between PSBs (2^(psb_period+11)).
     pub psb_period: u64,
@@ -370,6 +370,49 @@ impl ThreadPt {
             self.psb_plus(ip, now);
         }
         self.overflow_resolves(next_ip);
+        self.commit();
+    }
+
+    /// `n` instructions that change no flow retired, the last at `now`;
+    /// the next one is at `next_ip`. The same packets as `n` calls of
+    /// [`ThreadPt::retire`] with such instructions: they write none of
+    /// their own, so only the MTCs of the crystal ticks they span and a
+    /// PSB+ they make due can follow. A backend that sees code a block at
+    /// a time (QEMU's translation blocks) retires a block's straight-line
+    /// body with one call. Emulated overflows (`overflows`) are not
+    /// placed inside such a run.
+    pub fn retire_straight(&mut self, n: u64, next_ip: u64, now: u64) {
+        if n == 0 {
+            return;
+        }
+        self.insn_count += n;
+        if self.stopped || self.paused {
+            return;
+        }
+        if !self.packet_en {
+            self.expected_ip = next_ip;
+            return;
+        }
+        if let Some(period) = self.cfg.mtc_period {
+            // One MTC per change of the watched CTC bits, each carrying
+            // its own value, as they would have been written one by one.
+            let first = now + 1 - n;
+            let ratio = self.cfg.tsc_per_ctc.max(1);
+            let mut watched = (first / ratio) >> period;
+            let last = (now / ratio) >> period;
+            if watched == self.mtc_seen {
+                watched += 1;
+            }
+            while watched <= last {
+                packets::mtc(&mut self.out, watched as u8);
+                self.mtc_seen = watched;
+                watched += 1;
+            }
+        }
+        if self.since_psb + self.out.len() as u64 >= self.cfg.psb_period && self.dropping.is_none()
+        {
+            self.psb_plus(Some(next_ip), now);
+        }
         self.commit();
     }
 

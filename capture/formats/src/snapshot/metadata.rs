@@ -8,7 +8,7 @@ pub const FORMAT_VERSION: u32 = 1;
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Metadata {
     pub format: u32,
-    /// `emulated` or `intel-pt`.
+    /// `intel-pt`, `qemu` or `emulated`.
     pub backend: String,
     /// The trigger as configured, e.g. `symbol work`.
     pub trigger: String,
@@ -42,6 +42,14 @@ pub struct Metadata {
     /// `kernel.kptr_restrict`, unreadable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kallsyms_missing: Option<String>,
+    /// The CPU the program ran on when QEMU ran it (`qemu-x86_64 7.2.22,
+    /// -cpu max`): what glibc chose its routines by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_cpu: Option<String>,
+    /// What the capture warned of, such as a program that exec'd out of
+    /// the trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A call that fired a slow-call trigger: the snapshot ends as it returns.

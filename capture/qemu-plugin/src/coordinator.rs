@@ -1,0 +1,398 @@
+//! Snapshots across threads, and the conversation with ptscope.
+//!
+//! A snapshot is asked for by a thread at a trigger, by ptscope (Ctrl-C,
+//! `--duration`) or by the exit. The asker hands over its own trace and
+//! those of the threads in system calls, whose states are parked in
+//! [`crate::process::Shared`]; every other thread hands its own over at
+//! its next block, where it sees the snapshot epoch change. Once all have
+//! (or after [`ANSWER_TIMEOUT`], for a thread stuck in QEMU), the
+//! coordinator thread writes the snapshot into the capture directory and
+//! reports it. Nothing here blocks a guest thread, except the exit, which
+//! waits for its snapshot to be written before QEMU ends the process.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ptscope_capture::qemu::wire::{self, Command, Report, COMMANDS_FIFO, REPORTS_FIFO};
+use ptscope_capture::recording::{Capture, StopReason, ThreadTrace};
+
+use crate::process::{plugin, Plugin, Shared};
+use crate::thread::ThreadState;
+
+/// How long a snapshot waits for a running thread to hand its trace over.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the exit waits for its snapshot to be written.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A snapshot being gathered.
+pub struct Pending {
+    pub n: usize,
+    stop: StopReason,
+    /// The last one: tracing ends with it.
+    last: bool,
+    /// Taken at an `execve`: the last unless the call fails.
+    checkpoint: bool,
+    traces: Vec<ThreadTrace>,
+    logs: Vec<(i32, Vec<u64>)>,
+    /// Running threads that have not handed their traces over yet.
+    waiting: HashSet<i32>,
+    since: Instant,
+    end_time: u64,
+}
+
+impl Pending {
+    fn take_from(&mut self, pid: i32, t: &mut ThreadState, at: Option<u64>, epoch: u64) {
+        let (trace, log) = t.trace(pid, at, self.last);
+        self.end_time = self.end_time.max(t.now);
+        self.traces.push(trace);
+        self.logs.push((t.tid, log));
+        self.waiting.remove(&t.tid);
+        t.epoch = epoch;
+    }
+
+    /// Thread `tid` ended and handed its trace to the finished ones.
+    pub fn forget(&mut self, tid: i32) {
+        self.waiting.remove(&tid);
+    }
+}
+
+/// Asks for a snapshot that stops for `stop`. `me` is the asking thread's
+/// state, with the block it is about to run (`None`: it is in a system
+/// call). Does nothing while another snapshot is being gathered, or once
+/// the last was taken. Returns the snapshot's number.
+pub fn request(
+    plugin: &Plugin,
+    stop: StopReason,
+    last: bool,
+    me: Option<(&mut ThreadState, u64)>,
+) -> Option<usize> {
+    let me = me.map(|(t, at)| (t, Some(at)));
+    request_with(plugin, stop, last, false, me)
+}
+
+/// [`request`] for a thread in a system call, or for a checkpoint.
+pub fn request_with(
+    plugin: &Plugin,
+    stop: StopReason,
+    last: bool,
+    checkpoint: bool,
+    me: Option<(&mut ThreadState, Option<u64>)>,
+) -> Option<usize> {
+    let mut sh = plugin.shared();
+    if sh.pending.is_some() || plugin.done.load(Ordering::Acquire) {
+        return None;
+    }
+    sh.asked += 1;
+    let n = sh.asked;
+    let last = last || (!checkpoint && n >= plugin.config.snapshots.max(1));
+    let epoch = plugin.epoch.load(Ordering::Acquire) + 1;
+    let mut p = Pending {
+        n,
+        stop,
+        last,
+        checkpoint,
+        traces: Vec::new(),
+        logs: Vec::new(),
+        waiting: sh.running.clone(),
+        since: Instant::now(),
+        end_time: plugin.config.start_time,
+    };
+    if let Some((t, at)) = me {
+        p.take_from(plugin.pid, t, at, epoch);
+    }
+    for t in sh.parked.values_mut() {
+        p.take_from(plugin.pid, t, None, epoch);
+    }
+    sh.pending = Some(p);
+    plugin.epoch.store(epoch, Ordering::Release);
+    if last {
+        plugin.done.store(true, Ordering::Release);
+    }
+    plugin.changed.notify_all();
+    Some(n)
+}
+
+/// A running thread saw the epoch change: it hands its trace over, taken
+/// at the block it is about to run.
+pub fn answer(plugin: &Plugin, t: &mut ThreadState, at: u64) {
+    let mut sh = plugin.shared();
+    let epoch = plugin.epoch.load(Ordering::Acquire);
+    if let Some(p) = sh.pending.as_mut().filter(|p| p.waiting.contains(&t.tid)) {
+        p.take_from(plugin.pid, t, Some(at), epoch);
+        plugin.changed.notify_all();
+    }
+    t.epoch = epoch;
+}
+
+/// A thread parks its state for a system call: a snapshot waiting for it
+/// takes its trace now.
+pub fn park(plugin: &Plugin, sh: &mut Shared, mut t: ThreadState) {
+    sh.running.remove(&t.tid);
+    let epoch = plugin.epoch.load(Ordering::Acquire);
+    if let Some(p) = sh.pending.as_mut().filter(|p| p.waiting.contains(&t.tid)) {
+        p.take_from(plugin.pid, &mut t, None, epoch);
+        plugin.changed.notify_all();
+    }
+    t.epoch = epoch;
+    sh.parked.insert(t.tid, t);
+}
+
+/// Waits until snapshot `n` is written (the exit, an `execve`).
+pub fn wait_written(plugin: &Plugin, n: usize) {
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    let mut sh = plugin.shared();
+    while sh.written < n && !sh.quit {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        sh = match plugin.changed.wait_timeout(sh, left) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        };
+    }
+}
+
+/// The process is ending (QEMU's atexit): the last snapshot, if not taken.
+pub fn on_exit() {
+    let Some(plugin) = plugin() else { return };
+    if plugin.foreign() || plugin.done.load(Ordering::Acquire) {
+        return;
+    }
+    let mut me = crate::thread::take();
+    let n = request_with(
+        plugin,
+        StopReason::ProcessExit,
+        true,
+        false,
+        me.as_mut().map(|t| (t, None)),
+    );
+    if let Some(n) = n {
+        wait_written(plugin, n);
+    }
+}
+
+static RESET: AtomicBool = AtomicBool::new(false);
+
+/// Once tracing is over, removes the plugin's callbacks (from a guest
+/// thread, where QEMU can do it safely), so that the program runs on at
+/// QEMU's own speed.
+pub fn reset_once() {
+    if !RESET.swap(true, Ordering::AcqRel) {
+        crate::api::reset();
+    }
+}
+
+/// Starts the coordinator and the command reader.
+pub fn spawn() -> Result<(), String> {
+    let Some(plugin) = plugin() else {
+        return Err("not installed".into());
+    };
+    let reports = std::fs::OpenOptions::new()
+        .write(true)
+        .open(plugin.dir.join(REPORTS_FIFO))
+        .map_err(|e| {
+            format!(
+                "cannot open {}: {e}",
+                plugin.dir.join(REPORTS_FIFO).display()
+            )
+        })?;
+    let commands = File::open(plugin.dir.join(COMMANDS_FIFO)).map_err(|e| {
+        format!(
+            "cannot open {}: {e}",
+            plugin.dir.join(COMMANDS_FIFO).display()
+        )
+    })?;
+    std::thread::Builder::new()
+        .name("ptscope-coord".into())
+        .spawn(move || {
+            crate::process::block_signals();
+            coordinate(plugin, reports)
+        })
+        .map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("ptscope-cmd".into())
+        .spawn(move || {
+            crate::process::block_signals();
+            read_commands(plugin, commands)
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn read_commands(plugin: &'static Plugin, commands: File) {
+    for line in BufReader::new(commands).lines() {
+        let Ok(line) = line else { break };
+        let stop = match Command::parse(&line) {
+            Some(Command::Interrupt) => StopReason::Interrupted,
+            Some(Command::Duration) => StopReason::Duration,
+            Some(Command::Stop) => break,
+            None => continue,
+        };
+        request_with(plugin, stop, false, false, None);
+    }
+    // ptscope said stop, or is gone: trace no more, the program runs on.
+    plugin.done.store(true, Ordering::Release);
+    let mut sh = plugin.shared();
+    sh.quit = true;
+    plugin.changed.notify_all();
+}
+
+/// What the coordinator found to do.
+struct Work {
+    reports: Vec<Report>,
+    snapshot: Option<(Pending, Capture)>,
+}
+
+fn coordinate(plugin: &'static Plugin, mut reports: File) {
+    loop {
+        let work = next_work(plugin);
+        let Some(work) = work else { return };
+        let mut ok = true;
+        for r in &work.reports {
+            ok &= writeln!(reports, "{}", r.to_line()).is_ok();
+        }
+        if let Some((p, cap)) = work.snapshot {
+            let name = match p.checkpoint {
+                true => "checkpoint".to_string(),
+                false => format!("snapshot-{}", p.n),
+            };
+            let path = plugin.dir.join(name);
+            let report = match wire::write_capture(&path, &cap) {
+                Ok(()) if p.checkpoint => Report::Checkpoint { path },
+                Ok(()) => Report::Snapshot { n: p.n, path },
+                Err(e) => Report::Warning(format!("snapshot {} was lost: {e}", p.n)),
+            };
+            ok &= writeln!(reports, "{}", report.to_line()).is_ok();
+            if p.last {
+                ok &= writeln!(reports, "{}", Report::Done.to_line()).is_ok();
+            }
+            let mut sh = plugin.shared();
+            sh.written = sh.written.max(p.n);
+            plugin.changed.notify_all();
+        }
+        if !ok {
+            // ptscope is gone: nobody reads the trace, so stop writing it
+            // and let the program run on.
+            plugin.done.store(true, Ordering::Release);
+            let mut sh = plugin.shared();
+            sh.quit = true;
+            plugin.changed.notify_all();
+            return;
+        }
+    }
+}
+
+/// Waits for reports to send or a snapshot to write; `None` to stop.
+fn next_work(plugin: &'static Plugin) -> Option<Work> {
+    let mut sh = plugin.shared();
+    loop {
+        let ready = sh
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.waiting.is_empty() || p.since.elapsed() > ANSWER_TIMEOUT);
+        if ready || !sh.outbox.is_empty() {
+            let reports = std::mem::take(&mut sh.outbox);
+            let snapshot = match ready {
+                true => sh.pending.take().map(|p| finish(plugin, &mut sh, p)),
+                false => None,
+            };
+            return Some(Work { reports, snapshot });
+        }
+        if sh.quit {
+            return None;
+        }
+        sh = match plugin.changed.wait_timeout(sh, Duration::from_millis(100)) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        };
+    }
+}
+
+/// The capture of a gathered snapshot.
+fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture) {
+    let mut warnings = sh.warnings.clone();
+    if !p.waiting.is_empty() {
+        let mut tids: Vec<i32> = p.waiting.iter().copied().collect();
+        tids.sort_unstable();
+        warnings.push(format!(
+            "threads {tids:?} did not hand their traces over within {} s; the snapshot lacks them",
+            ANSWER_TIMEOUT.as_secs()
+        ));
+    }
+    warnings.extend(trigger_warnings(plugin, sh));
+    let mut threads: Vec<ThreadTrace> = sh
+        .finished
+        .iter()
+        .map(|t| ThreadTrace {
+            pid: t.pid,
+            tid: t.tid,
+            comm: t.comm.clone(),
+            aux: t.aux.clone(),
+            aux_head: t.aux_head,
+            wrapped: t.wrapped,
+            instructions: t.instructions,
+        })
+        .collect();
+    threads.append(&mut p.traces);
+    threads.sort_by_key(|t| t.tid);
+    let mut ip_log = sh.finished_logs.clone();
+    ip_log.append(&mut p.logs);
+    ip_log.retain(|(_, log)| !log.is_empty() || plugin.config.ip_log);
+    ip_log.sort_by_key(|(tid, _)| *tid);
+    if !plugin.config.ip_log {
+        ip_log.clear();
+    }
+    let end_time = p.end_time;
+    let cap = Capture {
+        pid: plugin.pid,
+        threads,
+        cpus: Vec::new(),
+        sideband: sh.sideband.clone(),
+        vdso: None,
+        start_time: plugin.config.start_time,
+        end_time,
+        stop: p.stop.clone(),
+        cmdline: plugin.config.cmdline.clone(),
+        ip_log,
+        wall: Duration::ZERO,
+        exit_code: None,
+        child: None,
+        pt: plugin.config.pt.clone(),
+        inherit: false,
+        trigger_registers: Vec::new(),
+        warnings,
+    };
+    (p, cap)
+}
+
+/// What the capture says of triggers that could not fire.
+fn trigger_warnings(plugin: &Plugin, sh: &Shared) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(sym) = &sh.symbol {
+        if sym.address().is_none() {
+            out.push(format!(
+                "the trigger's function {} was never found in the program or its libraries",
+                sym.name()
+            ));
+        }
+    }
+    if sh.unarmed > 0 {
+        out.push(format!(
+            "the trigger would have fired {} times before --arm-after armed it",
+            sh.unarmed
+        ));
+    }
+    if sh.missed > 0 {
+        out.push(format!(
+            "{} slow calls (the longest {} ns) returned when the ring no longer held their start; a larger --size keeps them",
+            sh.missed, sh.missed_longest
+        ));
+    }
+    let _ = plugin;
+    out
+}

@@ -1,0 +1,386 @@
+//! Each guest thread's PT unit and virtual clock, and the retirement of
+//! blocks as they run. A thread keeps its state in thread-local storage
+//! while it runs guest code, so the hot path takes no lock; it lends the
+//! state to [`crate::process::Shared::parked`] while in a system call, so
+//! that a snapshot can read it there.
+//!
+//! The clock: one instruction is one nanosecond of the thread's own
+//! virtual time. A block's last instruction is retired when the next
+//! block starts, since only then is it known where it went.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use ptscope_capture::emulated::hardware::ThreadPt;
+use ptscope_capture::emulated::insn::InsnClass;
+use ptscope_capture::recording::{SidebandEvent, StopReason, ThreadTrace};
+use ptscope_capture::trigger::{ArmAfter, Trigger};
+
+use crate::blocks::{Block, AT_TRIGGER};
+use crate::process::{plugin, Plugin};
+
+/// A rise of the stack pointer larger than this (a thread's default
+/// stack, 8 MiB) is a switch to another stack, not a return.
+const STACK_SWITCH: u64 = 8 << 20;
+
+/// One guest thread.
+pub struct ThreadState {
+    pub tid: i32,
+    pub unit: ThreadPt,
+    /// Virtual time: perf ns of the last retired instruction.
+    pub now: u64,
+    /// The block that ran last, whose last instruction is not retired yet.
+    pending: Option<&'static Block>,
+    /// The snapshot epoch this thread last answered.
+    pub epoch: u64,
+    /// Tracing resumes with a TSC (after a snapshot), as after a switch.
+    resync: bool,
+    pub instructions: u64,
+    /// Every executed instruction, with `ip_log`.
+    pub log: Vec<u64>,
+    /// Slow-call trigger: the calls open, innermost last (the address of
+    /// their return address, and their start).
+    open_calls: Vec<(u64, u64)>,
+    /// Where the last call pushed its return address.
+    call_sp: Option<u64>,
+    /// A slow call returned: fire at the next block.
+    fire: Option<StopReason>,
+}
+
+thread_local! {
+    static THREAD: RefCell<Option<ThreadState>> = const { RefCell::new(None) };
+}
+
+impl ThreadState {
+    /// A thread starting at virtual time `now`: its unit writes PSB+.
+    fn new(plugin: &Plugin, tid: i32, now: u64) -> ThreadState {
+        ThreadState {
+            tid,
+            unit: ThreadPt::new(plugin.config.settings.clone(), now),
+            now,
+            pending: None,
+            epoch: plugin.epoch.load(Ordering::Acquire),
+            resync: false,
+            instructions: 0,
+            log: Vec::new(),
+            open_calls: Vec::new(),
+            call_sp: None,
+            fire: None,
+        }
+    }
+
+    /// Retires the last instruction of the block before, which went on to
+    /// `next`. A successor its last instruction cannot reach means the
+    /// kernel stepped in after it (a signal): the unit then writes the
+    /// asynchronous exit (FUP, TIP.PGD) at the instruction it would have
+    /// run, and tracing resumes where the thread did.
+    fn retire_pending(&mut self, next: u64) {
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        self.now += 1;
+        self.instructions += 1;
+        if p.may_go_to(next) {
+            self.unit.retire(p.last_ip, &p.last, next, self.now);
+        } else {
+            let fallthrough = p.last.next_ip(p.last_ip);
+            let resumed = match p.last.class {
+                InsnClass::DirectJump { target } | InsnClass::DirectCall { target } => target,
+                _ => fallthrough,
+            };
+            self.unit.retire(p.last_ip, &p.last, resumed, self.now);
+            self.unit.interrupt(resumed, self.now);
+        }
+        if let Some(sp) = self.call_sp.take() {
+            if matches!(p.last.class, InsnClass::Return) {
+                self.returned(sp);
+            }
+        }
+    }
+
+    /// A return popped its address from `sp`: every call whose frame is
+    /// at or below it is over, and the outermost of them may fire.
+    fn returned(&mut self, sp: u64) {
+        let mut left = None;
+        while let Some(&(frame, start)) = self.open_calls.last() {
+            if sp < frame || sp - frame > STACK_SWITCH {
+                break;
+            }
+            self.open_calls.pop();
+            left = Some(start);
+        }
+        if let Some(start) = left {
+            self.call_over(start);
+        }
+    }
+
+    /// A call of the slow-call trigger's function that started at `start`
+    /// just ended.
+    fn call_over(&mut self, start: u64) {
+        let Some(plugin) = plugin() else { return };
+        let Trigger::SlowCall {
+            symbol,
+            slower_than,
+        } = &plugin.config.trigger
+        else {
+            return;
+        };
+        let took = self.now - start;
+        if took <= *slower_than {
+            return;
+        }
+        let whole = self.unit.oldest_decodable().is_some_and(|t| t <= start);
+        if !whole {
+            let mut sh = plugin.shared();
+            sh.missed += 1;
+            sh.missed_longest = sh.missed_longest.max(took);
+            return;
+        }
+        if !self.armed(plugin) {
+            plugin.shared().unarmed += 1;
+            return;
+        }
+        self.fire = Some(StopReason::SlowCall {
+            name: symbol.clone(),
+            tid: self.tid,
+            start,
+            end: self.now,
+        });
+    }
+
+    /// Whether a trigger may fire: always, or with `--arm-after`, once the
+    /// ring holds that much history, or has filled.
+    fn armed(&mut self, plugin: &Plugin) -> bool {
+        match plugin.config.arm_after {
+            None => true,
+            Some(ArmAfter::Full) => self.unit.ring().wrapped(),
+            Some(ArmAfter::History(wanted)) => self
+                .unit
+                .oldest_decodable()
+                .is_some_and(|t| self.now.saturating_sub(t) >= wanted),
+        }
+    }
+
+    /// Runs `block`.
+    fn run(&mut self, plugin: &'static Plugin, block: &'static Block) {
+        if let Some(p) = self.pending {
+            if p.repeats_into(block) {
+                // Another iteration of a REP string instruction: PT
+                // retires it once.
+                return;
+            }
+        }
+        if plugin.epoch.load(Ordering::Acquire) != self.epoch {
+            crate::coordinator::answer(plugin, self, block.vaddr);
+        }
+        if plugin.done.load(Ordering::Relaxed) {
+            return;
+        }
+        self.retire_pending(block.vaddr);
+        if let Some(stop) = self.fire.take() {
+            crate::coordinator::request(plugin, stop, false, Some((self, block.vaddr)));
+            if plugin.done.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        if block.flags & AT_TRIGGER != 0 {
+            self.at_trigger(plugin, block);
+            if plugin.done.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        self.unit
+            .enter_user(block.vaddr, self.now, std::mem::take(&mut self.resync));
+        let straight = block.n as u64 - 1;
+        if straight > 0 {
+            self.now += straight;
+            self.instructions += straight;
+            self.unit.retire_straight(straight, block.last_ip, self.now);
+        }
+        self.pending = Some(block);
+    }
+
+    /// The block starts at the trigger's function.
+    fn at_trigger(&mut self, plugin: &'static Plugin, block: &'static Block) {
+        match &plugin.config.trigger {
+            Trigger::Symbol(name) => {
+                if self.armed(plugin) {
+                    let stop = StopReason::Symbol {
+                        name: name.clone(),
+                        address: block.vaddr,
+                        tid: self.tid,
+                    };
+                    crate::coordinator::request(plugin, stop, false, Some((self, block.vaddr)));
+                } else {
+                    plugin.shared().unarmed += 1;
+                }
+            }
+            Trigger::SlowCall { .. } => {
+                // Entered by a call, the frame is where that call pushed
+                // its return address; by a jump (a tail call), it is the
+                // frame of the function that jumped, which this call will
+                // return through.
+                let frame = self
+                    .call_sp
+                    .take()
+                    .or_else(|| self.open_calls.last().map(|&(f, _)| f));
+                if let Some(frame) = frame {
+                    while self.open_calls.last().is_some_and(|&(f, _)| f <= frame) {
+                        self.open_calls.pop();
+                    }
+                    self.open_calls.push((frame, self.now + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The trace this thread has now, for a snapshot: taken at block start
+    /// `at` (the thread leaves traced code there, as when the kernel
+    /// disables PT), or in a system call (`None`, out of traced code
+    /// already).
+    pub fn trace(&mut self, pid: i32, at: Option<u64>, last: bool) -> (ThreadTrace, Vec<u64>) {
+        if let Some(at) = at {
+            self.retire_pending(at);
+            if self.unit.tracing() {
+                self.unit.interrupt(at, self.now);
+            }
+        }
+        self.resync = true;
+        self.unit.finish();
+        let ring = self.unit.ring();
+        let trace = ThreadTrace {
+            pid,
+            tid: self.tid,
+            comm: crate::process::comm(pid, self.tid),
+            aux: ring.snapshot().to_vec(),
+            aux_head: ring.head(),
+            wrapped: ring.wrapped(),
+            instructions: self.instructions,
+        };
+        let log = match last {
+            true => std::mem::take(&mut self.log),
+            false => self.log.clone(),
+        };
+        (trace, log)
+    }
+}
+
+/// Runs `f` on this thread's state, made on the thread's first block.
+fn with_thread(plugin: &'static Plugin, f: impl FnOnce(&mut ThreadState)) {
+    THREAD.with(|cell| {
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return;
+        };
+        if slot.is_none() {
+            *slot = Some(start_thread(plugin));
+        }
+        if let Some(t) = slot.as_mut() {
+            f(t);
+        }
+    });
+}
+
+/// A thread runs its first block: it gets its unit, its clock
+/// (from the clone that made it), and its sideband.
+fn start_thread(plugin: &'static Plugin) -> ThreadState {
+    let tid = nix::unistd::gettid().as_raw();
+    let pid = plugin.pid;
+    let now = plugin.clone_clock.load(Ordering::Acquire);
+    let mut sh = plugin.shared();
+    let t = ThreadState::new(plugin, tid, now);
+    sh.running.insert(tid);
+    if sh.seen.insert(tid) {
+        let first = !sh.started;
+        sh.emit(now, SidebandEvent::ItraceStart { pid, tid });
+        if first {
+            sh.started = true;
+            let comm = crate::process::comm(pid, tid);
+            sh.emit(
+                now,
+                SidebandEvent::Comm {
+                    pid,
+                    tid,
+                    comm,
+                    exec: true,
+                },
+            );
+            if let Some(addr) = sh.refresh_maps(pid, tid, now) {
+                plugin.trigger_address.store(addr, Ordering::Release);
+            }
+            plugin.report(&mut sh, ptscope_capture::qemu::wire::Report::Started);
+        }
+    }
+    t
+}
+
+/// QEMU runs `block` on this thread.
+pub fn on_block(block: &'static Block) {
+    let Some(plugin) = plugin() else { return };
+    if plugin.done.load(Ordering::Relaxed) {
+        crate::coordinator::reset_once();
+        return;
+    }
+    with_thread(plugin, |t| t.run(plugin, block));
+}
+
+/// The instruction at `ip` is about to run (`ip_log` only).
+pub fn on_insn(ip: u64) {
+    THREAD.with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            if let Some(t) = slot.as_mut() {
+                // QEMU runs each iteration of a REP string instruction as
+                // a block of its own; PT retires it once.
+                if t.log.last() == Some(&ip)
+                    && t.pending.is_some_and(|p| p.last.repeats && p.last_ip == ip)
+                {
+                    return;
+                }
+                t.log.push(ip);
+            }
+        }
+    });
+}
+
+/// A call or return of this thread accessed the stack at `addr`.
+pub fn on_stack_access(addr: u64) {
+    THREAD.with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            if let Some(t) = slot.as_mut() {
+                t.call_sp = Some(addr);
+            }
+        }
+    });
+}
+
+/// Takes this thread's state out of thread-local storage (for a system
+/// call, or for good when it exits).
+pub fn take() -> Option<ThreadState> {
+    THREAD.with(|cell| cell.try_borrow_mut().ok()?.take())
+}
+
+/// Gives this thread its state back.
+pub fn put(t: ThreadState) {
+    THREAD.with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            *slot = Some(t);
+        }
+    });
+}
+
+impl ThreadState {
+    /// The thread enters a system call: the `syscall` instruction retires
+    /// (TIP.PGD) before the kernel runs.
+    pub fn enter_kernel(&mut self) {
+        if let Some(p) = self.pending {
+            let next = p.last.next_ip(p.last_ip);
+            self.retire_pending(next);
+        }
+    }
+
+    /// The virtual clock moves to at least `time` (a futex wake, seen in
+    /// another thread, must come before what this thread does next).
+    pub fn wait_until(&mut self, time: u64) {
+        self.now = self.now.max(time);
+    }
+}
