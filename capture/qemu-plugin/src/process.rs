@@ -259,6 +259,22 @@ pub fn comm(pid: i32, tid: i32) -> String {
     procfs::comm(pid, tid)
 }
 
+/// Names the calling thread (QEMU's first, which runs the program's)
+/// after the program, as its exec would have: the basename of
+/// `cmdline[0]`, cut to the kernel's 15 bytes.
+pub fn name_thread(cmdline: &[String]) {
+    let Some(first) = cmdline.first() else { return };
+    let base = Path::new(first)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: Vec<u8> = base.into_bytes();
+    name.truncate(15);
+    if let Ok(name) = std::ffi::CString::new(name) {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
+}
+
 /// The plugin's own threads take no signal meant for the program: QEMU
 /// delivers a signal to the guest through whichever thread the kernel
 /// picks, and a plugin thread is no guest thread.

@@ -26,6 +26,8 @@ const STACK_SWITCH: u64 = 8 << 20;
 /// One guest thread.
 pub struct ThreadState {
     pub tid: i32,
+    /// Its name when last read (a thread that ended has none to read).
+    pub comm: String,
     pub unit: ThreadPt,
     /// Virtual time: perf ns of the last retired instruction.
     pub now: u64,
@@ -56,6 +58,7 @@ impl ThreadState {
     fn new(plugin: &Plugin, tid: i32, now: u64) -> ThreadState {
         ThreadState {
             tid,
+            comm: crate::process::comm(plugin.pid, tid),
             unit: ThreadPt::new(plugin.config.settings.clone(), now),
             now,
             pending: None,
@@ -248,11 +251,15 @@ impl ThreadState {
         }
         self.resync = true;
         self.unit.finish();
+        let comm = crate::process::comm(pid, self.tid);
+        if !comm.is_empty() {
+            self.comm = comm;
+        }
         let ring = self.unit.ring();
         let trace = ThreadTrace {
             pid,
             tid: self.tid,
-            comm: crate::process::comm(pid, self.tid),
+            comm: self.comm.clone(),
             aux: ring.snapshot().to_vec(),
             aux_head: ring.head(),
             wrapped: ring.wrapped(),
@@ -295,6 +302,9 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
         sh.emit(now, SidebandEvent::ItraceStart { pid, tid });
         if first {
             sh.started = true;
+            // QEMU's threads carry its own name; the program's is what a
+            // native run would show, and what threads made later inherit.
+            crate::process::name_thread(&plugin.config.cmdline);
             let comm = crate::process::comm(pid, tid);
             sh.emit(
                 now,
@@ -309,6 +319,16 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
                 plugin.trigger_address.store(addr, Ordering::Release);
             }
             plugin.report(&mut sh, ptscope_capture::qemu::wire::Report::Started);
+        } else {
+            sh.emit(
+                now,
+                SidebandEvent::Comm {
+                    pid,
+                    tid,
+                    comm: t.comm.clone(),
+                    exec: false,
+                },
+            );
         }
     }
     t

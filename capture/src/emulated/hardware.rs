@@ -135,6 +135,12 @@ pub struct ThreadPt {
     /// The stack libipt keeps: pops only on compressed returns, never cleared.
     decoder_retstack: RetStack,
     mode_exec_sent: bool,
+    /// No IP packet since the last PSB: the next one carries its IP whole.
+    /// The SDM resets the last IP at a PSB, so a compressed IP would be
+    /// exact, but perf's decoder keeps its last IP across a PSB it walks
+    /// through and would extend it with stale bits; hardware writes the
+    /// IP of PSB+'s FUP whole too.
+    psb_fresh: bool,
     /// PacketEn: user code of this thread is being traced right now.
     packet_en: bool,
     /// RTIT_STATUS.Stopped: a branch landed in a TraceStop range, and the
@@ -185,6 +191,7 @@ impl ThreadPt {
             retstack: RetStack::default(),
             decoder_retstack: RetStack::default(),
             mode_exec_sent: false,
+            psb_fresh: false,
             packet_en: false,
             stopped: false,
             paused: false,
@@ -589,7 +596,10 @@ impl ThreadPt {
     fn ip_packet(&mut self, kind: IpPacket, ip: Option<u64>) {
         match ip {
             Some(ip) => {
-                let comp = IpCompression::choose(ip, self.last_ip);
+                let comp = match std::mem::take(&mut self.psb_fresh) {
+                    true => IpCompression::whole(ip),
+                    false => IpCompression::choose(ip, self.last_ip),
+                };
                 packets::ip_packet(&mut self.out, kind, ip, comp);
                 self.last_ip = ip;
             }
@@ -607,6 +617,7 @@ impl ThreadPt {
         }
         self.out.extend_from_slice(&packets::PSB);
         self.last_ip = 0;
+        self.psb_fresh = true;
         self.retstack.clear();
         self.tsc(now);
         packets::cbr(&mut self.out, self.cfg.cbr);
@@ -790,10 +801,12 @@ pub(crate) mod tests {
             &[
                 0x99,
                 0x01,
-                0x51,
+                0x71,
                 0x00,
                 0x10,
                 0x40,
+                0,
+                0,
                 0,
                 0b0000_0110,
                 0x02,
@@ -809,7 +822,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             &quiet.ring().snapshot()[quiet_start..],
-            &[0x99, 0x01, 0x51, 0x10, 0x10, 0x40, 0]
+            &[0x99, 0x01, 0x71, 0x10, 0x10, 0x40, 0, 0, 0]
         );
     }
 
@@ -864,10 +877,12 @@ pub(crate) mod tests {
             &[
                 0x99,
                 0x01,
-                0x51,
+                0x71,
                 0x00,
                 0x10,
                 0x40,
+                0,
+                0,
                 0,
                 0b0000_0110,
                 0x2d,
@@ -898,9 +913,12 @@ pub(crate) mod tests {
         t.interrupt(0x1002, 401);
         t.finish();
         let b = t.ring().snapshot();
-        // ... TIP.PGD, then TSC + TIP.PGE (2-byte update), then FUP + PGD.
+        // ... TIP.PGD, then TSC + TIP.PGE, then FUP (2-byte update) + PGD.
         assert_eq!(&b[b.len() - 4..], &[0x3d, 0x02, 0x10, 0x01]);
-        assert_eq!(b[b.len() - 15], 0x19);
+        // TSC, MODE.Exec (a PSB came between) and the TIP.PGE's IP whole
+        // (the first after the PSB): 8 + 2 + 7 + 4 bytes from the end.
+        assert_eq!(b[b.len() - 21], 0x19);
+        assert_eq!(b[b.len() - 11], 0x71);
     }
     /// The packets after the unit's start (its PSB+).
     fn written(t: &ThreadPt, start: usize) -> Vec<u8> {
@@ -1011,7 +1029,7 @@ pub(crate) mod tests {
         // FUP 0x401000 against a last IP of zero (decoders reset it at
         // OVF too), then the TIPs of the two jumps after the overflow.
         let mut want = vec![
-            0x99, 0x01, 0x51, 0x00, 0x10, 0x40, 0, 0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10,
+            0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0, 0, 0, 0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10,
         ];
         want.extend([0x02, 0xf3, 0x5d, 0x00, 0x10, 0x40, 0]);
         want.extend([0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10]);

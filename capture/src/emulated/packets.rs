@@ -22,6 +22,17 @@ pub enum IpCompression {
 }
 
 impl IpCompression {
+    /// The form that carries `ip` whole, needing no last IP: 48 bits
+    /// sign-extended where that gives it back, else all 64.
+    pub fn whole(ip: u64) -> IpCompression {
+        let top = ip >> 47;
+        if top == 0 || top == (1 << 17) - 1 {
+            IpCompression::Sext48
+        } else {
+            IpCompression::Full
+        }
+    }
+
     fn ip_bytes(self) -> u8 {
         match self {
             IpCompression::Suppressed => 0,

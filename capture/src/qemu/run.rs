@@ -58,6 +58,21 @@ pub fn capture_each(
     let program = argv
         .first()
         .ok_or_else(|| CaptureError::Invalid("no command to run".into()))?;
+    // QEMU does not search the PATH; the program keeps the argv[0] it
+    // was given (`-0`).
+    let path = super::probe::find_on_path(program).ok_or_else(|| CaptureError::Spawn {
+        program: program.clone(),
+        error: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })?;
+    match super::probe::program_kind(&path)? {
+        super::probe::ProgramKind::X86_64 => {}
+        super::probe::ProgramKind::Other(what) => {
+            return Err(CaptureError::Unsupported(format!(
+                "{} is {what}: the qemu backend runs x86-64 programs only (--backend emulated runs the rest)",
+                path.display()
+            )))
+        }
+    }
     if opts.plugin.to_string_lossy().contains(',') {
         return Err(CaptureError::Invalid(format!(
             "the plugin's path {} holds a comma, which QEMU's -plugin option cannot take",
@@ -128,7 +143,9 @@ pub fn capture_each(
             opts.plugin.display(),
             dir.path().display()
         ))
+        .arg("-0")
         .arg(program)
+        .arg(&path)
         .args(&argv[1..])
         .process_group(0);
     if let Some(cwd) = &cwd {
