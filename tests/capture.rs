@@ -439,7 +439,7 @@ fn every_request_the_window_makes_is_a_valid_command_line() {
                 req.opts.size = 64 << 10;
                 req.opts.snapshots = 2;
                 req.opts.arm_after = match backend {
-                    Backend::Emulated => Some(ArmAfter::History(1_000_000)),
+                    Backend::Emulated | Backend::Qemu => Some(ArmAfter::History(1_000_000)),
                     Backend::Auto => Some(ArmAfter::Full),
                     Backend::IntelPt => None,
                 };

@@ -23,6 +23,9 @@
 //! - [`script_rules`]: `perf script` text imported by our rules;
 //! - [`peer_cases`]: magic-trace's replay cases (`tests/fixtures/magic-trace`);
 //! - [`per_cpu`]: per-CPU captures, threads migrating between CPUs;
+//! - [`qemu`]: the QEMU backend, judged by its plugin's instruction log,
+//!   perf, libipt and ptscope's own decoder, on our programs and on
+//!   python3 and gzip;
 //! - [`fuzz_regressions`]: every fuzzing find and the corpus, replayed;
 //! - [`gui`]: the window, under egui_kittest and as the real binary under Xvfb;
 //! - [`kernel_maps`]: perf.data files mapping the kernel and its modules;
@@ -61,6 +64,7 @@ mod model_cache;
 mod outlier;
 mod peer_cases;
 mod per_cpu;
+mod qemu;
 mod range;
 mod raw_dumps;
 mod script_rules;

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support::{
-    build, decode_json, extract, libipt_instructions, perf_instructions, ptscope, read_ip_log,
-    record, JsonSpan, PerThread,
+    build, decode_json, extract, libipt_instructions, our_instructions, perf_instructions, ptscope,
+    read_ip_log, record, JsonSpan, PerThread,
 };
 
 /// File offset and size of the executable segment of `exe`, by readelf.
@@ -29,28 +29,6 @@ fn text_segment(exe: &Path) -> (u64, u64) {
                 .then(|| (hex(f[1]), hex(f[4])))
         })
         .expect("an R E LOAD segment")
-}
-
-/// Our instructions, per thread: `ptscope decode --level insns`.
-fn our_instructions(snap: &Path, extra: &[&str]) -> PerThread {
-    let out = ptscope()
-        .args(["decode", "--level", "insns", "--format", "json"])
-        .args(extra)
-        .arg(snap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut per = PerThread::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let tid = v["tid"].as_i64().unwrap() as i32;
-        per.entry(tid).or_default().push(v["ip"].as_u64().unwrap());
-    }
-    per
 }
 
 /// The runtime ranges of `exe`'s file range [off, off + size) in the

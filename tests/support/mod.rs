@@ -269,6 +269,28 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
     (per, errors)
 }
 
+/// ptscope's own instructions, per thread: `ptscope decode --level insns`.
+pub fn our_instructions(snap: &Path, extra: &[&str]) -> PerThread {
+    let out = ptscope()
+        .args(["decode", "--level", "insns", "--format", "json"])
+        .args(extra)
+        .arg(snap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut per = PerThread::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let tid = v["tid"].as_i64().unwrap() as i32;
+        per.entry(tid).or_default().push(v["ip"].as_u64().unwrap());
+    }
+    per
+}
+
 /// One span of `ptscope decode --format json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonSpan {

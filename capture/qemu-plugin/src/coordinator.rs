@@ -83,6 +83,12 @@ pub fn request_with(
     me: Option<(&mut ThreadState, Option<u64>)>,
 ) -> Option<usize> {
     let mut sh = plugin.shared();
+    crate::process::debug(&format!(
+        "request {stop:?} last {last} pending {} done {} me {}",
+        sh.pending.is_some(),
+        plugin.done.load(Ordering::Acquire),
+        me.is_some()
+    ));
     if sh.pending.is_some() || plugin.done.load(Ordering::Acquire) {
         return None;
     }
@@ -257,6 +263,7 @@ fn coordinate(plugin: &'static Plugin, mut reports: File) {
             ok &= writeln!(reports, "{}", r.to_line()).is_ok();
         }
         if let Some((p, cap)) = work.snapshot {
+            crate::process::debug(&format!("writing snapshot {} waiting {:?}", p.n, p.waiting));
             let name = match p.checkpoint {
                 true => "checkpoint".to_string(),
                 false => format!("snapshot-{}", p.n),

@@ -275,6 +275,13 @@ pub fn name_thread(cmdline: &[String]) {
     }
 }
 
+/// Prints `what` on stderr when `PTSCOPE_PLUGIN_DEBUG` is set.
+pub fn debug(what: &str) {
+    if std::env::var_os("PTSCOPE_PLUGIN_DEBUG").is_some() {
+        eprintln!("ptscope plugin [{}]: {what}", nix::unistd::gettid());
+    }
+}
+
 /// The plugin's own threads take no signal meant for the program: QEMU
 /// delivers a signal to the guest through whichever thread the kernel
 /// picks, and a plugin thread is no guest thread.

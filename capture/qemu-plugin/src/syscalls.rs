@@ -74,7 +74,10 @@ pub fn on_entry(num: i64, args: [u64; 6]) {
     if plugin.done.load(Ordering::Acquire) {
         return;
     }
-    let Some(mut t) = thread::take() else { return };
+    let Some(mut t) = thread::take() else {
+        crate::process::debug(&format!("syscall {num} without state"));
+        return;
+    };
     t.enter_kernel();
     let pid = plugin.pid;
     let tid = t.tid;

@@ -265,6 +265,9 @@ impl ThreadState {
             wrapped: ring.wrapped(),
             instructions: self.instructions,
         };
+        if std::env::var_os("PTSCOPE_PLUGIN_DEBUG").is_some() {
+            eprintln!("trace tid {} at {at:?} last {last} log {}", self.tid, self.log.len());
+        }
         let log = match last {
             true => std::mem::take(&mut self.log),
             false => self.log.clone(),

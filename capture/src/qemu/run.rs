@@ -198,25 +198,15 @@ pub fn capture_each(
         let hangup = fds[0]
             .revents()
             .is_some_and(|r| r.contains(PollFlags::POLLHUP));
-        // Read every whole line there is.
+        // Read every whole line there is; a line read in part stays in
+        // `line` until its end comes.
         loop {
-            line.clear();
             match reader.read_line(&mut line) {
                 Ok(0) => break,
-                Ok(_) if !line.ends_with('\n') => {
-                    // Half a line: the rest comes with the next poll.
-                    let mut rest = String::new();
-                    while !rest.ends_with('\n') {
-                        match reader.read_line(&mut rest) {
-                            Ok(0) => break,
-                            Ok(_) => {}
-                            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                        }
-                    }
-                    line.push_str(&rest);
-                }
+                Ok(_) if !line.ends_with('\n') => continue,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(error) => {
                     return Err(CaptureError::Io {
                         path: reports_path,
@@ -224,7 +214,9 @@ pub fn capture_each(
                     })
                 }
             }
-            match Report::parse(line.trim_end()) {
+            let report = Report::parse(line.trim_end());
+            line.clear();
+            match report {
                 Some(Report::Started) => started = Some(Instant::now()),
                 Some(Report::Snapshot { path, .. }) => {
                     checkpoint = None;
@@ -234,8 +226,8 @@ pub fn capture_each(
                 Some(Report::Checkpoint { path }) => checkpoint = Some(path),
                 Some(Report::Retract) => checkpoint = None,
                 Some(Report::Warning(w)) => warnings.push(w),
-                Some(Report::Done) => return Ok(()),
-                None => {}
+                Some(Report::Done) if delivered > 0 => return Ok(()),
+                Some(Report::Done) | None => {}
             }
         }
         if hangup {
