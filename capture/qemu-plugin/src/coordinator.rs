@@ -114,6 +114,7 @@ pub fn request_with(
         p.take_from(plugin.pid, t, None, epoch);
     }
     sh.pending = Some(p);
+    settle(&mut sh);
     plugin.epoch.store(epoch, Ordering::Release);
     if last {
         plugin.done.store(true, Ordering::Release);
@@ -129,9 +130,19 @@ pub fn answer(plugin: &Plugin, t: &mut ThreadState, at: u64) {
     let epoch = plugin.epoch.load(Ordering::Acquire);
     if let Some(p) = sh.pending.as_mut().filter(|p| p.waiting.contains(&t.tid)) {
         p.take_from(plugin.pid, t, Some(at), epoch);
+        settle(&mut sh);
         plugin.changed.notify_all();
     }
     t.epoch = epoch;
+}
+
+/// Moves the snapshot being gathered to the coordinator's queue once
+/// every thread has handed its trace over.
+pub fn settle(sh: &mut Shared) {
+    if sh.pending.as_ref().is_some_and(|p| p.waiting.is_empty()) {
+        let p = sh.pending.take().expect("checked");
+        sh.ready.push_back(p);
+    }
 }
 
 /// A thread parks its state for a system call: a snapshot waiting for it
@@ -141,6 +152,7 @@ pub fn park(plugin: &Plugin, sh: &mut Shared, mut t: ThreadState) {
     let epoch = plugin.epoch.load(Ordering::Acquire);
     if let Some(p) = sh.pending.as_mut().filter(|p| p.waiting.contains(&t.tid)) {
         p.take_from(plugin.pid, &mut t, None, epoch);
+        settle(sh);
         plugin.changed.notify_all();
     }
     t.epoch = epoch;
@@ -298,16 +310,19 @@ fn coordinate(plugin: &'static Plugin, mut reports: File) {
 fn next_work(plugin: &'static Plugin) -> Option<Work> {
     let mut sh = plugin.shared();
     loop {
-        let ready = sh
+        // A thread stuck in QEMU does not hold the snapshot up for long.
+        if sh
             .pending
             .as_ref()
-            .is_some_and(|p| p.waiting.is_empty() || p.since.elapsed() > ANSWER_TIMEOUT);
-        if ready || !sh.outbox.is_empty() {
+            .is_some_and(|p| p.since.elapsed() > ANSWER_TIMEOUT)
+        {
+            let p = sh.pending.take().expect("checked");
+            sh.ready.push_back(p);
+        }
+        let next = sh.ready.pop_front();
+        if next.is_some() || !sh.outbox.is_empty() {
             let reports = std::mem::take(&mut sh.outbox);
-            let snapshot = match ready {
-                true => sh.pending.take().map(|p| finish(plugin, &mut sh, p)),
-                false => None,
-            };
+            let snapshot = next.map(|p| finish(plugin, &mut sh, p));
             return Some(Work { reports, snapshot });
         }
         if sh.quit {

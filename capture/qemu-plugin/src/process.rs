@@ -66,6 +66,9 @@ pub struct Shared {
     pub wakes: HashMap<u64, u64>,
     /// The snapshot being gathered.
     pub pending: Option<Pending>,
+    /// Snapshots gathered whole, for the coordinator to write. A trigger
+    /// may fire again as soon as its last one is gathered.
+    pub ready: std::collections::VecDeque<Pending>,
     /// Snapshots asked for, and written.
     pub asked: usize,
     pub written: usize,

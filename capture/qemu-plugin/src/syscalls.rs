@@ -100,6 +100,7 @@ pub fn on_entry(num: i64, args: [u64; 6]) {
             if let Some(p) = sh.pending.as_mut() {
                 p.forget(tid);
             }
+            coordinator::settle(&mut sh);
             plugin.changed.notify_all();
             return;
         }

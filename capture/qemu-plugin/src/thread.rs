@@ -94,8 +94,8 @@ impl ThreadState {
             self.unit.retire(p.last_ip, &p.last, resumed, self.now);
             self.unit.interrupt(resumed, self.now);
         }
-        if let Some(sp) = self.call_sp.take() {
-            if matches!(p.last.class, InsnClass::Return) {
+        if matches!(p.last.class, InsnClass::Return) {
+            if let Some(sp) = self.call_sp.take() {
                 self.returned(sp);
             }
         }
@@ -266,7 +266,11 @@ impl ThreadState {
             instructions: self.instructions,
         };
         if std::env::var_os("PTSCOPE_PLUGIN_DEBUG").is_some() {
-            eprintln!("trace tid {} at {at:?} last {last} log {}", self.tid, self.log.len());
+            eprintln!(
+                "trace tid {} at {at:?} last {last} log {}",
+                self.tid,
+                self.log.len()
+            );
         }
         let log = match last {
             true => std::mem::take(&mut self.log),
