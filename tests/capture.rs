@@ -153,10 +153,12 @@ fn dlopen_library() {
 fn trigger_snapshot_ends_at_symbol_entry() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c");
+    // The hardware breakpoint's semantics and registers: the emulated
+    // backend (QEMU's plugin reads no registers; tests/qemu.rs).
     let (snap, log) = record(
         dir.path(),
         "trig",
-        &["--trigger", "work"],
+        &["--backend", "emulated", "--trigger", "work"],
         &[exe.to_str().unwrap()],
     );
     let truth = read_ip_log(&log);

@@ -1035,6 +1035,12 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
         for w in &m.warnings {
             writeln!(out, "  warning: {w}")?;
         }
+        if m.backend == "qemu" && m.trigger.starts_with("symbol") {
+            writeln!(
+                out,
+                "  trigger registers: none (QEMU 7.2's plugin API reads no registers)"
+            )?;
+        }
         if !m.trigger_registers.is_empty() {
             let regs: Vec<String> = m
                 .trigger_registers

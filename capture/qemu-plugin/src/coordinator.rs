@@ -136,6 +136,18 @@ pub fn answer(plugin: &Plugin, t: &mut ThreadState, at: u64) {
     t.epoch = epoch;
 }
 
+/// A thread in a system call hands its trace over, if the snapshot being
+/// gathered waits for it.
+pub fn answer_in_kernel(plugin: &Plugin, t: &mut ThreadState) {
+    let mut sh = plugin.shared();
+    let epoch = plugin.epoch.load(Ordering::Acquire);
+    if let Some(p) = sh.pending.as_mut().filter(|p| p.waiting.contains(&t.tid)) {
+        p.take_from(plugin.pid, t, None, epoch);
+        settle(&mut sh);
+        plugin.changed.notify_all();
+    }
+}
+
 /// Moves the snapshot being gathered to the coordinator's queue once
 /// every thread has handed its trace over.
 pub fn settle(sh: &mut Shared) {
@@ -161,6 +173,7 @@ pub fn park(plugin: &Plugin, sh: &mut Shared, mut t: ThreadState) {
 
 /// Waits until snapshot `n` is written (the exit, an `execve`).
 pub fn wait_written(plugin: &Plugin, n: usize) {
+    crate::process::debug(&format!("waiting for snapshot {n} to be written"));
     let deadline = Instant::now() + EXIT_TIMEOUT;
     let mut sh = plugin.shared();
     while sh.written < n && !sh.quit {
@@ -175,10 +188,21 @@ pub fn wait_written(plugin: &Plugin, n: usize) {
     }
 }
 
+/// Waits until every snapshot asked for is written: the process must not
+/// end with one still in the coordinator's hands.
+pub fn wait_all_written(plugin: &Plugin) {
+    let asked = plugin.shared().asked;
+    wait_written(plugin, asked);
+}
+
 /// The process is ending (QEMU's atexit): the last snapshot, if not taken.
 pub fn on_exit() {
     let Some(plugin) = plugin() else { return };
-    if plugin.foreign() || plugin.done.load(Ordering::Acquire) {
+    if plugin.foreign() {
+        return;
+    }
+    if plugin.done.load(Ordering::Acquire) {
+        wait_all_written(plugin);
         return;
     }
     let mut me = crate::thread::take();
@@ -196,11 +220,12 @@ pub fn on_exit() {
 
 static RESET: AtomicBool = AtomicBool::new(false);
 
-/// Once tracing is over, removes the plugin's callbacks (from a guest
-/// thread, where QEMU can do it safely), so that the program runs on at
-/// QEMU's own speed.
-pub fn reset_once() {
-    if !RESET.swap(true, Ordering::AcqRel) {
+/// Once the last snapshot is written, removes the plugin's callbacks
+/// (from a guest thread, where QEMU can do it safely), so that the
+/// program runs on at QEMU's own speed. Not before: the exit must still
+/// be seen, to wait for the writing.
+pub fn reset_once(plugin: &Plugin) {
+    if plugin.finished.load(Ordering::Acquire) && !RESET.swap(true, Ordering::AcqRel) {
         crate::api::reset();
     }
 }
@@ -290,8 +315,12 @@ fn coordinate(plugin: &'static Plugin, mut reports: File) {
             if p.last {
                 ok &= writeln!(reports, "{}", Report::Done.to_line()).is_ok();
             }
+            crate::process::debug(&format!("wrote snapshot {} ok {ok}", p.n));
             let mut sh = plugin.shared();
             sh.written = sh.written.max(p.n);
+            if p.last {
+                plugin.finished.store(true, Ordering::Release);
+            }
             plugin.changed.notify_all();
         }
         if !ok {

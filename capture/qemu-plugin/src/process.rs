@@ -35,6 +35,9 @@ pub struct Plugin {
     pub epoch: AtomicU64,
     /// The last snapshot is taken: threads stop tracing.
     pub done: AtomicBool,
+    /// The last snapshot is written: the callbacks can go, the exit
+    /// need not wait.
+    pub finished: AtomicBool,
     /// The latest virtual time at which a thread was created: a new
     /// thread's clock starts there.
     pub clone_clock: AtomicU64,
@@ -110,6 +113,7 @@ pub fn start(dir: &Path) -> Result<(), String> {
         watch_stack,
         epoch: AtomicU64::new(0),
         done: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
         clone_clock: AtomicU64::new(clock),
         shared: Mutex::new(Shared {
             own,

@@ -72,6 +72,18 @@ fn clone_flags(num: i64, args: &[u64; 6]) -> Option<u64> {
 pub fn on_entry(num: i64, args: [u64; 6]) {
     let Some(plugin) = plugin() else { return };
     if plugin.done.load(Ordering::Acquire) {
+        if plugin.foreign() {
+            return;
+        }
+        // The last snapshot may still wait for this thread's trace.
+        if let Some(mut t) = thread::take() {
+            t.enter_kernel();
+            coordinator::answer_in_kernel(plugin, &mut t);
+            thread::put(t);
+        }
+        if num == SYS_EXIT_GROUP {
+            coordinator::wait_all_written(plugin);
+        }
         return;
     }
     let Some(mut t) = thread::take() else {
@@ -113,8 +125,8 @@ pub fn on_entry(num: i64, args: [u64; 6]) {
                 Some((&mut t, None)),
             );
             thread::put(t);
-            if let Some(n) = n {
-                coordinator::wait_written(plugin, n);
+            if n.is_some() || plugin.done.load(Ordering::Acquire) {
+                coordinator::wait_all_written(plugin);
             }
             return;
         }

@@ -344,10 +344,11 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
 /// QEMU runs `block` on this thread.
 pub fn on_block(block: &'static Block) {
     let Some(plugin) = plugin() else { return };
-    if plugin.done.load(Ordering::Relaxed) {
-        crate::coordinator::reset_once();
+    if plugin.finished.load(Ordering::Relaxed) {
+        crate::coordinator::reset_once(plugin);
         return;
     }
+    // After the last snapshot was asked for, a thread still answers it.
     with_thread(plugin, |t| t.run(plugin, block));
 }
 
