@@ -15,7 +15,7 @@ pub(crate) fn check_exact(dir: &Path, name: &str, argv: &[&str]) -> PerThread {
 /// [`check_exact`] with extra `record` options. A per-CPU snapshot is one
 /// trace for all threads, told apart by switch records: perf judges it
 /// alone (libipt has no sideband; the decoder's tests cover our side).
-fn check_exact_with(dir: &Path, name: &str, extra: &[&str], argv: &[&str]) -> PerThread {
+pub(crate) fn check_exact_with(dir: &Path, name: &str, extra: &[&str], argv: &[&str]) -> PerThread {
     let per_cpu = extra.contains(&"--per-cpu");
     let (snap, log) = record(dir, name, extra, argv);
     let truth = read_ip_log(&log);

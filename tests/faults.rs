@@ -193,9 +193,11 @@ fn ptscope_killed_mid_record_leaves_the_command_running() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "forever.c");
     let snap = dir.path().join("killed.ptscope");
+    // Single-stepped under ptrace (the QEMU backend's case is in
+    // tests/qemu.rs).
     let mut rec = Reaped(
         ptscope()
-            .args(["record", "-q", "-o"])
+            .args(["record", "-q", "--backend", "emulated", "-o"])
             .arg(&snap)
             .arg("--")
             .arg(&exe)
@@ -326,7 +328,7 @@ fn a_full_disk_leaves_no_half_written_snapshot() {
         .arg("ulimit -f 128; trap '' XFSZ; exec \"$@\"")
         .arg("sh")
         .arg(env!("CARGO_BIN_EXE_ptscope"))
-        .args(["record", "-q", "-o"])
+        .args(["record", "-q", "--backend", "emulated", "-o"])
         .arg(&snap)
         .arg("--")
         .arg(&exe)

@@ -828,10 +828,11 @@ fn capture_panel_cancel_leaves_the_target_alone() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     h.get_by_label("Cancel capture").click();
     h.run_steps(2);
-    assert!(h
+    let ended = h
         .state_mut()
         .capture
-        .wait(std::time::Duration::from_secs(30)));
+        .wait(std::time::Duration::from_secs(30));
+    assert!(ended, "{}", h.state().capture.log.join("\n"));
     h.run_steps(2);
     assert!(h.state().tabs.is_empty(), "nothing opened");
     let log = h.state().capture.log.join("\n");

@@ -57,7 +57,12 @@ fn ptwrite_values_equal_perfs_and_the_program_runs_on_a_cpu_without_ptwrite() {
     // The trace decodes exactly: libipt and perf see every instruction
     // the ptrace log saw, PTWRITEs included, so PTW and FUP packets sit
     // where the hardware puts them.
-    let truth = crate::capture::check_exact(dir.path(), "ptwrite", &[exe.to_str().unwrap(), "6"]);
+    let truth = crate::capture::check_exact_with(
+        dir.path(),
+        "ptwrite",
+        &["--backend", "emulated"],
+        &[exe.to_str().unwrap(), "6"],
+    );
     let snap = dir.path().join("ptwrite.ptscope");
 
     let ours: Vec<(u64, u64)> = marks_of(&snap)
@@ -109,7 +114,12 @@ fn ptwrite_values_equal_perfs_and_the_program_runs_on_a_cpu_without_ptwrite() {
     let (off, _) = record(
         dir.path(),
         "ptwrite-off",
-        &["--timing", "cyc=1,mtc=0,psb_period=1,ptw=0"],
+        &[
+            "--backend",
+            "emulated",
+            "--timing",
+            "cyc=1,mtc=0,psb_period=1,ptw=0",
+        ],
         &[exe.to_str().unwrap(), "2"],
     );
     assert!(marks_of(&off).iter().all(|m| m["mark"] != "ptwrite"));

@@ -123,6 +123,21 @@ fn c_calls_recursion_longjmp_signal() {
     check_all(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
 }
 
+/// Timer signals land between a conditional branch and what follows it,
+/// wherever QEMU ends a block; the handler and the sigreturn back are
+/// traced exactly.
+#[test]
+fn asynchronous_signals_land_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "async_signal.c");
+    check_all(
+        dir.path(),
+        "async_signal",
+        &["--size", "64M"],
+        &[exe.to_str().unwrap()],
+    );
+}
+
 #[test]
 fn cpp_exceptions() {
     let dir = tempfile::tempdir().unwrap();
@@ -402,7 +417,9 @@ fn ptscope_killed_mid_capture_leaves_the_program_running() {
         state.starts_with('R') || state.starts_with('S'),
         "the program is {state:?}, not running"
     );
-    let _ = Command::new("kill").arg(qemu.to_string()).status();
+    let _ = Command::new("kill")
+        .args(["-9", &qemu.to_string()])
+        .status();
 }
 
 /// Every process below `p`.

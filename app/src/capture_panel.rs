@@ -487,8 +487,11 @@ impl CapturePanel {
             ui.separator();
             self.settings(ui);
         });
+        // A line each, the whole of it on hover, so that a long message
+        // arriving mid-capture does not move the buttons under the pointer.
         for line in self.log.iter().rev().take(8) {
-            ui.label(egui::RichText::new(line).small());
+            ui.add(egui::Label::new(egui::RichText::new(line).small()).truncate())
+                .on_hover_text(line);
         }
     }
 
@@ -520,7 +523,12 @@ impl CapturePanel {
                 ui.spinner();
             }
         });
-        ui.label(format!("Status: {}", self.state));
+        // One line, whatever the message (a backend's reasons can be
+        // long): the actions above it must stay where they are. The whole
+        // message shows on hover.
+        let status = format!("Status: {}", self.state);
+        ui.add(egui::Label::new(&status).truncate())
+            .on_hover_text(status);
     }
 
     fn command_fields(&mut self, ui: &mut egui::Ui) {
@@ -683,7 +691,10 @@ impl CapturePanel {
             self.backend_note = Some((self.backend, program, note));
         }
         if let Some((_, _, note)) = &self.backend_note {
-            ui.label(egui::RichText::new(note.as_str()).small());
+            // One line, the whole reason on hover: a long one must not
+            // push the panel's actions out of the window.
+            ui.add(egui::Label::new(egui::RichText::new(note.as_str()).small()).truncate())
+                .on_hover_text(note.as_str());
         }
     }
 }

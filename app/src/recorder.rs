@@ -107,7 +107,7 @@ pub fn choose(backend: Backend, pmu_dir: &Path, target: &Target) -> Result<Chose
                     version,
                 }),
                 Err(not) => Ok(Chosen::Emulated {
-                    why: format!("auto chose emulated (single-stepping): {no_pt}, and {not}"),
+                    why: format!("auto chose emulated (single-stepping): {no_pt}; {not}"),
                 }),
             }
         }
@@ -118,7 +118,7 @@ pub fn choose(backend: Backend, pmu_dir: &Path, target: &Target) -> Result<Chose
 fn qemu_for(target: &Target) -> Result<(PathBuf, String), String> {
     use ptscope_capture::qemu::probe::{self, ProgramKind};
     let Target::Spawn { argv, cwd } = target else {
-        return Err("QEMU cannot attach to a running process".into());
+        return Err("QEMU cannot attach".into());
     };
     let found = usable_qemu_cached()?;
     let program = argv.first().ok_or("there is no command")?;
@@ -506,8 +506,6 @@ fn qemu_refuses(req: &Request) -> Option<&'static str> {
     let refused = [
         (req.opts.kernel, "--kernel (QEMU runs user space only)"),
         (req.opts.per_cpu, "--per-cpu and --system-wide"),
-        (!req.opts.filter.is_empty(), "--filter"),
-        (req.opts.range.is_some(), "--range"),
         (!req.overflow_at.is_empty(), "--overflow-at"),
         (req.emulate_skl014, "--emulate-skl014"),
     ];
@@ -519,18 +517,24 @@ fn qemu_options(req: &Request, qemu: PathBuf) -> Result<ptscope_capture::qemu::Q
     if let Some(what) = qemu_refuses(req) {
         bail!("the qemu backend does not take {what} yet; use --backend emulated for it");
     }
+    ptscope_capture::filter::check_count(&req.opts.filter, settings::cpu::NUM_ADDRESS_RANGES)
+        .context("the emulated CPU's IP filter")?;
     let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
     let settings = settings::pt_settings(&cfg, req.opts.size as usize, Arc::from([]));
+    let mut pt = settings::pt_setup(&cfg);
+    pt.params.filter = ptscope_capture::filter::kernel_string(&req.opts.filter);
     Ok(ptscope_capture::qemu::QemuOptions {
         qemu,
         plugin: crate::qemu_plugin::path()?,
         cpu_model: QEMU_CPU.into(),
         settings,
-        pt: settings::pt_setup(&cfg),
+        pt,
         trigger: req.opts.trigger.clone(),
         arm_after: req.opts.arm_after,
         snapshots: req.opts.snapshots,
         ip_log: req.ip_log,
+        range: req.opts.range.clone(),
+        filter: req.opts.filter.clone(),
         interrupt: req.opts.interrupt.clone(),
         cancel: req.opts.cancel.clone(),
     })

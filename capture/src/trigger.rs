@@ -63,6 +63,28 @@ impl RangeSymbols {
     }
 
     /// Both addresses, once both are found.
+    /// What a capture says of its range: a START or STOP never found, or
+    /// a START never entered (`entries` times it was), so nothing was
+    /// traced.
+    pub fn warnings(&self, entries: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in [&self.start, &self.stop] {
+            if s.address().is_none() {
+                out.push(format!(
+                    "--range: no function `{}` in the program or its libraries",
+                    s.name()
+                ));
+            }
+        }
+        if self.start.address().is_some() && entries == 0 {
+            out.push(format!(
+                "--range: `{}` was never entered, so nothing was traced",
+                self.start.name()
+            ));
+        }
+        out
+    }
+
     pub fn addresses(&self) -> Option<(u64, u64)> {
         Some((self.start.address()?, self.stop.address()?))
     }
@@ -121,6 +143,22 @@ pub fn symbol_matches(raw: &str, wanted: &str) -> bool {
     }
     let d = demangle(raw);
     d == wanted || (d.ends_with(')') && d.split('(').next() == Some(wanted))
+}
+
+/// What a capture says of the `times` its trigger was reached before
+/// `--arm-after` (`wanted`) armed it.
+pub fn unarmed_warning(wanted: ArmAfter, times: u64) -> String {
+    format!("the trigger was reached {times} time(s) before the ring held {wanted} (--arm-after)")
+}
+
+/// What a capture says of the `times` slow calls to `name` (slower than
+/// `threshold` ns, the longest `longest` ns) that returned after the ring
+/// had overwritten their start.
+pub fn missed_slow_calls_warning(times: u64, name: &str, threshold: u64, longest: u64) -> String {
+    format!(
+        "{times} call(s) to {name} slower than {threshold} ns returned after the ring had \
+         overwritten their start (the longest took {longest} ns): a larger --size keeps them"
+    )
 }
 
 /// A symbol trigger resolved against the process's mappings.

@@ -23,7 +23,7 @@ pub enum FilterSyntaxError {
 }
 
 /// What the hardware does in a range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FilterAction {
     /// Trace only while the IP is in one of the `filter` ranges.
     Filter,
@@ -51,7 +51,7 @@ pub struct FilterSpec {
 
 /// A filter range resolved in its file: `size` bytes from file offset
 /// `offset` of `file`. Without a file, `offset` is a runtime address.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FilterRange {
     pub action: FilterAction,
     pub offset: u64,

@@ -13,6 +13,10 @@ use crate::api::Tb;
 
 /// The block starts at the trigger's function.
 pub const AT_TRIGGER: u8 = 1;
+/// The block starts at `--range`'s START.
+pub const AT_RANGE_START: u8 = 2;
+/// The block starts at `--range`'s STOP.
+pub const AT_RANGE_STOP: u8 = 4;
 
 /// One translation block, as the PT unit retires it.
 #[derive(Debug)]
@@ -24,7 +28,7 @@ pub struct Block {
     pub last_ip: u64,
     /// Its last instruction, by the packets it makes.
     pub last: Insn,
-    /// [`AT_TRIGGER`].
+    /// [`AT_TRIGGER`], [`AT_RANGE_START`], [`AT_RANGE_STOP`].
     pub flags: u8,
 }
 
@@ -75,12 +79,17 @@ pub fn translate(tb: &Tb) {
         last_ip = tb.insn_vaddr(n - 1);
         last = decode(tb, n - 1, last_ip);
     }
-    let trigger = plugin.trigger_address.load(Ordering::Relaxed);
-    let flags = if trigger != 0 && trigger == vaddr {
-        AT_TRIGGER
-    } else {
-        0
+    let at = |addr: &std::sync::atomic::AtomicU64, flag: u8| {
+        let a = addr.load(Ordering::Relaxed);
+        if a != 0 && a == vaddr {
+            flag
+        } else {
+            0
+        }
     };
+    let flags = at(&plugin.trigger_address, AT_TRIGGER)
+        | at(&plugin.range_start, AT_RANGE_START)
+        | at(&plugin.range_stop, AT_RANGE_STOP);
     // Blocks live as long as QEMU may run them: QEMU gives no callback
     // when it drops a translation, and a block is a few dozen bytes.
     let block: &'static Block = Box::leak(Box::new(Block {

@@ -421,29 +421,36 @@ fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture
     (p, cap)
 }
 
-/// What the capture says of triggers that could not fire.
+/// What the capture says of triggers that could not fire, and of its
+/// range, in the emulated backend's words.
 fn trigger_warnings(plugin: &Plugin, sh: &Shared) -> Vec<String> {
+    use ptscope_capture::trigger::{missed_slow_calls_warning, unarmed_warning};
     let mut out = Vec::new();
     if let Some(sym) = &sh.symbol {
         if sym.address().is_none() {
-            out.push(format!(
-                "the trigger's function {} was never found in the program or its libraries",
-                sym.name()
-            ));
+            out.push(ptscope_capture::CaptureError::SymbolNotFound(sym.name().into()).to_string());
         }
     }
-    if sh.unarmed > 0 {
-        out.push(format!(
-            "the trigger would have fired {} times before --arm-after armed it",
-            sh.unarmed
+    if let (Some(wanted), true) = (plugin.config.arm_after, sh.unarmed > 0) {
+        out.push(unarmed_warning(wanted, sh.unarmed));
+    }
+    if let (
+        ptscope_capture::trigger::Trigger::SlowCall {
+            symbol,
+            slower_than,
+        },
+        true,
+    ) = (&plugin.config.trigger, sh.missed > 0)
+    {
+        out.push(missed_slow_calls_warning(
+            sh.missed,
+            symbol,
+            *slower_than,
+            sh.missed_longest,
         ));
     }
-    if sh.missed > 0 {
-        out.push(format!(
-            "{} slow calls (the longest {} ns) returned when the ring no longer held their start; a larger --size keeps them",
-            sh.missed, sh.missed_longest
-        ));
+    if let Some(r) = &sh.range {
+        out.extend(r.warnings(sh.range_entries));
     }
-    let _ = plugin;
     out
 }

@@ -6,13 +6,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
+use ptscope_capture::emulated::filter::IpFilter;
 use ptscope_capture::procfs::{self, Mapping};
 use ptscope_capture::qemu::wire::{PluginConfig, Report, CONFIG_FILE};
 use ptscope_capture::recording::{Sideband, SidebandEvent, ThreadTrace};
-use ptscope_capture::trigger::{SymbolTrigger, Trigger};
+use ptscope_capture::trigger::{RangeSymbols, SymbolTrigger, Trigger};
 
 use crate::coordinator::Pending;
 use crate::thread::ThreadState;
@@ -27,9 +28,18 @@ pub struct Plugin {
     /// Where the trigger's function starts, once a mapping holds it (0
     /// before).
     pub trigger_address: AtomicU64,
+    /// `--range`'s START and STOP, likewise.
+    pub range_start: AtomicU64,
+    pub range_stop: AtomicU64,
+    /// Bumped each time the IP filter is placed anew in the mappings:
+    /// a thread that sees it change takes the new filter.
+    pub filter_generation: AtomicU64,
     /// The slow-call trigger watches the stack pointer at calls and
     /// returns.
     pub watch_stack: bool,
+    /// Run the callbacks but write no packets (`PTSCOPE_PLUGIN_NO_ENCODE`),
+    /// so that the capture benchmark can tell their cost from encoding's.
+    pub no_encode: bool,
     /// Bumped by every snapshot request: a running thread that sees it
     /// change hands its trace over.
     pub epoch: AtomicU64,
@@ -65,6 +75,11 @@ pub struct Shared {
     /// Per file, the file-offset ranges of its code ([`code_ranges`]).
     pub code_ranges: HashMap<String, Vec<(u64, u64)>>,
     pub symbol: Option<SymbolTrigger>,
+    /// `--range`'s functions, and how often a thread entered START.
+    pub range: Option<RangeSymbols>,
+    pub range_entries: u64,
+    /// `--filter` placed in the mappings, as the kernel does on each mmap.
+    pub filter: IpFilter,
     /// Per futex word, the latest virtual time a thread woke it at.
     pub wakes: HashMap<u64, u64>,
     /// The snapshot being gathered.
@@ -103,6 +118,12 @@ pub fn start(dir: &Path) -> Result<(), String> {
     let config = PluginConfig::read(&dir.join(CONFIG_FILE)).map_err(|e| e.to_string())?;
     let watch_stack = matches!(config.trigger, Trigger::SlowCall { .. });
     let symbol = config.trigger.symbol().map(SymbolTrigger::new);
+    let range = config.range.as_ref().map(RangeSymbols::new);
+    // A configured filter traces nothing until its file is mapped.
+    let filter = match config.filter.is_empty() {
+        true => IpFilter::default(),
+        false => IpFilter::placed(&config.filter, &[]),
+    };
     let own = own_mappings();
     let clock = config.start_time;
     let plugin = Plugin {
@@ -110,7 +131,11 @@ pub fn start(dir: &Path) -> Result<(), String> {
         dir: dir.to_path_buf(),
         pid: std::process::id() as i32,
         trigger_address: AtomicU64::new(0),
+        range_start: AtomicU64::new(0),
+        range_stop: AtomicU64::new(0),
+        filter_generation: AtomicU64::new(0),
         watch_stack,
+        no_encode: std::env::var_os("PTSCOPE_PLUGIN_NO_ENCODE").is_some(),
         epoch: AtomicU64::new(0),
         done: AtomicBool::new(false),
         finished: AtomicBool::new(false),
@@ -118,6 +143,8 @@ pub fn start(dir: &Path) -> Result<(), String> {
         shared: Mutex::new(Shared {
             own,
             symbol,
+            range,
+            filter,
             ..Shared::default()
         }),
         changed: Condvar::new(),
@@ -197,9 +224,32 @@ impl Shared {
             }
         }
         self.maps = guest;
+        if let Some(r) = self.range.as_mut() {
+            r.resolve(&self.maps);
+        }
         let symbol = self.symbol.as_mut()?;
         symbol.resolve(&self.maps);
         symbol.address()
+    }
+
+    /// After the mappings changed: publishes `--range`'s addresses and
+    /// places `--filter` in the new mappings (`filters` are the ranges as
+    /// configured), for the threads to take at their next block.
+    pub fn publish(&mut self, plugin: &Plugin, trigger: Option<u64>) {
+        if let Some(addr) = trigger {
+            plugin.trigger_address.store(addr, Ordering::Release);
+        }
+        if let Some((start, stop)) = self.range.as_ref().and_then(|r| r.addresses()) {
+            plugin.range_start.store(start, Ordering::Release);
+            plugin.range_stop.store(stop, Ordering::Release);
+        }
+        if !plugin.config.filter.is_empty() {
+            let placed = IpFilter::placed(&plugin.config.filter, &self.maps);
+            if placed != self.filter {
+                self.filter = placed;
+                plugin.filter_generation.fetch_add(1, Ordering::AcqRel);
+            }
+        }
     }
 }
 

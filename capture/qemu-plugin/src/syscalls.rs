@@ -206,9 +206,8 @@ pub fn on_return(num: i64, ret: i64) {
     let pid = plugin.pid;
     match num {
         SYS_MMAP | SYS_MPROTECT | SYS_MUNMAP | SYS_MREMAP if ret >= 0 || num == SYS_MMAP => {
-            if let Some(addr) = sh.refresh_maps(pid, tid, t.now) {
-                plugin.trigger_address.store(addr, Ordering::Release);
-            }
+            let trigger = sh.refresh_maps(pid, tid, t.now);
+            sh.publish(plugin, trigger);
         }
         SYS_CLONE | SYS_CLONE3 if ret > 0 => {
             let child = ret as i32;

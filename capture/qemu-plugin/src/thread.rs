@@ -16,7 +16,7 @@ use ptscope_capture::emulated::insn::InsnClass;
 use ptscope_capture::recording::{SidebandEvent, StopReason, ThreadTrace};
 use ptscope_capture::trigger::{ArmAfter, Trigger};
 
-use crate::blocks::{Block, AT_TRIGGER};
+use crate::blocks::{Block, AT_RANGE_START, AT_RANGE_STOP, AT_TRIGGER};
 use crate::process::{plugin, Plugin};
 
 /// A rise of the stack pointer larger than this (a thread's default
@@ -47,6 +47,8 @@ pub struct ThreadState {
     call_sp: Option<u64>,
     /// A slow call returned: fire at the next block.
     fire: Option<StopReason>,
+    /// The IP filter generation the unit has.
+    filter_generation: u64,
 }
 
 thread_local! {
@@ -56,10 +58,14 @@ thread_local! {
 impl ThreadState {
     /// A thread starting at virtual time `now`: its unit writes PSB+.
     fn new(plugin: &Plugin, tid: i32, now: u64) -> ThreadState {
+        let mut unit = ThreadPt::new(plugin.config.settings.clone(), now);
+        if plugin.config.range.is_some() {
+            unit.start_paused();
+        }
         ThreadState {
             tid,
             comm: crate::process::comm(plugin.pid, tid),
-            unit: ThreadPt::new(plugin.config.settings.clone(), now),
+            unit,
             now,
             pending: None,
             epoch: plugin.epoch.load(Ordering::Acquire),
@@ -69,6 +75,7 @@ impl ThreadState {
             open_calls: Vec::new(),
             call_sp: None,
             fire: None,
+            filter_generation: 0,
         }
     }
 
@@ -179,6 +186,14 @@ impl ThreadState {
         if plugin.done.load(Ordering::Relaxed) {
             return;
         }
+        if plugin.no_encode {
+            // Callbacks only, for the capture benchmark: the clock runs,
+            // no packet is written.
+            self.pending = None;
+            self.now += block.n as u64;
+            self.instructions += block.n as u64;
+            return;
+        }
         self.retire_pending(block.vaddr);
         if let Some(stop) = self.fire.take() {
             crate::coordinator::request(plugin, stop, false, Some((self, block.vaddr)));
@@ -192,6 +207,14 @@ impl ThreadState {
                 return;
             }
         }
+        if block.flags & (AT_RANGE_START | AT_RANGE_STOP) != 0 {
+            self.at_range(plugin, block);
+        }
+        let generation = plugin.filter_generation.load(Ordering::Acquire);
+        if generation != self.filter_generation {
+            self.filter_generation = generation;
+            self.unit.set_filter(plugin.shared().filter.clone());
+        }
         self.unit
             .enter_user(block.vaddr, self.now, std::mem::take(&mut self.resync));
         let straight = block.n as u64 - 1;
@@ -201,6 +224,18 @@ impl ThreadState {
             self.unit.retire_straight(straight, block.last_ip, self.now);
         }
         self.pending = Some(block);
+    }
+
+    /// Range capture: at START's entry the trace resumes (with a TSC, as
+    /// when the kernel's breakpoint resumes it), at STOP's it pauses.
+    fn at_range(&mut self, plugin: &Plugin, block: &Block) {
+        if block.flags & AT_RANGE_START != 0 && self.unit.paused() {
+            self.unit.resume();
+            self.resync = true;
+            plugin.shared().range_entries += 1;
+        } else if block.flags & AT_RANGE_STOP != 0 {
+            self.unit.pause(block.vaddr, self.now);
+        }
     }
 
     /// The block starts at the trigger's function.
@@ -302,7 +337,9 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
     let pid = plugin.pid;
     let now = plugin.clone_clock.load(Ordering::Acquire);
     let mut sh = plugin.shared();
-    let t = ThreadState::new(plugin, tid, now);
+    let mut t = ThreadState::new(plugin, tid, now);
+    t.unit.set_filter(sh.filter.clone());
+    t.filter_generation = plugin.filter_generation.load(Ordering::Acquire);
     sh.running.insert(tid);
     if sh.seen.insert(tid) {
         let first = !sh.started;
@@ -322,9 +359,8 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
                     exec: true,
                 },
             );
-            if let Some(addr) = sh.refresh_maps(pid, tid, now) {
-                plugin.trigger_address.store(addr, Ordering::Release);
-            }
+            let trigger = sh.refresh_maps(pid, tid, now);
+            sh.publish(plugin, trigger);
             plugin.report(&mut sh, ptscope_capture::qemu::wire::Report::Started);
         } else {
             sh.emit(

@@ -19,7 +19,8 @@ use super::wire::{self, Command, PluginConfig, Report};
 use crate::emulated::hardware::PtSettings;
 use crate::error::CaptureError;
 use crate::recording::{Capture, PtSetup, Target};
-use crate::trigger::{ArmAfter, Trigger};
+use crate::trigger::{ArmAfter, Range, Trigger};
+use ptscope_formats::filter::FilterRange;
 
 /// How a capture under QEMU is set up.
 pub struct QemuOptions {
@@ -35,6 +36,10 @@ pub struct QemuOptions {
     pub arm_after: Option<ArmAfter>,
     pub snapshots: usize,
     pub ip_log: bool,
+    /// Range capture (`--range START STOP`).
+    pub range: Option<Range>,
+    /// IP filter ranges (`--filter`).
+    pub filter: Vec<FilterRange>,
     /// Set by the caller's SIGINT handler: take a snapshot now.
     pub interrupt: Arc<AtomicBool>,
     /// Set by the caller: stop now, save nothing, let the program go.
@@ -131,6 +136,8 @@ pub fn capture_each(
         cmdline: argv.clone(),
         start_time,
         cpu_model: opts.cpu_model.clone(),
+        range: opts.range.clone(),
+        filter: opts.filter.clone(),
     };
     config.write(&dir.path().join(wire::CONFIG_FILE))?;
 

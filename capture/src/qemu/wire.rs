@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::emulated::hardware::PtSettings;
 use crate::error::CaptureError;
 use crate::recording::{Capture, PtSetup};
-use crate::trigger::{ArmAfter, Trigger};
+use crate::trigger::{ArmAfter, Range, Trigger};
+use ptscope_formats::filter::FilterRange;
 
 /// The file in the capture directory that holds the [`PluginConfig`].
 pub const CONFIG_FILE: &str = "config";
@@ -44,6 +45,10 @@ pub struct PluginConfig {
     pub start_time: u64,
     /// The CPU model QEMU runs the program on, for warnings.
     pub cpu_model: String,
+    /// Range capture (`--range START STOP`).
+    pub range: Option<Range>,
+    /// IP filter ranges (`--filter`); none traces everything.
+    pub filter: Vec<FilterRange>,
 }
 
 /// A message from the plugin to ptscope, one line each.

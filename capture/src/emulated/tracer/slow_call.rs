@@ -132,11 +132,7 @@ impl Tracer {
     pub(super) fn trigger_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let (Some(wanted), true) = (self.opts.arm_after, self.unarmed > 0) {
-            out.push(format!(
-                "the trigger was reached {} time(s) before the ring held {wanted} \
-                 (--arm-after)",
-                self.unarmed
-            ));
+            out.push(crate::trigger::unarmed_warning(wanted, self.unarmed));
         }
         out.extend(self.slow_call_warning());
         out.extend(self.range_warnings());
@@ -146,14 +142,11 @@ impl Tracer {
     fn slow_call_warning(&self) -> Option<String> {
         let slow = self.slow.as_ref()?;
         (slow.missed > 0).then(|| {
-            format!(
-                "{} call(s) to {} slower than {} ns returned after the ring had \
-                 overwritten their start (the longest took {} ns): a larger --size \
-                 keeps them",
+            crate::trigger::missed_slow_calls_warning(
                 slow.missed,
                 slow.sym.name(),
                 slow.threshold,
-                slow.missed_longest
+                slow.missed_longest,
             )
         })
     }

@@ -12,7 +12,7 @@ use super::Tracer;
 use crate::emulated::ptrace;
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::recording::StopReason;
-use crate::trigger::{RangeSymbols, Trigger};
+use crate::trigger::Trigger;
 
 /// When a run under `trigger` starting now has to stop, if it has to.
 pub(super) fn deadline(trigger: &Trigger) -> Option<Instant> {
@@ -137,25 +137,9 @@ impl Tracer {
     /// What the capture should say about its range: a START or STOP never
     /// found, or a START never reached (nothing was traced).
     pub(super) fn range_warnings(&self) -> Vec<String> {
-        let Some(RangeSymbols { start, stop }) = &self.range else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for s in [start, stop] {
-            if s.address().is_none() {
-                out.push(format!(
-                    "--range: no function `{}` in the program or its libraries",
-                    s.name()
-                ));
-            }
-        }
-        if start.address().is_some() && self.range_entries == 0 {
-            out.push(format!(
-                "--range: `{}` was never entered, so nothing was traced",
-                start.name()
-            ));
-        }
-        out
+        self.range
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.warnings(self.range_entries))
     }
 
     /// Why the capture stops when thread `tid` reached the symbol by
