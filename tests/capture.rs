@@ -40,27 +40,11 @@ pub(crate) fn check_exact_with(dir: &Path, name: &str, extra: &[&str], argv: &[&
         "{name}: perf reported: {perf_errors}"
     );
 
-    for (tid, ips) in &truth {
-        for (judge, got) in [("libipt", &ipt), ("perf", &perf)] {
-            if per_cpu && judge == "libipt" {
-                continue;
-            }
-            let got = got
-                .get(tid)
-                .unwrap_or_else(|| panic!("{name}: {judge} has no thread {tid}"));
-            if got != ips {
-                let first = got
-                    .iter()
-                    .zip(ips)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(got.len().min(ips.len()));
-                panic!(
-                    "{name}: {judge} decodes {} instructions for thread {tid}, the log has {}; first difference at #{first}",
-                    got.len(),
-                    ips.len()
-                );
-            }
+    for (judge, got) in [("libipt", &ipt), ("perf", &perf)] {
+        if per_cpu && judge == "libipt" {
+            continue;
         }
+        assert_same_instructions(name, judge, &truth, got);
     }
     assert_eq!(truth.len(), perf.len(), "{name}: thread count");
     truth

@@ -30,25 +30,9 @@ fn record_qemu(
     (snap, truth)
 }
 
-/// `got` must equal the log, thread by thread.
+/// `got` must equal the log, thread by thread, and have no other thread.
 fn same(name: &str, judge: &str, truth: &PerThread, got: &PerThread) {
-    for (tid, ips) in truth {
-        let got = got
-            .get(tid)
-            .unwrap_or_else(|| panic!("{name}: {judge} has no thread {tid}"));
-        if got != ips {
-            let first = got
-                .iter()
-                .zip(ips)
-                .position(|(a, b)| a != b)
-                .unwrap_or(got.len().min(ips.len()));
-            panic!(
-                "{name}: {judge} decodes {} instructions for thread {tid}, the log has {}; first difference at #{first}",
-                got.len(),
-                ips.len()
-            );
-        }
-    }
+    assert_same_instructions(name, judge, truth, got);
     assert_eq!(truth.len(), got.len(), "{name}: {judge}'s thread count");
 }
 

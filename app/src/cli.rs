@@ -159,7 +159,8 @@ pub struct CaptureOpts {
     #[arg(short, long, default_value = "snapshot.ptscope")]
     pub output: PathBuf,
     /// Write every retired instruction pointer to FILE (`tid ip` per line),
-    /// as ground truth for testing. Emulated backend only.
+    /// as ground truth for testing. Emulated and QEMU backends (the QEMU
+    /// plugin logs each instruction as QEMU is about to run it).
     #[arg(long, value_name = "FILE", hide = true)]
     pub ip_log: Option<PathBuf>,
     /// Trace per CPU instead of per thread: one PT unit and AUX buffer per

@@ -75,7 +75,7 @@ pub struct Sideband {
 }
 
 /// The trace of one thread at the end of the capture.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ThreadTrace {
     pub pid: i32,
     pub tid: i32,

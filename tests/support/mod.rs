@@ -269,6 +269,28 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
     (per, errors)
 }
 
+/// `got`, a decoder's instructions (`judge`'s), must equal the log's
+/// `truth`, thread by thread; a difference is named by its first index.
+pub fn assert_same_instructions(name: &str, judge: &str, truth: &PerThread, got: &PerThread) {
+    for (tid, ips) in truth {
+        let got = got
+            .get(tid)
+            .unwrap_or_else(|| panic!("{name}: {judge} has no thread {tid}"));
+        if got != ips {
+            let first = got
+                .iter()
+                .zip(ips)
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(ips.len()));
+            panic!(
+                "{name}: {judge} decodes {} instructions for thread {tid}, the log has {}; first difference at #{first}",
+                got.len(),
+                ips.len()
+            );
+        }
+    }
+}
+
 /// ptscope's own instructions, per thread: `ptscope decode --level insns`.
 pub fn our_instructions(snap: &Path, extra: &[&str]) -> PerThread {
     let out = ptscope()

@@ -54,22 +54,37 @@ const CB_NO_REGS: c_int = 0;
 /// `QEMU_PLUGIN_MEM_R` | `QEMU_PLUGIN_MEM_W`.
 const MEM_RW: c_int = 3;
 
+type RegisterTbTrans = extern "C" fn(PluginId, TbTransCb);
+type RegisterTbExec = extern "C" fn(*mut RawTb, VcpuUdataCb, c_int, *mut c_void);
+type RegisterInsnExec = extern "C" fn(*mut RawInsn, VcpuUdataCb, c_int, *mut c_void);
+type RegisterMem = extern "C" fn(*mut RawInsn, MemCb, c_int, c_int, *mut c_void);
+type RegisterSyscall = extern "C" fn(PluginId, SyscallCb);
+type RegisterSyscallRet = extern "C" fn(PluginId, SyscallRetCb);
+type RegisterAtexit = extern "C" fn(PluginId, UdataCb, *mut c_void);
+type Reset = extern "C" fn(PluginId, SimpleCb);
+type TbNInsns = extern "C" fn(*const RawTb) -> usize;
+type TbVaddr = extern "C" fn(*const RawTb) -> u64;
+type TbGetInsn = extern "C" fn(*const RawTb, usize) -> *mut RawInsn;
+type InsnData = extern "C" fn(*const RawInsn) -> *const c_void;
+type InsnSize = extern "C" fn(*const RawInsn) -> usize;
+type InsnVaddr = extern "C" fn(*const RawInsn) -> u64;
+
 /// The API functions, looked up in the QEMU executable.
 struct Api {
-    register_tb_trans: extern "C" fn(PluginId, TbTransCb),
-    register_tb_exec: extern "C" fn(*mut RawTb, VcpuUdataCb, c_int, *mut c_void),
-    register_insn_exec: extern "C" fn(*mut RawInsn, VcpuUdataCb, c_int, *mut c_void),
-    register_mem: extern "C" fn(*mut RawInsn, MemCb, c_int, c_int, *mut c_void),
-    register_syscall: extern "C" fn(PluginId, SyscallCb),
-    register_syscall_ret: extern "C" fn(PluginId, SyscallRetCb),
-    register_atexit: extern "C" fn(PluginId, UdataCb, *mut c_void),
-    reset: extern "C" fn(PluginId, SimpleCb),
-    tb_n_insns: extern "C" fn(*const RawTb) -> usize,
-    tb_vaddr: extern "C" fn(*const RawTb) -> u64,
-    tb_get_insn: extern "C" fn(*const RawTb, usize) -> *mut RawInsn,
-    insn_data: extern "C" fn(*const RawInsn) -> *const c_void,
-    insn_size: extern "C" fn(*const RawInsn) -> usize,
-    insn_vaddr: extern "C" fn(*const RawInsn) -> u64,
+    register_tb_trans: RegisterTbTrans,
+    register_tb_exec: RegisterTbExec,
+    register_insn_exec: RegisterInsnExec,
+    register_mem: RegisterMem,
+    register_syscall: RegisterSyscall,
+    register_syscall_ret: RegisterSyscallRet,
+    register_atexit: RegisterAtexit,
+    reset: Reset,
+    tb_n_insns: TbNInsns,
+    tb_vaddr: TbVaddr,
+    tb_get_insn: TbGetInsn,
+    insn_data: InsnData,
+    insn_size: InsnSize,
+    insn_vaddr: InsnVaddr,
 }
 
 /// A memory callback: vCPU, `qemu_plugin_meminfo_t`, address, user data.
@@ -93,31 +108,33 @@ fn lookup(name: &CStr) -> Result<*mut c_void, String> {
 }
 
 macro_rules! api_fn {
-    ($name:literal) => {{
+    ($name:literal as $ty:ty) => {{
         let p = lookup($name)?;
         // SAFETY: the symbol is QEMU's API function of that name, whose C
-        // signature (qemu-plugin.h, API version 1) the field's type
-        // spells; function and data pointers have one size on x86-64.
-        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        // signature (qemu-plugin.h, API version 1) the type spells;
+        // function and data pointers have one size on x86-64.
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
     }};
 }
 
 fn load_api() -> Result<Api, String> {
     Ok(Api {
-        register_tb_trans: api_fn!(c"qemu_plugin_register_vcpu_tb_trans_cb"),
-        register_tb_exec: api_fn!(c"qemu_plugin_register_vcpu_tb_exec_cb"),
-        register_insn_exec: api_fn!(c"qemu_plugin_register_vcpu_insn_exec_cb"),
-        register_mem: api_fn!(c"qemu_plugin_register_vcpu_mem_cb"),
-        register_syscall: api_fn!(c"qemu_plugin_register_vcpu_syscall_cb"),
-        register_syscall_ret: api_fn!(c"qemu_plugin_register_vcpu_syscall_ret_cb"),
-        register_atexit: api_fn!(c"qemu_plugin_register_atexit_cb"),
-        reset: api_fn!(c"qemu_plugin_reset"),
-        tb_n_insns: api_fn!(c"qemu_plugin_tb_n_insns"),
-        tb_vaddr: api_fn!(c"qemu_plugin_tb_vaddr"),
-        tb_get_insn: api_fn!(c"qemu_plugin_tb_get_insn"),
-        insn_data: api_fn!(c"qemu_plugin_insn_data"),
-        insn_size: api_fn!(c"qemu_plugin_insn_size"),
-        insn_vaddr: api_fn!(c"qemu_plugin_insn_vaddr"),
+        register_tb_trans: api_fn!(c"qemu_plugin_register_vcpu_tb_trans_cb" as RegisterTbTrans),
+        register_tb_exec: api_fn!(c"qemu_plugin_register_vcpu_tb_exec_cb" as RegisterTbExec),
+        register_insn_exec: api_fn!(c"qemu_plugin_register_vcpu_insn_exec_cb" as RegisterInsnExec),
+        register_mem: api_fn!(c"qemu_plugin_register_vcpu_mem_cb" as RegisterMem),
+        register_syscall: api_fn!(c"qemu_plugin_register_vcpu_syscall_cb" as RegisterSyscall),
+        register_syscall_ret: api_fn!(
+            c"qemu_plugin_register_vcpu_syscall_ret_cb" as RegisterSyscallRet
+        ),
+        register_atexit: api_fn!(c"qemu_plugin_register_atexit_cb" as RegisterAtexit),
+        reset: api_fn!(c"qemu_plugin_reset" as Reset),
+        tb_n_insns: api_fn!(c"qemu_plugin_tb_n_insns" as TbNInsns),
+        tb_vaddr: api_fn!(c"qemu_plugin_tb_vaddr" as TbVaddr),
+        tb_get_insn: api_fn!(c"qemu_plugin_tb_get_insn" as TbGetInsn),
+        insn_data: api_fn!(c"qemu_plugin_insn_data" as InsnData),
+        insn_size: api_fn!(c"qemu_plugin_insn_size" as InsnSize),
+        insn_vaddr: api_fn!(c"qemu_plugin_insn_vaddr" as InsnVaddr),
     })
 }
 

@@ -60,7 +60,7 @@ impl Block {
 
 /// Makes the block of `tb` and asks QEMU to report each execution of it.
 pub fn translate(tb: &Tb) {
-    let Some(plugin) = crate::plugin() else {
+    let Some(plugin) = crate::process::plugin() else {
         return;
     };
     let mut n = tb.n_insns();

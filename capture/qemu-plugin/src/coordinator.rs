@@ -376,19 +376,7 @@ fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture
         ));
     }
     warnings.extend(trigger_warnings(plugin, sh));
-    let mut threads: Vec<ThreadTrace> = sh
-        .finished
-        .iter()
-        .map(|t| ThreadTrace {
-            pid: t.pid,
-            tid: t.tid,
-            comm: t.comm.clone(),
-            aux: t.aux.clone(),
-            aux_head: t.aux_head,
-            wrapped: t.wrapped,
-            instructions: t.instructions,
-        })
-        .collect();
+    let mut threads: Vec<ThreadTrace> = sh.finished.clone();
     threads.append(&mut p.traces);
     threads.sort_by_key(|t| t.tid);
     let mut ip_log = sh.finished_logs.clone();

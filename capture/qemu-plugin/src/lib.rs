@@ -12,16 +12,16 @@
 //! how the last instruction of the one before went: taken or not, and
 //! where to. That is all PT encodes.
 //!
-//! - [`api`] declares the part of QEMU's plugin API used, and holds the
+//! - `api` declares the part of QEMU's plugin API used, and holds the
 //!   plugin's only `unsafe` code.
-//! - [`blocks`] turns each translation block into what the PT unit needs.
-//! - [`thread`] keeps each thread's PT unit and virtual clock, and retires
+//! - `blocks` turns each translation block into what the PT unit needs.
+//! - `thread` keeps each thread's PT unit and virtual clock, and retires
 //!   each block as it runs.
-//! - [`syscalls`] follows system calls: trips into the kernel, new and
+//! - `syscalls` follows system calls: trips into the kernel, new and
 //!   ending threads, mappings, futex wake-ups, `execve` and the exit.
-//! - [`process`] keeps what the threads share: mappings, sideband, the
+//! - `process` keeps what the threads share: mappings, sideband, the
 //!   trigger's address.
-//! - [`coordinator`] takes snapshots across threads and talks to ptscope
+//! - `coordinator` takes snapshots across threads and talks to ptscope
 //!   through the capture directory ([`ptscope_capture::qemu::wire`]).
 
 #[allow(unsafe_code)]
@@ -32,7 +32,6 @@ mod process;
 mod syscalls;
 mod thread;
 
-pub use process::{plugin, Plugin};
 
 /// Sets the plugin up from its arguments (`dir=DIRECTORY`, the capture
 /// directory ptscope made).

@@ -16,11 +16,9 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use super::wire::{self, Command, PluginConfig, Report};
-use crate::emulated::hardware::PtSettings;
 use crate::error::CaptureError;
-use crate::recording::{Capture, PtSetup, Target};
-use crate::trigger::{ArmAfter, Range, Trigger};
-use ptscope_formats::filter::FilterRange;
+use crate::recording::{Capture, Target};
+use crate::trigger::Trigger;
 
 /// How a capture under QEMU is set up.
 pub struct QemuOptions {
@@ -28,18 +26,9 @@ pub struct QemuOptions {
     pub qemu: PathBuf,
     /// The plugin library (the app unpacks the one it embeds).
     pub plugin: PathBuf,
-    /// QEMU's `-cpu` model.
-    pub cpu_model: String,
-    pub settings: PtSettings,
-    pub pt: PtSetup,
-    pub trigger: Trigger,
-    pub arm_after: Option<ArmAfter>,
-    pub snapshots: usize,
-    pub ip_log: bool,
-    /// Range capture (`--range START STOP`).
-    pub range: Option<Range>,
-    /// IP filter ranges (`--filter`).
-    pub filter: Vec<FilterRange>,
+    /// What the plugin is told; its `cmdline` and `start_time` are filled
+    /// in here.
+    pub config: PluginConfig,
     /// Set by the caller's SIGINT handler: take a snapshot now.
     pub interrupt: Arc<AtomicBool>,
     /// Set by the caller: stop now, save nothing, let the program go.
@@ -125,25 +114,16 @@ pub fn capture_each(
         .write(true)
         .open(&commands_path)
         .map_err(io_err(&commands_path))?;
-    let start_time = crate::emulated::tracer::monotonic_ns();
     let config = PluginConfig {
-        settings: opts.settings.clone(),
-        pt: opts.pt.clone(),
-        trigger: opts.trigger.clone(),
-        arm_after: opts.arm_after,
-        snapshots: opts.snapshots,
-        ip_log: opts.ip_log,
         cmdline: argv.clone(),
-        start_time,
-        cpu_model: opts.cpu_model.clone(),
-        range: opts.range.clone(),
-        filter: opts.filter.clone(),
+        start_time: crate::emulated::tracer::monotonic_ns(),
+        ..opts.config.clone()
     };
     config.write(&dir.path().join(wire::CONFIG_FILE))?;
 
     let mut cmd = std::process::Command::new(&opts.qemu);
     cmd.arg("-cpu")
-        .arg(&opts.cpu_model)
+        .arg(&config.cpu_model)
         .arg("-plugin")
         .arg(format!(
             "{},dir={}",
@@ -194,7 +174,8 @@ pub fn capture_each(
         if opts.interrupt.swap(false, Ordering::Relaxed) {
             let _ = send(&mut commands, Command::Interrupt);
         }
-        if let (Trigger::Duration(ms), Some(t0), false) = (&opts.trigger, started, duration_sent) {
+        if let (Trigger::Duration(ms), Some(t0), false) = (&config.trigger, started, duration_sent)
+        {
             if t0.elapsed() >= Duration::from_millis(*ms) {
                 duration_sent = true;
                 let _ = send(&mut commands, Command::Duration);

@@ -89,19 +89,7 @@ impl Tracer {
         if let StopReason::Symbol { tid, .. } = stop {
             self.resume_past_symbol = Some(tid);
         }
-        let mut threads: Vec<ThreadTrace> = self
-            .finished
-            .iter()
-            .map(|t| ThreadTrace {
-                pid: t.pid,
-                tid: t.tid,
-                comm: t.comm.clone(),
-                aux: t.aux.clone(),
-                aux_head: t.aux_head,
-                wrapped: t.wrapped,
-                instructions: t.instructions,
-            })
-            .collect();
+        let mut threads: Vec<ThreadTrace> = self.finished.clone();
         for t in self.threads.values() {
             let (aux, aux_head, wrapped) =
                 self.units.get(&t.tid).map(ring_copy).unwrap_or_default();
