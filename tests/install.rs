@@ -129,3 +129,40 @@ fn the_installed_binary_opens_the_demo_with_the_checkout_moved_away() {
     assert!(unpacked[0].join("demo.ptscope").is_file());
     assert!(unpacked[0].join("demo.c").is_file());
 }
+
+/// The installed binary captures under QEMU with the checkout hidden: its
+/// plugin comes from the binary, unpacked into the user's cache.
+#[test]
+fn the_installed_binary_captures_under_qemu_with_the_checkout_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    install(&prefix);
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let snap = dir.path().join("true.ptscope");
+    let checkout = checkout();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs none \"$1\" && shift && exec \"$@\"")
+        .arg("sh")
+        .arg(&checkout)
+        .arg(prefix.join("bin/ptscope"))
+        .args(["record", "-q", "--backend", "qemu", "-o"])
+        .arg(&snap)
+        .args(["--", "/bin/true"])
+        .current_dir(dir.path())
+        .env("HOME", &home)
+        .env_remove("XDG_CACHE_HOME");
+    run_ok(&mut cmd, "the installed ptscope recording under QEMU");
+    let meta = ptscope_formats::snapshot::Snapshot::read_metadata(&snap)
+        .unwrap()
+        .unwrap();
+    assert_eq!(meta.backend, "qemu");
+    assert!(meta.instructions > 10_000, "{}", meta.instructions);
+    let plugins: Vec<_> = std::fs::read_dir(home.join(".cache/ptscope"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("qemu-plugin-"))
+        .collect();
+    assert_eq!(plugins.len(), 1, "{plugins:?}");
+}

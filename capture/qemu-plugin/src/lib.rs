@@ -32,7 +32,6 @@ mod process;
 mod syscalls;
 mod thread;
 
-
 /// Sets the plugin up from its arguments (`dir=DIRECTORY`, the capture
 /// directory ptscope made).
 fn install(args: &[String]) -> Result<(), String> {

@@ -215,8 +215,10 @@ impl ThreadState {
             self.filter_generation = generation;
             self.unit.set_filter(plugin.shared().filter.clone());
         }
-        self.unit
-            .enter_user(block.vaddr, self.now, std::mem::take(&mut self.resync));
+        if !self.unit.tracing() {
+            self.unit
+                .enter_user(block.vaddr, self.now, std::mem::take(&mut self.resync));
+        }
         let straight = block.n as u64 - 1;
         if straight > 0 {
             self.now += straight;

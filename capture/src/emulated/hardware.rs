@@ -232,6 +232,7 @@ impl ThreadPt {
         }
     }
 
+    #[inline]
     pub fn tracing(&self) -> bool {
         self.packet_en
     }
@@ -398,6 +399,10 @@ impl ThreadPt {
         }
         if !self.packet_en {
             self.expected_ip = next_ip;
+            return;
+        }
+        if self.cfg.mtc_period.is_none() && self.since_psb < self.cfg.psb_period {
+            // Nothing to write: the common case.
             return;
         }
         if let Some(period) = self.cfg.mtc_period {
@@ -632,6 +637,11 @@ impl ThreadPt {
     }
 
     fn commit(&mut self) {
+        // Most instructions write nothing: the QEMU backend retires tens
+        // of millions a second, and an empty write still costs a call.
+        if self.out.is_empty() {
+            return;
+        }
         if self.dropping.is_some() {
             // The internal buffer overflowed: these packets are lost.
             self.out.clear();
