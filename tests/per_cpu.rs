@@ -1,4 +1,4 @@
-//! End to end: the emulated backend's per-CPU mode writes what
+//! End to end: the emulated (single-stepping) backend's per-CPU mode writes what
 //! `perf record -e intel_pt//u CMD` writes by default (a buffer per CPU,
 //! AUXTRACE records naming the process, threads migrating between CPUs),
 //! and libipt, `perf script` and ptscope each give every thread exactly the
@@ -11,24 +11,6 @@ use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
 use ptscope_formats::snapshot::Snapshot;
 
 use crate::support::*;
-
-/// Our instruction decoding per thread (`decode --level insns`).
-fn our_instructions(snap: &Path) -> PerThread {
-    let out = run_ok(
-        ptscope()
-            .args(["decode", "--level", "insns", "--format", "json"])
-            .arg(snap),
-        "ptscope decode --level insns",
-    );
-    let mut per = PerThread::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if let (Some(tid), Some(ip)) = (v["tid"].as_i64(), v["ip"].as_u64()) {
-            per.entry(tid as i32).or_default().push(ip);
-        }
-    }
-    per
-}
 
 /// Every thread's instructions, and no other thread.
 fn same_threads(judge: &str, got: &PerThread, truth: &PerThread) {
@@ -50,7 +32,7 @@ fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
     let (perf, perf_errors) = perf_instructions(&extract(snap, dir));
     assert!(perf_errors.trim().is_empty(), "perf: {perf_errors}");
     same_threads("perf", &perf, truth);
-    same_threads("ptscope", &our_instructions(snap), truth);
+    same_threads("ptscope", &our_instructions(snap, &[]), truth);
 }
 
 /// Per CPU: (tid, start, end) of each stay, times relative to the first
