@@ -100,11 +100,17 @@ fn check_all(
     (snap, truth)
 }
 
+/// Builds `tests/programs/SOURCE`, records it under QEMU with `extra`,
+/// and holds every decoder to the log.
+fn exact(source: &str, extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), source);
+    check_all(dir.path(), source, extra, &[exe.to_str().unwrap()]);
+}
+
 #[test]
 fn c_calls_recursion_longjmp_signal() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "calls.c");
-    check_all(dir.path(), "calls", &[], &[exe.to_str().unwrap()]);
+    exact("calls.c", &[]);
 }
 
 /// Timer signals land between a conditional branch and what follows it,
@@ -112,33 +118,17 @@ fn c_calls_recursion_longjmp_signal() {
 /// traced exactly.
 #[test]
 fn asynchronous_signals_land_anywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "async_signal.c");
-    check_all(
-        dir.path(),
-        "async_signal",
-        &["--size", "64M"],
-        &[exe.to_str().unwrap()],
-    );
+    exact("async_signal.c", &["--size", "64M"]);
 }
 
 #[test]
 fn cpp_exceptions() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "exceptions.cpp");
-    check_all(dir.path(), "exceptions", &[], &[exe.to_str().unwrap()]);
+    exact("exceptions.cpp", &[]);
 }
 
 #[test]
 fn rust_program() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "rust_prog.rs");
-    check_all(
-        dir.path(),
-        "rust",
-        &["--size", "64M"],
-        &[exe.to_str().unwrap()],
-    );
+    exact("rust_prog.rs", &["--size", "64M"]);
 }
 
 #[test]
