@@ -98,7 +98,12 @@ fn per_cpu_trace_with_preemption() {
     // perf must give every instruction to the thread that ran it.
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "spin.c");
-    let truth = check_exact_with(dir.path(), "spin", &["--per-cpu"], &[exe.to_str().unwrap()]);
+    let truth = check_exact_with(
+        dir.path(),
+        "spin",
+        &["--backend", "emulated", "--per-cpu"],
+        &[exe.to_str().unwrap()],
+    );
     assert_eq!(truth.len(), 2);
 }
 

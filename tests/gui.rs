@@ -611,7 +611,7 @@ fn the_binary_runs_under_xvfb_and_takes_a_screenshot() {
     let (marks, _) = crate::support::record(
         dir.path(),
         "marks",
-        &["--per-cpu", "--cpus", "2"],
+        &["--backend", "emulated", "--per-cpu", "--cpus", "2"],
         &[exe.to_str().unwrap()],
     );
     let marks = marks.to_str().unwrap().to_string();

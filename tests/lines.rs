@@ -309,7 +309,7 @@ fn zooming_reaches_a_thread_that_ran_only_between_two_psbs() {
     let (snap, _) = record(
         dir.path(),
         "brief",
-        &["--per-cpu"],
+        &["--backend", "emulated", "--per-cpu"],
         &[exe.to_str().unwrap()],
     );
     let perf = perf_insns(&extract(&snap, dir.path()));

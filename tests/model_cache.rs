@@ -179,7 +179,7 @@ fn a_per_cpu_trace_reopened_from_the_cache_zooms_to_the_same_instructions() {
     let (snap, _) = record(
         dir.path(),
         "spin",
-        &["--per-cpu", "--cpus", "2"],
+        &["--backend", "emulated", "--per-cpu", "--cpus", "2"],
         &[exe.to_str().unwrap()],
     );
     let models = home.join("cache/ptscope/models");

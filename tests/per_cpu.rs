@@ -25,7 +25,7 @@ fn same_threads(judge: &str, got: &PerThread, truth: &PerThread) {
 /// libipt, `perf script` and ptscope each give every thread of `snap`
 /// exactly the instructions of `truth`, without an error. A thread's runs
 /// on several CPUs interleave: each must put them in time order.
-fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
+pub(crate) fn three_judges(snap: &Path, dir: &Path, truth: &PerThread) {
     let (ipt, ipt_errors) = libipt_instructions(snap);
     assert!(ipt_errors.is_empty(), "libipt: {ipt_errors:?}");
     same_threads("libipt", &ipt, truth);
@@ -43,7 +43,7 @@ type Lanes = BTreeMap<u32, Vec<(i32, i64, i64)>>;
 /// stay of a thread on a CPU, from its switch-in to the next switch-in
 /// there or its own switch-out, to the nanosecond (but the last stay of
 /// each CPU, which ptscope ends where the trace does).
-fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
+pub(crate) fn cpu_lanes_match_perfs(snap: &Path, dir: &Path) {
     let out = run_ok(
         ptscope()
             .args(["decode", "--level", "cpus", "--format", "json"])
@@ -129,7 +129,7 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     let (snap, log) = record(
         dir.path(),
         "spin",
-        &["--per-cpu", "--cpus", "2"],
+        &["--backend", "emulated", "--per-cpu", "--cpus", "2"],
         &[exe.to_str().unwrap()],
     );
     let truth = read_ip_log(&log);
@@ -258,7 +258,7 @@ fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
     let (snap, log) = record(
         dir.path(),
         "spin-a",
-        &["--system-wide", "--cpus", "2"],
+        &["--backend", "emulated", "--system-wide", "--cpus", "2"],
         &[exe.to_str().unwrap()],
     );
     let truth = read_ip_log(&log);

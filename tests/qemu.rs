@@ -310,6 +310,31 @@ fn auto_takes_qemu_and_says_why_and_falls_back_where_it_cannot() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("auto chose emulated"), "{err}");
+    // An option only single-stepping takes: qemu refuses it, auto
+    // single-steps and says why.
+    let out = ptscope()
+        .args(["record", "--backend", "qemu", "--overflow-at", "100", "-o"])
+        .arg(&snap)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("does not take --overflow-at"),
+        "{err}"
+    );
+    let out = run_ok(
+        ptscope()
+            .args(["record", "--overflow-at", "100", "-o"])
+            .arg(&snap)
+            .args(["--", "/bin/true"]),
+        "record --overflow-at",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("auto chose emulated") && err.contains("--overflow-at"),
+        "{err}"
+    );
     // A script is no program QEMU runs.
     let script = dir.path().join("s.sh");
     std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
@@ -337,6 +362,66 @@ fn auto_takes_qemu_and_says_why_and_falls_back_where_it_cannot() {
         !out.status.success() && err.contains("cannot attach"),
         "{err}"
     );
+}
+
+/// `--per-cpu` and `--system-wide` under QEMU: each thread's trace is cut
+/// where it enters the kernel and the pieces are laid out on virtual CPUs,
+/// so three threads passing a turn around hop between CPUs. perf, libipt
+/// and ptscope still give every thread exactly what it ran, perf's switch
+/// records place the threads where ptscope's CPU lanes do, and the
+/// system-wide layout records the idle task too.
+#[test]
+fn per_cpu_layouts_spread_threads_over_cpus_and_decode_exactly() {
+    use ptscope_formats::snapshot::Snapshot;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "relay.c");
+    for (name, layout) in [("relay-per-cpu", "--per-cpu"), ("relay-a", "--system-wide")] {
+        // Where each piece lands follows the threads' virtual clocks,
+        // which follow how the host ran them: a few tries for a run in
+        // which a thread changed CPU, every one of them held to the log.
+        let mut hopped = false;
+        for attempt in 0..3 {
+            let name = format!("{name}-{attempt}");
+            let (snap, truth) = check_all(
+                dir.path(),
+                &name,
+                &[layout, "--cpus", "2"],
+                &[exe.to_str().unwrap()],
+            );
+            assert_eq!(truth.len(), 3, "{name}: three threads");
+            let snapshot = Snapshot::open(&snap).unwrap();
+            let trace = snapshot.trace().unwrap();
+            assert!(
+                trace.streams.len() >= 2 && trace.streams.iter().all(|s| s.cpu.is_some()),
+                "{name}: a buffer per CPU"
+            );
+            // Switch records: the process's own (2), or CPU-wide (3).
+            let wide = layout == "--system-wide";
+            assert_eq!(
+                trace.params.have_sched_switch,
+                if wide { 3 } else { 2 },
+                "{name}"
+            );
+            if wide {
+                assert!(trace.switches.iter().any(|s| s.tid == 0), "{name}: idle");
+            } else {
+                crate::per_cpu::cpu_lanes_match_perfs(&snap, dir.path());
+            }
+            hopped = truth.keys().any(|&tid| {
+                let cpus: std::collections::BTreeSet<u32> = trace
+                    .switches
+                    .iter()
+                    .filter(|s| s.tid == tid)
+                    .map(|s| s.cpu)
+                    .collect();
+                cpus.len() > 1
+            });
+            if hopped {
+                break;
+            }
+        }
+        assert!(hopped, "{name}: no thread ever changed CPU");
+    }
 }
 
 #[test]

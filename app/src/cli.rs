@@ -166,23 +166,27 @@ pub struct CaptureOpts {
     /// Trace per CPU instead of per thread: one PT unit and AUX buffer per
     /// CPU, threads told apart by context-switch records. The intel-pt
     /// backend traces every CPU system-wide, as `perf record -a -e
-    /// intel_pt//u` does; the emulated backend writes what `perf record -e
-    /// intel_pt//u CMD` writes by default (per-CPU buffers inherited by
-    /// every thread of the process, SWITCH and ITRACE_START sideband),
-    /// running the threads on --cpus virtual CPUs between which they
-    /// migrate.
+    /// intel_pt//u` does; the QEMU and emulated backends write what `perf
+    /// record -e intel_pt//u CMD` writes by default (per-CPU buffers
+    /// inherited by every thread of the process, SWITCH and ITRACE_START
+    /// sideband), running the threads on --cpus virtual CPUs between which
+    /// they migrate.
     #[arg(long)]
     pub per_cpu: bool,
     /// Trace per CPU as `perf record -a -e intel_pt//u` does: CPU-wide
     /// events, AUXTRACE records that name no thread, and a
     /// SWITCH_CPU_WIDE record for every switch, the idle task's included.
-    /// The intel-pt backend's --per-cpu is this already; the emulated
-    /// backend writes this layout for the traced process's threads.
+    /// The intel-pt backend's --per-cpu is this already; the QEMU and
+    /// emulated backends write this layout for the traced process's
+    /// threads.
     #[arg(short = 'a', long)]
     pub system_wide: bool,
-    /// Virtual CPUs of the emulated backend's --per-cpu and --system-wide
-    /// modes (at least 1): a thread that runs again after another one did
-    /// moves to the next. Default 2.
+    /// Virtual CPUs of the QEMU and emulated backends' --per-cpu and
+    /// --system-wide modes (at least 1): a thread that runs again after
+    /// another one did moves to the next (emulated), or to the CPU idle
+    /// the longest when its own is taken (QEMU, where threads that ran at
+    /// the same virtual time need a CPU each and add CPUs beyond N, with a
+    /// warning). Default 2.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub cpus: Option<u32>,
     /// Do not print progress on stderr.

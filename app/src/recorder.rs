@@ -413,6 +413,15 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
         cpu: cap.pt.cpuid.clone(),
         clock: if emulated {
             "virtual: 1 cycle per user instruction at 1 GHz; kernel time is wall time".into()
+        } else if backend == "qemu" && req.opts.per_cpu {
+            // Per CPU, a system call takes the time of a context switch.
+            QEMU_CLOCK.replace(
+                "system calls take no time",
+                &format!(
+                    "a system call takes {} ns (room for a context switch)",
+                    ptscope_capture::qemu::per_cpu::KERNEL_NS
+                ),
+            )
         } else if backend == "qemu" {
             QEMU_CLOCK.into()
         } else {
@@ -505,7 +514,6 @@ impl Saver<'_> {
 fn qemu_refuses(req: &Request) -> Option<&'static str> {
     let refused = [
         (req.opts.kernel, "--kernel (QEMU runs user space only)"),
-        (req.opts.per_cpu, "--per-cpu and --system-wide"),
         (!req.overflow_at.is_empty(), "--overflow-at"),
         (req.emulate_skl014, "--emulate-skl014"),
     ];
@@ -520,7 +528,14 @@ fn qemu_options(req: &Request, qemu: PathBuf) -> Result<ptscope_capture::qemu::Q
     ptscope_capture::filter::check_count(&req.opts.filter, settings::cpu::NUM_ADDRESS_RANGES)
         .context("the emulated CPU's IP filter")?;
     let cfg = settings::emulated_config(req.opts.timing.as_ref())?;
-    let settings = settings::pt_settings(&cfg, req.opts.size as usize, Arc::from([]));
+    let ring_size = req.opts.size as usize;
+    // Per CPU, a thread's own buffer holds twice a CPU's ring, so that
+    // what it wrote on one CPU outlives what it wrote since on others.
+    let thread_ring = match req.opts.per_cpu {
+        true => ring_size.saturating_mul(2),
+        false => ring_size,
+    };
+    let settings = settings::pt_settings(&cfg, thread_ring, Arc::from([]));
     let mut pt = settings::pt_setup(&cfg);
     pt.params.filter = ptscope_capture::filter::kernel_string(&req.opts.filter);
     Ok(ptscope_capture::qemu::QemuOptions {
@@ -538,6 +553,14 @@ fn qemu_options(req: &Request, qemu: PathBuf) -> Result<ptscope_capture::qemu::Q
             cpu_model: QEMU_CPU.into(),
             range: req.opts.range.clone(),
             filter: req.opts.filter.clone(),
+            per_cpu: req
+                .opts
+                .per_cpu
+                .then_some(ptscope_capture::qemu::per_cpu::Layout {
+                    cpus: req.cpus,
+                    system_wide: req.system_wide,
+                    ring_size,
+                }),
         },
         interrupt: req.opts.interrupt.clone(),
         cancel: req.opts.cancel.clone(),

@@ -16,7 +16,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ptscope_capture::qemu::wire::{self, Command, Report, COMMANDS_FIFO, REPORTS_FIFO};
+use ptscope_capture::qemu::per_cpu::ThreadPieces;
+use ptscope_capture::qemu::wire::{self, Command, Report, Snapshot, COMMANDS_FIFO, REPORTS_FIFO};
 use ptscope_capture::recording::{Capture, StopReason, ThreadTrace};
 
 use crate::process::{plugin, Plugin, Shared};
@@ -38,6 +39,7 @@ pub struct Pending {
     checkpoint: bool,
     traces: Vec<ThreadTrace>,
     logs: Vec<(i32, Vec<u64>)>,
+    pieces: Vec<ThreadPieces>,
     /// Running threads that have not handed their traces over yet.
     waiting: HashSet<i32>,
     since: Instant,
@@ -46,10 +48,11 @@ pub struct Pending {
 
 impl Pending {
     fn take_from(&mut self, pid: i32, t: &mut ThreadState, at: Option<u64>, epoch: u64) {
-        let (trace, log) = t.trace(pid, at, self.last);
+        let handed = t.trace(pid, at, self.last);
         self.end_time = self.end_time.max(t.now);
-        self.traces.push(trace);
-        self.logs.push((t.tid, log));
+        self.traces.push(handed.trace);
+        self.logs.push((t.tid, handed.log));
+        self.pieces.push(handed.pieces);
         self.waiting.remove(&t.tid);
         t.epoch = epoch;
     }
@@ -103,6 +106,7 @@ pub fn request_with(
         checkpoint,
         traces: Vec::new(),
         logs: Vec::new(),
+        pieces: Vec::new(),
         waiting: sh.running.clone(),
         since: Instant::now(),
         end_time: plugin.config.start_time,
@@ -288,7 +292,7 @@ fn read_commands(plugin: &'static Plugin, commands: File) {
 /// What the coordinator found to do.
 struct Work {
     reports: Vec<Report>,
-    snapshot: Option<(Pending, Capture)>,
+    snapshot: Option<(Pending, Snapshot)>,
 }
 
 fn coordinate(plugin: &'static Plugin, mut reports: File) {
@@ -299,14 +303,14 @@ fn coordinate(plugin: &'static Plugin, mut reports: File) {
         for r in &work.reports {
             ok &= writeln!(reports, "{}", r.to_line()).is_ok();
         }
-        if let Some((p, cap)) = work.snapshot {
+        if let Some((p, snapshot)) = work.snapshot {
             crate::process::debug(&format!("writing snapshot {} waiting {:?}", p.n, p.waiting));
             let name = match p.checkpoint {
                 true => "checkpoint".to_string(),
                 false => format!("snapshot-{}", p.n),
             };
             let path = plugin.dir.join(name);
-            let report = match wire::write_capture(&path, &cap) {
+            let report = match wire::write_snapshot(&path, &snapshot) {
                 Ok(()) if p.checkpoint => Report::Checkpoint { path },
                 Ok(()) => Report::Snapshot { n: p.n, path },
                 Err(e) => Report::Warning(format!("snapshot {} was lost: {e}", p.n)),
@@ -365,7 +369,7 @@ fn next_work(plugin: &'static Plugin) -> Option<Work> {
 }
 
 /// The capture of a gathered snapshot.
-fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture) {
+fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Snapshot) {
     let mut warnings = sh.warnings.clone();
     if !p.waiting.is_empty() {
         let mut tids: Vec<i32> = p.waiting.iter().copied().collect();
@@ -379,6 +383,11 @@ fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture
     let mut threads: Vec<ThreadTrace> = sh.finished.clone();
     threads.append(&mut p.traces);
     threads.sort_by_key(|t| t.tid);
+    let mut pieces = sh.finished_pieces.clone();
+    pieces.append(&mut p.pieces);
+    if plugin.config.per_cpu.is_none() {
+        pieces.clear();
+    }
     let mut ip_log = sh.finished_logs.clone();
     ip_log.append(&mut p.logs);
     ip_log.retain(|(_, log)| !log.is_empty() || plugin.config.ip_log);
@@ -406,7 +415,13 @@ fn finish(plugin: &Plugin, sh: &mut Shared, mut p: Pending) -> (Pending, Capture
         trigger_registers: Vec::new(),
         warnings,
     };
-    (p, cap)
+    (
+        p,
+        Snapshot {
+            capture: cap,
+            pieces,
+        },
+    )
 }
 
 /// What the capture says of triggers that could not fire, and of its

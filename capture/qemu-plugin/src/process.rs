@@ -11,6 +11,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use ptscope_capture::emulated::filter::IpFilter;
 use ptscope_capture::procfs::{self, Mapping};
+use ptscope_capture::qemu::per_cpu::ThreadPieces;
 use ptscope_capture::qemu::wire::{PluginConfig, Report, CONFIG_FILE};
 use ptscope_capture::recording::{Sideband, SidebandEvent, ThreadTrace};
 use ptscope_capture::trigger::{RangeSymbols, SymbolTrigger, Trigger};
@@ -67,6 +68,8 @@ pub struct Shared {
     /// Threads that ended, with their traces.
     pub finished: Vec<ThreadTrace>,
     pub finished_logs: Vec<(i32, Vec<u64>)>,
+    /// Their pieces, in per-CPU mode.
+    pub finished_pieces: Vec<ThreadPieces>,
     pub sideband: Vec<Sideband>,
     /// The guest's executable file mappings known so far.
     pub maps: Vec<Mapping>,

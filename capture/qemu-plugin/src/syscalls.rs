@@ -97,9 +97,10 @@ pub fn on_entry(num: i64, args: [u64; 6]) {
         SYS_EXIT => {
             let mut sh = plugin.shared();
             sh.running.remove(&tid);
-            let (trace, log) = t.trace(pid, None, true);
-            sh.finished.push(trace);
-            sh.finished_logs.push((tid, log));
+            let handed = t.trace(pid, None, true);
+            sh.finished.push(handed.trace);
+            sh.finished_logs.push((tid, handed.log));
+            sh.finished_pieces.push(handed.pieces);
             sh.emit(
                 t.now,
                 SidebandEvent::Exit {

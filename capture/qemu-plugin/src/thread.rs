@@ -9,10 +9,12 @@
 //! block starts, since only then is it known where it went.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use ptscope_capture::emulated::hardware::ThreadPt;
 use ptscope_capture::emulated::insn::InsnClass;
+use ptscope_capture::qemu::per_cpu::{Piece, ThreadPieces, KERNEL_NS};
 use ptscope_capture::recording::{SidebandEvent, StopReason, ThreadTrace};
 use ptscope_capture::trigger::{ArmAfter, Trigger};
 
@@ -49,6 +51,21 @@ pub struct ThreadState {
     fire: Option<StopReason>,
     /// The IP filter generation the unit has.
     filter_generation: u64,
+    /// Per-CPU mode: the trace is cut into pieces at each entry to the
+    /// kernel (see `ptscope_capture::qemu::per_cpu`).
+    per_cpu: bool,
+    /// The pieces whose bytes the ring may still hold, oldest first.
+    pieces: VecDeque<Piece>,
+    /// Where the current piece starts in the stream, and when.
+    piece_from: u64,
+    piece_start: u64,
+}
+
+/// What a thread hands over for a snapshot.
+pub struct Handed {
+    pub trace: ThreadTrace,
+    pub log: Vec<u64>,
+    pub pieces: ThreadPieces,
 }
 
 thread_local! {
@@ -76,7 +93,41 @@ impl ThreadState {
             call_sp: None,
             fire: None,
             filter_generation: 0,
+            per_cpu: plugin.config.per_cpu.is_some(),
+            pieces: VecDeque::new(),
+            piece_from: 0,
+            piece_start: now,
         }
+    }
+
+    /// Per-CPU mode: the piece so far ends here (out of traced code), and
+    /// the next one starts `kernel_ns` later, ready to follow another
+    /// thread's trace in a CPU's buffer.
+    fn cut(&mut self, kernel_ns: u64) {
+        if !self.per_cpu {
+            return;
+        }
+        self.unit.hand_over();
+        let ring = self.unit.ring();
+        let to = ring.head();
+        if to > self.piece_from {
+            self.pieces.push_back(Piece {
+                from: self.piece_from,
+                to,
+                start: self.piece_start,
+                end: self.now,
+            });
+        }
+        // Pieces the ring no longer holds whole are of no use.
+        let kept_from = to - ring.snapshot().len() as u64;
+        while self.pieces.front().is_some_and(|p| p.from < kept_from) {
+            self.pieces.pop_front();
+        }
+        self.now += kernel_ns;
+        self.piece_from = to;
+        self.piece_start = self.now;
+        // Tracing resumes with a TSC, as after a context switch.
+        self.resync = true;
     }
 
     /// Retires the last instruction of the block before, which went on to
@@ -279,7 +330,7 @@ impl ThreadState {
     /// `at` (the thread leaves traced code there, as when the kernel
     /// disables PT), or in a system call (`None`, out of traced code
     /// already).
-    pub fn trace(&mut self, pid: i32, at: Option<u64>, last: bool) -> (ThreadTrace, Vec<u64>) {
+    pub fn trace(&mut self, pid: i32, at: Option<u64>, last: bool) -> Handed {
         if let Some(at) = at {
             self.retire_pending(at);
             if self.unit.tracing() {
@@ -288,6 +339,7 @@ impl ThreadState {
         }
         self.resync = true;
         self.unit.finish();
+        self.cut(0);
         let comm = crate::process::comm(pid, self.tid);
         if !comm.is_empty() {
             self.comm = comm;
@@ -313,7 +365,11 @@ impl ThreadState {
             true => std::mem::take(&mut self.log),
             false => self.log.clone(),
         };
-        (trace, log)
+        let pieces = ThreadPieces {
+            tid: self.tid,
+            pieces: self.pieces.iter().copied().collect(),
+        };
+        Handed { trace, log, pieces }
     }
 }
 
@@ -437,11 +493,14 @@ pub fn put(t: ThreadState) {
 impl ThreadState {
     /// The thread enters a system call: the `syscall` instruction retires
     /// (TIP.PGD) before the kernel runs.
+    /// In per-CPU mode its piece of trace ends there, and the kernel
+    /// takes its share of virtual time.
     pub fn enter_kernel(&mut self) {
         if let Some(p) = self.pending {
             let next = p.last.next_ip(p.last_ip);
             self.retire_pending(next);
         }
+        self.cut(KERNEL_NS);
     }
 
     /// The virtual clock moves to at least `time` (a futex wake, seen in

@@ -279,6 +279,24 @@ impl ThreadPt {
         }
     }
 
+    /// Another thread's trace may come next in the same buffer: the QEMU
+    /// backend's per-CPU layout puts this unit's trace, cut where its
+    /// thread entered the kernel, on whichever virtual CPU is free. So
+    /// that what follows decodes after anything, the next TIP.PGE comes
+    /// with a MODE.Exec (a decoder may have synced at a PSB+ that had
+    /// none), the next IP packet carries its IP whole, and the
+    /// compressed-return stacks (ours and the one we keep of libipt's)
+    /// start empty: a return to a caller from before the cut is a TIP,
+    /// which every decoder reads whatever stack it holds.
+    pub fn hand_over(&mut self) {
+        self.flush_tnt();
+        self.commit();
+        self.mode_exec_sent = false;
+        self.psb_fresh = true;
+        self.retstack.clear();
+        self.decoder_retstack.clear();
+    }
+
     /// Traces only inside `filter`'s ranges from now on; FilterEn changes
     /// at the next branch.
     pub fn set_filter(&mut self, filter: IpFilter) {

@@ -9,9 +9,13 @@
 //! - [`probe`] finds QEMU, reads its version, and checks that a program
 //!   is one it can run.
 //! - [`wire`] is what ptscope and the plugin say to each other.
+//! - [`per_cpu`] lays a capture out per CPU (`--per-cpu`,
+//!   `--system-wide`) from the pieces the plugin cuts each thread's trace
+//!   into.
 //! - `run` starts QEMU with the plugin and collects the snapshots
 //!   ([`capture_each`]).
 
+pub mod per_cpu;
 pub mod probe;
 mod run;
 pub mod wire;

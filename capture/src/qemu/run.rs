@@ -158,7 +158,16 @@ pub fn capture_each(
                      warnings: &mut Vec<String>,
                      on_snapshot: &mut dyn FnMut(Capture)|
      -> Result<(), CaptureError> {
-        let mut cap = wire::read_capture(path)?;
+        let snapshot = wire::read_snapshot(path)?;
+        let mut cap = match &config.per_cpu {
+            Some(layout) => super::per_cpu::onto_cpus(
+                snapshot.capture,
+                &snapshot.pieces,
+                layout,
+                &config.settings,
+            ),
+            None => snapshot.capture,
+        };
         cap.wall = wall.elapsed();
         cap.child = Some(pid);
         cap.warnings.append(warnings);

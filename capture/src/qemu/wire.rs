@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::per_cpu::{Layout, ThreadPieces};
 use crate::emulated::hardware::PtSettings;
 use crate::error::CaptureError;
 use crate::recording::{Capture, PtSetup};
@@ -49,6 +50,18 @@ pub struct PluginConfig {
     pub range: Option<Range>,
     /// IP filter ranges (`--filter`); none traces everything.
     pub filter: Vec<FilterRange>,
+    /// The per-CPU layout (`--per-cpu`, `--system-wide`): the plugin cuts
+    /// each thread's trace into pieces at its entries to the kernel, and
+    /// ptscope lays them out per CPU. `None`: a trace per thread.
+    pub per_cpu: Option<Layout>,
+}
+
+/// What the plugin writes for a snapshot: the capture, with a buffer per
+/// thread, and in per-CPU mode the pieces those buffers are cut into.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub capture: Capture,
+    pub pieces: Vec<ThreadPieces>,
 }
 
 /// A message from the plugin to ptscope, one line each.
@@ -170,12 +183,12 @@ impl PluginConfig {
 }
 
 /// Writes a snapshot the plugin took.
-pub fn write_capture(path: &Path, cap: &Capture) -> Result<(), CaptureError> {
-    write_whole(path, cap)
+pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), CaptureError> {
+    write_whole(path, snapshot)
 }
 
 /// Reads a snapshot the plugin wrote.
-pub fn read_capture(path: &Path) -> Result<Capture, CaptureError> {
+pub fn read_snapshot(path: &Path) -> Result<Snapshot, CaptureError> {
     read_whole(path)
 }
 
