@@ -265,6 +265,85 @@ fn a_trace_without_timing_decodes_alike_everywhere() {
     );
 }
 
+/// A raw dump without timing packets is laid out on the instruction axis,
+/// as the tsc=0 snapshot it was cut from is: the same spans at the same
+/// instruction counts, by both engines, and the JSON, stats, histogram,
+/// compare and export all say that times count instructions.
+#[test]
+fn a_raw_dump_without_timing_counts_instructions_like_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let (snap, _) = record(
+        dir.path(),
+        "untimed",
+        &["--backend", "emulated", "--timing", "tsc=0"],
+        &[exe.to_str().unwrap()],
+    );
+    let (pt, images) = raw_dump(&snap, dir.path(), "untimed");
+    let raw = raw_args(&images);
+    // The raw images have no symbols, so the spans are named and split
+    // otherwise; the axis is the same: the walk counts the same
+    // instructions to the last span's end.
+    let last_end = |spans: &[JsonSpan]| spans.iter().map(|s| s.end).max().unwrap_or(0);
+    for engine in ["ptscope", "libipt"] {
+        let want = last_end(&decode_json(&snap, &["--decoder", engine]));
+        let mut args = raw.clone();
+        args.extend(["--decoder", engine]);
+        let got = decode_json(&pt, &args);
+        assert!(got.len() > 10, "{engine}: {} spans", got.len());
+        assert!(want > 10_000, "{engine}: the snapshot's last end {want}");
+        assert_eq!(last_end(&got), want, "{engine}: the raw dump's last end");
+        let starts: std::collections::BTreeSet<u64> = got.iter().map(|s| s.start).collect();
+        assert!(starts.len() > got.len() / 4, "{engine}: spans pile up");
+    }
+    let run = |args: &[&str]| -> String {
+        let out = run_ok(ptscope().args(args).args(&raw).arg(&pt), &args.join(" "));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json = run(&["decode", "--format", "json"]);
+    assert!(
+        json.lines().all(|l| json_string(l, "unit") == "insns"),
+        "{json}"
+    );
+    let stats = run(&["stats"]);
+    assert!(
+        stats.contains("has no timing") && stats.contains("total insns"),
+        "{stats}"
+    );
+    // The function that recurses: a call of it nests in another.
+    let spans = decode_json(&pt, &raw);
+    let busiest = spans
+        .iter()
+        .filter(|s| s.kind == "call" && s.depth > 2)
+        .map(|s| s.name.clone())
+        .max_by_key(|n| spans.iter().filter(|s| &s.name == n).count())
+        .unwrap();
+    let histogram = run(&["stats", "--function", &busiest, "--histogram"]);
+    assert!(
+        histogram.contains("has no timing") && histogram.contains("durations in insns"),
+        "{histogram}"
+    );
+    assert!(!histogram.contains(" 0 ns"), "{histogram}");
+    let compare = run(&["compare", "--function", &busiest]);
+    assert!(compare.contains("has no timing"), "{compare}");
+    assert!(!compare.contains("0 ns"), "{compare}");
+    let out = dir.path().join("untimed.json");
+    run_ok(
+        ptscope()
+            .args(["export", "--format", "chrome", "-o"])
+            .arg(&out)
+            .args(&raw)
+            .arg(&pt),
+        "export",
+    );
+    let exported = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        exported.contains("instructions retired (the trace has no timing)"),
+        "{}",
+        &exported[..exported.len().min(2000)]
+    );
+}
+
 #[test]
 fn overflows_decode_alike_everywhere() {
     check_dialect(

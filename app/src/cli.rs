@@ -416,7 +416,8 @@ pub struct InputOpts {
     #[arg(long = "thread", value_name = "TID")]
     pub threads: Vec<i32>,
     /// FILE is a raw PT dump; load the raw binary image IMAGE at ADDR
-    /// (repeatable, like ptxed's --raw). Times are then TSC ticks.
+    /// (repeatable, like ptxed's --raw). Times are then TSC ticks, or
+    /// instructions retired if the dump has no timing packets.
     #[arg(long, value_name = "IMAGE:ADDR", value_parser = ptscope::report::parse_raw)]
     pub raw: Vec<(PathBuf, u64)>,
     /// What walks the trace in the coarse pass: ptscope's own flow

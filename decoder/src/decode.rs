@@ -219,15 +219,34 @@ fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
 }
 
 /// What a trace's times can count: nanoseconds when it has TSC packets,
-/// else instructions. The recorded config says (a raw dump has none, and
-/// keeps nanoseconds).
+/// else instructions. The recorded config says; where it cannot (no TSC
+/// bit is known), the packets do, as for a raw dump.
 pub fn time_unit(trace: &Trace) -> TimeUnit {
     let tsc_bit = trace.params.tsc_bit;
-    if tsc_bit != 0 && trace.pt_attr.config & tsc_bit == 0 {
-        TimeUnit::Insns
-    } else {
-        TimeUnit::Ns
+    if tsc_bit != 0 {
+        return match trace.pt_attr.config & tsc_bit {
+            0 => TimeUnit::Insns,
+            _ => TimeUnit::Ns,
+        };
     }
+    match trace.streams.iter().any(|s| has_timing(&s.data)) {
+        true => TimeUnit::Ns,
+        false => TimeUnit::Insns,
+    }
+}
+
+/// Whether `pt` holds a packet that tells time (TSC, MTC or CYC). A trace
+/// with none is laid out on the instruction axis: instructions retired,
+/// counted exactly by the walk. Any timing keeps nanoseconds.
+pub fn has_timing(pt: &[u8]) -> bool {
+    crate::packet::Packets::new(pt).any(|(_, p)| {
+        matches!(
+            p,
+            Ok(crate::packet::Packet::Tsc(_)
+                | crate::packet::Packet::Mtc(_)
+                | crate::packet::Packet::Cyc(_))
+        )
+    })
 }
 
 /// What every decode of a trace sets up before it walks: the decoder's
@@ -946,6 +965,12 @@ pub fn decode_raw(
             problem: "no PSB packet: this is not Intel PT data".into(),
         });
     }
+    // A dump without timing packets counts instructions, as a snapshot
+    // recorded with tsc=0 does; else times are TSC ticks.
+    let unit = match has_timing(pt) {
+        true => TimeUnit::Ns,
+        false => TimeUnit::Insns,
+    };
     let mut symbols = SymbolCache::default();
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut symbols);
     let mut funcs = FuncTable::default();
@@ -975,7 +1000,7 @@ pub fn decode_raw(
                 &image,
                 &mut resolver,
                 &mut funcs,
-                (&|tsc| tsc, TimeUnit::Ns),
+                (&|tsc| tsc, unit),
                 &psbs,
                 thread,
                 None,
@@ -989,7 +1014,7 @@ pub fn decode_raw(
                 &mem,
                 &mut resolver,
                 &mut funcs,
-                (&|tsc| tsc, TimeUnit::Ns),
+                (&|tsc| tsc, unit),
                 &psbs,
                 thread,
                 None,
@@ -999,7 +1024,7 @@ pub fn decode_raw(
     .map_err(libipt)?;
     let lines = LineSource::new(
         *cfg,
-        (Box::new(|tsc| tsc), TimeUnit::Ns),
+        (Box::new(|tsc| tsc), unit),
         vec![QueueParts {
             idx: 0,
             tid: Some(0),
@@ -1021,7 +1046,7 @@ pub fn decode_raw(
         warnings: stack_warnings(&threads),
         threads,
         lines: Some(Arc::new(lines)),
-        unit: TimeUnit::Ns,
+        unit,
         ..Model::default()
     })
 }

@@ -33,10 +33,15 @@ pub fn demo_snapshot() -> PathBuf {
 /// piece of its binaries as a raw image there, as `IMAGE:ADDR` (what
 /// ptxed's --raw takes).
 pub fn raw_demo(dir: &Path) -> (PathBuf, Vec<String>) {
-    let demo = demo_snapshot();
-    let snap = ptscope_formats::snapshot::Snapshot::open(&demo).unwrap();
+    raw_dump(&demo_snapshot(), dir, "demo")
+}
+
+/// The first trace of the snapshot `snap` as a raw PT dump `NAME.pt` in
+/// `dir`, with its binaries as raw images (see [`raw_demo`]).
+pub fn raw_dump(snap: &Path, dir: &Path, name: &str) -> (PathBuf, Vec<String>) {
+    let snap = ptscope_formats::snapshot::Snapshot::open(snap).unwrap();
     let trace = snap.trace().unwrap();
-    let pt = dir.join("demo.pt");
+    let pt = dir.join(format!("{name}.pt"));
     std::fs::write(&pt, &trace.streams[0].data).unwrap();
     let mut images = Vec::new();
     for (i, m) in trace.mmaps.iter().enumerate() {
@@ -49,7 +54,7 @@ pub fn raw_demo(dir: &Path) -> (PathBuf, Vec<String>) {
         if start >= end {
             continue;
         }
-        let img = dir.join(format!("image{i}.bin"));
+        let img = dir.join(format!("{name}-image{i}.bin"));
         std::fs::write(&img, &bytes[start..end]).unwrap();
         images.push(format!("{}:{:#x}", img.display(), m.start));
     }
