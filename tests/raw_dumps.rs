@@ -306,3 +306,41 @@ fn the_listing_has_jmpabs_and_an_instruction_across_two_images() {
         [0x1000, 0x1001, 0x1004]
     );
 }
+
+/// Code that runs in 32-bit mode (MODE.Exec with CS.D set, CS.L clear) is
+/// decoded as 32-bit code everywhere: `48 89 e5` is `dec eax; mov ebp,esp`
+/// there (two instructions, as libipt decodes it), where 64-bit mode reads
+/// one `mov rbp,rsp`. The instruction listing, its disassembly and both
+/// engines' coarse pass (counting instructions: the dump has no timing)
+/// agree on five instructions.
+#[test]
+fn code_run_in_32_bit_mode_is_decoded_as_32_bit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = [0x48, 0x89, 0xe5, 0x48, 0x89, 0xe5, 0x90];
+    // PSB+ at 0x1000 in 32-bit mode, then FUP 0x1007 and TIP.PGD: tracing
+    // stops after the nop.
+    let mut pt = [0x02, 0x82].repeat(8);
+    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x02, 0x02, 0x23]);
+    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    assert_eq!(
+        listed(dir.path(), &pt, &[(&code, 0x1000)]),
+        [0x1000, 0x1001, 0x1003, 0x1004, 0x1006]
+    );
+    let image = format!("{}:0x1000", dir.path().join("image0.bin").display());
+    let dump = dir.path().join("listed.pt");
+    let out = ptscope()
+        .args(["decode", "--no-cache", "--level", "insns", "--raw", &image])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("dec eax") && text.contains("mov ebp,esp") && !text.contains("rbp"),
+        "{text}"
+    );
+    for engine in ["ptscope", "libipt"] {
+        let spans = crate::support::decode_json(&dump, &["--raw", &image, "--decoder", engine]);
+        let end = spans.iter().map(|s| s.end).max();
+        assert_eq!(end, Some(5), "{engine}: {spans:?}");
+    }
+}

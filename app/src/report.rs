@@ -127,7 +127,7 @@ struct JsonInsn<'a> {
 
 /// What text output says first when times count instructions.
 pub const UNTIMED_NOTE: &str =
-    "# the trace has no timing (tsc=0): times count instructions retired, not ns";
+    "# the trace has no timing (tsc=0, or no timing packets): times count instructions retired, not ns";
 
 /// `value` as one line of JSON.
 fn json_line(out: &mut (impl Write + ?Sized), value: &impl serde::Serialize) -> Result<()> {
@@ -511,7 +511,7 @@ pub fn decode_fine(
         for (seg, i) in in_time_order(&segs, &queues, lo, hi) {
             {
                 let asm = src
-                    .disassemble(seg.pid, i.ip)
+                    .disassemble(seg.pid, i.ip, i.bitness)
                     .unwrap_or_else(|| "(bad)".into());
                 let frame = seg.chains.get(i.chain as usize).and_then(|c| c.last());
                 let start = i.start - base.min(i.start);

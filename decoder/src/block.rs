@@ -151,6 +151,8 @@ pub struct Block {
     pub end_ip: u64,
     pub ninsn: u32,
     pub end: BlockEnd,
+    /// The execution mode its code ran in (MODE.Exec): 16, 32 or 64-bit.
+    pub bitness: u8,
 }
 
 /// What the block walk reports, in trace order. `tsc` is the event's

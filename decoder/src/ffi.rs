@@ -580,6 +580,7 @@ impl<'a> BlockDecoder<'a> {
                         end_ip: b.end_ip,
                         ninsn: b.ninsn as u32,
                         end: block_end(b.iclass),
+                        bitness: bitness_of(b.mode),
                     }));
                 }
                 if st < 0 {
@@ -610,6 +611,17 @@ impl Drop for BlockDecoder<'_> {
     fn drop(&mut self) {
         // SAFETY: allocated by pt_blk_alloc_decoder and freed once.
         unsafe { sys::pt_blk_free_decoder(self.dec) }
+    }
+}
+
+/// The bits of libipt's execution mode; an unknown mode is decoded as
+/// 64-bit, as libipt decodes it.
+fn bitness_of(mode: sys::pt_exec_mode) -> u8 {
+    #[allow(non_upper_case_globals)]
+    match mode {
+        sys::pt_exec_mode_ptem_16bit => 16,
+        sys::pt_exec_mode_ptem_32bit => 32,
+        _ => 64,
     }
 }
 

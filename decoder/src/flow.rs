@@ -446,6 +446,8 @@ struct Acc {
     ninsn: u32,
     last: u64,
     end: Option<Class>,
+    /// The mode its instructions were decoded in.
+    bitness: u8,
 }
 
 /// Consecutive runs without trace before we call it an endless loop: real
@@ -1410,6 +1412,7 @@ impl<'a> FlowDecoder<'a> {
                     end_ip: a.last,
                     ninsn: a.ninsn,
                     end: end.block_end(),
+                    bitness: a.bitness,
                 }),
             )?;
         }
@@ -1422,6 +1425,7 @@ impl<'a> FlowDecoder<'a> {
     fn add(&mut self, start: u64, ninsn: u32, last: u64, class: Class) {
         if self.acc.ninsn == 0 {
             self.acc.ip = start;
+            self.acc.bitness = self.rd.bitness as u8;
         }
         self.acc.ninsn += ninsn;
         self.acc.last = last;

@@ -259,7 +259,7 @@ fn fine_pass(model: &Model) {
                     let _ = seg.frame(l);
                 }
             }
-            let _ = src.disassemble(t.spans.pid, t.checkpoints[i].ip);
+            let _ = src.disassemble(t.spans.pid, t.checkpoints[i].ip, 64);
         }
     }
 }

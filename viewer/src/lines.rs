@@ -568,17 +568,18 @@ pub fn pick_label(cands: &mut [String], fits: usize) -> Option<&str> {
 /// Disassembly by (pid, address), decoded once.
 #[derive(Default)]
 pub struct Disasm {
-    map: HashMap<(i32, u64), Option<Arc<str>>>,
+    map: HashMap<(i32, u64, u8), Option<Arc<str>>>,
 }
 
 impl Disasm {
-    pub fn get(&mut self, src: &LineSource, pid: i32, ip: u64) -> Option<Arc<str>> {
+    /// The instruction at `ip` of process `pid`, run in `bitness`-bit mode.
+    pub fn get(&mut self, src: &LineSource, pid: i32, ip: u64, bitness: u8) -> Option<Arc<str>> {
         if self.map.len() >= DISASM_MAX {
             self.map.clear();
         }
         self.map
-            .entry((pid, ip))
-            .or_insert_with(|| src.disassemble(pid, ip).map(Arc::from))
+            .entry((pid, ip, bitness))
+            .or_insert_with(|| src.disassemble(pid, ip, bitness).map(Arc::from))
             .clone()
     }
 

@@ -726,7 +726,7 @@ impl SourcePane {
                         .show(ui, row_h);
                     }
                     DisasmRow::Insn { ip, heat } => {
-                        let dis = env.disasm.get(src, t.pid, *ip);
+                        let dis = env.disasm.get(src, t.pid, *ip, heat.bitness);
                         let text = format!("    {ip:#x}  {}", dis.as_deref().unwrap_or("??"));
                         let on_line = line_of_row.0 == t.file && line_of_row.1 == t.line;
                         Row {
@@ -975,7 +975,11 @@ mod tests {
                 .collect();
             Some(Chain::from(v))
         };
-        let h = |count| InsnHeat { count, time_ns: 1 };
+        let h = |count| InsnHeat {
+            count,
+            time_ns: 1,
+            bitness: 64,
+        };
         let mut t = HashMap::new();
         t.insert(0x30, (h(300), chain("f", &[("a.c", 30)])));
         t.insert(0x10, (h(1), chain("f", &[("a.c", 29)])));

@@ -547,7 +547,9 @@ impl Timeline {
                 let Some(insn) = seg.insns.get(b.first as usize) else {
                     continue;
                 };
-                let dis = input.source.and_then(|s| disasm.get(s, seg.pid, insn.ip));
+                let dis = input
+                    .source
+                    .and_then(|s| disasm.get(s, seg.pid, insn.ip, insn.bitness));
                 cands.iter_mut().for_each(String::clear);
                 match &dis {
                     Some(d) => {
@@ -975,7 +977,9 @@ impl Timeline {
                 let Some(insn) = seg.insns.get(b.first as usize) else {
                     return false;
                 };
-                let dis = input.source.and_then(|s| disasm.get(s, seg.pid, insn.ip));
+                let dis = input
+                    .source
+                    .and_then(|s| disasm.get(s, seg.pid, insn.ip, insn.bitness));
                 let origin = self.bounds.map_or(0, |b| b.0);
                 let mode = self.mode;
                 resp.clone().on_hover_ui_at_pointer(|ui| {

@@ -180,6 +180,7 @@ mod tests {
             depth,
             chain,
             exact: false,
+            bitness: 64,
         }
     }
 

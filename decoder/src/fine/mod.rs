@@ -91,6 +91,8 @@ pub struct Insn {
     /// A timing packet gave its start (CYC-exact in a trace with CYC);
     /// otherwise the time is spread between two that did.
     pub exact: bool,
+    /// The execution mode it ran in: 16, 32 or 64-bit.
+    pub bitness: u8,
 }
 
 /// Consecutive instructions on one source line, at one inline level.

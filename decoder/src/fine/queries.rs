@@ -70,6 +70,8 @@ pub fn window_lines(segs: &[&Segment], from: u64, to: u64) -> Vec<WindowLine> {
 pub struct InsnHeat {
     pub count: u64,
     pub time_ns: u64,
+    /// The execution mode it ran in (16, 32 or 64-bit), to disassemble it.
+    pub bitness: u8,
 }
 
 /// Executions and time of every instruction address in `[from, to)`, with
@@ -88,6 +90,7 @@ pub fn insn_heat<'s>(
             });
             h.count += 1;
             h.time_ns += i.end - i.start;
+            h.bitness = i.bitness;
         }
     }
     out

@@ -385,10 +385,10 @@ impl LineSource {
     }
 
     /// Intel-syntax disassembly of the instruction at `ip` in process
-    /// `pid`'s code.
-    pub fn disassemble(&self, pid: i32, ip: u64) -> Option<String> {
+    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`]'s).
+    pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
         let mem = &self.memories[self.proc_of(pid)?];
-        crate::flow::disassemble(mem, ip, 64)
+        crate::flow::disassemble(mem, ip, u32::from(bitness))
     }
 }
 

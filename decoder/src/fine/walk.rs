@@ -166,12 +166,15 @@ impl Recorder {
                         continue;
                     }
                     let mut ip = b.ip;
+                    // Decoded in the mode it ran in (MODE.Exec), as the
+                    // coarse pass did.
+                    let bitness = u32::from(b.bitness);
                     let mut d: Option<Decoder> = None;
                     for k in 0..b.ninsn as u64 {
                         if d.as_ref().is_none_or(|d| !d.can_decode()) {
-                            d = memory
-                                .bytes_at(ip)
-                                .map(|bytes| Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE));
+                            d = memory.bytes_at(ip).map(|bytes| {
+                                Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE)
+                            });
                         }
                         let mut next = d.as_mut().and_then(|d| {
                             d.decode_out(&mut decoded);
@@ -181,7 +184,7 @@ impl Recorder {
                             // iced stops at an image's end and at what it
                             // does not know (APX's JMPABS): read it as the
                             // walk did.
-                            next = crate::flow::next_ip(memory, ip, 64);
+                            next = crate::flow::next_ip(memory, ip, bitness);
                             d = None;
                         }
                         let Some(next) = next else { break };
@@ -198,6 +201,7 @@ impl Recorder {
                             depth: levels[lvl].1,
                             chain: NO_CHAIN,
                             exact: false,
+                            bitness: b.bitness,
                         });
                         positions.push(p);
                         ip = next;
