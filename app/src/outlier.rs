@@ -121,9 +121,19 @@ pub fn function_ids(m: &Model, file: &Path, name: &str) -> Result<Vec<FuncId>> {
     )
 }
 
-/// Every call of `name`, or an error naming the file when it has none.
+/// Every call of `name`, or an error naming the file when it has none. A
+/// pseudo-span (`[kernel]`, `[untraced]`, …) is no call: it has none to
+/// count, histogram or compare.
 fn calls_named(m: &Model, file: &Path, name: &str) -> Result<Vec<Call>> {
-    let calls = calls_of(m, &function_ids(m, file, name)?);
+    let ids = function_ids(m, file, name)?;
+    let ids: Vec<FuncId> = ids.into_iter().filter(|&id| m.funcs.is_call(id)).collect();
+    if ids.is_empty() {
+        bail!(
+            "{}: `{name}` is a pseudo-span (time spent outside the traced calls), not a function: it has no calls to count or compare; `stats` shows its time",
+            file.display()
+        );
+    }
+    let calls = calls_of(m, &ids);
     if calls.is_empty() {
         bail!("{}: `{name}` has no call in the trace", file.display());
     }
@@ -599,5 +609,42 @@ mod tests {
         assert!(parse_choice("0").is_err());
         assert!(parse_choice("fast").is_err());
         assert_eq!(Choice::Nth(3).pick(), Pick::Nth(2));
+    }
+
+    /// A pseudo-span is no call: neither its histogram nor a comparison
+    /// of its "calls" exists, and the error says why.
+    #[test]
+    fn pseudo_spans_have_no_calls_to_histogram_or_compare() {
+        use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_decoder::model::ThreadModel;
+        use ptscope_decoder::store::ThreadSpans;
+        let mut funcs = FuncTable::default();
+        let f = funcs.intern("f", "/bin/prog", 0x1100, SpanKind::Call);
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        t.push(0, 10, 20, f, 0);
+        t.push(0, 20, 30, UNTRACED, 0);
+        t.push(0, 30, 50, f, 0);
+        t.push(0, 50, 90, UNTRACED, 0);
+        let m = Model {
+            funcs,
+            threads: vec![ThreadModel::from_spans(t)],
+            ..Default::default()
+        };
+        let file = Path::new("t.ptscope");
+        let mut out = Vec::new();
+        histogram(&m, file, "f", Output::Text, &mut out).unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("f: 2 calls"));
+        let name = m.funcs.name(UNTRACED).to_string();
+        let err = histogram(&m, file, &name, Output::Text, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("is a pseudo-span"), "{err}");
+        let args = CompareArgs {
+            function: &name,
+            call: Choice::Slowest,
+            against: Choice::Median,
+            level: CompareLevel::Calls,
+            format: Output::Text,
+        };
+        let err = compare(&m, file, &args, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("is a pseudo-span"), "{err}");
     }
 }
