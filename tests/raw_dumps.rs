@@ -344,3 +344,35 @@ fn code_run_in_32_bit_mode_is_decoded_as_32_bit_code() {
         assert_eq!(end, Some(5), "{engine}: {spans:?}");
     }
 }
+
+/// A listing with no code to read says why, on stderr and in the text,
+/// instead of printing a thread's header over nothing.
+#[test]
+fn a_listing_without_readable_code_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // The code is mapped where the trace never goes: tracing is on at
+    // 0x1000 until a FUP at 0x1007 and TIP.PGD.
+    let code = [0x90; 8];
+    let mut pt = psb_at_0x1000();
+    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    listed(dir.path(), &pt, &[(&code, 0x1000)]);
+    let image = format!("{}:0x9000", dir.path().join("image0.bin").display());
+    let out = ptscope()
+        .args(["decode", "--no-cache", "--level", "insns", "--raw", &image])
+        .arg(dir.path().join("listed.pt"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        text.contains("# no instruction could be listed: no memory mapped"),
+        "{text}"
+    );
+    assert!(
+        err.contains("listed.pt: thread 0: no instruction could be listed"),
+        "{err}"
+    );
+}

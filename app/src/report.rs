@@ -169,14 +169,8 @@ pub fn decode(
         if format == Format::Text {
             writeln!(
                 out,
-                "thread {} ({}) pid {}: {} spans, depth {}",
-                t.spans.tid,
-                if t.spans.comm.is_empty() {
-                    "?"
-                } else {
-                    &t.spans.comm
-                },
-                t.spans.pid,
+                "{}: {} spans, depth {}",
+                thread_title(&t.spans),
                 t.spans.span_count(),
                 t.spans.depth()
             )?;
@@ -315,11 +309,7 @@ pub fn decode_marks(
     };
     for t in &m.threads {
         if format == Format::Text {
-            writeln!(
-                out,
-                "thread {} ({}) pid {}",
-                t.spans.tid, t.spans.comm, t.spans.pid
-            )?;
+            writeln!(out, "{}", thread_title(&t.spans))?;
         }
         for k in t.marks.between(lo, hi) {
             one(out, Some(t.spans.tid), None, k)?;
@@ -471,7 +461,37 @@ pub fn decode_fine(
         }
         let tid = t.spans.tid;
         if format == Format::Text {
-            writeln!(out, "thread {tid} ({}) pid {}", t.spans.comm, t.spans.pid)?;
+            writeln!(out, "{}", thread_title(&t.spans))?;
+        }
+        // A thread with nothing to list says why, rather than nothing.
+        if segs
+            .iter()
+            .all(|s| s.insns_in(lo, hi.saturating_add(1)).is_empty())
+        {
+            let why = segs
+                .iter()
+                .flat_map(|s| s.errors.first())
+                .map(|(_, e)| e.clone())
+                .next()
+                .or_else(|| {
+                    segs.is_empty()
+                        .then(|| "its trace has no PSB segment in this range".into())
+                })
+                .or_else(|| t.diagnosis(&m.funcs))
+                .unwrap_or_else(|| "no instruction of it ran in this range".into());
+            // In a range of the trace, a quiet thread is no news; over the
+            // whole trace, or after errors, it is.
+            let whole = from.is_none() && to.is_none();
+            if whole || segs.iter().any(|s| !s.errors.is_empty()) {
+                eprintln!(
+                    "ptscope: warning: {}: thread {tid}: no instruction could be listed: {why}",
+                    file.display()
+                );
+            }
+            if format == Format::Text {
+                writeln!(out, "# no instruction could be listed: {why}")?;
+            }
+            continue;
         }
         if level == Level::Lines {
             let refs: Vec<&Segment> = segs.iter().collect();
@@ -546,6 +566,15 @@ pub fn decode_fine(
         }
     }
     Ok(())
+}
+
+/// "thread TID (COMM) pid PID", without the parentheses when the trace
+/// recorded no name for it.
+fn thread_title(t: &ptscope_decoder::store::ThreadSpans) -> String {
+    match t.comm.is_empty() {
+        true => format!("thread {} pid {}", t.tid, t.pid),
+        false => format!("thread {} ({}) pid {}", t.tid, t.comm, t.pid),
+    }
 }
 
 fn kind_is_call(funcs: &FuncTable, id: u32) -> bool {

@@ -71,6 +71,10 @@ impl ThreadModel {
     pub fn diagnosis(&self, funcs: &FuncTable) -> Option<String> {
         let mut calls = 0usize;
         let mut missing: Vec<&str> = Vec::new();
+        // Decode errors as the spans show them: the walk's own count also
+        // has every retry, and errors the spans name otherwise (a missing
+        // binary, the kernel).
+        let (mut errors, mut first_error): (u64, Option<&str>) = (0, None);
         let (mut off_ns, mut all_ns) = (0u64, 0u64);
         for (d, lane) in self.spans.lanes() {
             for (i, s) in lane.iter().enumerate() {
@@ -90,6 +94,10 @@ impl ThreadModel {
                         missing.push(&f.module);
                     }
                     SpanKind::Untraced | SpanKind::Syscall if d == 0 => off_ns += dur,
+                    SpanKind::DecodeError => {
+                        errors += 1;
+                        first_error.get_or_insert(&f.name);
+                    }
                     _ => {}
                 }
             }
@@ -105,13 +113,13 @@ impl ThreadModel {
             1 => why.push(format!("binary missing: {}", missing[0])),
             n => why.push(format!("{n} binaries missing: {}", missing.join(", "))),
         }
-        let errors = (self.walk.errors.len() as u64).max(self.stack.errors);
         if errors > 0 {
-            let first = self
-                .walk
-                .errors
-                .first()
-                .map(|(_, m)| format!(" (first: {m})"))
+            let first = first_error
+                .map(|n| {
+                    n.trim_start_matches("[decode error: ")
+                        .trim_end_matches(']')
+                })
+                .map(|m| format!(" (first: {m})"))
                 .unwrap_or_default();
             why.push(format!(
                 "{errors} decode error{}{first}",
@@ -306,15 +314,32 @@ mod tests {
         s.push(0, 0, 10, f, 0);
         s.push(0, 10, 50, gone, 0);
         s.push(0, 50, 60, err, 0);
+        s.push(0, 60, 70, err, 0);
+        // The walk met more errors than the spans show (its retries):
+        // the diagnosis counts what the spans show.
         let walk = WalkFigures {
             instructions: 40,
-            errors: vec![(100, "bad opcode".into()), (900, "bad opcode".into())],
+            errors: vec![(100, "bad opcode".into()); 11828],
             ..Default::default()
         };
         let t = thread(s, Some(1), walk);
         assert_eq!(
             t.diagnosis(&funcs).as_deref(),
             Some("1 call: binary missing: /lib/libgone.so; 2 decode errors (first: bad opcode)")
+        );
+        // Errors the spans name as missing code are no decode errors.
+        let mut s = ThreadSpans::new(1, 4, "d".into());
+        s.push(0, 0, 10, f, 0);
+        s.push(0, 10, 50, gone, 0);
+        let walk = WalkFigures {
+            instructions: 40,
+            errors: vec![(100, "no memory mapped at this address".into()); 11828],
+            ..Default::default()
+        };
+        let t = thread(s, Some(1), walk);
+        assert_eq!(
+            t.diagnosis(&funcs).as_deref(),
+            Some("1 call: binary missing: /lib/libgone.so")
         );
 
         // Mostly untraced (a perf-script thread: no stream).
