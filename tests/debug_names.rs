@@ -299,3 +299,49 @@ fn a_stripped_program_is_named_from_debuginfod_with_its_progress_on_stderr() {
         "{stderr}"
     );
 }
+
+/// A binary that is not at hand, asked of a debuginfod server that
+/// refuses the connection: the decode says so, naming the server, rather
+/// than only that the binary is missing.
+#[test]
+fn a_refusing_debuginfod_server_is_named_when_a_binary_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let exe = build(dir.path(), "calls.c");
+    let snap = dir.path().join("calls.ptscope");
+    run_ok(
+        ptscope()
+            .args(["record", "-q", "-o"])
+            .arg(&snap)
+            .arg("--")
+            .arg(&exe)
+            .env("HOME", &home),
+        "ptscope record",
+    );
+    // The perf.data alone, the program gone from its path.
+    let extracted = extract(&snap, dir.path());
+    std::fs::remove_file(&exe).unwrap();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = ptscope()
+        .args(["decode", "--no-cache", "--format", "json"])
+        .arg(extracted.join("perf.data"))
+        .env("HOME", &home)
+        .env("DEBUGINFOD_URLS", &url)
+        .env("DEBUGINFOD_CACHE_PATH", dir.path().join("client-cache"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("debuginfod server {url} is not reachable"))
+            && stderr.contains("executable"),
+        "{stderr}"
+    );
+}

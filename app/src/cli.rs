@@ -1195,12 +1195,18 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
     }
     writeln!(out, "  binaries:")?;
     let mut seen = std::collections::BTreeSet::new();
+    let mut notes = Vec::new();
     for m in trace.mmaps.iter().filter(|m| !m.kernel) {
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
-        let found =
-            ptscope_decoder::names::find_binary(&snap, &search, m.build_id.as_deref(), &m.path);
+        let found = ptscope_decoder::names::find_binary(
+            &snap,
+            &search,
+            m.build_id.as_deref(),
+            &m.path,
+            &mut notes,
+        );
         let id = build_id_text(m);
         let in_snapshot = |p: &Path| snap.buildid_dir().is_some_and(|d| p.starts_with(d));
         let binary = match &found {
@@ -1243,6 +1249,10 @@ fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitC
             m.path,
             id,
         )?;
+    }
+    notes.dedup();
+    for n in &notes {
+        writeln!(out, "    warning: {n}")?;
     }
     let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, &search);
     ptscope::missing::write_remedies(&mut out, &missing, &names.debug_dirs)?;

@@ -113,8 +113,13 @@ pub fn found_members(
             continue;
         }
         let id = m.build_id.as_deref().filter(|id| !id.is_empty());
-        let binary =
-            ptscope_decoder::names::find_binary(snap, &search, m.build_id.as_deref(), &m.path);
+        let binary = ptscope_decoder::names::find_binary(
+            snap,
+            &search,
+            m.build_id.as_deref(),
+            &m.path,
+            notes,
+        );
         let Some(binary) = binary else { continue };
         let Some(id) = id else {
             if users(&binary) {

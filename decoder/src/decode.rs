@@ -114,7 +114,10 @@ fn add_proc<'p>(
     missing_binaries: &mut Vec<String>,
 ) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
-        let (secs, missing) = sections_with(snap, trace, Some(pid), symbols.search());
+        let mut notes = Vec::new();
+        let (secs, missing) =
+            crate::image::sections_noting(snap, trace, Some(pid), symbols.search(), &mut notes);
+        notes.into_iter().for_each(|n| symbols.note(n));
         let image = match loaders.engine {
             Engine::Libipt => {
                 let mut isids = Vec::new();

@@ -55,6 +55,18 @@ pub fn sections_with(
     pid: Option<i32>,
     search: &Search,
 ) -> (Vec<Section>, Vec<String>) {
+    sections_noting(snap, trace, pid, search, &mut Vec::new())
+}
+
+/// [`sections_with`], adding to `notes` what went wrong asking debuginfod
+/// for a binary (a server down), which would otherwise go unsaid.
+pub fn sections_noting(
+    snap: &Snapshot,
+    trace: &Trace,
+    pid: Option<i32>,
+    search: &Search,
+    notes: &mut Vec<String>,
+) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
     let mut missing = Vec::new();
     // A binary is mapped several times (text, data, ...): look it up once.
@@ -67,8 +79,9 @@ pub fn sections_with(
         let key = (m.build_id.as_deref(), m.path.as_str());
         let hit = found.entry(key).or_insert_with(|| {
             // Code for another machine cannot be what ran: as good as missing.
-            let file = crate::names::find_binary(snap, search, m.build_id.as_deref(), &m.path)
-                .filter(|f| !foreign_elf(f))?;
+            let file =
+                crate::names::find_binary(snap, search, m.build_id.as_deref(), &m.path, notes)
+                    .filter(|f| !foreign_elf(f))?;
             let len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
             Some((file, len))
         });

@@ -122,12 +122,14 @@ pub fn reporting(client: Client, on_stderr: bool, progress: Option<Arc<DecodePro
 /// the snapshot's copy, perf's build-id cache or the file at its path
 /// ([`Snapshot::find_binary`]), else one of the `--binaries` directories
 /// ([`Search::binary`]). The vdso is found there only by build id, in
-/// perf's cache layout (as `perf archive` packs it).
+/// perf's cache layout (as `perf archive` packs it). What went wrong
+/// asking debuginfod for it (a server down) goes to `notes`.
 pub fn find_binary(
     snap: &Snapshot,
     search: &Search,
     build_id: Option<&[u8]>,
     path: &str,
+    notes: &mut Vec<String>,
 ) -> Option<PathBuf> {
     snap.find_binary(build_id, path).or_else(|| {
         if path == "[vdso]" {
@@ -138,6 +140,6 @@ pub fn find_binary(
                 .map(|d| d.join(&rel))
                 .find(|p| p.is_file());
         }
-        search.binary(build_id, path)
+        search.binary_noting(build_id, path, notes)
     })
 }

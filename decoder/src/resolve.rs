@@ -142,6 +142,13 @@ impl SymbolCache {
     pub fn notes(&self) -> &[String] {
         &self.notes
     }
+
+    /// Adds `note` to [`SymbolCache::notes`], unless it is there.
+    pub fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
 }
 
 /// A file's identity: the same inode, unchanged.
