@@ -376,3 +376,25 @@ fn a_listing_without_readable_code_says_why() {
         "{err}"
     );
 }
+
+/// `packets --cpu F/M` lists a raw dump as that CPU wrote it: SKZ84's
+/// corrupt TMA is named and skipped, where without the CPU it is an
+/// unknown packet and the listing resyncs past everything after it. A
+/// CPU number picks a per-CPU buffer, which a raw dump has none of.
+#[test]
+fn packets_of_a_raw_dump_work_around_the_cpu_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, _) = skz84_dump(dir.path());
+    let (ok, plain, err) = run(&["packets"], &raw);
+    assert!(ok, "{err}");
+    assert!(plain.contains("error: unknown packet"), "{plain}");
+    assert!(!plain.contains("tip.pgd"), "{plain}");
+    let (ok, out, err) = run(&["packets", "--cpu", "6/85"], &raw);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("[SKZ84: 8 corrupted byte(s) skipped]") && out.contains("tip.pgd"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&["packets", "--cpu", "2"], &raw);
+    assert!(!ok && err.contains("no CPU buffers"), "{err}");
+}

@@ -268,9 +268,13 @@ pub enum Command {
         /// The thread (default: the first one).
         #[arg(long, conflicts_with = "cpu")]
         thread: Option<i32>,
-        /// The buffer of CPU N, in a per-CPU trace.
-        #[arg(long, value_name = "N")]
-        cpu: Option<u32>,
+        /// N: the buffer of CPU N, in a per-CPU trace. F/M[/S] (as decode
+        /// takes it, e.g. 6/0x55/4): list as written by that CPU, with its
+        /// packet-level errata worked around as libipt's ptdump does
+        /// (SKD007: a CYC cut by an OVF; SKZ84: a TMA with reserved bits),
+        /// over the CPU a snapshot records; a raw dump records none.
+        #[arg(long, value_name = "N|F/M[/S]", value_parser = parse_packets_cpu)]
+        cpu: Option<PacketsCpu>,
         /// Stop after N packets.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -528,9 +532,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             file,
             raw,
             thread,
+            cpu,
             limit,
-            ..
-        }) if is_raw(&file, &raw)? => raw_packets(&file, thread, limit),
+        }) if is_raw(&file, &raw)? => raw_packets(&file, thread, cpu, limit),
         Some(Command::Packets {
             file,
             thread,
@@ -1321,14 +1325,50 @@ fn build_id_text(m: &ptscope_formats::snapshot::MmapEvent) -> String {
         .unwrap_or_else(|| "no build id".into())
 }
 
+/// `packets --cpu`: a per-CPU trace's buffer, or the CPU whose errata the
+/// listing works around.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PacketsCpu {
+    Buffer(u32),
+    Model(ptscope_decoder::block::Cpu),
+}
+
+fn parse_packets_cpu(s: &str) -> Result<PacketsCpu, String> {
+    if s.contains('/') {
+        s.parse().map(PacketsCpu::Model)
+    } else {
+        s.parse()
+            .map(PacketsCpu::Buffer)
+            .map_err(|e| format!("{s}: neither a CPU number nor FAMILY/MODEL[/STEPPING]: {e}"))
+    }
+}
+
+/// The packet-level errata to work around: those of `cpu` when given as
+/// a model, else those of the CPU `cfg` names.
+fn packet_errata(
+    cfg: ptscope_decoder::block::DecoderConfig,
+    cpu: Option<PacketsCpu>,
+) -> ptscope_decoder::errata::Errata {
+    let cfg = match cpu {
+        Some(PacketsCpu::Model(c)) => cfg.with_cpu(c),
+        _ => cfg,
+    };
+    ptscope_decoder::errata::Errata::of(&cfg)
+}
+
 fn packets(
     path: &Path,
     thread: Option<i32>,
-    cpu: Option<u32>,
+    cpu_arg: Option<PacketsCpu>,
     limit: Option<usize>,
 ) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
+    let cpu = match cpu_arg {
+        Some(PacketsCpu::Buffer(n)) => Some(n),
+        _ => None,
+    };
+    let errata = packet_errata(ptscope_decoder::block::decoder_config(&trace), cpu_arg);
     let stream = match (thread, cpu) {
         (_, Some(cpu)) => trace
             .streams
@@ -1371,7 +1411,7 @@ fn packets(
             .first()
             .with_context(|| format!("{}: the file holds no PT data", path.display()))?,
     };
-    list_packets(path, &stream.data, limit)
+    list_packets(path, &stream.data, limit, errata)
 }
 
 /// Whether `file` is to be read as a raw PT dump: `--raw` was given, or
@@ -1382,15 +1422,27 @@ fn is_raw(file: &Path, raw: &[(PathBuf, u64)]) -> Result<bool> {
 }
 
 /// `ptscope packets` of a raw PT dump: one trace, no threads.
-fn raw_packets(path: &Path, thread: Option<i32>, limit: Option<usize>) -> Result<ExitCode> {
+fn raw_packets(
+    path: &Path,
+    thread: Option<i32>,
+    cpu: Option<PacketsCpu>,
+    limit: Option<usize>,
+) -> Result<ExitCode> {
     if thread.is_some() {
         bail!(
             "{}: a raw PT dump holds one trace and no threads; leave out --thread",
             path.display()
         );
     }
+    if let Some(PacketsCpu::Buffer(n)) = cpu {
+        bail!(
+            "{}: a raw PT dump holds one trace, no CPU buffers; --cpu {n} would pick one (give --cpu FAMILY/MODEL[/STEPPING] for the CPU's errata)",
+            path.display()
+        );
+    }
     let data = ptscope_decoder::open::read_raw(path)?;
-    list_packets(path, &data, limit)
+    let errata = packet_errata(Default::default(), cpu);
+    list_packets(path, &data, limit, errata)
 }
 
 /// `ptscope info` of a raw PT dump: its size and PSBs, and the binaries
@@ -1428,7 +1480,12 @@ fn raw_info(path: &Path, raw: &[(PathBuf, u64)]) -> Result<ExitCode> {
 }
 
 /// Lists the packets of one trace, like ptdump, from its first PSB.
-fn list_packets(path: &Path, data: &[u8], limit: Option<usize>) -> Result<ExitCode> {
+fn list_packets(
+    path: &Path,
+    data: &[u8],
+    limit: Option<usize>,
+    errata: ptscope_decoder::errata::Errata,
+) -> Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let first = packet::find_psb(data);
     if first.is_none() {
@@ -1444,12 +1501,13 @@ fn list_packets(path: &Path, data: &[u8], limit: Option<usize>) -> Result<ExitCo
             0
         )?;
     }
-    for (n, (off, pkt)) in Packets::new(data).enumerate() {
+    for (n, (off, pkt)) in Packets::with_errata(data, errata).enumerate() {
         if limit.is_some_and(|l| n >= l) {
             break;
         }
         match pkt {
             Ok(p) => writeln!(out, "{off:016x}  {p}")?,
+            Err(e @ packet::PacketError::Erratum { .. }) => writeln!(out, "{off:016x}  [{e}]")?,
             Err(e) => writeln!(out, "{off:016x}  error: {e}; resyncing at the next PSB")?,
         }
     }

@@ -408,6 +408,13 @@ enum Ev {
         ip: u64,
         after: bool,
     },
+    /// The trace ends after `pips` PIPs read while tracing was on: each
+    /// binds to the next MOV CR3 the flow runs, so the flow goes on
+    /// through that many, as libipt's does, and stops after the last (or
+    /// where the code runs out).
+    Cr3 {
+        pips: u32,
+    },
     Eos,
 }
 
@@ -511,6 +518,9 @@ struct Reader {
     bound_ip: Option<(u64, bool)>,
     /// The FUP bound next is a PTWRITE's.
     ptw_bound: bool,
+    /// PIPs read outside PSB+ with tracing on since the last event: the
+    /// MOV CR3s they bind to ran ([`Ev::Cr3`]).
+    pips: u32,
     /// The flow is lost after an error: a bound FUP is an event of its own
     /// ([`Ev::Bound`]), where the flow resumes.
     resuming: bool,
@@ -577,6 +587,7 @@ impl<'a> FlowDecoder<'a> {
                 cfe_due: 0,
                 bound_ip: None,
                 ptw_bound: false,
+                pips: 0,
                 resuming: false,
                 bitness: 64,
             },
@@ -761,7 +772,7 @@ impl<'a> FlowDecoder<'a> {
             let tsc = self.ev_time();
             match self.ev {
                 Ev::Psb(_) => return Ok(false),
-                Ev::Eos => return Err(Halt::End),
+                Ev::Eos | Ev::Cr3 { .. } => return Err(Halt::End),
                 // The event binds here: the walk takes it next.
                 Ev::Bound { ip, .. } => return self.resume_at(ip, f),
                 Ev::Tip(Some(ip)) => {
@@ -811,6 +822,7 @@ impl<'a> FlowDecoder<'a> {
             cfe_due: 0,
             bound_ip: None,
             ptw_bound: false,
+            pips: 0,
             resuming: false,
             bitness: 64,
         };
@@ -884,25 +896,16 @@ impl<'a> FlowDecoder<'a> {
         let Some(rest) = self.trace.get(self.rd.pos..).filter(|r| !r.is_empty()) else {
             return Ok(None);
         };
-        match packet::parse(rest) {
-            // SKD007: an OVF overwrote this CYC's second byte.
-            Ok((Packet::Cyc(_), 2))
-                if self.errata.skd007 && rest.get(1..3) == Some(&[0x02, 0xf3]) =>
-            {
-                self.rd.pos += 1;
-                self.packet()
-            }
+        match packet::parse_with(rest, &self.errata) {
             Ok((p, n)) => {
                 self.rd.pos += n;
                 Ok(Some(p))
             }
             // A packet cut off by the end of the buffer ends the trace.
             Err(PacketError::Truncated) => Ok(None),
-            // SKZ84: a TMA with reserved bits set, skipped as libipt does.
-            Err(PacketError::Unknown(_))
-                if self.errata.skz84 && rest.len() >= 8 && rest[..2] == [0x02, 0x73] =>
-            {
-                self.rd.pos += 8;
+            // SKD007 and SKZ84 corrupt bytes libipt skips.
+            Err(PacketError::Erratum { skip, .. }) => {
+                self.rd.pos += skip;
                 self.packet()
             }
             Err(PacketError::Unknown(_)) => Err(self.fail(PtError::BAD_OPC, None)),
@@ -929,7 +932,7 @@ impl<'a> FlowDecoder<'a> {
             Packet::Tma { ctc, fc } => t.on_tma(ctc, fc, &cfg),
             Packet::Cyc(v) => t.on_cyc(v, &cfg),
             Packet::Cbr(v) => t.on_cbr(v),
-            Packet::ModeExec { csl, csd } => {
+            Packet::ModeExec { csl, csd, .. } => {
                 self.rd.mode_bound = true;
                 self.rd.bitness = if csl {
                     64
@@ -1009,6 +1012,7 @@ impl<'a> FlowDecoder<'a> {
     /// Reads packets up to the next event.
     fn fetch(&mut self) -> Result<Ev, Halt> {
         self.rd.bound_ip = None;
+        self.rd.pips = 0;
         loop {
             // The common packets first, without the general parser: short
             // TNT and CYC make up most of a trace.
@@ -1033,9 +1037,16 @@ impl<'a> FlowDecoder<'a> {
             let Some(p) = self.packet()? else {
                 return Ok(match self.rd.bound_ip.take() {
                     Some((ip, after)) => Ev::Bound { ip, after },
+                    None if self.rd.pips > 0 => Ev::Cr3 {
+                        pips: std::mem::take(&mut self.rd.pips),
+                    },
                     None => Ev::Eos,
                 });
             };
+            if let (Packet::Pip { .. }, true) = (&p, self.rd.tracing) {
+                self.rd.pips += 1;
+                continue;
+            }
             if self.status(&p) {
                 continue;
             }
@@ -1504,6 +1515,7 @@ impl<'a> FlowDecoder<'a> {
                 Ev::AsyncDisabled { at } => self.proceed_to(at, f)?,
                 Ev::Pgd(Some(ip)) => self.proceed_to(ip, f)?,
                 Ev::Bound { ip, .. } => self.proceed_to(ip, f)?,
+                Ev::Cr3 { pips } => return self.proceed_through_cr3(pips, f),
                 Ev::Psb(ip) => {
                     if let Some(ip) = ip {
                         self.proceed_to_psb(ip, f)?;
@@ -1639,7 +1651,7 @@ impl<'a> FlowDecoder<'a> {
                 self.consume()
             }
             // With tracing off, there is no flow to take there.
-            Ev::Eos | Ev::Bound { .. } => Err(Halt::End),
+            Ev::Eos | Ev::Bound { .. } | Ev::Cr3 { .. } => Err(Halt::End),
             Ev::Tnt { .. } | Ev::Tip(_) | Ev::AsyncBranch { .. } => {
                 Err(self.fail_flow(PtError::BAD_CONTEXT, None))
             }
@@ -1855,6 +1867,36 @@ impl<'a> FlowDecoder<'a> {
 
     /// Moves the flow past a single-stepped instruction that needs no
     /// trace: a direct call or jump ends its block.
+    /// The trace ended after `pips` PIPs ([`Ev::Cr3`]): the flow runs on
+    /// through as many MOV CR3s, where libipt binds them (a block ends at
+    /// each), and stops after the last, at an instruction that needs trace
+    /// the trace no longer has, or where the code is not there (an error,
+    /// as libipt's).
+    fn proceed_through_cr3<F: FnMut(&mut Self, BlockItem) -> bool>(
+        &mut self,
+        mut pips: u32,
+        f: &mut F,
+    ) -> Result<(), Halt> {
+        let mut steps: u32 = 0;
+        while pips > 0 {
+            steps += 1;
+            if steps > MAX_STEP_INSNS {
+                return Err(self.fail_flow(PtError::BAD_QUERY, None));
+            }
+            let insn = self.insn_here()?;
+            if insn.class.needs_trace() {
+                break;
+            }
+            self.add(insn.last, 1, insn.last, insn.class);
+            self.step_past(&insn, f)?;
+            if insn.class == Class::MovCr3 {
+                pips -= 1;
+                self.end_block(f)?;
+            }
+        }
+        Err(Halt::End)
+    }
+
     fn step_past<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
         insn: &Run,
@@ -2867,6 +2909,32 @@ mod conformance {
                 "Disabled { ip: None, tsc: None, status_update: false }"
             ]
         );
+    }
+
+    /// Intel's `pip-pip_mov_cr3-fail`: two PIPs, one MOV CR3 to bind
+    /// them, then the code runs out. The MOV CR3 ran (libipt binds the
+    /// first PIP there), and the search for the second's runs into code
+    /// that is not there; with one PIP, the flow stops at its MOV CR3.
+    #[test]
+    fn a_trace_that_ends_after_pips_keeps_their_mov_cr3() {
+        // 0x100000: mov cr3, rax; hlt.
+        let code: &[u8] = &[0x0f, 0x22, 0xd8, 0xf4];
+        let pip = |t: T, cr3: u64| {
+            t.raw(&[0x02, 0x43])
+                .raw(&(cr3 >> 5 << 1).to_le_bytes()[..6])
+        };
+        let want: [&[&str]; 2] = [
+            &["block 0x100000..0x100000 1 Other"],
+            &["block 0x100000..0x100003 2 Other", "error at None"],
+        ];
+        for (pips, want) in [1, 2].into_iter().zip(want) {
+            let mut t = T::default().psb_at(0x100000);
+            for k in 0..pips {
+                t = pip(t, 0xa000 + 0x1000 * k);
+            }
+            let got = agreed(&t, &[(0x100000, code)], &DecoderConfig::default());
+            assert_eq!(got[2..], *want, "{pips} PIPs");
+        }
     }
 
     /// Only ours: libipt 2.1.2 knows no TRIG, JMPABS or FRED. Each case's

@@ -11,6 +11,7 @@
 //! steps and the sleeps (C-state stays) the viewer draws.
 
 use crate::block::DecoderConfig;
+use crate::packet::c_state;
 use crate::packet::{self, IpKind, Packet, PacketError};
 use crate::timing::Time;
 
@@ -79,13 +80,6 @@ impl Mark {
             ),
         }
     }
-}
-
-/// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
-/// carry it (and as libipt's ptxed prints it): the value plus one, so 0 is
-/// C1, and 0xf is C0.
-pub fn c_state(v: u8) -> u8 {
-    v.wrapping_add(1) & 0xf
 }
 
 /// PWRX's wake reasons, as the SDM names its bits.
@@ -295,10 +289,16 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
     let Some(mut pos) = packet::find_psb(trace) else {
         return out;
     };
+    // The packet-level errata, worked around as the walk does.
+    let errata = crate::errata::Errata::of(cfg);
     while pos < trace.len() {
-        let (p, n) = match packet::parse(&trace[pos..]) {
+        let (p, n) = match packet::parse_with(&trace[pos..], &errata) {
             Ok(x) => x,
             Err(PacketError::Truncated) => break,
+            Err(PacketError::Erratum { skip, .. }) => {
+                pos += skip;
+                continue;
+            }
             Err(PacketError::Unknown(_)) => match packet::find_psb(&trace[pos + 1..]) {
                 Some(next) => {
                     pos += 1 + next;

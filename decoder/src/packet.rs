@@ -33,9 +33,11 @@ pub enum Packet {
     },
     Mtc(u8),
     Cyc(u64),
+    /// `iflag`: RFLAGS.IF, which MODE.Exec carries with Event Trace.
     ModeExec {
         csl: bool,
         csd: bool,
+        iflag: bool,
     },
     ModeTsx {
         intx: bool,
@@ -118,6 +120,9 @@ pub enum PacketError {
     Truncated,
     /// No packet starts with these bytes.
     Unknown(u8),
+    /// Bytes an erratum corrupted ([`parse_with`]): `skip` of them are
+    /// no packet, and the next one follows.
+    Erratum { name: &'static str, skip: usize },
 }
 
 impl fmt::Display for PacketError {
@@ -125,8 +130,46 @@ impl fmt::Display for PacketError {
         match self {
             PacketError::Truncated => write!(f, "truncated packet"),
             PacketError::Unknown(b) => write!(f, "unknown packet (opcode {b:#04x})"),
+            PacketError::Erratum { name, skip } => {
+                write!(f, "{name}: {skip} corrupted byte(s) skipped")
+            }
         }
     }
+}
+
+/// [`parse`] with the packet-level errata of `errata` worked around, as
+/// libipt's packet decoder does: SKD007, a CYC whose second byte an OVF
+/// overwrote (its first byte is skipped, the OVF follows); SKZ84, a TMA
+/// with reserved bits set (its 8 bytes are skipped). Either is
+/// [`PacketError::Erratum`].
+pub fn parse_with(
+    buf: &[u8],
+    errata: &crate::errata::Errata,
+) -> Result<(Packet, usize), PacketError> {
+    match parse(buf) {
+        Ok((Packet::Cyc(_), 2)) if errata.skd007 && buf.get(1..3) == Some(&[0x02, 0xf3]) => {
+            Err(PacketError::Erratum {
+                name: "SKD007",
+                skip: 1,
+            })
+        }
+        Err(PacketError::Unknown(_))
+            if errata.skz84 && buf.len() >= 8 && buf[..2] == [0x02, 0x73] =>
+        {
+            Err(PacketError::Erratum {
+                name: "SKZ84",
+                skip: 8,
+            })
+        }
+        other => other,
+    }
+}
+
+/// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
+/// carry it (and as libipt prints it): the value plus one, so 0 is C1, and
+/// 0xf is C0.
+pub fn c_state(v: u8) -> u8 {
+    v.wrapping_add(1) & 0xf
 }
 
 pub const PSB_BYTES: [u8; 16] = [
@@ -246,6 +289,7 @@ pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
                     Packet::ModeExec {
                         csl: p & 1 != 0,
                         csd: p & 2 != 0,
+                        iflag: p & 4 != 0,
                     },
                     2,
                 )),
@@ -492,13 +536,13 @@ impl fmt::Display for Packet {
             Packet::Tma { ctc, fc } => write!(f, "{:<10} {ctc:x}, {fc:x}", "tma"),
             Packet::Mtc(v) => write!(f, "{:<10} {v:x}", "mtc"),
             Packet::Cyc(v) => write!(f, "{:<10} {v:x}", "cyc"),
-            Packet::ModeExec { csl, csd } => {
-                let mode = match (csl, csd) {
-                    (true, _) => "cs.l",
-                    (false, true) => "cs.d",
-                    (false, false) => "",
-                };
-                write!(f, "{:<10} {mode}", "mode.exec")
+            Packet::ModeExec { csl, csd, iflag } => {
+                // As libipt's ptdump lists them: "cs.d, cs.l, if".
+                let bits: Vec<&str> = [(csd, "cs.d"), (csl, "cs.l"), (iflag, "if")]
+                    .into_iter()
+                    .filter_map(|(on, name)| on.then_some(name))
+                    .collect();
+                write!(f, "{:<10} {}", "mode.exec", bits.join(", "))
             }
             Packet::ModeTsx { intx, abort } => {
                 let s = if abort {
@@ -518,19 +562,36 @@ impl fmt::Display for Packet {
             Packet::Ptw { payload, .. } => write!(f, "{:<10} {payload:x}", "ptw"),
             Packet::Exstop { ip } => write!(f, "exstop{}", if ip { " ip" } else { "" }),
             Packet::Mwait { hints, ext } => write!(f, "{:<10} {hints:#x} {ext:#x}", "mwait"),
-            Packet::Pwre { hw, cstate, sub } => {
-                write!(
-                    f,
-                    "{:<10} c{cstate}.{sub}{}",
-                    "pwre",
-                    if hw { " hw" } else { "" }
-                )
-            }
+            // C-states decoded, as libipt's ptdump lists them.
+            Packet::Pwre { hw, cstate, sub } => write!(
+                f,
+                "{:<10} c{}.{}{}",
+                "pwre",
+                c_state(cstate),
+                c_state(sub),
+                if hw { ", hw" } else { "" }
+            ),
             Packet::Pwrx {
                 deepest,
                 last,
                 wake,
-            } => write!(f, "{:<10} c{deepest} c{last} {wake:#x}", "pwrx"),
+            } => {
+                // The wake reason: an interrupt, a store to the monitored
+                // range, or the hardware's own (one of them).
+                let why = match wake & 0b1101 {
+                    1 => "int",
+                    4 => "st",
+                    8 => "hw",
+                    _ => "bad",
+                };
+                write!(
+                    f,
+                    "{:<10} {why}: c{}, c{}",
+                    "pwrx",
+                    c_state(last),
+                    c_state(deepest)
+                )
+            }
             Packet::Stop => write!(f, "stop"),
             Packet::Cfe { ip, kind, vector } => {
                 write!(f, "{:<10} {kind}: {vector:x}", "cfe")?;
@@ -564,6 +625,7 @@ impl fmt::Display for Packet {
 pub struct Packets<'a> {
     buf: &'a [u8],
     pos: usize,
+    errata: crate::errata::Errata,
 }
 
 impl<'a> Packets<'a> {
@@ -571,6 +633,17 @@ impl<'a> Packets<'a> {
         Packets {
             buf,
             pos: find_psb(buf).unwrap_or(buf.len()),
+            errata: Default::default(),
+        }
+    }
+
+    /// The packets with `errata`'s packet-level errata worked around
+    /// ([`parse_with`]): the bytes of one come as its
+    /// [`PacketError::Erratum`], and the walk goes on after them.
+    pub fn with_errata(buf: &'a [u8], errata: crate::errata::Errata) -> Packets<'a> {
+        Packets {
+            errata,
+            ..Packets::new(buf)
         }
     }
 }
@@ -584,10 +657,14 @@ impl Iterator for Packets<'_> {
             return None;
         }
         let at = self.pos;
-        match parse(&self.buf[at..]) {
+        match parse_with(&self.buf[at..], &self.errata) {
             Ok((p, n)) => {
                 self.pos += n;
                 Some((at, Ok(p)))
+            }
+            Err(e @ PacketError::Erratum { skip, .. }) => {
+                self.pos += skip;
+                Some((at, Err(e)))
             }
             Err(e) => {
                 self.pos = match find_psb(&self.buf[at + 1..]) {
@@ -635,7 +712,8 @@ mod tests {
             parse(&[0x99, 0x01]).unwrap().0,
             Packet::ModeExec {
                 csl: true,
-                csd: false
+                csd: false,
+                iflag: false
             }
         );
         assert_eq!(
@@ -659,6 +737,63 @@ mod tests {
         assert_eq!(parse(&[0xcd, 1, 2]), Err(PacketError::Truncated));
         assert_eq!(parse(&[0xad]), Err(PacketError::Unknown(0xad)));
         assert_eq!(parse(&[]), Err(PacketError::Truncated));
+    }
+
+    /// MODE.Exec's IF bit, and PWRE and PWRX with their C-states decoded
+    /// and PWRX's wake reason named, as libipt's ptdump lists them.
+    #[test]
+    fn lists_mode_exec_if_and_power_packets_as_ptdump_does() {
+        let text = |b: &[u8]| parse(b).unwrap().0.to_string();
+        assert_eq!(text(&[0x99, 0x05]), "mode.exec  cs.l, if");
+        assert_eq!(text(&[0x99, 0x06]), "mode.exec  cs.d, if");
+        assert_eq!(text(&[0x99, 0x04]), "mode.exec  if");
+        // PWRE: C-state 1.0 (encoded 0, 0xf), hardware.
+        assert_eq!(text(&[0x02, 0x22, 0x80, 0x0f]), "pwre       c1.0, hw");
+        assert_eq!(text(&[0x02, 0x22, 0x00, 0x21]), "pwre       c3.2");
+        // PWRX: last C6 (5), deepest C1 (0), woken by an interrupt.
+        assert_eq!(
+            text(&[0x02, 0xa2, 0x50, 0x01, 0, 0, 0]),
+            "pwrx       int: c6, c1"
+        );
+        assert_eq!(
+            text(&[0x02, 0xa2, 0x00, 0x08, 0, 0, 0]),
+            "pwrx       hw: c1, c1"
+        );
+    }
+
+    /// SKD007 and SKZ84 are worked around only for a CPU that has them.
+    #[test]
+    fn packet_level_errata_skip_what_they_corrupt() {
+        let errata = crate::errata::Errata {
+            skd007: true,
+            skz84: true,
+            ..Default::default()
+        };
+        // A CYC whose second byte an OVF overwrote.
+        let cut_cyc = [0x07, 0x02, 0xf3];
+        assert_eq!(
+            parse_with(&cut_cyc, &errata),
+            Err(PacketError::Erratum {
+                name: "SKD007",
+                skip: 1
+            })
+        );
+        assert!(parse_with(&cut_cyc, &Default::default()).is_ok());
+        // A TMA with reserved bits set.
+        let bad_tma = [0x02, 0x73, 0x01, 0x02, 0xff, 0x03, 0xff, 0xff];
+        assert!(matches!(parse(&bad_tma), Err(PacketError::Unknown(_))));
+        assert_eq!(
+            parse_with(&bad_tma, &errata),
+            Err(PacketError::Erratum {
+                name: "SKZ84",
+                skip: 8
+            })
+        );
+        let mut buf = PSB_BYTES.to_vec();
+        buf.extend(bad_tma);
+        buf.extend([0x02, 0x23]);
+        let got: Vec<_> = Packets::with_errata(&buf, errata).map(|(o, _)| o).collect();
+        assert_eq!(got, [0, 16, 24]);
     }
 
     #[test]
