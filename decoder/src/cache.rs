@@ -53,7 +53,7 @@ use crate::store::{LaneRef, Span, SpanParts, SpanPartsRef, ThreadSpans};
 const MAGIC: [u8; 8] = *b"PTSMODEL";
 
 /// The layout of an entry; a change makes older entries misses.
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// Magic, format, CRC-32 of the directory, directory length.
 const HEADER: usize = 8 + 4 + 4 + 8;
@@ -626,6 +626,7 @@ mod tests {
             func: f,
             start: 100,
             call_site: 0,
+            kernel: false,
         });
         Model {
             funcs,

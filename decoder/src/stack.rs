@@ -102,6 +102,8 @@ pub struct OpenFrame {
     /// under another name (`_start` going on as `_dl_start_user`) as the
     /// same frame, as the walk that kept it did.
     pub call_site: u64,
+    /// Kernel code: it ends when user code runs again.
+    pub kernel: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -227,6 +229,7 @@ impl StackBuilder {
             func: f.func,
             start: f.start,
             call_site: f.call_site,
+            kernel: f.kernel,
         })
     }
 
@@ -242,7 +245,7 @@ impl StackBuilder {
                 start: f.start,
                 flags: 0,
                 call_site: f.call_site,
-                kernel: false,
+                kernel: f.kernel,
             });
         }
         self.seg_top = self.seg_top.max(self.top_level());
@@ -267,6 +270,34 @@ impl StackBuilder {
         if let Some(err) = self.error.take() {
             self.resume(err, ev, t, funcs);
         }
+        // Kernel code never calls user code: user code running again means
+        // the kernel's frames on top are over, however the kernel was left
+        // (a sysret or iret we saw, or one lost to a decode error, an
+        // overflow or a context switch). A round trip into the kernel ends
+        // where user code resumes, whether or not kernel code was decoded.
+        let from_kernel = ev.from != 0 && is_kernel_addr(ev.from);
+        if from_kernel
+            && ev.to != 0
+            && !is_kernel_addr(ev.to)
+            && matches!(
+                ev.kind,
+                EventKind::Call | EventKind::Return | EventKind::Jump
+            )
+        {
+            // Kernel code left for user code by a branch that was not seen
+            // as the iret or sysret it is (kernel code decoded as a jump,
+            // say): the same return to user space.
+            self.leave_kernel(ev, t, est);
+            self.stats.max_depth = self.stats.max_depth.max(self.stack.len());
+            return;
+        }
+        let left_kernel = match ev.kind {
+            EventKind::Call | EventKind::Return | EventKind::TraceBegin | EventKind::Interrupt => {
+                self.user_resumes(ev.to, t, est)
+            }
+            EventKind::Jump if ev.from_fn != ev.to_fn => self.user_resumes(ev.to, t, est),
+            _ => false,
+        };
         match ev.kind {
             EventKind::Call => {
                 self.stats.calls += 1;
@@ -306,10 +337,11 @@ impl StackBuilder {
                     // Kernel code entered but not decoded (perf 5.x's `hw
                     // int`/`syscall` then `tr strt`): this enable is the
                     // return to user space, not a second enable.
-                    if self
-                        .stack
-                        .last()
-                        .is_some_and(|f| f.call_site == KERNEL_ENTRY)
+                    if left_kernel
+                        || self
+                            .stack
+                            .last()
+                            .is_some_and(|f| f.call_site == KERNEL_ENTRY)
                     {
                         self.pop_pseudo(t, est, funcs);
                         self.land(ev, t, est);
@@ -616,6 +648,20 @@ impl StackBuilder {
                 None => self.push(to, ev.to, t, flags),
             },
         }
+    }
+
+    /// User code runs at `to`: the kernel frames on top end at `t`.
+    /// Whether there were any.
+    fn user_resumes(&mut self, to: u64, t: u64, est: u32) -> bool {
+        if to == 0 || is_kernel_addr(to) {
+            return false;
+        }
+        let mut left = false;
+        while self.stack.last().is_some_and(|f| f.kernel) {
+            self.pop(t, est & flag::END_ESTIMATED);
+            left = true;
+        }
+        left
     }
 
     /// An `iret`/`sysret`: the kernel hands control back.
@@ -1364,6 +1410,64 @@ mod tests {
                 "2 __restore_rt 40-45 inferred",
                 "3 entry_SYSCALL_64 41-45",
             ]
+        );
+    }
+
+    /// A round trip into the kernel whose way back was not seen (kernel
+    /// code without its binary, a decode error there) still ends where
+    /// user code resumes: user code never runs under the kernel's frames.
+    #[test]
+    fn a_kernel_round_trip_ends_where_user_code_resumes_however_it_ended() {
+        let mut s = Script::new();
+        s.kernel = vec!["[kernel]", "schedule"];
+        s.call(10, "main", "work");
+        s.ev(20, EventKind::Interrupt, "work", "[kernel]", true);
+        s.call(22, "[kernel]", "schedule");
+        // The flow comes back in user code, at a function never seen
+        // called, without an iret the walk could follow.
+        s.ev(30, EventKind::Jump, "schedule", "other", false);
+        s.ret(40, "other", "work");
+        s.ret(50, "work", "main");
+        let tree = s.tree();
+        assert!(
+            tree.contains(&"2 [kernel] 20-30".to_string())
+                && tree.contains(&"3 schedule 22-30".to_string())
+                && tree.contains(&"2 other 30-40 inferred".to_string()),
+            "{tree:?}"
+        );
+    }
+
+    /// Kernel frames seeded from a checkpoint (a chunk or a fine-pass
+    /// segment that starts inside a system call) are kernel frames still.
+    #[test]
+    fn seeded_kernel_frames_end_when_user_code_runs() {
+        let mut s = Script::new();
+        s.kernel = vec!["entry_SYSCALL_64"];
+        let main = s.f("main");
+        let entry = s.f("entry_SYSCALL_64");
+        s.b.seed(
+            &[
+                OpenFrame {
+                    func: main,
+                    start: 0,
+                    call_site: 0,
+                    kernel: false,
+                },
+                OpenFrame {
+                    func: entry,
+                    start: 5,
+                    call_site: KERNEL_ENTRY,
+                    kernel: true,
+                },
+            ],
+            10,
+            true,
+        );
+        s.call(20, "main", "work");
+        s.ret(30, "work", "main");
+        assert_eq!(
+            s.tree(),
+            ["0 main 0-30", "1 entry_SYSCALL_64 5-20", "1 work 20-30"]
         );
     }
 
