@@ -297,3 +297,72 @@ fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
     let tids: Vec<i32> = model.threads.iter().map(|t| t.spans.tid).collect();
     assert_eq!(tids, truth.keys().copied().collect::<Vec<_>>());
 }
+
+/// Per-CPU buffers bound to a task (their AUXTRACE records name it, as
+/// `perf record CMD` writes them), with a CPU-wide switch record naming a
+/// task the trace does not follow around the traced thread's system call:
+/// every packet stays the thread's, as in its per-thread trace, and the
+/// other task gets no track. Not bound to a task (`perf record -a`), the
+/// same records give the other task the trace it names.
+#[test]
+fn a_task_bound_per_cpu_trace_gives_tasks_it_does_not_follow_nothing() {
+    use ptscope_decoder::decode::decode_trace;
+    use ptscope_decoder::event::SpanKind;
+    use ptscope_formats::snapshot::CpuSwitch;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c");
+    // The emulated backend: its system calls take time.
+    let (path, _) = record(
+        dir.path(),
+        "calls",
+        &["--backend", "emulated"],
+        &[exe.to_str().unwrap()],
+    );
+    let snap = Snapshot::open(&path).unwrap();
+    let opts = DecodeOptions::default();
+    let per_thread = decode_snapshot(&snap, &opts).unwrap();
+    let lines = |m: &ptscope_decoder::model::Model| -> Vec<String> {
+        m.canonical()
+            .into_iter()
+            .filter(|l| !l.starts_with("cp ") && !l.starts_with("thread "))
+            .collect()
+    };
+    let mut trace = snap.trace().unwrap();
+    let tid = trace.streams[0].tid.unwrap();
+    let pid = trace.thread(tid).unwrap().pid;
+    trace.streams[0].tid = None;
+    trace.streams[0].recorded_tid = Some(tid);
+    trace.streams[0].cpu = Some(3);
+    // The last system call: the thread leaves at its TIP.PGD and comes
+    // back at the TIP.PGE after it. The switch records say another task
+    // ran from just before the one to just after the other: the enable
+    // (and all after it) would be that task's if it were traced.
+    let t = &per_thread.threads[0].spans;
+    let (out, back) = t
+        .lanes()
+        .flat_map(|(d, lane)| lane.iter().enumerate().map(move |(i, s)| (d, i, *s)))
+        .filter(|(_, _, s)| per_thread.funcs.kind(s.func()) == SpanKind::Syscall)
+        .map(|(d, i, s)| (s.start, t.end(d, i)))
+        .filter(|&(start, end)| end > start + 2)
+        .max()
+        .expect("a system call");
+    let sw = |time: u64, pid: i32, tid: i32| CpuSwitch {
+        time,
+        cpu: 3,
+        pid,
+        tid,
+    };
+    trace.switches = vec![
+        sw(0, pid, tid),
+        sw(out - 1, 1760, 1760),
+        sw(back + 1, pid, tid),
+    ];
+    let m = decode_trace(&snap, &trace, &opts).unwrap();
+    let tids: Vec<i32> = m.threads.iter().map(|t| t.spans.tid).collect();
+    assert_eq!(tids, [tid]);
+    assert_eq!(lines(&m), lines(&per_thread));
+    trace.streams[0].recorded_tid = None;
+    let m = decode_trace(&snap, &trace, &opts).unwrap();
+    let tids: Vec<i32> = m.threads.iter().map(|t| t.spans.tid).collect();
+    assert!(tids.contains(&1760), "{tids:?}");
+}

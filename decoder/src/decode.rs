@@ -532,9 +532,28 @@ pub fn decode_trace(
             .iter()
             .map(|sw| (sw.pid, sw.tid))
             .chain(fallbacks);
+        // Events bound to a task (per-CPU buffers whose AUXTRACE records
+        // name it, as `perf record CMD` or `-p PID` writes them): only the
+        // tasks they follow run traced code, the task's process and those
+        // the sideband saw it create. A switch to any other task is the
+        // traced thread leaving, and the FUP and TIP.PGD it writes as it
+        // goes are its own; it owns no other packet until one comes back.
+        let bound = trace
+            .streams
+            .iter()
+            .filter(|s| s.tid.is_none())
+            .find_map(|s| s.recorded_tid)
+            .filter(|&t| t > 0);
+        let follows = |pid: i32, tid: i32| match bound {
+            None => true,
+            Some(b) => tid == b || pid == pid_of(b) || trace.thread(tid).is_some(),
+        };
         for (sw_pid, sw_tid) in runners {
             // tid 0 is the idle task: no user code of its own.
             if sw_tid <= 0 || slot_of.contains_key(&sw_tid) {
+                continue;
+            }
+            if !follows(if sw_pid > 0 { sw_pid } else { pid_of(sw_tid) }, sw_tid) {
                 continue;
             }
             let pid = if sw_pid > 0 { sw_pid } else { pid_of(sw_tid) };
