@@ -398,3 +398,42 @@ fn packets_of_a_raw_dump_work_around_the_cpu_given() {
     let (ok, _, err) = run(&["packets", "--cpu", "2"], &raw);
     assert!(!ok && err.contains("no CPU buffers"), "{err}");
 }
+
+/// A raw dump decoded without `--cpu` whose errors an erratum explains
+/// says to give the CPU, with either engine (and the libipt engine says
+/// where libipt resumes after an error); given the CPU, the errors and
+/// the advice are gone.
+#[test]
+fn decode_errors_of_a_raw_dump_without_a_cpu_say_to_give_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, image) = skz84_dump(dir.path());
+    let image = format!("{}:0x1000", image.display());
+    for engine in ["ptscope", "libipt"] {
+        let (ok, _, err) = run(&["decode", "--decoder", engine, "--raw", &image], &raw);
+        assert!(ok, "{err}");
+        assert!(
+            err.contains("1 decode error(s), and the dump records no CPU")
+                && err.contains("--cpu FAMILY/MODEL"),
+            "{engine}: {err}"
+        );
+        // libipt resumes only at a PSB, and the libipt engine says so.
+        assert_eq!(
+            err.contains("libipt resumes only at the next PSB"),
+            engine == "libipt",
+            "{engine}: {err}"
+        );
+        let (ok, _, err) = run(
+            &[
+                "decode",
+                "--decoder",
+                engine,
+                "--cpu",
+                "6/85",
+                "--raw",
+                &image,
+            ],
+            &raw,
+        );
+        assert!(ok && !err.contains("records no CPU"), "{engine}: {err}");
+    }
+}

@@ -750,6 +750,9 @@ pub fn decode_trace(
             symbols.notes().to_vec(),
             stack_warnings(&threads),
             marks_warning.into_iter().collect(),
+            libipt_resync_warning(opts.engine, &threads)
+                .into_iter()
+                .collect(),
         ]
         .concat(),
         threads,
@@ -1062,14 +1065,47 @@ pub fn decode_raw(
     let scan = marks::scan(pt, cfg, &|tsc| tsc);
     thread.marks = Marks::new(scan.marks);
     let threads = vec![thread];
+    let mut warnings = stack_warnings(&threads);
+    warnings.extend(no_cpu_warning(cfg, &threads));
+    warnings.extend(libipt_resync_warning(engine, &threads));
     Ok(Model {
         funcs,
         missing_binaries: Vec::new(),
-        warnings: stack_warnings(&threads),
+        warnings,
         threads,
         lines: Some(Arc::new(lines)),
         unit,
         ..Model::default()
+    })
+}
+
+/// libipt can resume only at a PSB after a decode error, where ptscope's
+/// engine resumes at the next packet that gives the flow's IP (as perf
+/// does): the trace between is decoded by one and not the other. Said
+/// when the libipt engine met errors.
+fn libipt_resync_warning(engine: Engine, threads: &[ThreadModel]) -> Option<String> {
+    let errors: usize = threads.iter().map(|t| t.walk.errors.len()).sum();
+    (engine == Engine::Libipt && errors > 0).then(|| {
+        format!(
+            "the libipt engine met {errors} decode error(s), and libipt resumes only at the next PSB \
+             after one: the trace up to it is not decoded here; ptscope's engine (the default) \
+             resumes at the next packet that gives an IP, as perf does"
+        )
+    })
+}
+
+/// A raw dump records no CPU: decoded without `--cpu`, neither engine
+/// works around an erratum (both assume the same: no CPU, no errata), and
+/// errors that are an erratum's look like damage. Said when there are
+/// errors to explain.
+fn no_cpu_warning(cfg: &DecoderConfig, threads: &[ThreadModel]) -> Option<String> {
+    let errors: usize = threads.iter().map(|t| t.walk.errors.len()).sum();
+    (cfg.family == 0 && errors > 0).then(|| {
+        format!(
+            "{errors} decode error(s), and the dump records no CPU: errata are not worked around, \
+             and a CPU erratum's errors (BDM70, SKD022, SKL014, SKZ84, ...) look like these; \
+             give the CPU it ran on with --cpu FAMILY/MODEL[/STEPPING]"
+        )
     })
 }
 
