@@ -627,6 +627,7 @@ mod tests {
             start: 100,
             call_site: 0,
             kernel: false,
+            mid_from: crate::event::UNKNOWN,
         });
         Model {
             funcs,

@@ -104,6 +104,9 @@ pub struct OpenFrame {
     pub call_site: u64,
     /// Kernel code: it ends when user code runs again.
     pub kernel: bool,
+    /// Entered by a jump into its middle from this function (its cold
+    /// part), [`UNKNOWN`] otherwise.
+    pub mid_from: FuncId,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +118,10 @@ struct Frame {
     call_site: u64,
     /// Kernel code: an `iret`/`sysret` to user space leaves it.
     kernel: bool,
+    /// Entered by a jump into its middle from this function (a compiler's
+    /// cold part, `F.cold`): a jump back into that function goes on at
+    /// this level. [`UNKNOWN`] otherwise.
+    mid_from: FuncId,
 }
 
 /// The closed spans of the current segment, by level, until its final
@@ -230,6 +237,7 @@ impl StackBuilder {
             start: f.start,
             call_site: f.call_site,
             kernel: f.kernel,
+            mid_from: f.mid_from,
         })
     }
 
@@ -246,6 +254,7 @@ impl StackBuilder {
                 flags: 0,
                 call_site: f.call_site,
                 kernel: f.kernel,
+                mid_from: f.mid_from,
             });
         }
         self.seg_top = self.seg_top.max(self.top_level());
@@ -432,6 +441,7 @@ impl StackBuilder {
             flags,
             call_site: 0,
             kernel: is_kernel_addr(addr),
+            mid_from: UNKNOWN,
         });
     }
 
@@ -522,6 +532,7 @@ impl StackBuilder {
                 flags: flag::INFERRED_START,
                 call_site: 0,
                 kernel: is_kernel_addr(addr),
+                mid_from: UNKNOWN,
             },
         );
     }
@@ -609,10 +620,31 @@ impl StackBuilder {
 
     fn jump(&mut self, ev: &Event, t: u64, est: u32) {
         let to = ev.to_fn;
+        let from = self.top().unwrap_or(UNKNOWN);
         if !ev.to_is_entry {
-            if let Some(i) = self.find_below(to) {
-                self.pop_to(i, t, est);
+            // Back from a function's cold part into the function: it goes
+            // on at this level, not at an earlier call of it further down
+            // (a recursive interpreter's, whose frames between would all
+            // be lost).
+            if to != UNKNOWN && self.stack.last().is_some_and(|f| f.mid_from == to) {
+                self.pop(t, est & flag::END_ESTIMATED);
+                self.push(
+                    to,
+                    ev.to,
+                    t,
+                    (est & flag::START_ESTIMATED) | flag::MID_ENTRY,
+                );
                 return;
+            }
+            // Code below on the stack: an unwind to it (longjmp, exception
+            // cleanup), unless it is the cold part of the function jumping
+            // now, open for an outer call of it (an import importing).
+            if let Some(i) = self.find_below(to) {
+                let own_cold = from != UNKNOWN && self.stack[i].mid_from == from;
+                if !own_cold {
+                    self.pop_to(i, t, est);
+                    return;
+                }
             }
         } else {
             self.stats.tail_calls += 1;
@@ -621,10 +653,15 @@ impl StackBuilder {
         let mut flags = est & flag::START_ESTIMATED;
         if !ev.to_is_entry {
             // Entered at the jump, inside the trace: the start is exact, but
-            // no call made this frame (exception cleanup, PLT0).
+            // no call made this frame (exception cleanup, PLT0, a cold part).
             flags |= flag::MID_ENTRY;
         }
         self.push(to, ev.to, t, flags);
+        if !ev.to_is_entry {
+            if let Some(f) = self.stack.last_mut() {
+                f.mid_from = from;
+            }
+        }
     }
 
     /// Control arrived at the event's target from somewhere untraced.
@@ -911,6 +948,65 @@ mod tests {
                 "2 c 100-100 inferred",
                 "2 d 110-120",
                 "1 e 140-140",
+            ]
+        );
+    }
+
+    /// A recursive function jumps into its cold part and back: the inner
+    /// call goes on at its level, and the calls below it stay open, rather
+    /// than the jump back landing on the outer call (and every frame
+    /// between ending, their callers later coming back as inferred).
+    #[test]
+    fn a_jump_back_from_a_cold_part_stays_in_the_recursive_call() {
+        let mut s = Script::new();
+        s.call(10, "main", "eval");
+        s.call(20, "eval", "call");
+        s.call(30, "call", "eval");
+        s.ev(40, EventKind::Jump, "eval", "eval.cold", false);
+        s.ev(50, EventKind::Jump, "eval.cold", "eval", false);
+        s.ret(60, "eval", "call");
+        s.ret(70, "call", "eval");
+        s.ret(80, "eval", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-80 inferred",
+                "1 eval 10-80",
+                "2 call 20-70",
+                "3 eval 30-40",
+                "3 eval.cold 40-50 mid",
+                "3 eval 50-60 mid",
+            ]
+        );
+    }
+
+    /// An outer call of a function is in its cold part when it calls,
+    /// through another function, the same function again, which jumps
+    /// into the cold part too (Python's import importing): the inner jump
+    /// enters the inner call's own cold part, not the outer one's, and the
+    /// frames between stay open.
+    #[test]
+    fn a_cold_part_open_below_is_not_where_a_recursive_call_jumps() {
+        let mut s = Script::new();
+        s.call(10, "main", "import");
+        s.ev(20, EventKind::Jump, "import", "import.cold", false);
+        s.call(30, "import.cold", "eval");
+        s.call(40, "eval", "import");
+        s.ev(50, EventKind::Jump, "import", "import.cold", false);
+        s.ev(60, EventKind::Jump, "import.cold", "import", false);
+        s.ret(70, "import", "eval");
+        s.ret(80, "eval", "import.cold");
+        s.ret(90, "import.cold", "main");
+        assert_eq!(
+            s.tree(),
+            [
+                "0 main 10-90 inferred",
+                "1 import 10-20",
+                "1 import.cold 20-90 mid",
+                "2 eval 30-80",
+                "3 import 40-50",
+                "3 import.cold 50-60 mid",
+                "3 import 60-70 mid",
             ]
         );
     }
@@ -1452,12 +1548,14 @@ mod tests {
                     start: 0,
                     call_site: 0,
                     kernel: false,
+                    mid_from: UNKNOWN,
                 },
                 OpenFrame {
                     func: entry,
                     start: 5,
                     call_site: KERNEL_ENTRY,
                     kernel: true,
+                    mid_from: UNKNOWN,
                 },
             ],
             10,

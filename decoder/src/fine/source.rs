@@ -385,7 +385,7 @@ impl LineSource {
     }
 
     /// Intel-syntax disassembly of the instruction at `ip` in process
-    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`]'s).
+    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
     pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
         let mem = &self.memories[self.proc_of(pid)?];
         crate::flow::disassemble(mem, ip, u32::from(bitness))
