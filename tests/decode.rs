@@ -548,3 +548,60 @@ fn grown_snapshots_decode_like_their_source() {
     assert_eq!(got, grown.expected_calls());
     assert!(grown.period_calls.values().sum::<u64>() > 0);
 }
+
+/// Per function, its calls in the spans of `snap` decoded by `engine`.
+fn call_counts(snap: &std::path::Path, engine: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for s in decode_json(snap, &["--no-cache", "--decoder", engine]) {
+        if s.kind == "call" {
+            *counts.entry(s.name).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The two engines (ptscope's flow decoder and libipt's block decoder)
+/// agree on the project's own captures: the same calls of every function,
+/// on every test program that runs to its end by itself (with the
+/// backend that runs it: QEMU, or single-stepping for PTWRITE).
+#[test]
+fn both_engines_give_every_function_the_same_calls_on_every_test_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let programs: [(&str, &[&str], &[&str]); 19] = [
+        ("calls.c", &[], &[]),
+        ("async_signal.c", &["--size", "64M"], &[]),
+        ("exceptions.cpp", &[], &[]),
+        ("rust_prog.rs", &["--size", "64M"], &[]),
+        ("threads.c", &[], &[]),
+        ("relay.c", &[], &[]),
+        ("spin.c", &[], &[]),
+        ("brief_thread.c", &[], &[]),
+        ("late_thread.c", &[], &[]),
+        ("inline.c", &[], &[]),
+        ("outlier.c", &[], &[]),
+        ("timing.c", &[], &[]),
+        ("range.c", &[], &[]),
+        ("exits_soon.c", &[], &[]),
+        ("execs.c", &[], &[]),
+        ("bench_loop.c", &[], &["2000"]),
+        ("bench_sort.c", &[], &["20"]),
+        ("ptwrite.c", &["--backend", "emulated"], &[]),
+        ("ptwrite_threads.c", &["--backend", "emulated"], &[]),
+    ];
+    for (source, extra, args) in programs {
+        let exe = build(dir.path(), source);
+        let mut argv = vec![exe.to_str().unwrap()];
+        argv.extend(args);
+        let (snap, _) = record(dir.path(), source, extra, &argv);
+        let ours = call_counts(&snap, "ptscope");
+        let theirs = call_counts(&snap, "libipt");
+        assert!(ours.values().sum::<usize>() > 10, "{source}: {ours:?}");
+        let differ: Vec<_> = ours
+            .keys()
+            .chain(theirs.keys())
+            .filter(|f| ours.get(*f) != theirs.get(*f))
+            .map(|f| (f, ours.get(f), theirs.get(f)))
+            .collect();
+        assert!(differ.is_empty(), "{source}: ours, libipt's: {differ:?}");
+    }
+}

@@ -437,3 +437,29 @@ fn decode_errors_of_a_raw_dump_without_a_cpu_say_to_give_one() {
         assert!(ok && !err.contains("records no CPU"), "{engine}: {err}");
     }
 }
+
+/// A raw dump without timing opens in the window on the instruction axis:
+/// the toolbar says so and the model counts instructions, as the CLI's.
+#[test]
+fn the_window_lays_an_untimed_raw_dump_on_the_instruction_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = [0x48, 0x89, 0xe5, 0x48, 0x89, 0xe5, 0x90];
+    let mut pt = psb_at_0x1000();
+    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    listed(dir.path(), &pt, &[(&code, 0x1000)]);
+    let mut app = App::new(None);
+    app.decoding.raw_images = vec![(dir.path().join("image0.bin"), 0x1000)];
+    let mut h = Harness::builder()
+        .with_size([1280.0, 800.0])
+        .build_ui_state(|ui, app: &mut App| app.show(ui), app);
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&dir.path().join("listed.pt"), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let tab = h.state().active_tab().unwrap();
+    assert!(tab.error().is_none(), "{:?}", tab.error());
+    let model = tab.view().expect("a view").model().clone();
+    assert_eq!(model.unit, ptscope_decoder::model::TimeUnit::Insns);
+    assert_eq!(model.time_range().map(|r| r.1 - r.0), Some(3));
+    h.get_by_label_contains(ptscope_viewer::view::UNTIMED_LABEL);
+}
