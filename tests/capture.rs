@@ -209,13 +209,21 @@ fn triggers_fire_on_a_thread_created_late() {
         let meta = ptscope_formats::snapshot::Snapshot::read_metadata(&snap)
             .unwrap()
             .unwrap();
+        // Each kind fires as itself: a slow call's snapshot names the call,
+        // an entry's the entry.
         let tid = match &meta.trigger_call {
             Some(c) => {
+                assert_eq!(name, "slow", "an entry trigger named a call: {c:?}");
                 assert_eq!(c.function, "late_work");
                 assert!(c.duration > 1000, "{c:?}");
                 c.tid
             }
             None => {
+                assert_eq!(
+                    name, "entry",
+                    "a slow call fired as an entry: {}",
+                    meta.stop
+                );
                 assert!(meta.stop.contains("entered late_work"), "{}", meta.stop);
                 meta.stop
                     .split_whitespace()

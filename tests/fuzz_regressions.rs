@@ -90,7 +90,16 @@ fn seeds_pass_every_target() {
 
 #[test]
 fn inputs_that_found_bugs_stay_fixed() {
-    replay_kind("regressions");
+    // The folder is there and holds inputs: a missing or renamed one
+    // would replay nothing and pass.
+    let root = targets::root().join("tests/fuzz/regressions");
+    assert!(
+        files_in(&root).len() >= 3,
+        "{} is missing or nearly empty",
+        root.display()
+    );
+    let n = replay_kind("regressions");
+    assert!(n >= 10, "only {n} regression inputs replayed");
 }
 
 #[test]

@@ -101,8 +101,29 @@ fn a_range_works_with_a_trigger_and_says_when_it_is_never_entered() {
     let info = run_ok(ptscope().arg("info").arg(&snap), "info");
     assert!(String::from_utf8_lossy(&info.stdout).contains("finish"));
 
-    // A START that never runs: nothing traced, and the capture says why.
+    // A START that is never entered: nothing traced, and the capture (its
+    // messages and its snapshot) says why.
     let exe = build(dir.path(), "range.c");
+    let never = dir.path().join("never-entered.ptscope");
+    let out = ptscope()
+        .args(["record", "-o"])
+        .arg(&never)
+        .args(["--range", "never_called", "end_work", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warning = "`never_called` was never entered, so nothing was traced";
+    assert!(err.contains(warning), "{err}");
+    let info = run_ok(ptscope().arg("info").arg(&never), "info");
+    assert!(
+        String::from_utf8_lossy(&info.stdout).contains(warning),
+        "{}",
+        String::from_utf8_lossy(&info.stdout)
+    );
+
+    // A STOP that names no function: refused up front.
     let out = ptscope()
         .args(["record", "-o"])
         .arg(dir.path().join("never.ptscope"))

@@ -15,6 +15,8 @@ __attribute__((noinline)) void work(int round) {
 }
 __attribute__((noinline)) void end_work(void) { sink--; }
 __attribute__((noinline)) void finish(void) { sink = 0; }
+/* Never called: a range START that is never entered. */
+__attribute__((noinline)) void never_called(void) { sink = 7; }
 
 int main(void) {
     printf("%p %p\n", (void *)begin_work, (void *)end_work);

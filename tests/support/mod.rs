@@ -539,21 +539,38 @@ impl Drop for Xvfb {
     }
 }
 
-/// A screenshot of a drawn window: a PNG of the window's size, with enough
-/// in it not to be blank.
+/// A screenshot of a drawn window: a PNG of the window's size whose
+/// timeline has spans drawn: enough coloured pixels (span boxes; the rest
+/// of the window is greys), in enough colours (one per function).
 pub fn check_png(shot: &Path) {
     let bytes = std::fs::read(shot).expect("a screenshot");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
-    let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
-    let reader = decoder.read_info().unwrap();
-    let info = reader.info();
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+    decoder.set_transformations(png::Transformations::EXPAND);
+    let mut reader = decoder.read_info().unwrap();
+    let (width, height) = (reader.info().width, reader.info().height);
+    assert!(width >= 1000 && height >= 600, "{width}x{height}");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a frame size")];
+    let frame = reader.next_frame(&mut buf).unwrap();
+    let channels = frame.color_type.samples();
+    assert!(channels >= 3, "{:?}", frame.color_type);
+    let mut coloured = 0usize;
+    let mut colours = std::collections::HashSet::new();
+    for px in buf[..frame.buffer_size()].chunks_exact(channels) {
+        let (r, g, b) = (px[0], px[1], px[2]);
+        let (hi, lo) = (r.max(g).max(b), r.min(g).min(b));
+        if hi - lo > 60 {
+            coloured += 1;
+            colours.insert((r >> 4, g >> 4, b >> 4));
+        }
+    }
+    let total = (width * height) as usize;
     assert!(
-        info.width >= 1000 && info.height >= 600,
-        "{}x{}",
-        info.width,
-        info.height
+        coloured * 100 > total && colours.len() >= 5,
+        "{}: {coloured} coloured pixels of {total}, {} colours: no spans drawn",
+        shot.display(),
+        colours.len()
     );
-    assert!(bytes.len() > 20_000, "a drawn window, not a blank one");
 }
 
 /// A Python with the readers of `tests/requirements.txt` (Perfetto's
