@@ -605,3 +605,56 @@ fn both_engines_give_every_function_the_same_calls_on_every_test_program() {
         assert!(differ.is_empty(), "{source}: ours, libipt's: {differ:?}");
     }
 }
+
+/// A count no tracer's own log gave: `counted` runs 2002 instructions a
+/// call, as its source fixes them (a mov, 1000 trips of dec and jnz, a
+/// ret). Recorded without timing, each of its three spans lasts exactly
+/// that many instructions, captured by single-stepping or under QEMU and
+/// decoded by either engine, and nothing warns of marks it cannot place.
+#[test]
+fn spans_count_the_instructions_the_source_fixes() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "counted.c");
+    for backend in ["emulated", "qemu"] {
+        let snap = dir.path().join(format!("counted-{backend}.ptscope"));
+        run_ok(
+            ptscope()
+                .args([
+                    "record",
+                    "-q",
+                    "--backend",
+                    backend,
+                    "--timing",
+                    "tsc=0",
+                    "-o",
+                ])
+                .arg(&snap)
+                .arg("--")
+                .arg(&exe),
+            "ptscope record",
+        );
+        for engine in ["ptscope", "libipt"] {
+            let out = run_ok(
+                ptscope()
+                    .args([
+                        "decode",
+                        "--no-cache",
+                        "--format",
+                        "json",
+                        "--decoder",
+                        engine,
+                    ])
+                    .arg(&snap),
+                "decode",
+            );
+            let lengths: Vec<u64> = decode_json(&snap, &["--no-cache", "--decoder", engine])
+                .iter()
+                .filter(|s| s.name == "counted")
+                .map(|s| s.end - s.start)
+                .collect();
+            assert_eq!(lengths, [2002, 2002, 2002], "{backend}, {engine}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("warning"), "{backend}, {engine}: {err}");
+        }
+    }
+}

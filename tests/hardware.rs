@@ -153,18 +153,37 @@ fn option_errors_are_explained() {
 /// are refused with the paranoid value and the fixes.
 #[test]
 fn check_as_an_unprivileged_user_explains_denials() {
-    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
+    let read = || -> i32 {
+        std::fs::read_to_string(PARANOID)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
     let root = std::fs::read_to_string("/proc/self/status")
         .unwrap()
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !root || paranoid < 2 {
-        return; // Needs root to become another user, and the default paranoia.
+    // Root becomes another user for the probe; the default paranoia (2) is
+    // set for it if the machine has less, and put back after.
+    assert!(
+        root,
+        "this test runs as root, to probe as an unprivileged user"
+    );
+    struct Restore(i32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(PARANOID, self.0.to_string());
+        }
     }
+    let _restore = (read() < 2).then(|| {
+        let was = read();
+        std::fs::write(PARANOID, "2").expect("setting kernel.perf_event_paranoid = 2");
+        Restore(was)
+    });
+    let paranoid = read();
+    assert!(paranoid >= 2, "{paranoid}");
     let out = ptscope()
         .arg("check")
         .uid(65534)

@@ -331,7 +331,11 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
         let now = time.tsc().map(to_ns);
         let mut mark = |out: &mut Scan, ip_follows: bool, kind: MarkKind| {
             let Some(t) = now else {
-                out.untimed += 1;
+                // A frequency before any time (every PSB+ of a trace without
+                // timing restates one) is no loss worth a word.
+                if !matches!(kind, MarkKind::Cbr { .. }) {
+                    out.untimed += 1;
+                }
                 return;
             };
             let m = Mark {
@@ -529,6 +533,10 @@ mod tests {
         let s = scan(&t, &cfg(), &|x| x);
         assert!(s.marks.is_empty());
         assert_eq!(s.untimed, 1);
+        // PSB+'s frequency in a trace without timing is not counted.
+        let mut t = PSB.to_vec();
+        t.extend_from_slice(&[0x02, 0x03, 0x0a, 0, 0x02, 0x23]);
+        assert_eq!(scan(&t, &cfg(), &|x| x).untimed, 0);
     }
 
     #[test]
