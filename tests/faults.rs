@@ -359,3 +359,25 @@ fn a_full_disk_leaves_no_half_written_snapshot() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// SIGTERM and SIGHUP to `ptscope attach` cancel the capture: it ends
+/// soon, writes nothing, and leaves the target running untraced, neither
+/// stopped nor killed.
+#[test]
+fn sigterm_and_sighup_cancel_a_capture_and_leave_the_target_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_target, pid) = started(dir.path(), "forever.c");
+    for sig in ["TERM", "HUP"] {
+        let snap = dir.path().join(format!("{sig}.ptscope"));
+        let mut rec = attach(pid, &snap, 600_000);
+        wait_until("tracing", 20, || tracer_pid(pid) > 0);
+        std::thread::sleep(Duration::from_millis(300));
+        run_ok(
+            Command::new("kill").args([&format!("-{sig}"), &rec.0.id().to_string()]),
+            "kill",
+        );
+        wait_exit(&mut rec.0, 30);
+        assert!(!snap.exists(), "SIG{sig}: a snapshot was written");
+        assert_runs_free(pid);
+    }
+}

@@ -412,6 +412,79 @@ fn shift_drag_selects_a_range_and_fills_the_table() {
     );
 }
 
+/// A file dropped on the window opens in a tab of its own, and joins the
+/// recent files; File > Open recent opens it again, with no dialog.
+#[test]
+fn a_dropped_file_opens_and_open_recent_opens_it_again() {
+    let mut h = harness_with(&[]);
+    assert!(h.state().active_tab().is_none());
+    let demo = demo_path();
+    /// A file dropped from outside, as the windowing integration hands it.
+    #[derive(Debug)]
+    struct Dropped(PathBuf);
+    impl egui::DroppedFile for Dropped {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+        fn bytes(&self) -> Result<Vec<u8>, String> {
+            std::fs::read(&self.0).map_err(|e| e.to_string())
+        }
+    }
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(demo.clone())));
+    h.run_steps(2);
+    h.state_mut().active_tab_mut().expect("a tab").wait();
+    h.run_steps(3);
+    assert_eq!(h.state().active_tab().unwrap().path, demo);
+    assert!(h.state().active_tab().unwrap().view().is_some());
+    assert_eq!(h.state().recent.first(), Some(&demo));
+    // Closed, then opened from the recent files.
+    h.state_mut().close(0);
+    h.run_steps(2);
+    assert!(h.state().active_tab().is_none());
+    h.get_by_label("File").click();
+    h.run_steps(2);
+    h.get_by_label("Open recent").hover();
+    h.run_steps(2);
+    h.get_by_label("Open recent").click();
+    h.run_steps(2);
+    h.get_by_label(&demo.display().to_string()).click();
+    h.run_steps(2);
+    h.state_mut().active_tab_mut().expect("a tab again").wait();
+    h.run_steps(3);
+    assert_eq!(h.state().active_tab().unwrap().path, demo);
+    assert!(h.state().active_tab().unwrap().view().is_some());
+}
+
+/// Cancel on a decode in progress stops it: the tab says the decoding
+/// was cancelled, and the app goes on (another file opens).
+#[test]
+fn cancelling_a_decode_stops_it_and_the_app_stays_usable() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Big enough to take seconds: a grown copy of the benchmarks' capture.
+    let big = dir.path().join("big.ptscope");
+    ptscope::scale::grow(&crate::support::bench_snapshot(), &big, 96 << 20).unwrap();
+    let mut h = harness_with(&[]);
+    let ctx = h.ctx.clone();
+    h.state_mut().open(&big, &ctx);
+    h.run_steps(2);
+    assert!(h.state().active_tab().unwrap().is_loading());
+    h.get_by_label("Cancel").click();
+    h.run_steps(2);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    let tab = h.state().active_tab().unwrap();
+    assert!(!tab.is_loading());
+    let e = tab.error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("decoding was cancelled"), "{e}");
+    h.state_mut().open(&demo_path(), &ctx);
+    h.state_mut().active_tab_mut().unwrap().wait();
+    h.run_steps(3);
+    assert!(h.state().active_tab().unwrap().view().is_some());
+}
+
 #[test]
 fn a_bad_file_shows_its_error_and_the_app_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
