@@ -68,10 +68,12 @@ pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 /// What went wrong reading or writing an entry.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("{path}: {source}")]
+    /// The cause is in the message, and not a `source()` too: it is said
+    /// once.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: not a model cache entry this ptscope can trust: {problem}")]
     Corrupt { path: PathBuf, problem: String },
@@ -273,12 +275,12 @@ impl ModelCache {
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(source) => return Some(Err(CacheError::Io { path, source })),
+            Err(error) => return Some(Err(CacheError::Io { path, error })),
         };
         let read = crate::memory::map_entry(&file)
-            .map_err(|source| CacheError::Io {
+            .map_err(|error| CacheError::Io {
                 path: path.clone(),
-                source,
+                error,
             })
             .and_then(|map| {
                 read_entry(&SharedSlice::new(Backing::Map(map)), preview)
@@ -327,7 +329,7 @@ impl ModelCache {
         };
         let io = |path: &Path| {
             let path = path.to_path_buf();
-            move |source| CacheError::Io { path, source }
+            move |error| CacheError::Io { path, error }
         };
         let mut lanes: Vec<&[Span]> = Vec::new();
         let mut data_len = 0u64;
@@ -361,7 +363,7 @@ impl ModelCache {
         let path = self.path_of(key);
         tmp.persist(&path).map_err(|e| CacheError::Io {
             path: path.clone(),
-            source: e.error,
+            error: e.error,
         })?;
         self.evict(&path);
         Ok(())

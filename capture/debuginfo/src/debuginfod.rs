@@ -128,11 +128,12 @@ pub enum FetchError {
         artifact: Artifact,
         build_id: String,
     },
-    /// The client cache could not be written.
-    #[error("debuginfod cache {}: {source}", path.display())]
+    /// The client cache could not be written (the cause is said in the
+    /// message, not again as a `source()`).
+    #[error("debuginfod cache {}: {error}", path.display())]
     Cache {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -540,9 +541,9 @@ impl Client {
             }
         }
 
-        let cache_error = |path: &Path, source| FetchError::Cache {
+        let cache_error = |path: &Path, error| FetchError::Cache {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         create_private_dir(dir).map_err(|e| cache_error(dir, e))?;
         let mut tmp = tempfile::Builder::new()

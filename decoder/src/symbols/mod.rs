@@ -634,7 +634,6 @@ fn build(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
 
     use super::testutil::*;
     use super::*;
@@ -785,57 +784,5 @@ mod tests {
     fn module_symbols_can_be_shared_between_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<ModuleSymbols>();
-    }
-
-    /// Not an assertion: prints the cost of `function()` on libc (dynamic
-    /// symbols only) and on this test binary (full symtab and DWARF).
-    #[test]
-    fn function_lookup_cost() {
-        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
-        if libc.exists() {
-            time_lookups(libc);
-        }
-        time_lookups(&std::env::current_exe().unwrap());
-    }
-
-    fn time_lookups(path: &Path) {
-        let t = Instant::now();
-        let syms = ModuleSymbols::load(path).unwrap();
-        let load = t.elapsed();
-        let entries: Vec<u64> = syms.functions().map(|f| f.entry).collect();
-        let (lo, hi) = (
-            *entries.iter().min().unwrap(),
-            *entries.iter().max().unwrap(),
-        );
-        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
-        let probes: Vec<u64> = (0..1 << 16).map(|_| rng.u64(lo..hi)).collect();
-        // Random probes over the whole module, then a hot set of 64 (as a
-        // trace hopping among a few functions would make).
-        let time = |probes: &[u64], rounds: usize| {
-            let mut found = 0usize;
-            let t = Instant::now();
-            for _ in 0..rounds {
-                for &p in probes {
-                    found += std::hint::black_box(syms.function(p)).is_some() as usize;
-                }
-            }
-            let n = (rounds * probes.len()) as f64;
-            (t.elapsed().as_nanos() as f64 / n, 100.0 * found as f64 / n)
-        };
-        let (random_ns, hits) = time(&probes, 32);
-        let (hot_ns, _) = time(&probes[..64], 32 * 1024);
-        println!(
-            "{}: {} functions, loaded in {load:?}; function(): {random_ns:.1} ns per call \
-             on random addresses ({hits:.0}% hits), {hot_ns:.1} ns on a hot set",
-            path.display(),
-            entries.len(),
-        );
-        let widest = syms.index.first.windows(2).map(|w| w[1] - w[0]).max();
-        println!(
-            "{} pieces, {} buckets of 2^{} bytes, widest {widest:?}",
-            syms.starts.len(),
-            syms.index.first.len() - 1,
-            syms.index.shift
-        );
     }
 }

@@ -1,0 +1,52 @@
+//! What naming an address costs: `ModuleSymbols::function` on libc
+//! (dynamic symbols only) and on this bench's own binary (a full symtab
+//! and DWARF), for random addresses over the whole module and for a hot
+//! set of 64, as a trace hopping among a few functions makes. This prints
+//! figures; it asserts nothing.
+//!
+//! `cargo bench -p ptscope-decoder --bench symbols`
+
+use std::path::Path;
+use std::time::Instant;
+
+use ptscope_decoder::symbols::ModuleSymbols;
+
+fn main() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if libc.exists() {
+        time_lookups(libc);
+    }
+    time_lookups(&std::env::current_exe().unwrap());
+}
+
+fn time_lookups(path: &Path) {
+    let t = Instant::now();
+    let syms = ModuleSymbols::load(path).unwrap();
+    let load = t.elapsed();
+    let entries: Vec<u64> = syms.functions().map(|f| f.entry).collect();
+    let (lo, hi) = (
+        *entries.iter().min().unwrap(),
+        *entries.iter().max().unwrap(),
+    );
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+    let probes: Vec<u64> = (0..1 << 16).map(|_| rng.u64(lo..hi)).collect();
+    let time = |probes: &[u64], rounds: usize| {
+        let mut found = 0usize;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            for &p in probes {
+                found += std::hint::black_box(syms.function(p)).is_some() as usize;
+            }
+        }
+        let n = (rounds * probes.len()) as f64;
+        (t.elapsed().as_nanos() as f64 / n, 100.0 * found as f64 / n)
+    };
+    let (random_ns, hits) = time(&probes, 32);
+    let (hot_ns, _) = time(&probes[..64], 32 * 1024);
+    println!(
+        "{}: {} functions, loaded in {load:?}; function(): {random_ns:.1} ns per call \
+         on random addresses ({hits:.0}% hits), {hot_ns:.1} ns on a hot set",
+        path.display(),
+        entries.len(),
+    );
+}
