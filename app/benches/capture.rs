@@ -19,6 +19,8 @@
 //! same run. `$PTSCOPE_BENCH_ROUNDS` (default 3) runs each; the minimum
 //! time is kept, since the machine's noise only ever adds time.
 
+// A bench uses a few of the end-to-end tests' helpers.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

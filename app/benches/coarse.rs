@@ -32,6 +32,8 @@
 //! - **perf script**: `perf script --itrace=cr` on the same perf.data with
 //!   the snapshot's binaries, output to /dev/null, wall time.
 
+// A bench uses a few of the end-to-end tests' helpers.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

@@ -18,6 +18,8 @@
 //!   budget: the cache's peak, evictions, and the process's resident memory
 //!   before and after.
 
+// A bench uses a few of the end-to-end tests' helpers.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

@@ -40,6 +40,8 @@
 // helpers: here they come in once per bench.
 #![allow(clippy::duplicate_mod)]
 
+// A bench uses a few of the end-to-end tests' helpers.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

@@ -16,6 +16,8 @@
 //! `$PTSCOPE_BENCH_ROUNDS` (default 5) rounds each; the minimum is kept,
 //! since the machine's noise only ever adds time.
 
+// A bench uses a few of the end-to-end tests' helpers.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

@@ -1634,7 +1634,8 @@ impl<'a> FlowDecoder<'a> {
                 self.consume()
             }
             Ev::Overflow(ip) => self.overflow_event(ip, f),
-            // Disabled twice: told, not believed.
+            // A TIP.PGD while tracing is already off: reported, as libipt
+            // reports it, but it changes nothing the flow believed.
             Ev::Pgd(ip) => {
                 self.emit(
                     f,

@@ -2,8 +2,6 @@
 //! running the real `ptscope` binary, and the two judges of a snapshot
 //! (perf's decoder and libipt's).
 
-#![allow(dead_code)]
-
 pub mod malformed;
 
 use std::collections::BTreeMap;

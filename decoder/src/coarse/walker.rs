@@ -155,7 +155,8 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         record,
         end_at,
         sync_begin: false,
-        // Every chunk's, the last one's too (it has no end).
+        // A chunk walk starts at a sync and owes the trace-begin that sync
+        // asks for; so does the last chunk, though nothing ends it.
         from_sync: chunk,
     };
     // A cancelled walk stops here; the caller sees the flag.
