@@ -25,7 +25,10 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Model {
     let opts = OpenOptions {
         cache: Some(cache.clone()),
-        threads,
+        decode: ptscope_decoder::decode::DecodeOptions {
+            threads,
+            ..Default::default()
+        },
         ..OpenOptions::default()
     };
     let model = open(file, &opts).unwrap();
@@ -130,8 +133,11 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
     );
     let opts = OpenOptions {
         cache: Some(cache.clone()),
-        names: ptscope_decoder::names::NameOptions {
-            debug_dirs: vec![debug_dir.clone()],
+        decode: ptscope_decoder::decode::DecodeOptions {
+            names: ptscope_decoder::names::NameOptions {
+                debug_dirs: vec![debug_dir.clone()],
+                ..Default::default()
+            },
             ..Default::default()
         },
         ..OpenOptions::default()

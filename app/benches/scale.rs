@@ -475,10 +475,8 @@ fn main() {
         drop(again);
         // As the window re-opens it: the first partial model it is given.
         let progress = DecodeProgress::new();
-        let window = OpenOptions {
-            progress: Some(progress.clone()),
-            ..opts.clone()
-        };
+        let mut window = opts.clone();
+        window.decode.progress = Some(progress.clone());
         let path = big.clone();
         let t = Instant::now();
         let worker = std::thread::spawn(move || open(&path, &window).map(|m| m.span_count()));

@@ -655,16 +655,19 @@ fn load_input(input: InputOpts) -> Result<ptscope_decoder::model::Model> {
     }
     let opts = input.names.apply(OpenOptions {
         raw_images: input.raw.clone(),
-        cpu: input.cpu,
-        ip_filter: input.ip_filter,
-        threads,
-        engine,
-        parallel,
-        names: ptscope_decoder::names::NameOptions {
-            debuginfod_on_stderr: true,
-            kallsyms: input.kernel.kallsyms.clone(),
-            vmlinux: input.kernel.vmlinux.clone(),
-            ..Default::default()
+        decode: ptscope_decoder::decode::DecodeOptions {
+            cpu: input.cpu,
+            ip_filter: input.ip_filter,
+            threads,
+            engine,
+            parallel,
+            names: ptscope_decoder::names::NameOptions {
+                debuginfod_on_stderr: true,
+                kallsyms: input.kernel.kallsyms.clone(),
+                vmlinux: input.kernel.vmlinux.clone(),
+                ..Default::default()
+            },
+            progress: None,
         },
         cache: if input.no_cache {
             None
@@ -689,7 +692,7 @@ fn with_decode_progress<T>(mut opts: OpenOptions, decode: impl FnOnce(&OpenOptio
         return decode(&opts);
     }
     let progress = ptscope_decoder::progress::DecodeProgress::counting();
-    opts.progress = Some(progress.clone());
+    opts.decode.progress = Some(progress.clone());
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let reporter = std::thread::spawn(move || {
         let mut shown = false;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::Engine;
+use ptscope_decoder::decode::{DecodeOptions, Engine};
 use ptscope_decoder::model::Model;
 use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
@@ -70,11 +70,14 @@ impl Load {
             .spawn(move || {
                 let opts = names.apply(OpenOptions {
                     raw_images: decoding.raw_images,
-                    cpu: decoding.cpu,
-                    ip_filter: decoding.ip_filter,
-                    engine: Engine::Flow,
-                    parallel: Parallel::default(),
-                    progress: Some(p),
+                    decode: DecodeOptions {
+                        cpu: decoding.cpu,
+                        ip_filter: decoding.ip_filter,
+                        engine: Engine::Flow,
+                        parallel: Parallel::default(),
+                        progress: Some(p),
+                        ..DecodeOptions::default()
+                    },
                     cache: ptscope_decoder::cache::ModelCache::user(),
                     ..OpenOptions::default()
                 });

@@ -44,12 +44,16 @@ impl NameDirs {
 
     /// `opts` with these places to look.
     pub fn apply(&self, opts: OpenOptions) -> OpenOptions {
+        let names = ptscope_decoder::names::NameOptions {
+            debug_dirs: self.debug_dirs.clone(),
+            binary_dirs: self.binary_dirs.clone(),
+            debuginfod: !self.no_debuginfod,
+            ..opts.decode.names
+        };
         OpenOptions {
-            names: ptscope_decoder::names::NameOptions {
-                debug_dirs: self.debug_dirs.clone(),
-                binary_dirs: self.binary_dirs.clone(),
-                debuginfod: !self.no_debuginfod,
-                ..opts.names
+            decode: ptscope_decoder::decode::DecodeOptions {
+                names,
+                ..opts.decode
             },
             ..opts
         }

@@ -66,7 +66,7 @@ pub struct DecoderConfig {
 /// the errata a decoder works around ([`crate::errata`]). Written
 /// `FAMILY/MODEL[/STEPPING]`, each decimal or `0x` hex, as ptxed's `--cpu`
 /// takes it (e.g. `6/0x8e/9`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Cpu {
     pub family: u16,
     pub model: u8,

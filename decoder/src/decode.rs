@@ -55,13 +55,20 @@ pub enum DecodeError {
 }
 
 /// Which threads to decode, and how.
-#[derive(Clone, Debug, Default)]
+///
+/// What it serializes to is every option that changes the model a decode
+/// gives (the model cache's key): how the work spreads over cores, and
+/// where progress goes, change nothing and are skipped. A field added here
+/// is part of the key unless it says otherwise.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct DecodeOptions {
     pub threads: Option<Vec<i32>>,
     /// Counters to report to, a cancel flag, and partial models.
+    #[serde(skip)]
     pub progress: Option<Arc<DecodeProgress>>,
     pub engine: Engine,
     /// How the flow engine's coarse pass spreads over cores.
+    #[serde(skip)]
     pub parallel: Parallel,
     /// The CPU whose errata to work around, over the trace's cpuid.
     pub cpu: Option<crate::block::Cpu>,
@@ -72,7 +79,7 @@ pub struct DecodeOptions {
 }
 
 /// What walks the trace in the coarse pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum Engine {
     /// Our own flow decoder ([`crate::flow`]): the fast one.
     #[default]

@@ -35,7 +35,7 @@ pub enum IpFilterError {
 }
 
 /// One range of the filter: `first..=last`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IpRange {
     pub first: u64,
     pub last: u64,
@@ -45,7 +45,7 @@ pub struct IpRange {
 
 /// The PT unit's address filter; the default has no range and traces
 /// everywhere.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IpFilter {
     ranges: [IpRange; MAX_RANGES],
     len: u8,

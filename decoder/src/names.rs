@@ -31,7 +31,7 @@ use ptscope_formats::snapshot::Snapshot;
 
 /// Where names come from beyond the snapshot and the binaries themselves:
 /// the user's directories, debuginfod, and the kernel's symbols.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct NameOptions {
     /// Debug directories to search after the system's (`--debug-dir`), by
     /// build id and by `.gnu_debuglink`.
@@ -44,6 +44,7 @@ pub struct NameOptions {
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
     /// Report debuginfod transfers on stderr as they go (the command line).
+    #[serde(skip)]
     pub debuginfod_on_stderr: bool,
     /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
     /// a snapshot carries.

@@ -13,18 +13,14 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::block::{Cpu, DecoderConfig};
-use crate::coarse::chunks::Parallel;
-use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Engine};
-use crate::ip_filter::IpFilter;
+use crate::block::DecoderConfig;
+use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions};
 use crate::model::Model;
 use crate::perf_script;
-use crate::progress::DecodeProgress;
 
 /// What a file holds, by its first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,22 +47,10 @@ pub struct OpenOptions {
     /// the ones to decode it with. The default names no CPU, so no errata
     /// apply, and times come from TSC packets alone.
     pub raw_config: DecoderConfig,
-    /// The CPU whose errata to work around, over what the input says (a raw
-    /// dump says nothing; a perf.data or snapshot records its cpuid).
-    pub cpu: Option<Cpu>,
-    /// The IP filter the trace was written under (the user's
-    /// `--ip-filter`), over what the input records; a raw dump records
-    /// none.
-    pub ip_filter: Option<IpFilter>,
-    /// Only these threads (all when `None`).
-    pub threads: Option<Vec<i32>>,
-    pub engine: Engine,
-    /// How the coarse pass spreads over cores.
-    pub parallel: Parallel,
-    /// Counters to report to, a cancel flag, and partial models.
-    pub progress: Option<Arc<DecodeProgress>>,
-    /// Where names come from beyond the snapshot and the binaries.
-    pub names: crate::names::NameOptions,
+    /// How to decode: the CPU whose errata to work around (a raw dump
+    /// says none; a perf.data or snapshot records its cpuid), the IP
+    /// filter, the threads, the engine, the cores, progress and names.
+    pub decode: DecodeOptions,
     /// Where decoded models are kept: a snapshot or perf.data opened again
     /// with the same options is read from it, not decoded. `None`: always
     /// decode (`--no-cache`).
@@ -161,14 +145,15 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
         InputKind::RawPt if opts.raw_images.is_empty() => Err(input(path, RAW_NEEDS_IMAGES)),
         InputKind::RawPt => {
             let pt = read_raw(path)?;
-            let mut cfg = match opts.cpu {
+            let d = &opts.decode;
+            let mut cfg = match d.cpu {
                 Some(cpu) => opts.raw_config.with_cpu(cpu),
                 None => opts.raw_config,
             };
-            if let Some(f) = opts.ip_filter {
+            if let Some(f) = d.ip_filter {
                 cfg = cfg.with_filter(f);
             }
-            decode_raw(path, &pt, &opts.raw_images, &cfg, opts.engine)
+            decode_raw(path, &pt, &opts.raw_images, &cfg, d.engine)
         }
         InputKind::PerfScript => {
             let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
@@ -177,30 +162,22 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
             })?;
             let script = perf_script::import(&text, path)?;
             let mut m = from_script(script);
-            if let Some(t) = &opts.threads {
+            if let Some(t) = &opts.decode.threads {
                 m.threads.retain(|th| t.contains(&th.spans.tid));
             }
             Ok(m)
         }
         InputKind::Snapshot | InputKind::PerfData => {
             let snap = Snapshot::open(path).map_err(DecodeError::File)?;
-            let dopts = DecodeOptions {
-                threads: opts.threads.clone(),
-                progress: opts.progress.clone(),
-                engine: opts.engine,
-                parallel: opts.parallel,
-                cpu: opts.cpu,
-                ip_filter: opts.ip_filter,
-                names: opts.names.clone(),
-            };
+            let dopts = &opts.decode;
             let cache = opts
                 .cache
                 .as_ref()
-                .and_then(|c| Some((c, c.key(path, &model_options(opts))?)));
+                .and_then(|c| Some((c, c.key(path, &model_options(dopts))?)));
             if let Some((c, key)) = &cache {
-                match c.load(key, opts.progress.as_deref()) {
+                match c.load(key, dopts.progress.as_deref()) {
                     Some(Ok(cached)) => {
-                        if let Some(model) = crate::decode::reopen(&snap, &dopts, cached)? {
+                        if let Some(model) = crate::decode::reopen(&snap, dopts, cached)? {
                             c.used(key);
                             return Ok(model);
                         }
@@ -211,7 +188,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
                     None => {}
                 }
             }
-            let model = decode_snapshot(&snap, &dopts)?;
+            let model = decode_snapshot(&snap, dopts)?;
             if let Some((c, key)) = cache {
                 c.keep(key, model.clone());
             }
@@ -221,22 +198,11 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
 }
 
 /// Every option that changes the model a decode gives, as text for the
-/// model cache's key. How the work is spread over cores, and where
-/// progress goes, change nothing.
-fn model_options(opts: &OpenOptions) -> String {
-    let n = &opts.names;
-    format!(
-        "{:?} {:?} {:?} {:?} {:?} {:?} {} {:?} {:?}",
-        opts.engine,
-        opts.threads,
-        opts.cpu,
-        opts.ip_filter,
-        n.debug_dirs,
-        n.binary_dirs,
-        n.debuginfod,
-        n.kallsyms,
-        n.vmlinux
-    )
+/// model cache's key: the options serialized, less what they skip (see
+/// [`DecodeOptions`]), in hex.
+fn model_options(opts: &DecodeOptions) -> String {
+    let bytes = postcard::to_allocvec(opts).expect("options serialize");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -313,6 +279,80 @@ mod tests {
         assert!(!is_text(b""));
     }
 
+    /// The model cache's key follows every option that changes the model
+    /// (a field added to [`DecodeOptions`] joins it unless skipped), and
+    /// none that does not.
+    #[test]
+    fn the_cache_key_follows_every_option_that_changes_the_model() {
+        use crate::names::NameOptions;
+        let base = DecodeOptions::default();
+        let k0 = model_options(&base);
+        let same = DecodeOptions {
+            parallel: crate::coarse::chunks::Parallel::sequential(),
+            progress: Some(crate::progress::DecodeProgress::new()),
+            names: NameOptions {
+                debuginfod_on_stderr: true,
+                ..Default::default()
+            },
+            ..base.clone()
+        };
+        assert_eq!(model_options(&same), k0);
+        let names = |n: NameOptions| DecodeOptions {
+            names: n,
+            ..base.clone()
+        };
+        let filter = crate::ip_filter::IpFilter::new(&[crate::ip_filter::IpRange {
+            first: 0x1000,
+            last: 0x2000,
+            stop: false,
+        }])
+        .unwrap();
+        let changed = [
+            DecodeOptions {
+                threads: Some(vec![1]),
+                ..base.clone()
+            },
+            DecodeOptions {
+                engine: crate::decode::Engine::Libipt,
+                ..base.clone()
+            },
+            DecodeOptions {
+                cpu: Some("6/85".parse().unwrap()),
+                ..base.clone()
+            },
+            DecodeOptions {
+                ip_filter: Some(filter),
+                ..base.clone()
+            },
+            names(NameOptions {
+                debug_dirs: vec!["/d".into()],
+                ..Default::default()
+            }),
+            names(NameOptions {
+                binary_dirs: vec!["/b".into()],
+                ..Default::default()
+            }),
+            names(NameOptions {
+                debuginfod: true,
+                ..Default::default()
+            }),
+            names(NameOptions {
+                kallsyms: Some("/k".into()),
+                ..Default::default()
+            }),
+            names(NameOptions {
+                vmlinux: Some("/v".into()),
+                ..Default::default()
+            }),
+        ];
+        let mut keys: Vec<String> = changed.iter().map(model_options).collect();
+        keys.push(k0);
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "two option sets share a key");
+    }
+
     #[test]
     fn the_demo_opens_the_same_as_decoding_it() {
         let m = open(&demo(), &OpenOptions::default()).unwrap();
@@ -322,7 +362,10 @@ mod tests {
         let one = open(
             &demo(),
             &OpenOptions {
-                threads: Some(vec![m.threads[0].spans.tid]),
+                decode: DecodeOptions {
+                    threads: Some(vec![m.threads[0].spans.tid]),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )
@@ -348,7 +391,10 @@ mod tests {
         let errors = |cpu: Option<&str>| {
             let opts = OpenOptions {
                 raw_images: vec![(image.clone(), 0x1000)],
-                cpu: cpu.map(|c| c.parse().unwrap()),
+                decode: DecodeOptions {
+                    cpu: cpu.map(|c| c.parse().unwrap()),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let m = open(&raw, &opts).unwrap();
