@@ -15,8 +15,8 @@ use anyhow::{bail, Result};
 use clap::ValueEnum;
 
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Figures, Side};
+use ptscope_decoder::calls::compare_lines::{compare_lines, Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::lines::{compare_lines, Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::{calls_of, funcs_named, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::fine::LineSource;

@@ -15,7 +15,7 @@ use egui::epaint::Mesh;
 use egui::{pos2, vec2, Context, RawInput, Rect};
 use ptscope_decoder::fine::LineSpan;
 use ptscope_viewer::frame_mesh::LaneGeom;
-use ptscope_viewer::lines::{runs, Run};
+use ptscope_viewer::line_detail::{runs, Run};
 use ptscope_viewer::{TimeWindow, TraceView};
 
 const W: f32 = 1920.0;

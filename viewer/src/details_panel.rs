@@ -13,13 +13,13 @@
 //! ([`step_call`]) and zoom to the span or to the slowest call. They return
 //! a [`DetailsAction`] rather than act, since only the view can move the
 //! timeline. (Source lines come from the decoder's fine pass,
-//! `ptscope_decoder::fine`, which [`crate::lines`] drives.)
+//! `ptscope_decoder::fine`, which [`crate::line_detail`] drives.)
 
 use std::sync::{Arc, Mutex};
 
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Side};
+use ptscope_decoder::calls::compare_lines::{compare_lines, Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::lines::{compare_lines, Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::{calls_unordered, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::model::Model;

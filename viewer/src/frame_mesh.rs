@@ -14,7 +14,7 @@
 //! and otherwise searches for the first span that starts more than
 //! [`MERGE_GAP_PX`] past the run, so a lane costs about one search per
 //! pixel column however many spans it holds. Line detail
-//! ([`crate::lines`]) and the flame graph build their boxes with the same
+//! ([`crate::line_detail`]) and the flame graph build their boxes with the same
 //! primitives.
 
 use std::ops::Range;
@@ -153,7 +153,7 @@ fn hatch(mesh: &mut Mesh, x0: f32, x1: f32, y0: f32, y1: f32) {
 /// plain binary search over the whole lane would miss the cache at
 /// nearly every step.
 /// Generic over what is searched (`start` reads an item's start): call
-/// spans here, line spans and instructions in [`crate::lines`].
+/// spans here, line spans and instructions in [`crate::line_detail`].
 #[inline]
 pub(crate) fn gallop<T>(
     items: &[T],

@@ -6,7 +6,7 @@
 //! calls [`TraceView::ui`] every frame. The widgets only read models the
 //! decoder built; they never decode. Line detail comes from the decoder's
 //! background fine pass ([`ptscope_decoder::fine::worker::SegmentWorker`]), which the
-//! view drives ([`lines`]) and the Source tab reads ([`source`]).
+//! view drives ([`line_detail`]) and the Source tab reads ([`source_tab`]).
 //!
 //! Drawing is designed for tens of millions of spans: each lane is scanned
 //! by binary search, tiny spans merge per pixel, and all boxes go into one
@@ -24,14 +24,14 @@
 //! - [`axis`] picks the axis's ticks and formats times and durations.
 //! - [`overview`] draws the strip showing the whole snapshot.
 //! - [`color`] gives each function a stable color and pseudo-spans a hatch.
-//! - [`lines`] shows source lines and instructions when zoomed in.
+//! - [`line_detail`] shows source lines and instructions when zoomed in.
 //! - [`search`] finds functions by name for the toolbar's search box.
 //! - [`fuzzy`] is the one fuzzy matcher, for the search and the app's pickers.
 //! - [`details_panel`] draws the Details tab: the selected span and its calls,
 //!   with [`histogram`], the duration histogram a range of calls is brushed on.
 //! - [`range`] computes a range selection and draws its table (Range tab).
 //! - [`flame_graph`] builds and draws the range's flame graph.
-//! - [`source`] draws the Source tab: a line's file with heat, or disassembly.
+//! - [`source_tab`] draws the Source tab: a line's file with heat, or disassembly.
 //! - [`help`] draws the keyboard help window.
 //! - [`spans`] names a span ([`SpanRef`]), walks the call tree, and tells
 //!   calls from pseudo-spans (`[untraced]`, `[decode error: …]`), which no
@@ -49,12 +49,12 @@ pub mod frame_mesh;
 pub mod fuzzy;
 pub mod help;
 pub mod histogram;
-pub mod lines;
+pub mod line_detail;
 pub mod marks_row;
 pub mod overview;
 pub mod range;
 pub mod search;
-pub mod source;
+pub mod source_tab;
 pub mod spans;
 pub mod synth;
 pub mod time_window;

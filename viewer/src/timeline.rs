@@ -4,7 +4,7 @@
 //!
 //! A frame's span boxes are built by [`crate::frame_mesh`] into one mesh,
 //! and only the boxes wide enough for a label get a text shape. Line detail
-//! ([`crate::lines`]) goes into the same mesh: line spans in the lanes
+//! ([`crate::line_detail`]) goes into the same mesh: line spans in the lanes
 //! under their function spans, instructions in a row under the track. The
 //! Above the threads, a per-CPU trace gets a lane per CPU
 //! ([`crate::cpu_lanes`]); under a thread's header, its marks (PTWRITE,
@@ -28,7 +28,9 @@ use crate::axis::{self, format_duration, format_duration_in, TimeMode, TimeUnit}
 use crate::color::{text_on, FuncStyle, MERGED};
 use crate::cpu_lanes;
 use crate::frame_mesh::{self, DrawnBox, FrameBuf, LaneGeom, Paint};
-use crate::lines::{self, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES};
+use crate::line_detail::{
+    self as lines, Disasm, InsnRef, LineBox, LineFrame, LineRef, MERGED_LINES,
+};
 use crate::marks_row::{self, RowGeom, MARKS_H};
 use crate::spans::{merged_label, self_time, PseudoIndex, SpanRef};
 use crate::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};

@@ -10,8 +10,8 @@ use egui::Modifiers;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope_decoder::model::Model;
-use ptscope_viewer::lines::Disasm;
-use ptscope_viewer::source::{SourceEnv, SourceMode, SourcePane, SourceTarget};
+use ptscope_viewer::line_detail::Disasm;
+use ptscope_viewer::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget};
 use ptscope_viewer::{PanelTab, TraceView, VisibleLine};
 
 mod common;

@@ -11,13 +11,13 @@
 //!   percentiles;
 //! - [`compare`]: two calls' subtrees aligned by call path, each node's
 //!   share of the difference;
-//! - [`lines`]: the same two calls re-decoded by the fine pass, line by
+//! - [`compare_lines`]: the same two calls re-decoded by the fine pass, line by
 //!   line: what ran in one and not the other, and loops whose trip counts
 //!   differ.
 
 pub mod compare;
+pub mod compare_lines;
 pub mod distribution;
-pub mod lines;
 
 use crate::event::{FuncId, FuncTable};
 use crate::model::{Model, SpanRef};

@@ -4,10 +4,10 @@
 //! every PSB (trace offset, time, IP and the call stack there) so that the
 //! fine pass can re-decode any window without starting over.
 //!
-//! - [`blocks`](Blocks): the two engines behind one trait;
+//! - [`engines`](Blocks): the two engines behind one trait;
 //! - `walker`: blocks into events, with the clock and the checkpoints;
 //! - `sink`: where timed events go ([`ThreadBuilders`], [`TimedItems`]);
-//! - `recording`: what a chunk walk records for the replay;
+//! - `chunk_log`: what a chunk walk records for the replay;
 //! - [`chunks`]: the pass on every core, the same result as one walk:
 //!   chunks walked at once, replayed in order into the stack builders.
 
@@ -19,14 +19,14 @@ use crate::resolve::Resolve;
 use crate::stack::{OpenFrame, StackStats};
 use crate::store::ThreadSpans;
 
-mod blocks;
+mod chunk_log;
 pub mod chunks;
-mod recording;
+mod engines;
 mod sink;
 mod walker;
 
-pub use blocks::Blocks;
-pub(crate) use recording::{seam, Entry, Item, Recording};
+pub(crate) use chunk_log::{seam, Entry, Item, Recording};
+pub use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
 pub use sink::{Sink, ThreadBuilders, Timed, TimedItems};
 use walker::run;

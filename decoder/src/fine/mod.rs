@@ -19,11 +19,11 @@
 //! The parts, one file each:
 //! - this file: the public types of a decoded segment ([`Segment`],
 //!   [`Insn`], [`LineSpan`], [`LineFrame`]) and [`FineError`];
-//! - `source`: the [`LineSource`] engine, which keeps the trace, code and
+//! - `line_source`: the [`LineSource`] engine, which keeps the trace, code and
 //!   symbols and re-decodes a segment on request;
 //! - `walk`: the observer of the re-decode walk and its replay into timed
 //!   instructions at their store depths;
-//! - `lines`: source frames for each instruction and their merging into
+//! - `attribution`: source frames for each instruction and their merging into
 //!   line spans per inline level;
 //! - `queries`: the views' queries over segments ([`window_lines`],
 //!   [`insn_heat`], [`line_heat`]);
@@ -34,16 +34,16 @@
 
 use std::sync::Arc;
 
-mod lines;
+mod attribution;
+mod line_source;
 mod queries;
-mod source;
 mod walk;
 pub mod worker;
 
+pub use self::line_source::FineRecipe;
+pub use self::line_source::LineSource;
+pub(crate) use self::line_source::{CpuSlots, QueueParts};
 pub use self::queries::{insn_heat, line_heat, window_lines, InsnHeat, LineHeat, WindowLine};
-pub use self::source::FineRecipe;
-pub use self::source::LineSource;
-pub(crate) use self::source::{CpuSlots, QueueParts};
 pub use self::walk::MAX_SEGMENT_INSNS;
 
 /// Why a segment could not be re-decoded.

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::source::State;
+use super::line_source::State;
 use super::{Chain, LineFrame, LineSource, LineSpan, Segment, NO_CHAIN};
 
 // Line frames for the instructions of a segment, from the symbols.

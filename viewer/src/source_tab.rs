@@ -18,7 +18,7 @@ use ptscope_decoder::fine::worker::{Key, SegmentWorker};
 use ptscope_decoder::fine::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, LineSource, Segment};
 
 use crate::axis::{format_duration, format_duration_f};
-use crate::lines::{file_name, Disasm};
+use crate::line_detail::{file_name, Disasm};
 
 /// Source files larger than this are not shown.
 const MAX_FILE_BYTES: u64 = 16 << 20;

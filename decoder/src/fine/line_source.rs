@@ -16,7 +16,7 @@ use crate::model::{ThreadModel, TimeUnit};
 use crate::progress::DecodeProgress;
 use crate::resolve::ProcessSymbols;
 
-use super::lines::build_lines;
+use super::attribution::build_lines;
 use super::walk::{Recorder, MAX_SEGMENT_INSNS};
 use super::{Chain, FineError, Segment};
 
