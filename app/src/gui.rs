@@ -62,7 +62,7 @@ pub fn run(
             .with_drag_and_drop(true),
         ..Default::default()
     };
-    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let failed = Arc::new(parking_lot::Mutex::new(None::<String>));
     let failed2 = failed.clone();
     eframe::run_native(
         "ptscope",
@@ -88,7 +88,7 @@ pub fn run(
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))?;
-    if let Some(e) = failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(e) = failed.lock().take() {
         anyhow::bail!("{e}");
     }
     Ok(ExitCode::SUCCESS)
@@ -404,7 +404,7 @@ struct Screenshot {
     path: PathBuf,
     frames_drawn: u32,
     requested: bool,
-    failed: Arc<std::sync::Mutex<Option<String>>>,
+    failed: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 /// What the window shows of the first file once it is decoded
@@ -990,7 +990,7 @@ impl App {
             return;
         }
         if let Some(e) = self.tabs.get(self.active).and_then(Tab::error) {
-            *s.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            *s.failed.lock() = Some(e.to_string());
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             return;
         }
@@ -1021,7 +1021,7 @@ impl App {
         let ctx2 = ctx.clone();
         ctx.request_screenshot(move |image| {
             if let Err(e) = save_png(&path, &image) {
-                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                *failed.lock() = Some(format!(
                     "{}: cannot write the screenshot: {e}",
                     path.display()
                 ));

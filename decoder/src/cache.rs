@@ -36,7 +36,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::coarse::{Checkpoint, WalkFigures};
 use crate::cpus::CpuTrack;
@@ -183,7 +185,7 @@ static WRITES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
 /// way are lost (their temporary files are cleared up by a later
 /// eviction).
 pub fn finish_writes() {
-    let writes = std::mem::take(&mut *WRITES.lock().unwrap_or_else(|e| e.into_inner()));
+    let writes = std::mem::take(&mut *WRITES.lock());
     for w in writes {
         let _ = w.join();
     }
@@ -316,7 +318,7 @@ impl ModelCache {
             });
         // With no thread to be had, nothing is kept.
         if let Ok(w) = write {
-            WRITES.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+            WRITES.lock().push(w);
         }
     }
 

@@ -1,8 +1,8 @@
 //! Independent pieces of work spread over threads: what a loop does when
 //! each turn stands alone and the turns are many and large.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// `f(0)`, …, `f(n - 1)` in order, computed on up to `workers` threads
 /// that each take the next index not yet taken. One worker runs them on
@@ -25,16 +25,12 @@ pub(crate) fn map_indexed<T: Send>(
                     break;
                 }
                 let r = f(i);
-                *out[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                *out[i].lock() = Some(r);
             });
         }
     });
     out.into_iter()
-        .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .expect("every index was taken")
-        })
+        .map(|m| m.into_inner().expect("every index was taken"))
         .collect()
 }
 

@@ -6,7 +6,9 @@
 //! before the last ones are decoded.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::model::Model;
@@ -72,15 +74,12 @@ impl DecodeProgress {
 
     /// Says what the decode waits on now (`None`: nothing).
     pub fn set_waiting_on(&self, what: Option<String>) {
-        *self.waiting_on.lock().unwrap_or_else(|e| e.into_inner()) = what;
+        *self.waiting_on.lock() = what;
     }
 
     /// What the decode waits on besides decoding, for the window to show.
     pub fn waiting_on(&self) -> Option<String> {
-        self.waiting_on
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.waiting_on.lock().clone()
     }
 
     /// Sets what the decode is to walk: `segments` PSB segments holding
@@ -88,7 +87,7 @@ impl DecodeProgress {
     pub(crate) fn begin(&self, segments: u64, bytes: u64) {
         self.segments_total.store(segments, Ordering::Relaxed);
         self.bytes_total.store(bytes, Ordering::Relaxed);
-        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *self.began.lock() = Some(Instant::now());
     }
 
     /// How fast the decode goes and how long it has left, once it has
@@ -96,7 +95,7 @@ impl DecodeProgress {
     /// (the PSB period), so the share of segments done is the share of
     /// bytes done.
     pub fn rate(&self) -> Option<Rate> {
-        let began = (*self.began.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let began = (*self.began.lock())?;
         let (done, total) = self.segments();
         let bytes = self.bytes_total.load(Ordering::Relaxed);
         let elapsed = began.elapsed().as_secs_f64();
@@ -137,7 +136,7 @@ impl DecodeProgress {
         if self.no_partials {
             return false;
         }
-        let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.partial.lock();
         if p.at.is_some_and(|t| t.elapsed() < PUBLISH_EVERY) {
             return false;
         }
@@ -148,11 +147,7 @@ impl DecodeProgress {
 
     /// The newest partial model, taken (each is handed out once).
     pub fn take_partial(&self) -> Option<Arc<Model>> {
-        self.partial
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .model
-            .take()
+        self.partial.lock().model.take()
     }
 }
 

@@ -201,7 +201,8 @@ fn shared_symbols(
     search: &Search,
     notes: &mut Vec<String>,
 ) -> Option<Arc<ModuleSymbols>> {
-    use std::sync::{Mutex, Weak};
+    use parking_lot::Mutex;
+    use std::sync::Weak;
     type Key = (FileId, Option<FileId>);
     static SHARED: Mutex<Option<HashMap<Key, Weak<ModuleSymbols>>>> = Mutex::new(None);
     // Identified and read through one open file: a file replaced in
@@ -212,7 +213,7 @@ fn shared_symbols(
         file_id(&file)?,
         debug.as_ref().and_then(|(_, f)| file_id(f)),
     );
-    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut shared = SHARED.lock();
     let map = shared.get_or_insert_with(HashMap::new);
     if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
         return Some(m);
@@ -230,7 +231,7 @@ fn shared_symbols(
             dpath.display()
         ));
     }
-    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut shared = SHARED.lock();
     shared
         .get_or_insert_with(HashMap::new)
         .insert(id, Arc::downgrade(&m));

@@ -15,7 +15,9 @@
 //! timeline. (Source lines come from the decoder's fine pass,
 //! `ptscope_decoder::fine`, which [`crate::line_detail`] drives.)
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Side};
 use ptscope_decoder::calls::compare_lines::{compare_lines, Difference, LineComparison, LineRow};
@@ -192,7 +194,7 @@ impl LineJob {
                 Some(src) => compare_lines(src, &model, &a, &b).map_err(|e| e.to_string()),
                 None => Err("line detail needs an instruction trace".to_string()),
             };
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            *slot.lock() = Some(result);
             done();
         });
         job
@@ -200,7 +202,7 @@ impl LineJob {
 
     /// The comparison, once the re-decode is over.
     pub fn result(&self) -> Option<Result<LineComparison, String>> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.slot.lock().clone()
     }
 }
 

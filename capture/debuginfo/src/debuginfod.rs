@@ -33,7 +33,9 @@ use std::fmt;
 use std::io::{IsTerminal, Read, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, SystemTime};
 
 use ptscope_formats::buildid;
@@ -440,10 +442,10 @@ impl Client {
         Err(not_found())
     }
 
-    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+    fn memory(&self) -> parking_lot::MutexGuard<'_, Memory> {
         // A panic elsewhere while holding the lock leaves the memory as
         // consistent as it was: each update is one insert.
-        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+        self.memory.lock()
     }
 
     /// How long a negative cache entry holds: `<cache>/cache_miss_s`.
@@ -713,7 +715,7 @@ pub fn stderr_progress() -> Arc<ProgressFn> {
     // rewritten ten times per file, not once per block.
     let last = Mutex::new(None::<u64>);
     Arc::new(move |p: &Progress<'_>| {
-        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = last.lock();
         let step = match p.total {
             Some(t) if t > 0 => p.done * 10 / t,
             _ => p.done / (1 << 20),

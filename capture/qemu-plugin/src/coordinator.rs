@@ -185,10 +185,7 @@ pub fn wait_written(plugin: &Plugin, n: usize) {
         if left.is_zero() {
             break;
         }
-        sh = match plugin.changed.wait_timeout(sh, left) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
-        };
+        plugin.changed.wait_for(&mut sh, left);
     }
 }
 
@@ -361,10 +358,7 @@ fn next_work(plugin: &'static Plugin) -> Option<Work> {
         if sh.quit {
             return None;
         }
-        sh = match plugin.changed.wait_timeout(sh, Duration::from_millis(100)) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
-        };
+        plugin.changed.wait_for(&mut sh, Duration::from_millis(100));
     }
 }
 

@@ -7,7 +7,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use ptscope_capture::emulated::filter::IpFilter;
 use ptscope_capture::procfs::{self, Mapping};
@@ -170,9 +172,7 @@ fn own_mappings() -> Vec<Mapping> {
 
 impl Plugin {
     pub fn shared(&self) -> MutexGuard<'_, Shared> {
-        // A thread that panicked holding the lock left the state as it
-        // was between two whole updates: go on with it.
-        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
     }
 
     /// Whether this is a forked child of the traced process, which is not

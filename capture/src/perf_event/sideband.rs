@@ -8,7 +8,9 @@
 //! record is counted and reported.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -321,20 +323,16 @@ impl Collector {
 
     /// Starts draining `ring`, whose records carry `sample_type` ids.
     pub fn add(&self, ring: Arc<DataRing>, sample_type: u64) {
-        if let Ok(mut s) = self.shared.sources.lock() {
-            s.push(Source { ring, sample_type });
-        }
+        self.shared
+            .sources
+            .lock()
+            .push(Source { ring, sample_type });
     }
 
     /// Drains every ring now and returns a copy of all that came so far.
     pub fn collected(&self) -> Collected {
         drain_all(&self.shared);
-        let mut c = self
-            .shared
-            .collected
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default();
+        let mut c = self.shared.collected.lock().clone();
         c.sort();
         c
     }
@@ -360,16 +358,12 @@ impl Drop for Collector {
 }
 
 fn drain_all(shared: &Shared) {
-    let Ok(sources) = shared.sources.lock() else {
-        return;
-    };
+    let sources = shared.sources.lock();
     let mut buf = Vec::new();
     for src in sources.iter() {
         buf.clear();
         if src.ring.drain(&mut buf) > 0 {
-            if let Ok(mut c) = shared.collected.lock() {
-                c.parse(&buf, src.sample_type);
-            }
+            shared.collected.lock().parse(&buf, src.sample_type);
         }
     }
 }

@@ -5,7 +5,9 @@
 //! cores; `docs/parallel-coarse-pass.md` explains why, and the two
 //! differences that remain on damaged traces.
 
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::mpsc;
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::block::{DecoderConfig, PtError};
 use crate::coarse::{
@@ -132,11 +134,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             ..q
         };
         let dec = FlowDecoder::new(&data[start..], cfg);
-        let body = pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
-            .unwrap_or_default();
+        let body = pool.lock().pop().unwrap_or_default();
         let rec = Recording::with_body(body);
         let (figures, rec) = walk_chunk(dec, walk, (end_at, rec), &mut procs, &mut funcs)?;
         Ok((figures, rec, funcs))
@@ -148,7 +146,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     let gate = (Mutex::new((0usize, 0usize, false)), Condvar::new());
     let claim = |gate: &(Mutex<(usize, usize, bool)>, Condvar)| -> Option<usize> {
         let (lock, cv) = gate;
-        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = lock.lock();
         loop {
             let (next, replayed, stop) = *g;
             if stop || next >= bounds.len() {
@@ -158,12 +156,12 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                 g.0 += 1;
                 return Some(next);
             }
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            cv.wait(&mut g);
         }
     };
     let set_gate = |f: &dyn Fn(&mut (usize, usize, bool))| {
         let (lock, cv) = &gate;
-        f(&mut lock.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut lock.lock());
         cv.notify_all();
     };
 
@@ -226,7 +224,7 @@ pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                     (&mut *procs, &mut *funcs),
                     &mut *sink,
                 );
-                pool.lock().unwrap_or_else(|e| e.into_inner()).push(body);
+                pool.lock().push(body);
                 set_gate(&|g| g.1 = i + 1);
                 on_chunk(sink, funcs);
                 if q.progress.is_some_and(|p| p.is_cancelled()) {

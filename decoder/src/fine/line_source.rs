@@ -5,7 +5,9 @@
 //! is separate because it owns the shared state the other parts borrow.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::block::DecoderConfig;
 use crate::coarse::{walk_queue, NoSink, Observe, QueueWalk};
@@ -200,7 +202,7 @@ impl LineSource {
     /// What this source was built from besides the snapshot, for the
     /// model cache ([`FineRecipe`]).
     pub fn recipe(&self) -> FineRecipe {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.lock();
         let mut slot_of: Vec<(i32, u64)> = self
             .cpu
             .slot_of
@@ -295,7 +297,7 @@ impl LineSource {
             thread.checkpoint_frames.get(s..e).unwrap_or(&[])
         };
         let to_ns = |tsc: u64| (self.to_ns)(tsc);
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         let State {
             funcs, resolvers, ..
         } = &mut *state;

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -67,7 +69,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     fn tick(&self) -> u64 {
@@ -182,7 +184,7 @@ impl SegmentWorker {
             .iter()
             .any(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
         {
-            st = self.shared.idle.wait(st).unwrap_or_else(|e| e.into_inner());
+            self.shared.idle.wait(&mut st);
         }
     }
 }
@@ -225,7 +227,7 @@ fn work(s: &Shared) {
                     }
                     None => {
                         s.idle.notify_all();
-                        st = s.work.wait(st).unwrap_or_else(|e| e.into_inner());
+                        s.work.wait(&mut st);
                     }
                 }
             }

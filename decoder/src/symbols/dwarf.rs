@@ -32,12 +32,7 @@ const MAX_NAME_INDIRECTIONS: usize = 8;
 impl ModuleSymbols {
     /// Source file and line of `svma` (DWARF), if any.
     pub fn location(&self, svma: u64) -> Option<SourceLocation> {
-        let ctx = self
-            .dwarf
-            .as_ref()
-            .filter(|_| svma < NO_CODE)?
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let ctx = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.lock();
         let loc = ctx.find_location(svma).ok()??;
         Some(SourceLocation {
             file: loc.file?.to_string(),
@@ -53,7 +48,7 @@ impl ModuleSymbols {
         let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
             return Vec::new();
         };
-        let ctx = dwarf.lock().unwrap_or_else(|e| e.into_inner());
+        let ctx = dwarf.lock();
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
             return Vec::new();
         };
@@ -87,7 +82,7 @@ impl ModuleSymbols {
         let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
             return Vec::new();
         };
-        let ctx = dwarf.lock().unwrap_or_else(|e| e.into_inner());
+        let ctx = dwarf.lock();
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
             return Vec::new();
         };

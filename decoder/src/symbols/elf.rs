@@ -4,9 +4,9 @@
 //! to their own files and the ranges to the interval helpers, then builds
 //! the lookup table; it lives here because the ELF file is what it walks.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::path::Path;
-use std::sync::Mutex;
 
 use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, SectionHeader, Sym};

@@ -42,10 +42,10 @@
 //! - `testutil` (tests only): compiling the test program and asking GNU
 //!   binutils about it.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use object::{Endianness, FileKind};
 use ptscope_formats::demangle::demangle;
