@@ -34,7 +34,9 @@
 //! - [`model_cache`]: decoded models kept on disk and read back on the
 //!   next open, never trusted when damaged;
 //! - [`install`]: `scripts/install`, and the installed binary away from the
-//!   checkout.
+//!   checkout;
+//! - [`layout`]: the code's shape: no import cycle of more than two modules
+//!   in any crate.
 
 mod support;
 
@@ -57,6 +59,7 @@ mod gui;
 mod hardware;
 mod install;
 mod kernel_maps;
+mod layout;
 mod lines;
 mod marks;
 mod missing_binaries;

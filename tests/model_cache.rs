@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use ptscope_decoder::cache::{ModelCache, DEFAULT_MAX_BYTES};
-use ptscope_decoder::model::Model;
+use ptscope_decoder::decoded::Decoded;
 use ptscope_decoder::open::{open, OpenOptions};
 
 use crate::support::*;
@@ -22,7 +22,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Model {
+fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Decoded {
     let opts = OpenOptions {
         cache: Some(cache.clone()),
         decode: ptscope_decoder::decode::DecodeOptions {
@@ -38,7 +38,7 @@ fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Mode
 }
 
 /// Everything a model holds but its fine pass, as text.
-fn whole(m: &Model) -> Vec<String> {
+fn whole(m: &Decoded) -> Vec<String> {
     let mut out = m.canonical();
     out.extend(m.warnings.iter().map(|w| format!("warning {w}")));
     out.extend(m.missing_binaries.iter().map(|b| format!("missing {b}")));
@@ -143,7 +143,7 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
         ..OpenOptions::default()
     };
     let names =
-        |m: &Model| -> Vec<String> { m.funcs.iter().map(|(_, f)| f.name.clone()).collect() };
+        |m: &Decoded| -> Vec<String> { m.funcs.iter().map(|(_, f)| f.name.clone()).collect() };
     // Each entry is written on a thread of its own: waited for, as a
     // process that exits waits.
     let open = |snap: &Path, opts: &OpenOptions| {

@@ -51,6 +51,7 @@ fn main() {
         let t = Instant::now();
         let written = export(
             &model,
+            None,
             Path::new("synthetic"),
             &Selection::default(),
             format,

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::decode::decode_snapshot;
-use ptscope_decoder::fine::worker::SegmentWorker;
+use ptscope_decoder::fine::worker::{DetailSource, SegmentWorker};
+use ptscope_decoder::fine::LineSource;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
 use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_formats::snapshot::Snapshot;
@@ -50,7 +51,9 @@ fn main() {
         .unwrap_or(15);
     let t = Instant::now();
     let snap = Snapshot::open(&input).expect("open the input");
-    let model = Arc::new(decode_snapshot(&snap, &Default::default()).expect("decode"));
+    let decoded = decode_snapshot(&snap, &Default::default()).expect("decode");
+    let src = decoded.lines.clone().expect("an instruction trace");
+    let model = Arc::new(decoded.model);
     drop(snap);
     println!(
         "input: {} (coarse pass {:.0?})",
@@ -77,7 +80,7 @@ fn main() {
         "window", "segments", "cold", "cold max", "warm", "lines"
     );
     for n in [1_000u64, 10_000, 50_000, 100_000] {
-        let z = zoom(&model, ti, n, rounds);
+        let z = zoom(&model, &src, ti, n, rounds);
         println!(
             "{:>12} {:>9} {:>12.1?} {:>12.1?} {:>12.1?} {:>12}",
             format!("{n} insns"),
@@ -88,7 +91,7 @@ fn main() {
             z.lines
         );
     }
-    explore(&model, ti, thread);
+    explore(&model, &src, ti, thread);
 }
 
 /// Medians over `rounds` windows of `n` instructions of thread `ti`.
@@ -102,7 +105,7 @@ pub struct Zoom {
 
 /// Line-level zoom into windows of `n` instructions spread over thread
 /// `ti`: cold (a fresh worker) and warm (the same request again).
-pub fn zoom(model: &Arc<Model>, ti: usize, n: u64, rounds: usize) -> Zoom {
+pub fn zoom(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, n: u64, rounds: usize) -> Zoom {
     let thread = &model.threads[ti];
     let mut cold = Vec::new();
     let mut warm = Vec::new();
@@ -110,8 +113,8 @@ pub fn zoom(model: &Arc<Model>, ti: usize, n: u64, rounds: usize) -> Zoom {
     let mut nlines = 0;
     for r in 0..rounds {
         let (from, to) = window(thread, n, r, rounds);
-        let d = SegmentWorker::new(model.clone(), 256 << 20, || {}).unwrap();
-        let keys: Vec<_> = d.keys(ti, from, to).collect();
+        let d = SegmentWorker::new(model.clone(), src.clone(), 256 << 20, || {}).unwrap();
+        let keys = d.keys(ti, from, to);
         nsegs = keys.len();
         let t = Instant::now();
         nlines = request(&d, &keys, from, to);
@@ -164,9 +167,9 @@ fn window(t: &ThreadModel, n: u64, r: usize, rounds: usize) -> (u64, u64) {
 }
 
 /// A long random exploration through one worker with a 64 MiB budget.
-fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
+fn explore(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, thread: &ThreadModel) {
     let budget = 64 << 20;
-    let d = SegmentWorker::new(model.clone(), budget, || {}).unwrap();
+    let d = SegmentWorker::new(model.clone(), src.clone(), budget, || {}).unwrap();
     let rss0 = rss_bytes();
     let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
     let t = Instant::now();
@@ -175,7 +178,7 @@ fn explore(model: &Arc<Model>, ti: usize, thread: &ThreadModel) {
         let n = 1_000 + rng.u64(..100_000);
         let r = rng.usize(..1000);
         let (from, to) = window(thread, n, r, 1000);
-        let keys: Vec<_> = d.keys(ti, from, to).collect();
+        let keys = d.keys(ti, from, to);
         request(&d, &keys, from, to);
     }
     let f = d.figures();

@@ -642,12 +642,14 @@ fn main() {
     // Line-level zoom on the capture itself.
     eprintln!("line-level zoom…");
     let snap = Snapshot::open(&src).unwrap();
-    let model = Arc::new(decode_snapshot(&snap, &DecodeOptions::default()).unwrap());
+    let decoded = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
+    let lines_src = decoded.lines.clone().unwrap();
+    let model = Arc::new(decoded.model);
     let ti = (0..model.threads.len())
         .max_by_key(|&i| model.threads[i].walk.instructions)
         .unwrap();
     for n in [10_000u64, 100_000] {
-        let z = lines::zoom(&model, ti, n, 15);
+        let z = lines::zoom(&model, &lines_src, ti, n, 15);
         table.row(
             format!("line-level zoom, {}k instructions, cold", n / 1000),
             format!(

@@ -22,7 +22,7 @@ use ptscope_formats::snapshot::metadata::TriggerCall;
 use ptscope_viewer::TraceView;
 
 use crate::export::ExportFormat;
-use crate::loader::{Decoding, Load, Poll};
+use crate::loader::{Decoding, Load, Loaded, Poll};
 
 /// How many recent files the File menu keeps.
 const RECENT_MAX: usize = 10;
@@ -332,25 +332,31 @@ impl Tab {
         }
     }
 
-    fn finish(&mut self, r: Result<Arc<ptscope_decoder::model::Model>, String>) {
+    fn finish(&mut self, r: Result<Loaded, String>) {
         let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
         let view = match old {
             TabState::Loading { view, .. } => view,
             _ => None,
         };
         self.state = match r {
-            Ok(model) => match view {
-                Some(mut v) => {
-                    v.set_model(model);
-                    TabState::Ready(v)
+            Ok(Loaded { model, detail }) => {
+                let mut v = match view {
+                    Some(mut v) => {
+                        v.set_model(model);
+                        v
+                    }
+                    None => new_view(
+                        &self.path,
+                        &self.source_maps,
+                        self.capture_info.clone(),
+                        model,
+                    ),
+                };
+                if let Some(d) = detail {
+                    v.set_detail(d);
                 }
-                None => TabState::Ready(new_view(
-                    &self.path,
-                    &self.source_maps,
-                    self.capture_info.clone(),
-                    model,
-                )),
-            },
+                TabState::Ready(v)
+            }
             Err(e) => TabState::Failed(e),
         };
     }
@@ -520,10 +526,11 @@ impl App {
             .log
             .push(format!("exporting to {}…", dest.display()));
         std::thread::spawn(move || {
-            let said = match crate::export::export(&model, &input, &sel, format, &dest, |_| {}) {
-                Ok(n) => format!("exported {n} spans to {}", dest.display()),
-                Err(e) => format!("export failed: {e:#}"),
-            };
+            let said =
+                match crate::export::export(&model, None, &input, &sel, format, &dest, |_| {}) {
+                    Ok(n) => format!("exported {n} spans to {}", dest.display()),
+                    Err(e) => format!("export failed: {e:#}"),
+                };
             let _ = tx.send(said);
         });
         self.exports.push(rx);

@@ -4,7 +4,8 @@
 //! window alike.
 //!
 //! - [`gui`]: the window (tabs, open/recent/drop, the title) and [`loader`],
-//!   which decodes a file off the UI thread;
+//!   which decodes a file off the UI thread and starts the fine pass the
+//!   view asks for line detail;
 //! - [`missing`]: binaries a trace maps that cannot be found, the remedies
 //!   `info` and the window offer, and what Save as adds of what the user
 //!   supplied;
@@ -12,8 +13,8 @@
 //!   capture both it and `ptscope record`/`attach` run;
 //! - [`report`]: `ptscope decode` and `stats`, and [`outlier`]: `stats
 //!   --histogram` and `compare`, the outlier hunt;
-//! - [`export`]: `ptscope export`, the spans for other tools (Chrome's
-//!   JSON trace events);
+//! - [`export`]: `ptscope export`, the spans for other tools (Perfetto,
+//!   Fuchsia's FXT and Chrome's JSON trace events);
 //! - [`name_dirs`]: the flags that say where debug files and binaries
 //!   not at their paths are found;
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;

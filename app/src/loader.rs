@@ -3,7 +3,9 @@
 //! A [`Load`] decodes on its own thread and shares a
 //! [`DecodeProgress`] with the window: the window polls it each frame for
 //! the segments decoded so far and for partial models, so the first
-//! threads are drawn while the rest decode, and the user can cancel.
+//! threads are drawn while the rest decode, and the user can cancel. The
+//! finished decode arrives as a [`Loaded`]: the model, and the fine pass
+//! the app runs for it, which the view asks for line detail.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -12,6 +14,8 @@ use std::thread::JoinHandle;
 
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{DecodeOptions, Engine};
+use ptscope_decoder::decoded::Decoded;
+use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
 use ptscope_decoder::model::Model;
 use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
@@ -34,18 +38,29 @@ pub struct Decoding {
     pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
 }
 
+/// A decoded file: its model, and the fine pass over it (none for an
+/// input without an instruction trace), running on a worker thread of
+/// its own that wakes the window whenever a segment is ready.
+pub struct Loaded {
+    pub model: Arc<Model>,
+    pub detail: Option<Arc<dyn DetailSource>>,
+}
+
 /// What a poll of a load found.
 pub enum Poll {
     /// Still decoding; maybe with a newer partial model.
     Pending(Option<Arc<Model>>),
-    Done(Result<Arc<Model>, String>),
+    Done(Result<Loaded, String>),
 }
+
+type Wake = Arc<dyn Fn() + Send + Sync>;
 
 pub struct Load {
     pub path: PathBuf,
     progress: Arc<DecodeProgress>,
-    rx: mpsc::Receiver<Result<Model, String>>,
+    rx: mpsc::Receiver<Result<Decoded, String>>,
     thread: Option<JoinHandle<()>>,
+    wake: Wake,
 }
 
 impl Load {
@@ -57,8 +72,10 @@ impl Load {
         path: &Path,
         decoding: &Decoding,
         names: &NameDirs,
-        wake: impl Fn() + Send + 'static,
+        wake: impl Fn() + Send + Sync + 'static,
     ) -> Load {
+        let wake: Wake = Arc::new(wake);
+        let done = wake.clone();
         let names = names.clone();
         let decoding = decoding.clone();
         let progress = DecodeProgress::new();
@@ -83,7 +100,7 @@ impl Load {
                 });
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);
-                wake();
+                done();
             })
             .ok();
         if thread.is_none() {
@@ -98,6 +115,7 @@ impl Load {
                 progress,
                 rx: rx2,
                 thread: None,
+                wake,
             };
         }
         Load {
@@ -105,6 +123,17 @@ impl Load {
             progress,
             rx,
             thread,
+            wake,
+        }
+    }
+
+    /// The model to show and its fine pass, started here.
+    fn loaded(&self, d: Decoded) -> Loaded {
+        let wake = self.wake.clone();
+        let (model, worker) = d.into_parts(DEFAULT_BUDGET, move || wake());
+        Loaded {
+            model,
+            detail: worker.map(|w| Arc::new(w) as Arc<dyn DetailSource>),
         }
     }
 
@@ -131,7 +160,7 @@ impl Load {
         match self.rx.try_recv() {
             Ok(r) => {
                 self.join();
-                Poll::Done(r.map(Arc::new))
+                Poll::Done(r.map(|d| self.loaded(d)))
             }
             Err(mpsc::TryRecvError::Empty) => Poll::Pending(self.progress.take_partial()),
             Err(mpsc::TryRecvError::Disconnected) => {
@@ -145,9 +174,9 @@ impl Load {
     }
 
     /// Blocks until the load ends (the GUI tests).
-    pub fn wait(&mut self) -> Result<Arc<Model>, String> {
+    pub fn wait(&mut self) -> Result<Loaded, String> {
         let r = match self.rx.recv() {
-            Ok(r) => r.map(Arc::new),
+            Ok(r) => r.map(|d| self.loaded(d)),
             Err(_) => Err(format!(
                 "{}: the decoder stopped without a result",
                 self.path.display()

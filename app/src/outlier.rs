@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 use clap::ValueEnum;
 
 use ptscope_decoder::calls::compare::{compare_calls, Comparison, Figures, Side};
-use ptscope_decoder::calls::compare_lines::{compare_lines, Difference, LineComparison, LineRow};
+use ptscope_decoder::calls::compare_lines::{Difference, LineComparison, LineRow};
 use ptscope_decoder::calls::distribution::Distribution;
 use ptscope_decoder::calls::{calls_of, funcs_named, Call, Pick};
 use ptscope_decoder::event::FuncId;
@@ -345,7 +345,13 @@ pub struct CompareArgs<'a> {
 
 /// `ptscope compare FILE --function F`: one call against another, at call
 /// or line level.
-pub fn compare(m: &Model, file: &Path, args: &CompareArgs, out: &mut impl Write) -> Result<()> {
+pub fn compare(
+    m: &Model,
+    lines: Option<&LineSource>,
+    file: &Path,
+    args: &CompareArgs,
+    out: &mut impl Write,
+) -> Result<()> {
     let name = args.function;
     let calls = calls_named(m, file, name)?;
     let (ia, a) = choose((m, file), &calls, args.call, None, name)?;
@@ -364,7 +370,7 @@ pub fn compare(m: &Model, file: &Path, args: &CompareArgs, out: &mut impl Write)
     let lines = match args.level {
         CompareLevel::Calls => None,
         CompareLevel::Lines => {
-            let Some(src) = m.lines.as_ref() else {
+            let Some(src) = lines else {
                 bail!(
                     "{}: line detail needs an instruction trace (a snapshot or perf.data); \
                      this input has only branches",
@@ -472,7 +478,7 @@ fn line_comparison(
     a: &Call,
     b: &Call,
 ) -> Result<LineComparison> {
-    compare_lines(src, m, a, b)
+    src.compare_lines(m, a, b)
         .map_err(|e| anyhow::anyhow!("{}: re-decoding the calls: {e}", file.display()))
 }
 
@@ -644,7 +650,7 @@ mod tests {
             level: CompareLevel::Calls,
             format: Output::Text,
         };
-        let err = compare(&m, file, &args, &mut Vec::new()).unwrap_err();
+        let err = compare(&m, None, file, &args, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().contains("is a pseudo-span"), "{err}");
     }
 }

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
+use ptscope_decoder::decoded::Decoded;
 use ptscope_decoder::event::{FuncId, FuncTable, SpanKind};
-use ptscope_decoder::fine::{window_lines, LineSource, Segment};
+use ptscope_decoder::fine::{window_lines, Segment};
 use ptscope_decoder::model::{Model, TimeUnit};
 use ptscope_decoder::store::{flag, function_stats, FuncStats};
 
@@ -413,7 +414,7 @@ pub fn mark_name(k: &ptscope_decoder::marks::MarkKind) -> &'static str {
 /// `decode --level lines|insns`: the fine pass over the PSB segments that
 /// cover `[from, to]` (ns since the first timestamp).
 pub fn decode_fine(
-    m: &Model,
+    m: &Decoded,
     file: &Path,
     from: Option<u64>,
     to: Option<u64>,
@@ -421,7 +422,7 @@ pub fn decode_fine(
     format: Format,
     out: &mut impl Write,
 ) -> Result<()> {
-    let Some(src) = m.lines.as_ref() else {
+    let Some(src) = m.lines.as_deref() else {
         bail!(
             "{}: line detail needs an instruction trace (a snapshot or perf.data); \
              this input has only branches",
@@ -444,7 +445,7 @@ pub fn decode_fine(
         let mut segs = Vec::new();
         // The buffer each segment is in.
         let mut queues = Vec::new();
-        for i in LineSource::segments_in(t, lo, hi) {
+        for i in t.segments_in(lo, hi) {
             queues.push(t.checkpoints[i].queue);
             let seg = src
                 .decode_segment(t, i, None)

@@ -28,22 +28,7 @@ use crate::procfs::Mapping;
 use crate::recording::Target;
 use crate::trigger::symbol_matches;
 
-/// What is wrong with a `--filter`.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum FilterError {
-    #[error("bad filter `{filter}`: {why}")]
-    Syntax { filter: String, why: String },
-    #[error("filter action `{0}` is not one Intel PT has: it has `filter` and `tracestop`")]
-    Action(String),
-    #[error("filter symbol `{symbol}` was not found in {file}")]
-    UnknownSymbol { symbol: String, file: String },
-    #[error("cannot read {file} for the filter: {why}")]
-    File { file: String, why: String },
-    #[error("{given} filter ranges given, but the CPU has {max} address ranges")]
-    TooMany { given: usize, max: usize },
-    #[error("the filter `{0}` has a size of zero")]
-    Empty(String),
-}
+pub use crate::error::FilterError;
 
 pub use ptscope_formats::filter::{
     kernel_string, FilterAction, FilterRange, FilterSpec, FilterStart, FilterSyntaxError,

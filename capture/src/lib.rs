@@ -18,11 +18,15 @@
 //! - [`recording`] holds what a capture recorded, whichever backend took it.
 //! - [`save`] writes a recording, from either backend, as a `.ptscope` snapshot.
 //! - [`supervise`] runs captures in a child process, so a killed ptscope kills no tracee.
-//! - [`error`] defines [`CaptureError`], the error the crate's operations return.
+//! - [`insn`] classifies x86 instructions by the PT packets they produce, for the
+//!   emulated unit and the slow-call trigger alike.
+//! - [`error`] defines [`CaptureError`], the error the crate's operations return, and
+//!   the errors of the layers below it, so that it depends on no other module.
 
 pub mod emulated;
 pub mod error;
 pub mod filter;
+pub mod insn;
 pub mod intel_pt;
 pub mod kernel_symbols;
 pub mod perf_event;

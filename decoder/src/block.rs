@@ -5,40 +5,80 @@
 //! ([`DecoderConfig`]), and libipt's error codes ([`PtError`]), which our
 //! decoder reports too so that both read the same.
 
-use libipt_sys as sys;
 use ptscope_formats::snapshot::Trace;
 
 use crate::ip_filter::IpFilter;
 
-/// A libipt error code with its message.
+/// A libipt error code with its message. The codes and their messages
+/// are libipt's (`enum pt_error_code`, `pt_errstr`), ported here so that
+/// our own decoder, which reports them too, needs no C library to say
+/// what went wrong; a test in [`crate::ffi`] holds every one to libipt's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PtError(pub i32);
 
+/// libipt's error codes in order (code `i` is `-i`), with their messages.
+const MESSAGES: [&str; 28] = [
+    "OK",
+    "internal error",
+    "invalid argument",
+    "decoder out of sync",
+    "unknown opcode",
+    "unknown packet",
+    "unexpected packet context",
+    "reached end of trace stream",
+    "trace stream does not match query",
+    "out of memory",
+    "bad configuration",
+    "no ip",
+    "ip has been suppressed",
+    "no memory mapped at this address",
+    "unknown instruction",
+    "no timing information",
+    "no core:bus ratio",
+    "bad image",
+    "locking error",
+    "not supported",
+    "compressed return without call",
+    "bad compressed return",
+    "bad status update",
+    "expected tracing enabled event",
+    "event ignored",
+    "overflow",
+    "bad file",
+    "unknown cpu",
+];
+
 impl PtError {
-    // libipt's codes, which our own flow decoder reports too, so both
-    // decoders' errors read the same.
-    pub const BAD_OPC: PtError = PtError(-(sys::pt_error_code_pte_bad_opc as i32));
-    pub const BAD_PACKET: PtError = PtError(-(sys::pt_error_code_pte_bad_packet as i32));
-    pub const BAD_CONTEXT: PtError = PtError(-(sys::pt_error_code_pte_bad_context as i32));
-    pub const EOS: PtError = PtError(-(sys::pt_error_code_pte_eos as i32));
-    pub const BAD_QUERY: PtError = PtError(-(sys::pt_error_code_pte_bad_query as i32));
-    pub const NOIP: PtError = PtError(-(sys::pt_error_code_pte_noip as i32));
-    pub const NOMAP: PtError = PtError(-(sys::pt_error_code_pte_nomap as i32));
-    pub const BAD_INSN: PtError = PtError(-(sys::pt_error_code_pte_bad_insn as i32));
-    pub const BAD_RETCOMP: PtError = PtError(-(sys::pt_error_code_pte_bad_retcomp as i32));
+    pub const BAD_OPC: PtError = PtError(-4);
+    pub const BAD_PACKET: PtError = PtError(-5);
+    pub const BAD_CONTEXT: PtError = PtError(-6);
+    pub const EOS: PtError = PtError(-7);
+    pub const BAD_QUERY: PtError = PtError(-8);
+    pub const NOIP: PtError = PtError(-11);
+    pub const NOMAP: PtError = PtError(-13);
+    pub const BAD_INSN: PtError = PtError(-14);
+    pub const BAD_RETCOMP: PtError = PtError(-21);
+    /// Codes past the last libipt has: its message for any code it does
+    /// not know.
+    const UNKNOWN: &str = "internal error.";
 
     pub fn is_eos(self) -> bool {
-        self.0 == -(sys::pt_error_code_pte_eos as i32)
+        self == PtError::EOS
     }
 
     /// No memory is mapped at the address the decoder needed.
     pub fn is_nomap(self) -> bool {
-        self.0 == -(sys::pt_error_code_pte_nomap as i32)
+        self == PtError::NOMAP
     }
 
     /// libipt's message, without the code.
     pub fn message(self) -> String {
-        crate::ffi::error_message(self.0)
+        usize::try_from(self.0.unsigned_abs())
+            .ok()
+            .and_then(|i| MESSAGES.get(i))
+            .copied()
+            .unwrap_or(PtError::UNKNOWN)
+            .to_string()
     }
 }
 

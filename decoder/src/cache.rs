@@ -42,6 +42,7 @@ use parking_lot::Mutex;
 
 use crate::coarse::{Checkpoint, WalkFigures};
 use crate::cpus::CpuTrack;
+use crate::decoded::Decoded;
 use crate::event::{Func, FuncTable};
 use crate::fine::FineRecipe;
 use crate::marks::Marks;
@@ -309,7 +310,7 @@ impl ModelCache {
     /// its opener has the model without waiting for the write (a copy of
     /// it: the lanes are shared, not copied). A write that fails costs the
     /// next open a decode, nothing more.
-    pub(crate) fn keep(&self, key: String, model: Model) {
+    pub(crate) fn keep(&self, key: String, model: Decoded) {
         let cache = self.clone();
         let write = std::thread::Builder::new()
             .name("ptscope-model-cache".into())
@@ -325,7 +326,7 @@ impl ModelCache {
     /// Keeps `model` as the entry `key`, then evicts the least recently
     /// used entries until the cache fits its bound. A model larger than
     /// the whole bound is not kept.
-    pub(crate) fn store(&self, key: &str, model: &Model) -> Result<(), CacheError> {
+    pub(crate) fn store(&self, key: &str, model: &Decoded) -> Result<(), CacheError> {
         let Some(lines) = &model.lines else {
             return Ok(());
         };
@@ -558,7 +559,6 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
                 threads,
                 missing_binaries: missing_binaries.clone(),
                 warnings: warnings.clone(),
-                lines: None,
                 unit,
                 cpus: cpus.clone(),
                 cbr_mhz,
@@ -586,7 +586,6 @@ fn read_entry(entry: &SharedSlice, preview: Option<&DecodeProgress>) -> Result<C
             threads,
             missing_binaries,
             warnings,
-            lines: None,
             unit,
             cpus,
             cbr_mhz,

@@ -17,12 +17,14 @@ use crate::coarse::{
     decode_queue, decode_thread, scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
 };
 use crate::cpus::CpuTrack;
+use crate::decoded::Decoded;
 use crate::event::FuncTable;
 use crate::ffi::{BlockDecoder, Image, SectionCache};
 use crate::fine::{CpuSlots, LineSource, QueueParts};
 use crate::flow::FlowDecoder;
 use crate::image::{sections_with, Section};
-use crate::marks::{self, Mark, Marks};
+use crate::mark_scan;
+use crate::marks::{Mark, Marks};
 use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::packet::{find_psb, psb_offsets};
@@ -89,7 +91,7 @@ pub enum Engine {
 }
 
 /// Decodes every thread of `snap` (or those `opts` selects).
-pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Model, DecodeError> {
+pub fn decode_snapshot(snap: &Snapshot, opts: &DecodeOptions) -> Result<Decoded, DecodeError> {
     let trace = snap.trace().map_err(DecodeError::File)?;
     decode_trace(snap, &trace, opts)
 }
@@ -337,7 +339,7 @@ pub fn decode_trace(
     snap: &Snapshot,
     trace: &Trace,
     opts: &DecodeOptions,
-) -> Result<Model, DecodeError> {
+) -> Result<Decoded, DecodeError> {
     let libipt = |error| DecodeError::Libipt {
         path: snap.path.clone(),
         error,
@@ -465,7 +467,6 @@ pub fn decode_trace(
                             threads: partial,
                             missing_binaries: missing_binaries.clone(),
                             warnings: Vec::new(),
-                            lines: None,
                             unit,
                             ..Model::default()
                         }
@@ -501,7 +502,6 @@ pub fn decode_trace(
                 threads: threads.clone(),
                 missing_binaries: missing_binaries.clone(),
                 warnings: Vec::new(),
-                lines: None,
                 unit,
                 ..Model::default()
             });
@@ -747,7 +747,7 @@ pub fn decode_trace(
     // Keep the section cache alive until every image is gone.
     drop(procs);
     drop(loaders);
-    Ok(Model {
+    let model = Model {
         funcs,
         missing_binaries,
         warnings: [
@@ -763,10 +763,13 @@ pub fn decode_trace(
         ]
         .concat(),
         threads,
-        lines: Some(Arc::new(lines)),
         unit,
         cpus,
         cbr_mhz: cbr_mhz(&trace.params),
+    };
+    Ok(Decoded {
+        model,
+        lines: Some(Arc::new(lines)),
     })
 }
 
@@ -806,13 +809,13 @@ fn add_marks(
             if !threads.iter().any(|t| t.spans.tid == tid) {
                 continue;
             }
-            let scan = marks::scan(&s.data, cfg, to_ns);
+            let scan = mark_scan::scan(&s.data, cfg, to_ns);
             untimed += scan.untimed;
             per_tid.entry(tid).or_default().extend(scan.marks);
             continue;
         }
         let cpu = s.cpu.unwrap_or(0);
-        let scan = marks::scan(&s.data, cfg, to_ns);
+        let scan = mark_scan::scan(&s.data, cfg, to_ns);
         untimed += scan.untimed;
         let schedule = schedules.get(&s.idx).map(Vec::as_slice).unwrap_or(&[]);
         for m in &scan.marks {
@@ -905,7 +908,7 @@ pub(crate) fn reopen(
     snap: &Snapshot,
     opts: &DecodeOptions,
     cached: crate::cache::Cached,
-) -> Result<Option<Model>, DecodeError> {
+) -> Result<Option<Decoded>, DecodeError> {
     let trace = snap.trace().map_err(DecodeError::File)?;
     let trace = &trace;
     let Prepared {
@@ -949,9 +952,9 @@ pub(crate) fn reopen(
     );
     drop(procs);
     drop(loaders);
-    Ok(Some(Model {
+    Ok(Some(Decoded {
+        model: cached.model,
         lines: Some(Arc::new(lines)),
-        ..cached.model
     }))
 }
 
@@ -963,7 +966,7 @@ pub fn decode_raw(
     images: &[(PathBuf, u64)],
     cfg: &DecoderConfig,
     engine: Engine,
-) -> Result<Model, DecodeError> {
+) -> Result<Decoded, DecodeError> {
     let libipt = |error| DecodeError::Libipt {
         path: pt_path.to_path_buf(),
         error,
@@ -1069,20 +1072,22 @@ pub fn decode_raw(
         funcs.clone(),
     );
     let mut thread = ThreadModel::new(d, None);
-    let scan = marks::scan(pt, cfg, &|tsc| tsc);
+    let scan = mark_scan::scan(pt, cfg, &|tsc| tsc);
     thread.marks = Marks::new(scan.marks);
     let threads = vec![thread];
     let mut warnings = stack_warnings(&threads);
     warnings.extend(no_cpu_warning(cfg, &threads));
     warnings.extend(libipt_resync_warning(engine, &threads));
-    Ok(Model {
-        funcs,
-        missing_binaries: Vec::new(),
-        warnings,
-        threads,
+    Ok(Decoded {
+        model: Model {
+            funcs,
+            missing_binaries: Vec::new(),
+            warnings,
+            threads,
+            unit,
+            ..Model::default()
+        },
         lines: Some(Arc::new(lines)),
-        unit,
-        ..Model::default()
     })
 }
 
@@ -1138,7 +1143,6 @@ pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
         missing_binaries: Vec::new(),
         warnings: stack_warnings(&threads),
         threads,
-        lines: None,
         unit: TimeUnit::Ns,
         ..Model::default()
     }
@@ -1373,7 +1377,7 @@ mod tests {
                 parallel,
                 ..DecodeOptions::default()
             };
-            decode_trace(snap, trace, &opts).unwrap()
+            decode_trace(snap, trace, &opts).unwrap().model
         };
         let chunks = Parallel {
             workers: 2,
@@ -1556,5 +1560,40 @@ mod tests {
         let errors: usize = one.threads.iter().map(|t| t.walk.errors.len()).sum();
         assert!(errors >= damaged, "{errors} errors for {damaged} bad TIPs");
         assert_same(&one.canonical(), &many.canonical());
+    }
+
+    /// Decoded for real: a raw dump whose code lies outside the one image
+    /// given decodes to no call, and the thread says why.
+    #[test]
+    fn a_decode_that_finds_no_code_says_why() {
+        use crate::block::DecoderConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("code");
+        std::fs::write(&image, [0x90u8; 0x20]).unwrap();
+        // PSB+, then TIP.PGE to 0x5000, where no image is, and a TIP
+        // that only decoding the code there could bind.
+        let mut pt = crate::packet::PSB_BYTES.to_vec();
+        pt.extend([0x02, 0x23]);
+        pt.push(0x11 | (6 << 5));
+        pt.extend(0x5000u64.to_le_bytes());
+        pt.push(0x0d | (6 << 5));
+        pt.extend(0x5010u64.to_le_bytes());
+        pt.push(0x00);
+        for engine in [Engine::Flow, Engine::Libipt] {
+            let m = decode_raw(
+                std::path::Path::new("raw.pt"),
+                &pt,
+                &[(image.clone(), 0x1000)],
+                &DecoderConfig::default(),
+                engine,
+            )
+            .unwrap();
+            let why = m.threads[0].diagnosis(&m.funcs).unwrap_or_default();
+            assert!(
+                why.starts_with("0 calls: ") && why.contains("decode error"),
+                "{engine:?}: {why} {:?}",
+                m.canonical()
+            );
+        }
     }
 }

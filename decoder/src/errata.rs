@@ -1,8 +1,9 @@
 //! The CPU errata that affect decoding, and which CPU has which: libipt's
-//! table (`pt_cpu_errata`, asked through [`crate::ffi::cpu_errata`]), and
-//! for CPUs newer than the bundled libipt 2.1.2 knows, the errata Intel's
-//! specification updates give them (as libipt's later releases list them),
-//! so that both decoders work around the same ones. Our flow decoder
+//! table (`pt_cpu_errata`), ported here so that our decoder needs no C
+//! library to know them (a test in [`crate::ffi`] holds every CPU to
+//! libipt's), and for CPUs newer than the bundled libipt knows, the errata
+//! Intel's specification updates give them (as libipt's later releases
+//! list them), so that both decoders work around the same ones. Our flow decoder
 //! ([`crate::flow`]) works around them as libipt's decoders do:
 //! - BDM70: a PSB+ may say tracing is on (a FUP) when a TIP.PGE follows it:
 //!   tracing is off there, and begins at the TIP.PGE;
@@ -62,27 +63,85 @@ impl Errata {
         if cfg.family == 0 {
             return Errata::default();
         }
-        crate::ffi::cpu_errata(cfg.family, cfg.model, cfg.stepping)
+        Errata::known(cfg.family, cfg.model)
             .or_else(|| Errata::newer(cfg.family, cfg.model))
             .unwrap_or_default()
     }
 
-    /// CPUs that libipt 2.1.2 does not know: Lunar Lake (6/0xd5) and
-    /// family 0x12 (models 1 and 3) have BDM70, SKD022 and APL11; family
-    /// 0x13 model 1 has BDM70, SKD022 and SKZ84.
+    /// libipt's table: the errata of the Intel CPUs it knows, by family
+    /// and model (no erratum here depends on the stepping).
+    pub(crate) fn known(family: u16, model: u8) -> Option<Errata> {
+        let mut e = Errata::default();
+        match (family, model) {
+            // Broadwell.
+            (0x6, 0x3d | 0x47 | 0x4f | 0x56) => {
+                e.bdm70 = true;
+                e.bdm64 = true;
+            }
+            // Skylake and Kaby Lake clients.
+            (0x6, 0x4e | 0x5e | 0x8e | 0x9e | 0xa5 | 0xa6) => {
+                e.bdm70 = true;
+                e.skd007 = true;
+                e.skd022 = true;
+                e.skd010 = true;
+                e.skl014 = true;
+                e.skl168 = true;
+            }
+            // Skylake, Cascade Lake and Ice Lake servers.
+            (0x6, 0x55 | 0x6a | 0x6c) => {
+                e.bdm70 = true;
+                e.skl014 = true;
+                e.skd022 = true;
+                e.skz84 = true;
+            }
+            // Sapphire, Emerald and Granite Rapids.
+            (0x6, 0x8f | 0xcf | 0xad | 0xae) => {
+                e.bdm70 = true;
+                e.skd022 = true;
+                e.skz84 = true;
+            }
+            // Cannon Lake, Ice Lake and Tiger Lake clients.
+            (0x6, 0x66 | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 | 0xa8) => {
+                e.bdm70 = true;
+                e.skl014 = true;
+                e.skd022 = true;
+            }
+            // Alder Lake, Raptor Lake, Meteor Lake, Arrow Lake and kin.
+            (
+                0x6,
+                0x97 | 0x9a | 0xba | 0xb7 | 0xbf | 0xc5 | 0xc6 | 0xb5 | 0xaa | 0xac | 0xbd | 0xcc,
+            ) => {
+                e.bdm70 = true;
+                e.skd022 = true;
+                e.apl11 = true;
+            }
+            // Goldmont.
+            (0x6, 0x5c | 0x5f) => {
+                e.apl12 = true;
+                e.apl11 = true;
+            }
+            // Goldmont Plus, Tremont and the other Atom cores.
+            (0x6, 0x7a | 0x86 | 0x96 | 0x9c | 0xb6 | 0xaf | 0xdd) => {
+                e.apl11 = true;
+            }
+            (0x13, 0x01) => {
+                e.bdm70 = true;
+                e.skd022 = true;
+                e.skz84 = true;
+            }
+            _ => return None,
+        }
+        Some(e)
+    }
+
+    /// CPUs that the bundled libipt does not know: Lunar Lake (6/0xd5)
+    /// and family 0x12 (models 1 and 3) have BDM70, SKD022 and APL11.
     fn newer(family: u16, model: u8) -> Option<Errata> {
-        let (bdm70, skd022) = (true, true);
         match (family, model) {
             (0x6, 0xd5) | (0x12, 0x01 | 0x03) => Some(Errata {
-                bdm70,
-                skd022,
+                bdm70: true,
+                skd022: true,
                 apl11: true,
-                ..Errata::default()
-            }),
-            (0x13, 0x01) => Some(Errata {
-                bdm70,
-                skd022,
-                skz84: true,
                 ..Errata::default()
             }),
             _ => None,

@@ -20,14 +20,6 @@ use ptscope_formats::snapshot::{AuxStream, Trace};
 use crate::block::{decoder_config, Block, BlockEnd, BlockItem, DecoderConfig, PtError};
 use crate::image::Section;
 
-/// libipt's message for error `code` (negative, as libipt returns it),
-/// without the code.
-pub(crate) fn error_message(code: i32) -> String {
-    // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
-    let msg = unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-code) as sys::pt_error_code)) };
-    msg.to_string_lossy().into_owned()
-}
-
 /// Walks every instruction of `stream` over `sections`.
 pub fn walk_stream(
     trace: &Trace,
@@ -79,36 +71,6 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
         f.config.addr_cfg = addr_cfg;
         c
     }
-}
-
-/// libipt's errata for a CPU; `None` for one it does not know.
-pub fn cpu_errata(family: u16, model: u8, stepping: u8) -> Option<crate::errata::Errata> {
-    // SAFETY: pt_cpu and pt_errata are plain data for which all-zero is
-    // valid; pt_cpu_errata only writes the errata it is given.
-    let e = unsafe {
-        let mut cpu: sys::pt_cpu = zeroed();
-        cpu.vendor = sys::pt_cpu_vendor_pcv_intel;
-        cpu.family = family;
-        cpu.model = model;
-        cpu.stepping = stepping;
-        let mut e: sys::pt_errata = zeroed();
-        if sys::pt_cpu_errata(&mut e, &cpu) < 0 {
-            return None;
-        }
-        e
-    };
-    Some(crate::errata::Errata {
-        bdm70: e.bdm70() != 0,
-        bdm64: e.bdm64() != 0,
-        skd007: e.skd007() != 0,
-        skd022: e.skd022() != 0,
-        skd010: e.skd010() != 0,
-        skl014: e.skl014() != 0,
-        apl11: e.apl11() != 0,
-        apl12: e.apl12() != 0,
-        skl168: e.skl168() != 0,
-        skz84: e.skz84() != 0,
-    })
 }
 
 /// `e` as libipt's configuration holds it.
@@ -684,6 +646,83 @@ fn event_item(ev: &sys::pt_event) -> Option<BlockItem> {
 
 #[cfg(test)]
 mod tests {
+    use std::mem::zeroed;
+
+    use libipt_sys as sys;
+
+    use crate::block::PtError;
+
+    // libipt's own answers, to hold the ported tables to.
+    /// libipt's message for error `code` (negative, as libipt returns it),
+    /// without the code.
+    fn error_message(code: i32) -> String {
+        // SAFETY: pt_errstr returns a static NUL-terminated string for any code.
+        let msg =
+            unsafe { std::ffi::CStr::from_ptr(sys::pt_errstr((-code) as sys::pt_error_code)) };
+        msg.to_string_lossy().into_owned()
+    }
+
+    /// libipt's errata for a CPU; `None` for one it does not know.
+    fn cpu_errata(family: u16, model: u8, stepping: u8) -> Option<crate::errata::Errata> {
+        // SAFETY: pt_cpu and pt_errata are plain data for which all-zero is
+        // valid; pt_cpu_errata only writes the errata it is given.
+        let e = unsafe {
+            let mut cpu: sys::pt_cpu = zeroed();
+            cpu.vendor = sys::pt_cpu_vendor_pcv_intel;
+            cpu.family = family;
+            cpu.model = model;
+            cpu.stepping = stepping;
+            let mut e: sys::pt_errata = zeroed();
+            if sys::pt_cpu_errata(&mut e, &cpu) < 0 {
+                return None;
+            }
+            e
+        };
+        Some(crate::errata::Errata {
+            bdm70: e.bdm70() != 0,
+            bdm64: e.bdm64() != 0,
+            skd007: e.skd007() != 0,
+            skd022: e.skd022() != 0,
+            skd010: e.skd010() != 0,
+            skl014: e.skl014() != 0,
+            apl11: e.apl11() != 0,
+            apl12: e.apl12() != 0,
+            skl168: e.skl168() != 0,
+            skz84: e.skz84() != 0,
+        })
+    }
+
+    #[test]
+    fn error_codes_and_messages_are_libipts() {
+        for code in 0..40 {
+            assert_eq!(
+                PtError(-code).message(),
+                error_message(-code),
+                "code {code}"
+            );
+        }
+        assert_eq!(PtError::EOS.0, -(sys::pt_error_code_pte_eos as i32));
+        assert_eq!(PtError::NOMAP.0, -(sys::pt_error_code_pte_nomap as i32));
+        assert_eq!(
+            PtError::BAD_RETCOMP.0,
+            -(sys::pt_error_code_pte_bad_retcomp as i32)
+        );
+        assert_eq!(PtError::BAD_OPC.0, -(sys::pt_error_code_pte_bad_opc as i32));
+        assert_eq!(PtError::NOIP.0, -(sys::pt_error_code_pte_noip as i32));
+    }
+
+    #[test]
+    fn every_cpus_errata_are_libipts() {
+        for family in [0x6u16, 0x12, 0x13, 0xf] {
+            for model in 0..=255u8 {
+                assert_eq!(
+                    crate::errata::Errata::known(family, model),
+                    cpu_errata(family, model, 0),
+                    "{family:#x}/{model:#x}"
+                );
+            }
+        }
+    }
     use crate::block::DecoderConfig;
 
     /// libipt's decoders are given the errata of CPUs newer than its own

@@ -1,5 +1,5 @@
 //! One way in: any input a user can open, told apart by its content and
-//! decoded into a [`Model`]. The command line and the window both open
+//! decoded into a [`Decoded`]: its model and the fine pass over it. The command line and the window both open
 //! files through [`open`], so a file that opens in one opens in the other,
 //! with the same errors.
 //!
@@ -19,7 +19,7 @@ use ptscope_formats::FileError;
 
 use crate::block::DecoderConfig;
 use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions};
-use crate::model::Model;
+use crate::decoded::Decoded;
 use crate::perf_script;
 
 /// What a file holds, by its first bytes.
@@ -140,7 +140,7 @@ pub fn read_raw(path: &Path) -> Result<Vec<u8>, DecodeError> {
 }
 
 /// Opens and decodes `path`, whatever kind of input it is.
-pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
+pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
     match input_kind(path, !opts.raw_images.is_empty())? {
         InputKind::RawPt if opts.raw_images.is_empty() => Err(input(path, RAW_NEEDS_IMAGES)),
         InputKind::RawPt => {
@@ -165,7 +165,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model, DecodeError> {
             if let Some(t) = &opts.decode.threads {
                 m.threads.retain(|th| t.contains(&th.spans.tid));
             }
-            Ok(m)
+            Ok(Decoded::without_lines(m))
         }
         InputKind::Snapshot | InputKind::PerfData => {
             let snap = Snapshot::open(path).map_err(DecodeError::File)?;

@@ -165,12 +165,7 @@ pub fn parse_with(
     }
 }
 
-/// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
-/// carry it (and as libipt prints it): the value plus one, so 0 is C1, and
-/// 0xf is C0.
-pub fn c_state(v: u8) -> u8 {
-    v.wrapping_add(1) & 0xf
-}
+pub use ptscope_model::marks::c_state;
 
 pub const PSB_BYTES: [u8; 16] = [
     0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,

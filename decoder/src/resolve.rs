@@ -1064,7 +1064,6 @@ mod walk_and_chunks {
                 threads: vec![ThreadModel::new(d, Some(0))],
                 missing_binaries: Vec::new(),
                 warnings: Vec::new(),
-                lines: None,
                 unit: TimeUnit::Ns,
                 ..Model::default()
             }

@@ -59,29 +59,7 @@ use crate::event::{
     is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
 };
 use crate::store::{flag, Span, ThreadSpans};
-
-/// Anomalies the rules absorbed, for the decoder's report.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StackStats {
-    pub events: u64,
-    pub calls: u64,
-    pub returns: u64,
-    pub tail_calls: u64,
-    /// Frames popped by jumps or returns that skipped frames.
-    pub nonlocal_pops: u64,
-    /// Frames synthesized because a return went below the trace's start.
-    pub inferred_frames: u64,
-    /// Events whose source was not in the top frame.
-    pub repaired: u64,
-    pub double_enable: u64,
-    pub double_disable: u64,
-    pub errors: u64,
-    /// Errors after which the stack could not be kept.
-    pub stack_resets: u64,
-    /// Times the stack outgrew [`MAX_DEPTH`] and started over.
-    pub depth_resets: u64,
-    pub max_depth: usize,
-}
+pub use ptscope_model::checkpoint::{OpenFrame, StackStats};
 
 /// The deepest call stack kept. Far beyond real code (a stack overflow at
 /// 8 MiB is some 100k frames, and 16k rows are already unreadable), and
@@ -90,24 +68,6 @@ pub const MAX_DEPTH: usize = 1 << 14;
 
 /// `Frame::call_site` of a frame entered by a syscall or interrupt.
 const KERNEL_ENTRY: u64 = u64::MAX;
-
-/// An open frame as a checkpoint keeps it, to seed a later walk with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OpenFrame {
-    pub func: FuncId,
-    /// When it opened, on the walk's clock.
-    pub start: u64,
-    /// Address of the call that made it, 0 if not made by a call. A walk
-    /// seeded with it needs this to see a return to just after that call
-    /// under another name (`_start` going on as `_dl_start_user`) as the
-    /// same frame, as the walk that kept it did.
-    pub call_site: u64,
-    /// Kernel code: it ends when user code runs again.
-    pub kernel: bool,
-    /// Entered by a jump into its middle from this function (its cold
-    /// part), [`UNKNOWN`] otherwise.
-    pub mid_from: FuncId,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Frame {

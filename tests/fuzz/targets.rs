@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{decode_snapshot, decode_trace, DecodeOptions, Engine};
-use ptscope_decoder::model::Model;
+use ptscope_decoder::decoded::Decoded;
 use ptscope_formats::perf_data::PerfDataFile;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
@@ -34,7 +34,7 @@ pub fn root() -> PathBuf {
 /// A model of it stays alive so that every decode shares its symbols
 /// instead of parsing libc again.
 fn demo() -> &'static Snapshot {
-    static DEMO: OnceLock<(Snapshot, Model)> = OnceLock::new();
+    static DEMO: OnceLock<(Snapshot, Decoded)> = OnceLock::new();
     &DEMO
         .get_or_init(|| {
             let snap =
@@ -247,7 +247,7 @@ fn first_difference(a: &[String], b: &[String]) -> Option<String> {
 
 /// Re-decodes the first segments of every thread down to lines, as a
 /// zoom would, and disassembles where they went.
-fn fine_pass(model: &Model) {
+fn fine_pass(model: &Decoded) {
     let Some(src) = &model.lines else { return };
     for t in &model.threads {
         for i in 0..t.checkpoints.len().min(2) {
@@ -375,13 +375,14 @@ pub fn pt_decode(input: &[u8]) {
     decode_all_ways(snap, Some(&trace));
 }
 
-/// Any bytes as a trace's marks ([`ptscope_decoder::marks`]): the packet
+/// Any bytes as a trace's marks ([`ptscope_decoder::mark_scan`]): the packet
 /// scan under the configuration the first bytes pick ([`configure_pt`]'s
 /// timing bytes), then everything the window and `decode --level marks`
 /// derive from them: frequency steps, sleeps, windows and descriptions.
 pub fn marks(input: &[u8]) {
     use ptscope_decoder::block::DecoderConfig;
-    use ptscope_decoder::marks::{scan, Marks};
+    use ptscope_decoder::mark_scan::scan;
+    use ptscope_decoder::marks::Marks;
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;
     };

@@ -38,10 +38,17 @@ fn frame(ctx: &Context, view: &mut TraceView) -> Duration {
 
 use ptscope_viewer::bench::median_ms as median;
 
-fn demo() -> Arc<ptscope_decoder::model::Model> {
+/// The demo's model and the decoder's fine pass over it.
+fn demo() -> (
+    Arc<ptscope_decoder::model::Model>,
+    ptscope_decoder::fine::worker::SegmentWorker,
+) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
     let snap = ptscope_formats::snapshot::Snapshot::open(&path).expect("the demo snapshot");
-    Arc::new(ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).expect("decodes"))
+    let decoded =
+        ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).expect("decodes");
+    let (model, worker) = decoded.into_parts(ptscope_decoder::fine::worker::DEFAULT_BUDGET, || {});
+    (model, worker.expect("an instruction trace"))
 }
 
 /// Zooms to `[s, e)` and runs frames until its line detail is drawn.
@@ -55,9 +62,10 @@ fn zoom_until_drawn(ctx: &Context, view: &mut TraceView, s: u64, e: u64) -> (f64
 }
 
 fn main() {
-    let model = demo();
+    let (model, worker) = demo();
     let ctx = Context::default();
     let mut view = TraceView::new(model.clone());
+    view.set_detail(Arc::new(worker));
     for _ in 0..3 {
         frame(&ctx, &mut view);
     }

@@ -4,8 +4,8 @@
 //! to that thread at that time.
 
 use egui::{pos2, Align2, Color32, FontId, Painter, Rect, Stroke};
-use ptscope_decoder::cpus::{CpuSlice, CpuTrack};
-use ptscope_decoder::model::Model;
+use ptscope_model::cpus::{CpuSlice, CpuTrack};
+use ptscope_model::model::Model;
 
 use crate::color::{call_color, name_hash, text_on};
 use crate::marks_row::RowGeom;

@@ -4,7 +4,7 @@
 //! ([`crate::histogram`]). Brushing a range of durations lists those
 //! calls, slowest first, and outlines them on the timeline; "Compare with
 //! typical" sets a call beside the median one, by call path
-//! (`ptscope_decoder::calls`, as `ptscope compare` prints it).
+//! (`ptscope_model::calls`, as `ptscope compare` prints it).
 //!
 //! [`Details::new`] gathers all of it when the selection changes (or a
 //! newer model arrives), because the figures scan every span of the model;
@@ -13,19 +13,20 @@
 //! ([`step_call`]) and zoom to the span or to the slowest call. They return
 //! a [`DetailsAction`] rather than act, since only the view can move the
 //! timeline. (Source lines come from the decoder's fine pass,
-//! `ptscope_decoder::fine`, which [`crate::line_detail`] drives.)
+//! `ptscope_model::segment`, which [`crate::line_detail`] drives.)
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use ptscope_decoder::calls::compare::{compare_calls, Comparison, Side};
-use ptscope_decoder::calls::compare_lines::{compare_lines, Difference, LineComparison, LineRow};
-use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::{calls_unordered, Call, Pick};
-use ptscope_decoder::event::FuncId;
-use ptscope_decoder::model::Model;
-use ptscope_decoder::store::flag;
+use ptscope_model::calls::compare::{compare_calls, Comparison, Side};
+use ptscope_model::calls::compare_lines::{Difference, LineComparison, LineRow};
+use ptscope_model::calls::distribution::Distribution;
+use ptscope_model::calls::{calls_unordered, Call, Pick};
+use ptscope_model::detail::DetailSource;
+use ptscope_model::funcs::FuncId;
+use ptscope_model::model::Model;
+use ptscope_model::store::flag;
 
 use crate::spans::{call_path, merged_label, self_time, PseudoIndex, SpanRef};
 use crate::timeline::SpanGroup;
@@ -170,8 +171,8 @@ pub struct Details {
     pub line_job: Option<LineJob>,
 }
 
-/// The line-level comparison of two calls, re-decoded by the fine pass on
-/// a thread of its own (a call can cover millions of instructions): empty
+/// The line-level comparison of two calls, which the fine pass re-decodes
+/// in the background (a call can cover millions of instructions): empty
 /// until it is done.
 #[derive(Clone, Debug, Default)]
 pub struct LineJob {
@@ -179,24 +180,24 @@ pub struct LineJob {
 }
 
 impl LineJob {
-    /// Starts re-decoding calls `a` and `b`; `done` runs when it is over
-    /// (to wake the window).
+    /// Asks `detail` to re-decode calls `a` and `b`; `done` runs when it
+    /// is over (to wake the window).
     pub fn start(
-        model: Arc<Model>,
+        detail: &dyn DetailSource,
         a: Call,
         b: Call,
         done: impl FnOnce() + Send + 'static,
     ) -> LineJob {
         let job = LineJob::default();
         let slot = job.slot.clone();
-        std::thread::spawn(move || {
-            let result = match model.lines.as_deref() {
-                Some(src) => compare_lines(src, &model, &a, &b).map_err(|e| e.to_string()),
-                None => Err("line detail needs an instruction trace".to_string()),
-            };
-            *slot.lock() = Some(result);
-            done();
-        });
+        detail.compare_lines(
+            a,
+            b,
+            Box::new(move |result| {
+                *slot.lock() = Some(result.map_err(|e| e.to_string()));
+                done();
+            }),
+        );
         job
     }
 
@@ -329,14 +330,19 @@ pub enum DetailsAction {
 }
 
 /// Draws the details of the selection.
-pub fn details_ui(ui: &mut egui::Ui, model: &Arc<Model>, d: &mut Details) -> Option<DetailsAction> {
+pub fn details_ui(
+    ui: &mut egui::Ui,
+    model: &Arc<Model>,
+    detail: Option<&dyn DetailSource>,
+    d: &mut Details,
+) -> Option<DetailsAction> {
     let mut action = None;
     // Side by side: the span, its function's calls, and how their
     // durations are spread, so the buttons stay visible in a short bottom
     // panel.
     ui.columns(3, |cols| {
         span_column(&mut cols[0], model, d, &mut action);
-        calls_column(&mut cols[1], model, d, &mut action);
+        calls_column(&mut cols[1], model, detail, d, &mut action);
         distribution_column(&mut cols[2], model, d, &mut action);
     });
     action
@@ -439,7 +445,7 @@ fn comparison_ui(ui: &mut egui::Ui, model: &Model, c: &Comparison) {
             ui.strong("path");
             ui.end_row();
             for n in c.nodes.iter().take(8) {
-                let side = |f: &ptscope_decoder::calls::compare::Figures| {
+                let side = |f: &ptscope_model::calls::compare::Figures| {
                     if f.count == 0 {
                         "-".to_string()
                     } else {
@@ -580,6 +586,7 @@ fn span_column(ui: &mut egui::Ui, model: &Model, d: &Details, action: &mut Optio
 fn calls_column(
     ui: &mut egui::Ui,
     model: &Arc<Model>,
+    detail: Option<&dyn DetailSource>,
     d: &mut Details,
     action: &mut Option<DetailsAction>,
 ) {
@@ -593,7 +600,7 @@ fn calls_column(
     if d.comparison.is_some() {
         ui.horizontal(|ui| {
             ui.heading("Against a typical call");
-            let lines = model.lines.is_some();
+            let lines = detail.is_some();
             let by_line = ui
                 .add_enabled(
                     lines && d.line_job.is_none(),
@@ -605,9 +612,9 @@ fn calls_column(
                     "line detail needs an instruction trace"
                 });
             if by_line.clicked() {
-                if let Some(c) = &d.comparison {
+                if let (Some(c), Some(detail)) = (&d.comparison, detail) {
                     let ctx = ui.ctx().clone();
-                    d.line_job = Some(LineJob::start(model.clone(), c.a, c.b, move || {
+                    d.line_job = Some(LineJob::start(detail, c.a, c.b, move || {
                         ctx.request_repaint()
                     }));
                 }
@@ -767,9 +774,9 @@ mod tests {
 
     #[test]
     fn pseudo_spans_are_counted_as_spans_not_calls() {
-        use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
-        use ptscope_decoder::model::ThreadModel;
-        use ptscope_decoder::store::ThreadSpans;
+        use ptscope_model::funcs::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_model::model::ThreadModel;
+        use ptscope_model::store::ThreadSpans;
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
         let gone = funcs.no_binary("/lib/libgone.so");

@@ -1,12 +1,15 @@
 //! The egui widgets of ptscope: this crate draws the timeline of a decoded
 //! snapshot and the panels around it.
 //!
-//! [`TraceView`] is the entry point. It owns an `Arc` of the decoder's
-//! [`Model`](ptscope_decoder::model::Model) plus all UI state, and the app
-//! calls [`TraceView::ui`] every frame. The widgets only read models the
-//! decoder built; they never decode. Line detail comes from the decoder's
-//! background fine pass ([`ptscope_decoder::fine::worker::SegmentWorker`]), which the
-//! view drives ([`line_detail`]) and the Source tab reads ([`source_tab`]).
+//! [`TraceView`] is the entry point. It owns an `Arc` of a
+//! [`Model`](ptscope_model::model::Model) plus all UI state, and the app
+//! calls [`TraceView::ui`] every frame. The crate depends on the model
+//! crate and egui alone, so the widgets cannot decode: they read models
+//! the decoder built, and ask for line detail through a
+//! [`DetailSource`](ptscope_model::detail::DetailSource) the app supplies
+//! ([`TraceView::set_detail`]), which runs every request on its own
+//! threads. The view says which segments it wants ([`line_detail`]) and
+//! the Source tab reads them ([`source_tab`]); no widget spawns a thread.
 //!
 //! Drawing is designed for tens of millions of spans: each lane is scanned
 //! by binary search, tiny spans merge per pixel, and all boxes go into one

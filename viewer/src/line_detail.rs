@@ -2,7 +2,8 @@
 //! call ran, in the lanes under its function spans, and at the deepest zoom
 //! one box per instruction.
 //!
-//! The decoder's fine pass runs in the background behind [`SegmentWorker`]. Each
+//! The decoder's fine pass runs in the background behind a
+//! [`DetailSource`], which the app hands the view beside its model. Each
 //! frame, while the window is at most [`LineDetail::threshold_ns`] wide,
 //! [`LineDetail::update`] asks for the PSB segments covering it and gathers
 //! those that are ready into a [`LineFrame`]. The timeline draws whatever
@@ -20,10 +21,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use egui::epaint::Mesh;
-use egui::{Color32, Context, Ui};
-use ptscope_decoder::fine::worker::{Key, SegmentWorker, DEFAULT_BUDGET};
-use ptscope_decoder::fine::{Insn, LineSource, LineSpan, Segment};
-use ptscope_decoder::model::Model;
+use egui::{Color32, Ui};
+use ptscope_model::detail::{DetailSource, Key};
+use ptscope_model::model::Model;
+use ptscope_model::segment::{Insn, LineSpan, Segment};
 
 use crate::axis::{format_duration, format_time, TimeMode};
 use crate::color::{call_color, name_hash, MERGED};
@@ -120,9 +121,8 @@ impl LineFrame {
 /// The line-detail state of one view: the background fine pass, the
 /// threshold and this frame's ready segments.
 pub struct LineDetail {
-    detail: Option<SegmentWorker>,
-    /// `SegmentWorker::new` was tried for this model (and gave `detail`).
-    tried: bool,
+    /// The fine pass of the view's model, as the app supplied it.
+    detail: Option<Arc<dyn DetailSource>>,
     /// Line detail is decoded when the window is at most this wide.
     pub threshold_ns: f64,
     keys: Vec<Key>,
@@ -136,7 +136,6 @@ impl Default for LineDetail {
     fn default() -> Self {
         LineDetail {
             detail: None,
-            tried: false,
             threshold_ns: DEFAULT_THRESHOLD_NS,
             keys: Vec::new(),
             frame: LineFrame::default(),
@@ -168,14 +167,23 @@ impl LineDetail {
             .is_some_and(|d| Arc::ptr_eq(d.model(), model));
         if !same {
             self.detail = None;
-            self.tried = false;
             self.frame = LineFrame::default();
             self.sticky_lanes.clear();
         }
     }
 
-    pub fn detail(&self) -> Option<&SegmentWorker> {
-        self.detail.as_ref()
+    pub fn detail(&self) -> Option<&dyn DetailSource> {
+        self.detail.as_deref()
+    }
+
+    /// Takes the fine pass of the view's model (`model`); one for another
+    /// model is refused.
+    pub fn set_detail(&mut self, model: &Arc<Model>, detail: Arc<dyn DetailSource>) -> bool {
+        let ours = Arc::ptr_eq(detail.model(), model);
+        if ours {
+            self.detail = Some(detail);
+        }
+        ours
     }
 
     pub fn frame(&self) -> &LineFrame {
@@ -187,21 +195,9 @@ impl LineDetail {
         width <= self.threshold_ns
     }
 
-    /// Starts the fine pass for `model` if it has an instruction trace.
-    fn ensure(&mut self, ctx: &Context, model: &Arc<Model>) {
-        if self.tried || model.lines.is_none() {
-            return;
-        }
-        self.tried = true;
-        let ctx = ctx.clone();
-        self.detail =
-            SegmentWorker::new(model.clone(), DEFAULT_BUDGET, move || ctx.request_repaint());
-    }
-
     /// Says what is wanted now and gathers the ready segments.
-    pub fn update(&mut self, ctx: &Context, model: &Arc<Model>, req: &LineRequest) {
+    pub fn update(&mut self, model: &Arc<Model>, req: &LineRequest) {
         let active = self.is_active(req.window.width);
-        self.ensure(ctx, model);
         let n = model.threads.len();
         let f = &mut self.frame;
         f.active = active;
@@ -573,7 +569,13 @@ pub struct Disasm {
 
 impl Disasm {
     /// The instruction at `ip` of process `pid`, run in `bitness`-bit mode.
-    pub fn get(&mut self, src: &LineSource, pid: i32, ip: u64, bitness: u8) -> Option<Arc<str>> {
+    pub fn get(
+        &mut self,
+        src: &dyn DetailSource,
+        pid: i32,
+        ip: u64,
+        bitness: u8,
+    ) -> Option<Arc<str>> {
         if self.map.len() >= DISASM_MAX {
             self.map.clear();
         }
@@ -767,7 +769,7 @@ mod tests {
 
     #[test]
     fn inlined_lines_are_labelled_with_their_function() {
-        use ptscope_decoder::fine::LineFrame;
+        use ptscope_model::segment::LineFrame;
         let f = |function: &str, file: &str, line| LineFrame {
             function: function.into(),
             file: file.into(),

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use egui::{pos2, vec2, Align2, Color32, FontId, Rect, Sense, Ui, WidgetInfo};
-use ptscope_decoder::fine::worker::{Key, SegmentWorker};
-use ptscope_decoder::fine::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, LineSource, Segment};
+use ptscope_model::detail::{DetailSource, Key};
+use ptscope_model::segment::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, Segment};
 
 use crate::axis::{format_duration, format_duration_f};
 use crate::line_detail::{file_name, Disasm};
@@ -303,7 +303,7 @@ impl HeatCache {
     /// selection is not throttled): ask for a frame after [`HEAT_EVERY`].
     fn refresh(
         &mut self,
-        detail: Option<&SegmentWorker>,
+        detail: Option<&dyn DetailSource>,
         threads: &[usize],
         (scope, is_range): ((u64, u64), bool),
     ) -> bool {
@@ -368,8 +368,8 @@ impl HeatCache {
 
 /// What the pane needs from the view each frame.
 pub struct SourceEnv<'a> {
-    pub detail: Option<&'a SegmentWorker>,
-    pub source: Option<&'a LineSource>,
+    pub detail: Option<&'a dyn DetailSource>,
+    pub source: Option<&'a dyn DetailSource>,
     pub disasm: &'a mut Disasm,
     /// Threads whose lines count (the visible ones).
     pub threads: &'a [usize],
@@ -841,7 +841,7 @@ impl Row<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_decoder::fine::LineFrame;
+    use ptscope_model::segment::LineFrame;
 
     fn maps(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter()

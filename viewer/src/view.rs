@@ -18,10 +18,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use egui::{Key, KeyboardShortcut, Modifiers, Rect, Ui, WidgetInfo};
-use ptscope_decoder::event::FuncId;
-use ptscope_decoder::fine::worker::SegmentWorker;
-use ptscope_decoder::fine::Segment;
-use ptscope_decoder::model::Model;
+use ptscope_model::detail::DetailSource;
+use ptscope_model::funcs::FuncId;
+use ptscope_model::model::Model;
+use ptscope_model::segment::Segment;
 
 use crate::axis::{format_duration_in, TimeMode, TimeUnit};
 use crate::color::{extend_styles, FuncStyle};
@@ -312,11 +312,7 @@ impl TraceView {
     }
 
     /// The segment `key` of thread `thread`, if decoded.
-    fn segment(
-        &self,
-        thread: u32,
-        key: ptscope_decoder::fine::worker::Key,
-    ) -> Option<Arc<Segment>> {
+    fn segment(&self, thread: u32, key: ptscope_model::detail::Key) -> Option<Arc<Segment>> {
         self.lines
             .frame()
             .seg(thread, key)
@@ -404,10 +400,17 @@ impl TraceView {
         }
     }
 
-    /// The background fine pass, once the view has drawn with a model
-    /// that has an instruction trace.
-    pub fn line_detail(&self) -> Option<&SegmentWorker> {
+    /// The background fine pass of the model, if the app supplied one.
+    pub fn line_detail(&self) -> Option<&dyn DetailSource> {
         self.lines.detail()
+    }
+
+    /// Takes the fine pass of the current model, which the app runs: the
+    /// view asks it for segments, disassembly and line comparisons, and
+    /// never decodes itself. Refused (false) if it serves another model;
+    /// a new model drops the old one's.
+    pub fn set_detail(&mut self, detail: Arc<dyn DetailSource>) -> bool {
+        self.lines.set_detail(&self.model, detail)
     }
 
     /// The line detail of the last frame.
@@ -541,9 +544,9 @@ impl TraceView {
     /// calls from p99 up brushed on its histogram. False if no call of
     /// that name ran.
     pub fn explain(&mut self, name: &str) -> bool {
-        let funcs = ptscope_decoder::calls::funcs_named(&self.model.funcs, name);
-        let calls = ptscope_decoder::calls::calls_of(&self.model, &funcs);
-        let Some(slow) = ptscope_decoder::calls::Pick::Slowest.of(&calls, None) else {
+        let funcs = ptscope_model::calls::funcs_named(&self.model.funcs, name);
+        let calls = ptscope_model::calls::calls_of(&self.model, &funcs);
+        let Some(slow) = ptscope_model::calls::Pick::Slowest.of(&calls, None) else {
             return false;
         };
         self.select(Some(calls[slow].span));
@@ -566,7 +569,7 @@ impl TraceView {
     /// no call has that name, the call of any function on that thread
     /// whose times are nearest is taken.
     pub fn show_call(&mut self, tid: i32, name: &str, start: u64, end: u64) -> bool {
-        use ptscope_decoder::calls::{calls_unordered, funcs_named, nearest};
+        use ptscope_model::calls::{calls_unordered, funcs_named, nearest};
         let m = &self.model;
         let on_thread = |ids: &[_]| {
             let calls = calls_unordered(m, ids);
@@ -764,7 +767,7 @@ impl TraceView {
     }
 
     /// Says which segments are wanted this frame and takes in those ready.
-    fn update_lines(&mut self, ctx: &egui::Context) {
+    fn update_lines(&mut self) {
         let model = self.model.clone();
         let heat = (self.tab == PanelTab::Source && self.source.target().is_some())
             .then(|| self.heat_scope().0);
@@ -782,13 +785,13 @@ impl TraceView {
             extra: heat,
             max_extra: MAX_HEAT_SEGMENTS,
         };
-        self.lines.update(ctx, &model, &req);
+        self.lines.update(&model, &req);
     }
 
     /// Draws the whole viewer into `ui`.
     pub fn ui(&mut self, ui: &mut Ui) {
         self.global_keys(ui);
-        self.update_lines(ui.ctx());
+        self.update_lines();
         egui::Panel::top("ptscope-toolbar").show(ui, |ui| {
             if let Some(info) = &self.capture_info {
                 let r = ui.label(egui::RichText::new(format!("Capture: {info}")).small());
@@ -829,7 +832,7 @@ impl TraceView {
                 range: self.range.as_ref().map(|r| (r.from, r.to)),
                 lines: frame.active.then_some(frame),
                 selected_line,
-                source: model.lines.as_deref(),
+                source: self.lines.detail(),
                 pseudo: &self.pseudo,
                 diagnoses: &self.diagnoses,
                 brushed: self.details.as_ref().map_or(&[], |d| &d.outlined),
@@ -1012,9 +1015,9 @@ impl TraceView {
             )
             .on_hover_text(format!(
                 "A segment holds more than {} instructions (a damaged trace going round a loop): only its first are shown",
-                ptscope_decoder::fine::MAX_SEGMENT_INSNS
+                ptscope_model::segment::MAX_SEGMENT_INSNS
             ));
-        } else if f.active && self.model.lines.is_none() && self.model.span_count() > 0 {
+        } else if f.active && self.lines.detail().is_none() && self.model.span_count() > 0 {
             ui.weak("no line detail for this input")
                 .on_hover_text("Line detail re-decodes the instruction trace of a snapshot or perf.data file; perf script text has none.");
         }
@@ -1054,7 +1057,7 @@ impl TraceView {
                 };
                 let action = egui::ScrollArea::vertical()
                     .id_salt("ptscope-details")
-                    .show(ui, |ui| details_ui(ui, &model, d))
+                    .show(ui, |ui| details_ui(ui, &model, self.lines.detail(), d))
                     .inner
                     .or(listed);
                 let (func, from) = (d.func, d.span);
@@ -1089,7 +1092,7 @@ impl TraceView {
                 let (scope, is_range) = self.heat_scope();
                 let env = SourceEnv {
                     detail: self.lines.detail(),
-                    source: model.lines.as_deref(),
+                    source: self.lines.detail(),
                     disasm: &mut self.disasm,
                     threads: &threads,
                     scope,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use egui::Modifiers;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
+use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
 use ptscope_decoder::model::Model;
 use ptscope_viewer::line_detail::Disasm;
 use ptscope_viewer::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget};
@@ -21,13 +22,22 @@ fn demo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo")
 }
 
-fn demo() -> Arc<Model> {
+/// The demo's model and the decoder's fine pass over it, which the view
+/// asks for line detail as the app's would.
+fn demo() -> (Arc<Model>, Arc<dyn DetailSource>) {
     let snap = ptscope_formats::snapshot::Snapshot::open(&demo_dir().join("demo.ptscope")).unwrap();
-    Arc::new(ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap())
+    let decoded = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
+    let (model, worker) = decoded.into_parts(DEFAULT_BUDGET, || {});
+    (
+        model,
+        Arc::new(worker.expect("the demo has an instruction trace")),
+    )
 }
 
 fn harness() -> Harness<'static, TraceView> {
-    let mut view = TraceView::new(demo());
+    let (model, detail) = demo();
+    let mut view = TraceView::new(model);
+    assert!(view.set_detail(detail));
     view.set_source_dir(Some(demo_dir()));
     let mut h = harness_of(view, egui::vec2(1280.0, 800.0));
     h.run_steps(2);

@@ -137,6 +137,7 @@ trait Sink {
 /// `progress` hears the count as it grows.
 pub fn export(
     m: &Model,
+    lines: Option<&LineSource>,
     input: &Path,
     sel: &Selection,
     format: ExportFormat,
@@ -154,7 +155,7 @@ pub fn export(
             bail!("{}: no thread {t} in the trace", input.display());
         }
     }
-    if sel.level == ExportLevel::Lines && m.lines.is_none() {
+    if sel.level == ExportLevel::Lines && lines.is_none() {
         bail!(
             "{}: line detail needs an instruction trace (a snapshot or perf.data); \
              this input has only branches",
@@ -169,6 +170,7 @@ pub fn export(
         let n = match format {
             ExportFormat::Chrome => walk(
                 m,
+                lines,
                 input,
                 sel,
                 &mut chrome::Chrome::new(&mut out)?,
@@ -176,12 +178,20 @@ pub fn export(
             )?,
             ExportFormat::Perfetto => walk(
                 m,
+                lines,
                 input,
                 sel,
                 &mut perfetto::Perfetto::new(&mut out),
                 &mut progress,
             )?,
-            ExportFormat::Fxt => walk(m, input, sel, &mut fxt::Fxt::new(&mut out)?, &mut progress)?,
+            ExportFormat::Fxt => walk(
+                m,
+                lines,
+                input,
+                sel,
+                &mut fxt::Fxt::new(&mut out)?,
+                &mut progress,
+            )?,
         };
         let file = out
             .into_inner()
@@ -208,6 +218,7 @@ pub fn export(
 /// order, then (with lines) its lines segment by segment.
 fn walk(
     m: &Model,
+    lines_of: Option<&LineSource>,
     input: &Path,
     sel: &Selection,
     sink: &mut dyn Sink,
@@ -247,7 +258,7 @@ fn walk(
             count.tick();
         }
         if sel.level == ExportLevel::Lines {
-            let src = m.lines.as_ref().expect("checked above");
+            let src = lines_of.expect("checked above");
             lines(t, src, input, (lo, hi, base), sink, &mut count)?;
         }
     }
@@ -284,7 +295,7 @@ fn lines(
     count: &mut Counter,
 ) -> Result<()> {
     let mut segs = Vec::new();
-    for i in LineSource::segments_in(t, lo, hi) {
+    for i in t.segments_in(lo, hi) {
         segs.push(
             src.decode_segment(t, i, None)
                 .with_context(|| input.display().to_string())?,

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use ptscope_capture::emulated::insn::{classify, Insn, InsnClass};
+use ptscope_capture::insn::{classify, Insn, InsnClass};
 
 use crate::api::Tb;
 

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use ptscope_capture::emulated::hardware::ThreadPt;
-use ptscope_capture::emulated::insn::InsnClass;
+use ptscope_capture::insn::InsnClass;
 use ptscope_capture::qemu::per_cpu::{Piece, ThreadPieces, KERNEL_NS};
 use ptscope_capture::recording::{SidebandEvent, StopReason, ThreadTrace};
 use ptscope_capture::trigger::{ArmAfter, Trigger};

@@ -18,8 +18,8 @@
 //!   FilterEn is: a taken branch that lands in one stops the unit
 //!   (`hardware` writes the packets).
 
-use super::insn::{Insn, InsnClass};
 use crate::filter::{runtime_ranges, FilterAction, FilterRange};
+use crate::insn::{Insn, InsnClass};
 use crate::procfs::Mapping;
 
 /// The address ranges a PT unit traces (none configured traces

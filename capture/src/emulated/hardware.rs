@@ -53,9 +53,9 @@ use std::sync::Arc;
 
 use super::filter::{self, IpFilter};
 
-use super::insn::{Insn, InsnClass};
 use super::packets::{self, IpCompression, IpPacket};
 use super::ring::Ring;
+use crate::insn::{Insn, InsnClass};
 
 /// Depth of the hardware's compressed-return stack.
 const RETSTACK_DEPTH: usize = 64;

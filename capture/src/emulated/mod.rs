@@ -4,7 +4,8 @@
 //! they would a real one.
 //!
 //! - [`tracer`] runs the process one instruction at a time and returns what it recorded.
-//! - [`insn`] classifies each instruction by the packets it produces.
+//! - [`crate::insn`] (shared with the Intel PT backend's slow-call trigger)
+//!   classifies each instruction by the packets it produces.
 //! - [`filter`] holds the unit's IP filter and the rules of FilterEn.
 //! - [`hardware`] emulates the PT unit that turns retired instructions into packets.
 //! - [`packets`] encodes those packets byte by byte.
@@ -14,7 +15,6 @@
 
 pub mod filter;
 pub mod hardware;
-pub mod insn;
 pub mod packets;
 pub mod ptrace;
 pub mod ring;

@@ -53,9 +53,9 @@ use std::time::Instant;
 
 use super::filter::IpFilter;
 use super::hardware::{PtSettings, ThreadPt};
-use super::insn::Insn;
 use crate::error::CaptureError;
 use crate::filter::{self, FilterRange};
+use crate::insn::Insn;
 use crate::perf_event::breakpoint::Breakpoint;
 use crate::procfs::Mapping;
 use crate::trigger::{ArmAfter, Range, RangeSymbols, SymbolTrigger, Trigger};

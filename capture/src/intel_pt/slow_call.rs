@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::emulated::insn::{classify, InsnClass};
+use crate::insn::{classify, InsnClass};
 use crate::perf_event::breakpoint::Hits;
 use crate::procfs::Mapping;
 use crate::CaptureError;

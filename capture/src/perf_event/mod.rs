@@ -22,28 +22,7 @@ use nix::errno::Errno;
 pub use permissions::{Privileges, Scope};
 pub use sys::Event;
 
-/// A perf_event_open, mmap or ioctl that failed, with what to do about it.
-#[derive(Debug, thiserror::Error)]
-pub enum PerfError {
-    #[error("cannot open {what}: {errno}. {guidance}")]
-    Open {
-        what: String,
-        errno: Errno,
-        guidance: String,
-    },
-    #[error("cannot map the buffer of {what}: {errno}. {guidance}")]
-    Mmap {
-        what: String,
-        errno: Errno,
-        guidance: String,
-    },
-    #[error("{op} failed on {what}: {errno}")]
-    Ioctl {
-        op: &'static str,
-        what: String,
-        errno: Errno,
-    },
-}
+pub use crate::error::PerfError;
 
 impl PerfError {
     /// An open that failed, explained for a per-thread user-space capture.

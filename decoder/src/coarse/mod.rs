@@ -16,8 +16,6 @@ use crate::event::{Event, FuncTable};
 use crate::model::TimeUnit;
 use crate::progress::DecodeProgress;
 use crate::resolve::Resolve;
-use crate::stack::{OpenFrame, StackStats};
-use crate::store::ThreadSpans;
 
 mod chunk_log;
 pub mod chunks;
@@ -55,51 +53,7 @@ pub trait Observe {
 
 impl Observe for () {}
 
-/// Where re-decoding can start: one per PSB.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Checkpoint {
-    /// Offset of the PSB in the thread's trace.
-    pub offset: u64,
-    /// perf time in ns, and the TSC it came from.
-    pub time: u64,
-    pub tsc: u64,
-    /// The first instruction decoded after it.
-    pub ip: u64,
-    /// Instructions retired before it, in this thread's trace.
-    pub insn: u64,
-    /// The open frames there: `stacks[stack_start..stack_start+stack_len]`.
-    pub stack_start: u32,
-    pub stack_len: u32,
-    /// The AUX queue (thread or CPU) `offset` is in.
-    pub queue: u32,
-    /// Tracing (re)starts here: a trace-begin event follows, which a walk
-    /// from this PSB must keep; otherwise the one its sync makes is moot.
-    pub begins: bool,
-    /// The store depth of the bottom open frame (of the frame a call would
-    /// open, if none is): later callers synthesized below shift it.
-    pub depth: u32,
-}
-
-/// Counters from one thread's walk.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WalkFigures {
-    pub blocks: u64,
-    pub instructions: u64,
-    pub ticks: u64,
-    /// Decode errors: trace offset and message.
-    pub errors: Vec<(u64, String)>,
-    pub overflows: u64,
-}
-
-/// Everything the coarse pass learned about one thread.
-pub struct ThreadDecode {
-    pub spans: ThreadSpans,
-    pub stack: StackStats,
-    pub walk: WalkFigures,
-    pub checkpoints: Vec<Checkpoint>,
-    /// Frames of all checkpoints: function and start time (ns).
-    pub stacks: Vec<OpenFrame>,
-}
+pub use ptscope_model::checkpoint::{Checkpoint, ThreadDecode, WalkFigures};
 
 /// A thread whose code appears in a queue's trace.
 pub struct QueueThread {

@@ -147,14 +147,7 @@ pub(super) fn build_lines(seg: &mut Segment) {
     }
     close(&mut open, 0, depth, &mut lines);
     lines.sort_by_key(|l| (l.depth, l.start, l.first));
-    let mut runs = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        if runs.last().is_none_or(|&(d, _)| d != l.depth) {
-            runs.push((l.depth, i as u32));
-        }
-    }
-    seg.lines = lines;
-    seg.depth_runs = runs;
+    seg.set_lines(lines);
 }
 
 #[cfg(test)]
@@ -186,24 +179,22 @@ mod tests {
 
     #[test]
     fn consecutive_instructions_on_a_line_merge_per_inline_level() {
-        let mut seg = Segment {
-            chains: vec![
-                Arc::from(vec![frame("loop", "a.c", 10)]),
-                Arc::from(vec![frame("loop", "a.c", 11)]),
-                Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 3)]),
-                Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 4)]),
-            ],
-            insns: vec![
-                insn(1, 0, 2, 0),
-                insn(2, 1, 2, 0),
-                insn(3, 2, 2, 1),
-                insn(4, 3, 2, 2),
-                insn(5, 4, 2, 3),
-                insn(6, 5, 2, 3),
-                insn(1, 6, 2, 0),
-            ],
-            ..Segment::default()
-        };
+        let mut seg = Segment::default();
+        seg.chains = vec![
+            Arc::from(vec![frame("loop", "a.c", 10)]),
+            Arc::from(vec![frame("loop", "a.c", 11)]),
+            Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 3)]),
+            Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 4)]),
+        ];
+        seg.insns = vec![
+            insn(1, 0, 2, 0),
+            insn(2, 1, 2, 0),
+            insn(3, 2, 2, 1),
+            insn(4, 3, 2, 2),
+            insn(5, 4, 2, 3),
+            insn(6, 5, 2, 3),
+            insn(1, 6, 2, 0),
+        ];
         build_lines(&mut seg);
         let row = |d: u32| -> Vec<(u64, u64, u32, u32)> {
             seg.lines_at(d)
@@ -226,17 +217,15 @@ mod tests {
 
     #[test]
     fn a_new_function_or_a_gap_ends_a_line() {
-        let mut seg = Segment {
-            chains: vec![Arc::from(vec![frame("f", "a.c", 1)])],
-            insns: vec![
-                insn(1, 0, 0, 0),
-                insn(2, 1, 1, 0),
-                insn(3, 10, 1, 0),
-                insn(4, 11, 1, NO_CHAIN),
-                insn(5, 12, 1, 0),
-            ],
-            ..Segment::default()
-        };
+        let mut seg = Segment::default();
+        seg.chains = vec![Arc::from(vec![frame("f", "a.c", 1)])];
+        seg.insns = vec![
+            insn(1, 0, 0, 0),
+            insn(2, 1, 1, 0),
+            insn(3, 10, 1, 0),
+            insn(4, 11, 1, NO_CHAIN),
+            insn(5, 12, 1, 0),
+        ];
         build_lines(&mut seg);
         assert_eq!(seg.lines_at(1).len(), 1);
         let at2: Vec<(u64, u64)> = seg.lines_at(2).iter().map(|l| (l.start, l.end)).collect();

@@ -14,12 +14,15 @@ use crate::coarse::{walk_queue, NoSink, Observe, QueueWalk};
 use crate::event::FuncTable;
 use crate::flow::FlowDecoder;
 use crate::memory::Memory;
-use crate::model::{ThreadModel, TimeUnit};
+use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::progress::DecodeProgress;
 use crate::resolve::ProcessSymbols;
+use ptscope_model::calls::compare_lines::LineComparison;
+use ptscope_model::calls::Call;
 
 use super::attribution::build_lines;
-use super::walk::{Recorder, MAX_SEGMENT_INSNS};
+use super::walk::Recorder;
+use super::MAX_SEGMENT_INSNS;
 use super::{Chain, FineError, Segment};
 
 /// An AUX queue as the fine pass needs it.
@@ -238,29 +241,6 @@ impl LineSource {
         self.pids.iter().position(|&p| p == pid)
     }
 
-    /// The segments of `thread` that cover `[from, to]` (perf ns), as
-    /// checkpoint indices. A segment runs from its checkpoint's time to
-    /// the next one's.
-    pub fn segments_in(thread: &ThreadModel, from: u64, to: u64) -> std::ops::Range<usize> {
-        let cps = &thread.checkpoints;
-        // The last segment starting before `from`; equal times (a segment
-        // with no timing of its own) count from the first.
-        let before = cps.partition_point(|c| c.time < from);
-        let mut first = before.saturating_sub(1);
-        // A thread of a per-CPU trace runs in several CPUs' buffers: the
-        // last segment of each that starts before `from` may run on into
-        // the window (the thread came back to that CPU since).
-        let mut queues: Vec<u32> = Vec::new();
-        for (i, c) in cps[..before].iter().enumerate().rev() {
-            if !queues.contains(&c.queue) {
-                queues.push(c.queue);
-                first = i;
-            }
-        }
-        let end = cps.partition_point(|c| c.time <= to);
-        first..end.max(first)
-    }
-
     /// Re-decodes the segment of `thread` that starts at its checkpoint
     /// `index`. `cancel` stops it early.
     pub fn decode_segment(
@@ -386,6 +366,18 @@ impl LineSource {
         Ok(seg)
     }
 
+    /// Re-decodes calls `a` and `b` of `model` (the model this source came
+    /// with) and counts every line that ran under each, here and now.
+    pub fn compare_lines(
+        &self,
+        model: &Model,
+        a: &Call,
+        b: &Call,
+    ) -> Result<LineComparison, FineError> {
+        let decode = |t: usize, i: usize| self.decode_segment(&model.threads[t], i, None);
+        ptscope_model::calls::compare_lines::compare_lines(&decode, model, a, b)
+    }
+
     /// Intel-syntax disassembly of the instruction at `ip` in process
     /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
     pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
@@ -396,7 +388,7 @@ impl LineSource {
 
 #[cfg(test)]
 mod tests {
-    fn demo() -> crate::model::Model {
+    fn demo() -> crate::decoded::Decoded {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
         let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();

@@ -24,10 +24,7 @@ enum Step {
     Anchor(u64, u64),
 }
 
-/// Instructions one segment re-decodes at most (40 bytes each). A sound
-/// segment (the trace between two PSBs, a few KiB) holds far fewer; a
-/// damaged one can send the walk round a loop with no trace for millions.
-pub const MAX_SEGMENT_INSNS: u64 = 4 << 20;
+use ptscope_model::segment::MAX_SEGMENT_INSNS;
 
 /// The observer: records the watched thread's blocks and events, and every
 /// anchor, to be replayed once the walk is done.
@@ -246,11 +243,10 @@ impl Recorder {
                 None => start.saturating_add(per_insn),
             };
         }
-        Segment {
-            pid,
-            tid,
-            insns,
-            ..Segment::default()
-        }
+        let mut seg = Segment::default();
+        seg.pid = pid;
+        seg.tid = tid;
+        seg.insns = insns;
+        seg
     }
 }

@@ -19,26 +19,12 @@ use std::time::Instant;
 use crate::fine::{FineError, LineSource, Segment};
 use crate::model::Model;
 use crate::progress::DecodeProgress;
-
-/// A segment: (thread index in the model, checkpoint index).
-pub type Key = (u32, u32);
+use ptscope_model::calls::compare_lines::compare_lines;
+use ptscope_model::calls::Call;
+pub use ptscope_model::detail::{CompareDone, DetailSource, Key, WorkerFigures};
 
 /// Default cache budget.
 pub const DEFAULT_BUDGET: usize = 256 << 20;
-
-/// What the cache and worker have done, for the status line and benches.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerFigures {
-    pub decoded: u64,
-    pub cancelled: u64,
-    pub evicted: u64,
-    /// Time spent decoding, ns.
-    pub decode_ns: u64,
-    pub cached: usize,
-    pub cached_bytes: usize,
-    /// The most the cache ever held.
-    pub peak_bytes: usize,
-}
 
 struct Entry {
     seg: Arc<Segment>,
@@ -84,15 +70,15 @@ pub struct SegmentWorker {
 }
 
 impl SegmentWorker {
-    /// A worker over `model`'s line source, caching up to `budget` bytes;
-    /// `notify` runs whenever a segment is ready (to repaint). `None` if
-    /// the model has no instruction trace to re-decode.
+    /// A worker re-decoding `model`'s segments from `source`, caching up
+    /// to `budget` bytes; `notify` runs whenever a segment is ready (to
+    /// repaint). `None` if no thread could be had for it.
     pub fn new(
         model: Arc<Model>,
+        source: Arc<LineSource>,
         budget: usize,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> Option<SegmentWorker> {
-        let source = model.lines.clone()?;
         let shared = Arc::new(Shared {
             model,
             source,
@@ -114,26 +100,19 @@ impl SegmentWorker {
         })
     }
 
-    pub fn model(&self) -> &Arc<Model> {
-        &self.shared.model
-    }
-
     pub fn source(&self) -> &Arc<LineSource> {
         &self.shared.source
     }
+}
 
-    /// The segments of thread `thread` covering `[from, to]`.
-    pub fn keys(&self, thread: usize, from: u64, to: u64) -> impl Iterator<Item = Key> {
-        let r = match self.shared.model.threads.get(thread) {
-            Some(t) => LineSource::segments_in(t, from, to),
-            None => 0..0,
-        };
-        r.map(move |i| (thread as u32, i as u32))
+impl DetailSource for SegmentWorker {
+    fn model(&self) -> &Arc<Model> {
+        &self.shared.model
     }
 
     /// The segments wanted now, most wanted first. Replaces what was
     /// wanted before; a decode no longer wanted is cancelled.
-    pub fn want(&self, keys: &[Key]) {
+    fn want(&self, keys: &[Key]) {
         let mut st = self.shared.lock();
         if st.wanted == keys {
             return;
@@ -149,7 +128,7 @@ impl SegmentWorker {
     }
 
     /// A decoded segment, if ready.
-    pub fn get(&self, key: Key) -> Option<Arc<Segment>> {
+    fn get(&self, key: Key) -> Option<Arc<Segment>> {
         let mut st = self.shared.lock();
         let used = self.shared.tick();
         let e = st.cache.get_mut(&key)?;
@@ -158,12 +137,12 @@ impl SegmentWorker {
     }
 
     /// Why a segment could not be decoded, if it could not.
-    pub fn error(&self, key: Key) -> Option<FineError> {
+    fn error(&self, key: Key) -> Option<FineError> {
         self.shared.lock().failed.get(&key).cloned()
     }
 
     /// Wanted segments not decoded yet.
-    pub fn pending(&self) -> usize {
+    fn pending(&self) -> usize {
         let st = self.shared.lock();
         st.wanted
             .iter()
@@ -171,13 +150,13 @@ impl SegmentWorker {
             .count()
     }
 
-    pub fn figures(&self) -> WorkerFigures {
+    fn figures(&self) -> WorkerFigures {
         self.shared.lock().figures
     }
 
     /// Blocks until every wanted segment is decoded or failed (tests and
     /// the CLI).
-    pub fn wait(&self) {
+    fn wait(&self) {
         let mut st = self.shared.lock();
         while st
             .wanted
@@ -185,6 +164,37 @@ impl SegmentWorker {
             .any(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
         {
             self.shared.idle.wait(&mut st);
+        }
+    }
+
+    fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
+        self.shared.source.disassemble(pid, ip, bitness)
+    }
+
+    /// On a thread of its own, so that a comparison (two calls' segments
+    /// decoded afresh) never waits behind the segments the timeline wants,
+    /// nor they behind it. The thread holds what it reads; a comparison
+    /// still running when the worker goes finishes and is dropped.
+    fn compare_lines(&self, a: Call, b: Call, done: CompareDone) {
+        let model = self.shared.model.clone();
+        let source = self.shared.source.clone();
+        // Shared, so that `done` is still at hand if no thread can be had.
+        let done = Arc::new(Mutex::new(Some(done)));
+        let theirs = done.clone();
+        let job = move || {
+            let decode = |t: usize, i: usize| source.decode_segment(&model.threads[t], i, None);
+            let result = compare_lines(&decode, &model, &a, &b);
+            if let Some(done) = theirs.lock().take() {
+                done(result);
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("ptscope-compare".into())
+            .spawn(job)
+        {
+            if let Some(done) = done.lock().take() {
+                done(Err(FineError::NoThread(e.to_string())));
+            }
         }
     }
 }
@@ -298,28 +308,24 @@ fn evict(st: &mut State, budget: usize, keep: Key) {
 mod tests {
     use super::*;
 
-    fn demo() -> Arc<Model> {
+    /// The demo's model and its fine pass.
+    fn demo() -> (Arc<Model>, Arc<LineSource>) {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
         let snap = ptscope_formats::snapshot::Snapshot::open(&path).unwrap();
-        Arc::new(crate::decode::decode_snapshot(&snap, &Default::default()).unwrap())
+        let d = crate::decode::decode_snapshot(&snap, &Default::default()).unwrap();
+        (Arc::new(d.model), d.lines.unwrap())
     }
 
     #[test]
     fn wanted_segments_get_decoded_and_the_cache_stays_in_budget() {
-        let model = demo();
+        let (model, src) = demo();
         let t = &model.threads[0];
         let n = t.checkpoints.len() as u32;
         assert!(n >= 4);
         // Room for about two segments.
-        let one = model
-            .lines
-            .as_ref()
-            .unwrap()
-            .decode_segment(t, 0, None)
-            .unwrap()
-            .memory_bytes();
-        let d = SegmentWorker::new(model.clone(), one * 5 / 2, || {}).unwrap();
+        let one = src.decode_segment(t, 0, None).unwrap().memory_bytes();
+        let d = SegmentWorker::new(model.clone(), src, one * 5 / 2, || {}).unwrap();
         for i in 0..n {
             d.want(&[(0, i)]);
             d.wait();
@@ -338,8 +344,8 @@ mod tests {
 
     #[test]
     fn a_decode_no_longer_wanted_is_cancelled_and_bad_keys_fail() {
-        let model = demo();
-        let d = SegmentWorker::new(model, DEFAULT_BUDGET, || {}).unwrap();
+        let (model, src) = demo();
+        let d = SegmentWorker::new(model, src, DEFAULT_BUDGET, || {}).unwrap();
         d.want(&[(0, 99_999)]);
         d.wait();
         assert!(matches!(

@@ -9,8 +9,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::Tracer;
-use crate::emulated::insn::{classify, ptwrite_operand, Insn, InsnClass};
 use crate::error::CaptureError;
+use crate::insn::{classify, ptwrite_operand, Insn, InsnClass};
 use crate::procfs::{self, Mapping};
 use crate::recording::SidebandEvent;
 
@@ -197,7 +197,7 @@ fn register(regs: &libc::user_regs_struct, r: iced_x86::Register) -> Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulated::insn::InsnClass;
+    use crate::insn::InsnClass;
 
     /// `syscall`, then `nop`s, so that a 16-byte read stays inside.
     static CODE: [u8; 16] = [

@@ -212,7 +212,7 @@ mod tests {
         tr.opts.arm_after = Some(ArmAfter::Full);
         assert!(!tr.armed(10), "an empty ring");
         // Fill the (64 KiB) ring with indirect jumps, a TIP packet each.
-        let jmp = crate::emulated::insn::classify(0x600, &[0xff, 0xe0]).unwrap();
+        let jmp = crate::insn::classify(0x600, &[0xff, 0xe0]).unwrap();
         for i in 0..1_000_000u64 {
             if tr.unit(10).ring().wrapped() {
                 break;

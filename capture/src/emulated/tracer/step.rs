@@ -8,9 +8,9 @@
 
 use super::threads::State;
 use super::Tracer;
-use crate::emulated::insn::InsnClass;
 use crate::emulated::ptrace;
 use crate::error::CaptureError;
+use crate::insn::InsnClass;
 use crate::procfs;
 
 impl Tracer {
@@ -157,7 +157,7 @@ impl Tracer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulated::insn::classify;
+    use crate::insn::classify;
 
     const NOP: &[u8] = &[0x90];
     const REP_MOVSB: &[u8] = &[0xf3, 0xa4];

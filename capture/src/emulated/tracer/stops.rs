@@ -11,9 +11,9 @@ use nix::sys::wait::WaitStatus;
 
 use super::threads::State;
 use super::Tracer;
-use crate::emulated::insn::InsnClass;
 use crate::emulated::ptrace;
 use crate::error::CaptureError;
+use crate::insn::InsnClass;
 use crate::procfs;
 use crate::recording::SidebandEvent;
 use crate::tracee;

@@ -8,8 +8,8 @@
 use nix::sys::signal::Signal;
 
 use super::Tracer;
-use crate::emulated::insn::Insn;
 use crate::error::CaptureError;
+use crate::insn::Insn;
 use crate::procfs;
 use crate::recording::SidebandEvent;
 

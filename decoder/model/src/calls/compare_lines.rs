@@ -8,8 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Call;
-use crate::fine::{line_heat, FineError, LineHeat, LineSource, Segment};
 use crate::model::Model;
+use crate::segment::{line_heat, FineError, LineHeat, Segment};
+
+/// What decodes a segment for a comparison: thread index in the model and
+/// checkpoint index in, the segment out. The decoder's fine pass is one.
+pub type DecodeSegment<'a> = dyn Fn(usize, usize) -> Result<Segment, FineError> + 'a;
 
 /// One source line in both calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,23 +91,31 @@ pub struct LineComparison {
 }
 
 /// The segments that cover `call`, decoded.
-fn segments(src: &LineSource, model: &Model, call: &Call) -> Result<Vec<Segment>, FineError> {
-    let thread = &model.threads[call.span.thread as usize];
+fn segments(
+    decode: &DecodeSegment<'_>,
+    model: &Model,
+    call: &Call,
+) -> Result<Vec<Segment>, FineError> {
+    let t = call.span.thread as usize;
+    let Some(thread) = model.threads.get(t) else {
+        return Ok(Vec::new());
+    };
     let end = call.start.saturating_add(call.duration);
-    LineSource::segments_in(thread, call.start, end)
-        .map(|i| src.decode_segment(thread, i, None))
+    thread
+        .segments_in(call.start, end)
+        .map(|i| decode(t, i))
         .collect()
 }
 
 /// The lines of `call` with their heat, and what the re-decode missed.
 fn heat(
-    src: &LineSource,
+    decode: &DecodeSegment<'_>,
     model: &Model,
     call: &Call,
     names: &mut HashMap<(Arc<str>, u32), Arc<str>>,
     warnings: &mut Vec<String>,
 ) -> Result<HashMap<(Arc<str>, u32), LineHeat>, FineError> {
-    let segs = segments(src, model, call)?;
+    let segs = segments(decode, model, call)?;
     let end = call.start.saturating_add(call.duration);
     for s in &segs {
         if s.cut {
@@ -128,17 +140,18 @@ fn heat(
     Ok(line_heat(&segs, call.start, end))
 }
 
-/// Re-decodes calls `a` and `b` and counts every line that ran under each.
+/// Re-decodes calls `a` and `b` with `decode` and counts every line that
+/// ran under each.
 pub fn compare_lines(
-    src: &LineSource,
+    decode: &DecodeSegment<'_>,
     model: &Model,
     a: &Call,
     b: &Call,
 ) -> Result<LineComparison, FineError> {
     let mut names = HashMap::new();
     let mut warnings = Vec::new();
-    let ha = heat(src, model, a, &mut names, &mut warnings)?;
-    let hb = heat(src, model, b, &mut names, &mut warnings)?;
+    let ha = heat(decode, model, a, &mut names, &mut warnings)?;
+    let hb = heat(decode, model, b, &mut names, &mut warnings)?;
     let mut rows: HashMap<(Arc<str>, u32), LineRow> = HashMap::new();
     for (side, h) in [(0, ha), (1, hb)] {
         for (key, heat) in h {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::Call;
-use crate::event::FuncId;
+use crate::funcs::FuncId;
 use crate::model::Model;
 
 /// What one call spent under one call path.

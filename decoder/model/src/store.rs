@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::event::FuncId;
-use crate::memory::SharedSlice;
+use crate::backing::SharedSlice;
+use crate::funcs::FuncId;
 
 /// One call (or pseudo-call) on one thread at one depth.
 #[derive(
@@ -63,8 +63,8 @@ impl Span {
     const LONG: u32 = u32::MAX;
 
     /// The span from `start` to `end`, and its duration if too long for a
-    /// span to hold (it then reads [`Span::LONG`]).
-    pub(crate) fn closed(start: u64, end: u64, func: FuncId, flags: u32) -> (Span, Option<u64>) {
+    /// span to hold (it then reads `Span::LONG`).
+    pub fn closed(start: u64, end: u64, func: FuncId, flags: u32) -> (Span, Option<u64>) {
         let dur = end.saturating_sub(start);
         let long = dur >= Span::LONG as u64;
         let span = Span {
@@ -443,9 +443,9 @@ impl ThreadSpans {
 
     /// Appends a lane's worth of spans at `depth`, in start order and after
     /// those already there: a builder's closed segment. `long` gives the
-    /// durations of its [`Span::LONG`] spans by index into `spans`. An
+    /// durations of its `Span::LONG` spans by index into `spans`. An
     /// empty lane takes `spans` as it is, without copying a span.
-    pub(crate) fn append_lane(
+    pub fn append_lane(
         &mut self,
         depth: usize,
         spans: Vec<Span>,
@@ -813,7 +813,7 @@ fn first_index(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> us
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuncStats {
     /// Its spans. Those of a pseudo-function (`[untraced]`, …; see
-    /// [`crate::event::FuncTable::is_call`]) are not calls, and whoever
+    /// [`crate::funcs::FuncTable::is_call`]) are not calls, and whoever
     /// shows these figures must not call them so.
     pub calls: u64,
     pub total_ns: u64,
@@ -890,7 +890,7 @@ pub fn function_stats<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{FuncTable, SpanKind};
+    use crate::funcs::{FuncTable, SpanKind};
 
     fn roundtrip(t: &ThreadSpans, funcs: usize) -> Result<ThreadSpans, String> {
         let mut data = Vec::new();
@@ -900,8 +900,8 @@ mod tests {
             r
         });
         let bytes = postcard::to_allocvec(&parts).unwrap();
-        let data = SharedSlice::new(crate::memory::Backing::Memory(
-            crate::memory::Aligned::copy_of(&data),
+        let data = SharedSlice::new(crate::backing::Backing::Memory(
+            crate::backing::Aligned::copy_of(&data),
         ));
         ThreadSpans::from_parts(postcard::from_bytes(&bytes).unwrap(), funcs, &data)
     }

@@ -19,7 +19,7 @@ pub mod compare;
 pub mod compare_lines;
 pub mod distribution;
 
-use crate::event::{FuncId, FuncTable};
+use crate::funcs::{FuncId, FuncTable};
 use crate::model::{Model, SpanRef};
 
 /// One call: where it is and how long it took (in the model's unit).
@@ -117,7 +117,7 @@ impl Pick {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::event::SpanKind;
+    use crate::funcs::SpanKind;
     use crate::model::ThreadModel;
     use crate::store::ThreadSpans;
 

@@ -1,17 +1,13 @@
 //! The decoded snapshot: what the viewer draws. A [`Model`] holds every
 //! thread's spans, the checkpoints the fine pass restarts from, the
 //! function table and what the user should know about the input. It is
-//! data only: [`crate::decode`] builds it, and [`crate::resolve`] names
-//! its functions.
+//! data only: the decoder builds it and names its functions, and keeps the
+//! engine that re-decodes a segment beside it, never in it.
 
-use std::sync::Arc;
-
-use crate::coarse::{Checkpoint, ThreadDecode, WalkFigures};
+use crate::checkpoint::{Checkpoint, OpenFrame, StackStats, ThreadDecode, WalkFigures};
 use crate::cpus::CpuTrack;
-use crate::event::{FuncId, FuncTable, SpanKind};
-use crate::fine::LineSource;
+use crate::funcs::{FuncId, FuncTable, SpanKind};
 use crate::marks::Marks;
-use crate::stack::{OpenFrame, StackStats};
 use crate::store::{Span, ThreadSpans};
 
 /// One thread's decoded trace.
@@ -29,7 +25,31 @@ pub struct ThreadModel {
 }
 
 impl ThreadModel {
-    pub(crate) fn new(d: ThreadDecode, stream: Option<u32>) -> ThreadModel {
+    /// The segments of this thread that cover `[from, to]` (perf ns), as
+    /// checkpoint indices. A segment runs from its checkpoint's time to
+    /// the next one's.
+    pub fn segments_in(&self, from: u64, to: u64) -> std::ops::Range<usize> {
+        let cps = &self.checkpoints;
+        // The last segment starting before `from`; equal times (a segment
+        // with no timing of its own) count from the first.
+        let before = cps.partition_point(|c| c.time < from);
+        let mut first = before.saturating_sub(1);
+        // A thread of a per-CPU trace runs in several CPUs' buffers: the
+        // last segment of each that starts before `from` may run on into
+        // the window (the thread came back to that CPU since).
+        let mut queues: Vec<u32> = Vec::new();
+        for (i, c) in cps[..before].iter().enumerate().rev() {
+            if !queues.contains(&c.queue) {
+                queues.push(c.queue);
+                first = i;
+            }
+        }
+        let end = cps.partition_point(|c| c.time <= to);
+        first..end.max(first)
+    }
+
+    /// A thread as the coarse pass decoded it, from AUX stream `stream`.
+    pub fn new(d: ThreadDecode, stream: Option<u32>) -> ThreadModel {
         ThreadModel {
             spans: d.spans,
             stack: d.stack,
@@ -174,9 +194,6 @@ pub struct Model {
     /// What the user should know about the input that no span shows: trace
     /// that could not be decoded at all, data the kernel lost.
     pub warnings: Vec<String>,
-    /// What the fine pass re-decodes from; `None` for inputs without an
-    /// instruction trace (perf-script text) and for partial models.
-    pub lines: Option<Arc<LineSource>>,
     /// What every time of the model (span starts and ends, checkpoints,
     /// the fine pass's instructions) counts.
     pub unit: TimeUnit,
@@ -280,8 +297,8 @@ impl SpanRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coarse::WalkFigures;
-    use crate::event::UNTRACED;
+    use crate::checkpoint::WalkFigures;
+    use crate::funcs::UNTRACED;
 
     fn thread(spans: ThreadSpans, stream: Option<u32>, walk: WalkFigures) -> ThreadModel {
         ThreadModel {
@@ -371,41 +388,5 @@ mod tests {
             thread(s, Some(0), Default::default()).diagnosis(&funcs),
             None
         );
-    }
-
-    /// Decoded for real: a raw dump whose code lies outside the one image
-    /// given decodes to no call, and the thread says why.
-    #[test]
-    fn a_decode_that_finds_no_code_says_why() {
-        use crate::block::DecoderConfig;
-        use crate::decode::{decode_raw, Engine};
-        let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("code");
-        std::fs::write(&image, [0x90u8; 0x20]).unwrap();
-        // PSB+, then TIP.PGE to 0x5000, where no image is, and a TIP
-        // that only decoding the code there could bind.
-        let mut pt = crate::packet::PSB_BYTES.to_vec();
-        pt.extend([0x02, 0x23]);
-        pt.push(0x11 | (6 << 5));
-        pt.extend(0x5000u64.to_le_bytes());
-        pt.push(0x0d | (6 << 5));
-        pt.extend(0x5010u64.to_le_bytes());
-        pt.push(0x00);
-        for engine in [Engine::Flow, Engine::Libipt] {
-            let m = decode_raw(
-                std::path::Path::new("raw.pt"),
-                &pt,
-                &[(image.clone(), 0x1000)],
-                &DecoderConfig::default(),
-                engine,
-            )
-            .unwrap();
-            let why = m.threads[0].diagnosis(&m.funcs).unwrap_or_default();
-            assert!(
-                why.starts_with("0 calls: ") && why.contains("decode error"),
-                "{engine:?}: {why} {:?}",
-                m.canonical()
-            );
-        }
     }
 }

@@ -1,0 +1,84 @@
+//! How line detail reaches whoever draws it: the [`DetailSource`] trait.
+//!
+//! The model holds no engine. Re-decoding a segment down to instructions
+//! and lines needs the trace, the code and the symbols, which live in the
+//! decoder; the viewer must not compile any of that. So this crate says
+//! what the viewer may ask for, and the decoder answers: the app builds the
+//! decoder's implementation for each model and hands it to the viewer
+//! beside the model. Every request is asynchronous: the implementation
+//! runs it on its own worker threads and the viewer picks up results on a
+//! later frame, so no widget ever decodes or spawns a thread.
+
+use std::sync::Arc;
+
+use crate::calls::compare_lines::LineComparison;
+use crate::calls::Call;
+use crate::model::Model;
+use crate::segment::{FineError, Segment};
+
+/// A segment: (thread index in the model, checkpoint index).
+pub type Key = (u32, u32);
+
+/// What the fine pass's worker and its cache have done, for the status
+/// line and the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerFigures {
+    pub decoded: u64,
+    pub cancelled: u64,
+    pub evicted: u64,
+    /// Time spent decoding, ns.
+    pub decode_ns: u64,
+    pub cached: usize,
+    pub cached_bytes: usize,
+    /// The most the cache ever held.
+    pub peak_bytes: usize,
+}
+
+/// Called once with the result of a line comparison.
+pub type CompareDone = Box<dyn FnOnce(Result<LineComparison, FineError>) + Send>;
+
+/// Line detail on demand for one model: segment decodes behind a bounded
+/// cache, disassembly, and the line comparison of two calls.
+pub trait DetailSource: Send + Sync {
+    /// The model it serves.
+    fn model(&self) -> &Arc<Model>;
+
+    /// The segments wanted now, most wanted first. Replaces what was
+    /// wanted before; a decode no longer wanted is cancelled.
+    fn want(&self, keys: &[Key]);
+
+    /// A decoded segment, if ready.
+    fn get(&self, key: Key) -> Option<Arc<Segment>>;
+
+    /// Why a segment could not be decoded, if it could not.
+    fn error(&self, key: Key) -> Option<FineError>;
+
+    /// Wanted segments not decoded yet.
+    fn pending(&self) -> usize;
+
+    /// What the worker has done so far.
+    fn figures(&self) -> WorkerFigures;
+
+    /// Blocks until every wanted segment is decoded or failed: for tests
+    /// and batch use, never for a frame.
+    fn wait(&self);
+
+    /// The instruction at `ip` of process `pid` in Intel syntax, decoded
+    /// as `bitness`-bit code; `None` where its bytes are not at hand.
+    fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String>;
+
+    /// Re-decodes calls `a` and `b` line by line, in the background, and
+    /// calls `done` with the comparison.
+    fn compare_lines(&self, a: Call, b: Call, done: CompareDone);
+
+    /// The segments of thread `thread` covering `[from, to]`.
+    fn keys(&self, thread: usize, from: u64, to: u64) -> Vec<Key> {
+        match self.model().threads.get(thread) {
+            Some(t) => t
+                .segments_in(from, to)
+                .map(|i| (thread as u32, i as u32))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
