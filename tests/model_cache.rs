@@ -32,8 +32,9 @@ fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Deco
         ..OpenOptions::default()
     };
     let model = open(file, &opts).unwrap();
-    // The entry is written on a thread of its own: as a process that exits.
-    ptscope_decoder::cache::finish_writes();
+    // The entry is written on a thread of its own: waited for, as the
+    // cache's last handle going waits.
+    cache.finish_writes();
     model
 }
 
@@ -148,7 +149,9 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
     // process that exits waits.
     let open = |snap: &Path, opts: &OpenOptions| {
         let m = open(snap, opts).unwrap();
-        ptscope_decoder::cache::finish_writes();
+        if let Some(c) = &opts.cache {
+            c.finish_writes();
+        }
         m
     };
     let named = open(&snap, &opts);

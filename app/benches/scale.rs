@@ -457,7 +457,7 @@ fn main() {
         let model = open(&big, &opts).unwrap();
         let first_open = t.elapsed();
         // The entry is written on a thread of its own, after the open.
-        ptscope_decoder::cache::finish_writes();
+        cache.finish_writes();
         let written = t.elapsed();
         drop(model);
         let entry: u64 = std::fs::read_dir(&cache_dir)

@@ -23,6 +23,7 @@ use ptscope_viewer::TraceView;
 
 use crate::export::ExportFormat;
 use crate::loader::{Decoding, Load, Loaded, Poll};
+use ptscope_decoder::cache::ModelCache;
 
 /// How many recent files the File menu keeps.
 const RECENT_MAX: usize = 10;
@@ -128,6 +129,8 @@ pub struct Tab {
     pub raw: Option<RawForm>,
     /// Where its decode looks for debug files and binaries.
     pub names: crate::name_dirs::NameDirs,
+    /// The app's model cache, which its decodes read and fill.
+    cache: Option<ModelCache>,
     state: TabState,
 }
 
@@ -375,9 +378,13 @@ impl Tab {
         self.decoding.raw_images = form.pending.clone();
         self.decoding.cpu = cpu;
         let ctx = ctx.clone();
-        let load = Load::start(&self.path, &self.decoding, &self.names, move || {
-            ctx.request_repaint()
-        });
+        let load = Load::start(
+            &self.path,
+            &self.decoding,
+            &self.names,
+            self.cache.clone(),
+            move || ctx.request_repaint(),
+        );
         self.state = TabState::Loading { load, view: None };
     }
 
@@ -386,9 +393,13 @@ impl Tab {
     pub fn add_search_folder(&mut self, dir: &Path, ctx: &egui::Context) {
         self.names.add_folder(dir);
         let ctx = ctx.clone();
-        let load = Load::start(&self.path, &self.decoding, &self.names, move || {
-            ctx.request_repaint()
-        });
+        let load = Load::start(
+            &self.path,
+            &self.decoding,
+            &self.names,
+            self.cache.clone(),
+            move || ctx.request_repaint(),
+        );
         let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
         let view = match old {
             TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => Some(v),
@@ -454,6 +465,10 @@ pub struct App {
     pub pick_export: Box<dyn FnMut(ExportFormat) -> Option<PathBuf>>,
     /// Exports running in the background: each says how it ended.
     exports: Vec<std::sync::mpsc::Receiver<String>>,
+    /// Decoded models kept on disk (the user's cache, if there is one):
+    /// every tab's decode reads and fills it, and the entries still being
+    /// written when the window closes are waited for as the app goes.
+    pub cache: Option<ModelCache>,
 }
 
 impl App {
@@ -492,6 +507,7 @@ impl App {
                     .save_file()
             }),
             exports: Vec::new(),
+            cache: ModelCache::user(),
         }
     }
 
@@ -599,11 +615,18 @@ impl App {
             ..RawForm::default()
         });
         let ctx = ctx.clone();
-        let load = Load::start(path, &decoding, &self.names, move || ctx.request_repaint());
+        let load = Load::start(
+            path,
+            &decoding,
+            &self.names,
+            self.cache.clone(),
+            move || ctx.request_repaint(),
+        );
         self.tabs.push(Tab {
             path: path.to_path_buf(),
             decoding,
             names: self.names.clone(),
+            cache: self.cache.clone(),
             source_maps: self.source_maps.clone(),
             capture_info: capture_info(path),
             trigger_call: ptscope_formats::snapshot::Snapshot::read_metadata(path)

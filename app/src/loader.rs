@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use ptscope_decoder::cache::ModelCache;
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{DecodeOptions, Engine};
 use ptscope_decoder::decoded::Decoded;
@@ -64,7 +65,8 @@ pub struct Load {
 }
 
 impl Load {
-    /// Starts decoding `path`; `wake` runs when it is done (to repaint).
+    /// Starts decoding `path`, through `cache` if given; `wake` runs when
+    /// it is done (to repaint).
     /// `decoding` gives what the file does not record (a raw dump's
     /// binaries, the CPU); `names` says where debug files and binaries not
     /// at their paths are looked for.
@@ -72,6 +74,7 @@ impl Load {
         path: &Path,
         decoding: &Decoding,
         names: &NameDirs,
+        cache: Option<ModelCache>,
         wake: impl Fn() + Send + Sync + 'static,
     ) -> Load {
         let wake: Wake = Arc::new(wake);
@@ -95,7 +98,7 @@ impl Load {
                         progress: Some(p),
                         ..DecodeOptions::default()
                     },
-                    cache: ptscope_decoder::cache::ModelCache::user(),
+                    cache,
                     ..OpenOptions::default()
                 });
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());

@@ -13,15 +13,11 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Args::parse();
-    let code = match cli::run(args) {
+    match cli::run(args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ptscope: error: {e:#}");
             std::process::ExitCode::from(1)
         }
-    };
-    // Models decoded on the way are kept in the cache by threads of their
-    // own: they finish before the process ends.
-    ptscope_decoder::cache::finish_writes();
-    code
+    }
 }

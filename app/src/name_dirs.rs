@@ -73,7 +73,13 @@ impl NameDirs {
         );
         s.debuginfod = s
             .debuginfod
-            .map(|c| ptscope_decoder::names::reporting(c, true, None));
+            .map(|c| ptscope_decoder::names::reporting(c, Some(stderr_report()), None));
         s
     }
+}
+
+/// debuginfod transfers reported on stderr as they go: what the command
+/// line passes the decoder, which prints nothing itself.
+pub fn stderr_report() -> ptscope_decoder::names::TransferReport {
+    ptscope_decoder::names::TransferReport(ptscope_debuginfo::debuginfod::stderr_progress())
 }

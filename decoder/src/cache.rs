@@ -13,8 +13,9 @@
 //! (`$XDG_CACHE_HOME/ptscope/models`, else `~/.cache/ptscope/models`), at
 //! most [`DEFAULT_MAX_BYTES`] in all: the least recently used go first.
 //! One is written after the open that decoded it, on a thread of its own
-//! ([`finish_writes`] waits for it), to a temporary file renamed into
-//! place, so a reader never sees half of one.
+//! that the cache owns: [`ModelCache::finish_writes`] waits for it, and so
+//! does dropping the last handle of the cache. It goes to a temporary file
+//! renamed into place, so a reader never sees half of one.
 //!
 //! An entry is a header (magic, format, the CRC-32 and length of the
 //! directory), the directory (postcard: functions, threads with where
@@ -83,11 +84,48 @@ pub enum CacheError {
 }
 
 /// Where decoded models are kept, and how much room they may take.
+/// Clones share its counters and its writers: the entries being written
+/// are waited for when the last clone goes, so a process that keeps its
+/// cache until it ends loses none.
 #[derive(Clone, Debug)]
 pub struct ModelCache {
     dir: PathBuf,
     max_bytes: u64,
     hits: Arc<AtomicU64>,
+    writes: Arc<Writes>,
+}
+
+/// The threads writing entries, joined when the last handle goes.
+#[derive(Debug, Default)]
+struct Writes(Mutex<Vec<std::thread::JoinHandle<()>>>);
+
+impl Writes {
+    /// Waits for every write begun so far.
+    fn join_all(&self) {
+        let writes = std::mem::take(&mut *self.0.lock());
+        for w in writes {
+            let _ = w.join();
+        }
+    }
+
+    /// Adds a writer, and collects those already done so that a long
+    /// session does not gather handles.
+    fn push(&self, w: std::thread::JoinHandle<()>) {
+        let mut writes = self.0.lock();
+        let (done, running): (Vec<_>, Vec<_>) = writes.drain(..).partition(|w| w.is_finished());
+        *writes = running;
+        writes.push(w);
+        drop(writes);
+        for w in done {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        self.join_all();
+    }
 }
 
 /// A model as an entry keeps it, before its fine pass is built again.
@@ -178,20 +216,6 @@ impl<'a> EntryRef<'a> {
     }
 }
 
-/// Entries being written on threads of their own: see [`finish_writes`].
-static WRITES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
-
-/// Waits until every entry an [`open`](crate::open::open) began writing
-/// is written. A process calls it before it exits, or the entries under
-/// way are lost (their temporary files are cleared up by a later
-/// eviction).
-pub fn finish_writes() {
-    let writes = std::mem::take(&mut *WRITES.lock());
-    for w in writes {
-        let _ = w.join();
-    }
-}
-
 /// How old a temporary file of an entry must be for an eviction to take
 /// it for one whose writer died: no write takes this long.
 const STALE_WRITE: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -206,7 +230,14 @@ impl ModelCache {
             dir,
             max_bytes,
             hits: Arc::new(AtomicU64::new(0)),
+            writes: Arc::default(),
         }
+    }
+
+    /// Waits until every entry this cache (or a clone) began writing is
+    /// written: for a caller that reads the cache's files next.
+    pub fn finish_writes(&self) {
+        self.writes.join_all();
     }
 
     /// The user's cache: `$XDG_CACHE_HOME/ptscope/models`, else
@@ -311,7 +342,13 @@ impl ModelCache {
     /// it: the lanes are shared, not copied). A write that fails costs the
     /// next open a decode, nothing more.
     pub(crate) fn keep(&self, key: String, model: Decoded) {
-        let cache = self.clone();
+        // The writer's handle has writers of its own (none): it must not
+        // hold this cache's, or it could be the last to let go of them
+        // and join itself.
+        let cache = ModelCache {
+            writes: Arc::default(),
+            ..self.clone()
+        };
         let write = std::thread::Builder::new()
             .name("ptscope-model-cache".into())
             .spawn(move || {
@@ -319,7 +356,7 @@ impl ModelCache {
             });
         // With no thread to be had, nothing is kept.
         if let Ok(w) = write {
-            WRITES.lock().push(w);
+            self.writes.push(w);
         }
     }
 

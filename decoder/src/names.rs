@@ -23,7 +23,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ptscope_debuginfo::debuginfod::{stderr_progress, Client, Progress};
+use ptscope_debuginfo::debuginfod::{Client, Progress, ProgressFn};
 pub use ptscope_debuginfo::Search;
 
 use crate::progress::DecodeProgress;
@@ -43,14 +43,27 @@ pub struct NameOptions {
     /// Off by default; the command line and the window turn it on unless
     /// told `--no-debuginfod`.
     pub debuginfod: bool,
-    /// Report debuginfod transfers on stderr as they go (the command line).
+    /// Who hears of debuginfod transfers as they go, besides a window's
+    /// progress: the command line passes a reporter that writes to
+    /// stderr. The decoder itself prints nothing.
     #[serde(skip)]
-    pub debuginfod_on_stderr: bool,
+    pub on_transfer: Option<TransferReport>,
     /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
     /// a snapshot carries.
     pub kallsyms: Option<PathBuf>,
     /// A vmlinux whose symbols name kernel code (`--vmlinux`), over both.
     pub vmlinux: Option<PathBuf>,
+}
+
+/// What a caller is told of each debuginfod transfer, at its start, as it
+/// goes and at its end; returning `Break` cancels it.
+#[derive(Clone)]
+pub struct TransferReport(pub Arc<ProgressFn>);
+
+impl std::fmt::Debug for TransferReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransferReport(..)")
+    }
 }
 
 /// The search the decoder uses for `snap`: the debug files it carries
@@ -76,17 +89,20 @@ pub fn search(
     s
 }
 
-/// `client`, reporting its transfers on stderr (`on_stderr`) and to a
+/// `client`, reporting its transfers to the caller's `report` and to a
 /// window's `progress`, which shows what the decode waits on and whose
 /// Cancel stops a transfer.
-pub fn reporting(client: Client, on_stderr: bool, progress: Option<Arc<DecodeProgress>>) -> Client {
-    if !on_stderr && progress.is_none() {
+pub fn reporting(
+    client: Client,
+    report: Option<TransferReport>,
+    progress: Option<Arc<DecodeProgress>>,
+) -> Client {
+    if report.is_none() && progress.is_none() {
         return client;
     }
-    let stderr = on_stderr.then(stderr_progress);
     client.with_progress(Arc::new(move |p: &Progress<'_>| {
-        if let Some(f) = &stderr {
-            f(p)?;
+        if let Some(f) = &report {
+            (f.0)(p)?;
         }
         let Some(progress) = &progress else {
             return ControlFlow::Continue(());

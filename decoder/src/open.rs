@@ -291,7 +291,9 @@ mod tests {
             parallel: crate::coarse::chunks::Parallel::sequential(),
             progress: Some(crate::progress::DecodeProgress::new()),
             names: NameOptions {
-                debuginfod_on_stderr: true,
+                on_transfer: Some(crate::names::TransferReport(std::sync::Arc::new(|_| {
+                    std::ops::ControlFlow::Continue(())
+                }))),
                 ..Default::default()
             },
             ..base.clone()

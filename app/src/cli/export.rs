@@ -21,7 +21,7 @@ pub(super) fn export(
     to: Option<u64>,
 ) -> Result<ExitCode> {
     let file = input.file.clone();
-    let m = load_input(input)?;
+    let (m, _cache) = load_input(input)?;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let format = format.unwrap_or_else(|| ptscope::export::ExportFormat::for_path(&output));
     let sel = ptscope::export::Selection {

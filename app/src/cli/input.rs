@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use ptscope_decoder::cache::ModelCache;
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::Engine;
 use ptscope_decoder::open::OpenOptions;
@@ -25,13 +26,20 @@ pub(super) fn print_model(
     ) -> Result<()>,
 ) -> Result<ExitCode> {
     let file = input.file.clone();
-    let m = load_input(input)?;
+    // The cache outlives the printing: its entry is written meanwhile, and
+    // waited for when it goes.
+    let (m, _cache) = load_input(input)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     ptscope::report::quiet_pipe(print(&m, &file, &mut out).and_then(|()| Ok(out.flush()?)))?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn load_input(input: InputOpts) -> Result<ptscope_decoder::decoded::Decoded> {
+/// Opens the input as its options say, with the model cache it used (if
+/// any): whoever holds that has its entry written in the background, and
+/// waits for the write when it lets go.
+pub(super) fn load_input(
+    input: InputOpts,
+) -> Result<(ptscope_decoder::decoded::Decoded, Option<ModelCache>)> {
     let threads = (!input.threads.is_empty()).then_some(input.threads);
     let engine = match input.decoder {
         DecoderChoice::Ptscope => Engine::Flow,
@@ -54,7 +62,7 @@ pub(super) fn load_input(input: InputOpts) -> Result<ptscope_decoder::decoded::D
             engine,
             parallel,
             names: ptscope_decoder::names::NameOptions {
-                debuginfod_on_stderr: true,
+                on_transfer: Some(ptscope::name_dirs::stderr_report()),
                 kallsyms: input.kernel.kallsyms.clone(),
                 vmlinux: input.kernel.vmlinux.clone(),
                 ..Default::default()
@@ -68,11 +76,12 @@ pub(super) fn load_input(input: InputOpts) -> Result<ptscope_decoder::decoded::D
         },
         ..OpenOptions::default()
     });
+    let cache = opts.cache.clone();
     let model = with_decode_progress(opts, |opts| ptscope_decoder::open::open(&input.file, opts))?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
     }
-    Ok(model)
+    Ok((model, cache))
 }
 
 /// Runs `decode` with `opts`; on a terminal, a line on stderr says how far

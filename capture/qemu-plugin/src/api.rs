@@ -7,8 +7,19 @@
 //! Everything `unsafe` in the plugin is in this module: the exported
 //! symbols QEMU looks for, the calls through the looked-up pointers, and
 //! the conversions of the pointers QEMU hands to callbacks.
+//!
+//! The callbacks QEMU calls are thin trampolines: each converts what QEMU
+//! passes and calls the plain, safe function of [`Hooks`] that the crate
+//! root's `install` returned. This module thus names none of the modules
+//! that handle the callbacks (they use it, to read guest memory or to
+//! attach callbacks to a block), and so makes no import cycle with them.
+//! It names [`Block`] only, the user data of a block's callback, so that
+//! the pointer's conversion stays here.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
+
+use crate::blocks::Block;
 
 /// The API version the plugin is written against (QEMU_PLUGIN_VERSION).
 /// QEMU refuses to load a plugin whose version it does not support.
@@ -90,7 +101,31 @@ struct Api {
 /// A memory callback: vCPU, `qemu_plugin_meminfo_t`, address, user data.
 type MemCb = extern "C" fn(c_uint, u32, u64, *mut c_void);
 
-static API: std::sync::OnceLock<(PluginId, Api)> = std::sync::OnceLock::new();
+static API: OnceLock<(PluginId, Api)> = OnceLock::new();
+
+/// What the plugin does at each callback, in safe Rust: the crate root
+/// fills it with the modules' functions at install, and the trampolines
+/// below call them.
+pub struct Hooks {
+    /// QEMU translates a block.
+    pub translate: fn(&Tb),
+    /// A block runs, with the [`Block`] given to [`Tb::on_exec`].
+    pub block: fn(&'static Block),
+    /// The instruction at an address is about to run ([`Tb::on_insn`]).
+    pub insn: fn(u64),
+    /// A call or return accessed the stack at an address
+    /// ([`Tb::on_memory`]).
+    pub stack_access: fn(u64),
+    /// A thread enters a system call: its number and six arguments.
+    pub syscall: fn(i64, [u64; 6]),
+    /// A thread returns from a system call: its number and result.
+    pub syscall_ret: fn(i64, i64),
+    /// The process is ending.
+    pub exit: fn(),
+}
+
+/// Set at install, before any callback is registered, and never again.
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
 
 /// Looks up `name` in the process (QEMU's executable exports the API).
 fn lookup(name: &CStr) -> Result<*mut c_void, String> {
@@ -142,6 +177,12 @@ fn api() -> &'static (PluginId, Api) {
     API.get().expect("the plugin API is looked up at install")
 }
 
+fn hooks() -> &'static Hooks {
+    HOOKS
+        .get()
+        .expect("the hooks are set at install, before any callback is registered")
+}
+
 /// QEMU's entry point into the plugin: checks the API, reads the
 /// arguments and installs the callbacks.
 ///
@@ -184,7 +225,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     match crate::install(&args) {
-        Ok(()) => {
+        Ok(callbacks) => {
+            if HOOKS.set(callbacks).is_err() {
+                return 1;
+            }
             let (id, api) = api();
             (api.register_tb_trans)(*id, on_translate);
             (api.register_syscall)(*id, on_syscall);
@@ -243,21 +287,21 @@ impl Tb {
         unsafe { std::slice::from_raw_parts(data, len) }.to_vec()
     }
 
-    /// Calls [`on_block`] with `block` each time this block executes.
-    pub fn on_exec(&self, block: &'static crate::blocks::Block) {
-        let udata = block as *const crate::blocks::Block as *mut c_void;
+    /// Calls [`Hooks::block`] with `block` each time this block executes.
+    pub fn on_exec(&self, block: &'static Block) {
+        let udata = block as *const Block as *mut c_void;
         (api().1.register_tb_exec)(self.raw, on_exec, CB_NO_REGS, udata);
     }
 
-    /// Calls the logger with the address of instruction `i` each time it
-    /// is about to execute.
+    /// Calls [`Hooks::insn`] with the address of instruction `i` each time
+    /// it is about to execute.
     pub fn on_insn(&self, i: usize) {
         let vaddr = self.insn_vaddr(i);
         (api().1.register_insn_exec)(self.insn(i), on_insn, CB_NO_REGS, vaddr as *mut c_void);
     }
 
-    /// Calls the stack watcher with each memory address instruction `i`
-    /// accesses (a call's push, a return's pop).
+    /// Calls [`Hooks::stack_access`] with each memory address instruction
+    /// `i` accesses (a call's push, a return's pop).
     pub fn on_memory(&self, i: usize) {
         (api().1.register_mem)(
             self.insn(i),
@@ -295,21 +339,21 @@ pub fn read_guest(addr: u64, buf: &mut [u8]) -> bool {
 }
 
 extern "C" fn on_translate(_id: PluginId, tb: *mut RawTb) {
-    crate::blocks::translate(&Tb { raw: tb });
+    (hooks().translate)(&Tb { raw: tb });
 }
 
 extern "C" fn on_exec(_vcpu: c_uint, udata: *mut c_void) {
     // SAFETY: the user data is the &'static Block `Tb::on_exec` registered.
-    let block = unsafe { &*(udata as *const crate::blocks::Block) };
-    crate::thread::on_block(block);
+    let block: &'static Block = unsafe { &*(udata as *const Block) };
+    (hooks().block)(block);
 }
 
 extern "C" fn on_insn(_vcpu: c_uint, udata: *mut c_void) {
-    crate::thread::on_insn(udata as u64);
+    (hooks().insn)(udata as u64);
 }
 
 extern "C" fn on_memory(_vcpu: c_uint, _info: u32, vaddr: u64, _udata: *mut c_void) {
-    crate::thread::on_stack_access(vaddr);
+    (hooks().stack_access)(vaddr);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -326,15 +370,15 @@ extern "C" fn on_syscall(
     _a7: u64,
     _a8: u64,
 ) {
-    crate::syscalls::on_entry(num, [a1, a2, a3, a4, a5, a6]);
+    (hooks().syscall)(num, [a1, a2, a3, a4, a5, a6]);
 }
 
 extern "C" fn on_syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
-    crate::syscalls::on_return(num, ret);
+    (hooks().syscall_ret)(num, ret);
 }
 
 extern "C" fn on_atexit(_id: PluginId, _udata: *mut c_void) {
-    crate::coordinator::on_exit();
+    (hooks().exit)();
 }
 
 extern "C" fn on_reset(_id: PluginId) {}

@@ -4,8 +4,14 @@
 //! change of flow), so a block is its start, its length and its last
 //! instruction, classified once here by the emulated backend's own
 //! classifier.
+//!
+//! What to look for in the blocks (the trigger's and `--range`'s
+//! addresses, found as the program maps its code) comes in a
+//! [`Wanted`] from the caller, which reads it from the plugin's shared
+//! state: the threads that run blocks use this module, so this module
+//! names no module of theirs.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ptscope_capture::insn::{classify, Insn, InsnClass};
 
@@ -58,11 +64,27 @@ impl Block {
     }
 }
 
-/// Makes the block of `tb` and asks QEMU to report each execution of it.
-pub fn translate(tb: &Tb) {
-    let Some(plugin) = crate::process::plugin() else {
-        return;
-    };
+/// What translation looks for and attaches, lent by the plugin's shared
+/// state (`process::Plugin::wanted`). The addresses are read at each
+/// translation, as the mappings can have moved them since the last.
+pub struct Wanted<'a> {
+    /// Where the trigger's function starts (0 while unknown): blocks
+    /// there get [`AT_TRIGGER`].
+    pub trigger_address: &'a AtomicU64,
+    /// `--range`'s START and STOP, likewise ([`AT_RANGE_START`],
+    /// [`AT_RANGE_STOP`]).
+    pub range_start: &'a AtomicU64,
+    pub range_stop: &'a AtomicU64,
+    /// Report every instruction as it runs, for the IP log.
+    pub ip_log: bool,
+    /// Report the stack accesses of the calls and returns that end
+    /// blocks, for the slow-call trigger.
+    pub watch_stack: bool,
+}
+
+/// Makes the block of `tb`, marked by what `wanted` looks for, and asks
+/// QEMU to report each execution of it.
+pub fn translate(tb: &Tb, wanted: &Wanted<'_>) {
     let mut n = tb.n_insns();
     if n == 0 {
         return;
@@ -79,7 +101,7 @@ pub fn translate(tb: &Tb) {
         last_ip = tb.insn_vaddr(n - 1);
         last = decode(tb, n - 1, last_ip);
     }
-    let at = |addr: &std::sync::atomic::AtomicU64, flag: u8| {
+    let at = |addr: &AtomicU64, flag: u8| {
         let a = addr.load(Ordering::Relaxed);
         if a != 0 && a == vaddr {
             flag
@@ -87,9 +109,9 @@ pub fn translate(tb: &Tb) {
             0
         }
     };
-    let flags = at(&plugin.trigger_address, AT_TRIGGER)
-        | at(&plugin.range_start, AT_RANGE_START)
-        | at(&plugin.range_stop, AT_RANGE_STOP);
+    let flags = at(wanted.trigger_address, AT_TRIGGER)
+        | at(wanted.range_start, AT_RANGE_START)
+        | at(wanted.range_stop, AT_RANGE_STOP);
     // Blocks live as long as QEMU may run them: QEMU gives no callback
     // when it drops a translation, and a block is a few dozen bytes.
     let block: &'static Block = Box::leak(Box::new(Block {
@@ -100,12 +122,12 @@ pub fn translate(tb: &Tb) {
         flags,
     }));
     tb.on_exec(block);
-    if plugin.config.ip_log {
+    if wanted.ip_log {
         for i in 0..n {
             tb.on_insn(i);
         }
     }
-    if plugin.watch_stack
+    if wanted.watch_stack
         && matches!(
             last.class,
             InsnClass::DirectCall { .. } | InsnClass::IndirectCall | InsnClass::Return

@@ -9,18 +9,22 @@
 //! coordinator thread writes the snapshot into the capture directory and
 //! reports it. Nothing here blocks a guest thread, except the exit, which
 //! waits for its snapshot to be written before QEMU ends the process.
+//!
+//! A running thread reaches [`request`], [`answer`] and [`reset_once`]
+//! through the [`crate::thread::Snapshots`] that the crate root's
+//! `install` makes of them, not by name (see `thread`'s documentation);
+//! the snapshot being gathered, [`Pending`], is defined in `process`,
+//! whose state holds it, and has its methods here.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ptscope_capture::qemu::per_cpu::ThreadPieces;
 use ptscope_capture::qemu::wire::{self, Command, Report, Snapshot, COMMANDS_FIFO, REPORTS_FIFO};
 use ptscope_capture::recording::{Capture, StopReason, ThreadTrace};
 
-use crate::process::{plugin, Plugin, Shared};
+use crate::process::{plugin, Pending, Plugin, Shared};
 use crate::thread::ThreadState;
 
 /// How long a snapshot waits for a running thread to hand its trace over.
@@ -28,23 +32,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the exit waits for its snapshot to be written.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A snapshot being gathered.
-pub struct Pending {
-    pub n: usize,
-    stop: StopReason,
-    /// The last one: tracing ends with it.
-    last: bool,
-    /// Taken at an `execve`: the last unless the call fails.
-    checkpoint: bool,
-    traces: Vec<ThreadTrace>,
-    logs: Vec<(i32, Vec<u64>)>,
-    pieces: Vec<ThreadPieces>,
-    /// Running threads that have not handed their traces over yet.
-    waiting: HashSet<i32>,
-    since: Instant,
-    end_time: u64,
-}
 
 impl Pending {
     fn take_from(&mut self, pid: i32, t: &mut ThreadState, at: Option<u64>, epoch: u64) {
@@ -231,7 +218,8 @@ pub fn reset_once(plugin: &Plugin) {
     }
 }
 
-/// Starts the coordinator and the command reader.
+/// Starts the coordinator and the command reader, once
+/// [`crate::process::start`] has set the shared state up.
 pub fn spawn() -> Result<(), String> {
     let Some(plugin) = plugin() else {
         return Err("not installed".into());

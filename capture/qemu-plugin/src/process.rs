@@ -3,11 +3,17 @@
 //! sideband, and the trigger's resolved address. The threads' own PT
 //! units are not here while they run: each thread keeps its own, and
 //! lends it here only while it is in a system call ([`Shared::parked`]).
+//!
+//! A snapshot being gathered ([`Pending`]) is defined here, beside the
+//! state that holds it, while its methods are the coordinator's, which
+//! gathers and writes it: the coordinator uses this module, and this
+//! module names none of the coordinator's, so that the two make no cycle.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -15,11 +21,11 @@ use ptscope_capture::emulated::filter::IpFilter;
 use ptscope_capture::procfs::{self, Mapping};
 use ptscope_capture::qemu::per_cpu::ThreadPieces;
 use ptscope_capture::qemu::wire::{PluginConfig, Report, CONFIG_FILE};
-use ptscope_capture::recording::{Sideband, SidebandEvent, ThreadTrace};
+use ptscope_capture::recording::{Sideband, SidebandEvent, StopReason, ThreadTrace};
 use ptscope_capture::trigger::{RangeSymbols, SymbolTrigger, Trigger};
 
-use crate::coordinator::Pending;
-use crate::thread::ThreadState;
+use crate::blocks::Wanted;
+use crate::thread::{Snapshots, ThreadState};
 
 /// The plugin's state, set up once at install.
 pub struct Plugin {
@@ -58,6 +64,27 @@ pub struct Plugin {
     /// Signals changes of `shared` to the coordinator and to a thread
     /// waiting for the exit snapshot.
     pub changed: Condvar,
+    /// How a running thread asks for a snapshot and answers one: the
+    /// coordinator's functions, handed over at install.
+    pub snapshots: Snapshots,
+}
+
+/// A snapshot being gathered. Its methods, which gather the threads'
+/// traces into it, are in the coordinator, as is what reads its fields.
+pub struct Pending {
+    pub n: usize,
+    pub(crate) stop: StopReason,
+    /// The last one: tracing ends with it.
+    pub(crate) last: bool,
+    /// Taken at an `execve`: the last unless the call fails.
+    pub(crate) checkpoint: bool,
+    pub(crate) traces: Vec<ThreadTrace>,
+    pub(crate) logs: Vec<(i32, Vec<u64>)>,
+    pub(crate) pieces: Vec<ThreadPieces>,
+    /// Running threads that have not handed their traces over yet.
+    pub(crate) waiting: HashSet<i32>,
+    pub(crate) since: Instant,
+    pub(crate) end_time: u64,
 }
 
 /// What threads change together, under [`Plugin::shared`].
@@ -118,8 +145,10 @@ pub fn plugin() -> Option<&'static Plugin> {
     PLUGIN.get()
 }
 
-/// Reads the configuration and starts the coordinator.
-pub fn start(dir: &Path) -> Result<(), String> {
+/// Reads the configuration and sets the shared state up, with the
+/// coordinator's `snapshots` for the threads. The crate root's `install`
+/// then starts the coordinator, which reads this state.
+pub fn start(dir: &Path, snapshots: Snapshots) -> Result<(), String> {
     let config = PluginConfig::read(&dir.join(CONFIG_FILE)).map_err(|e| e.to_string())?;
     let watch_stack = matches!(config.trigger, Trigger::SlowCall { .. });
     let symbol = config.trigger.symbol().map(SymbolTrigger::new);
@@ -153,11 +182,12 @@ pub fn start(dir: &Path) -> Result<(), String> {
             ..Shared::default()
         }),
         changed: Condvar::new(),
+        snapshots,
     };
     if PLUGIN.set(plugin).is_err() {
         return Err("installed twice".into());
     }
-    crate::coordinator::spawn()
+    Ok(())
 }
 
 /// The file mappings of this process before QEMU loads the guest (QEMU
@@ -179,6 +209,18 @@ impl Plugin {
     /// traced.
     pub fn foreign(&self) -> bool {
         std::process::id() as i32 != self.pid
+    }
+
+    /// What translation looks for in the blocks: the addresses found so
+    /// far, and the configuration's logging and stack watching.
+    pub fn wanted(&self) -> Wanted<'_> {
+        Wanted {
+            trigger_address: &self.trigger_address,
+            range_start: &self.range_start,
+            range_stop: &self.range_stop,
+            ip_log: self.config.ip_log,
+            watch_stack: self.watch_stack,
+        }
     }
 
     /// Tells the coordinator of `report`.

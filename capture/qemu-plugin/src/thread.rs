@@ -7,6 +7,14 @@
 //! The clock: one instruction is one nanosecond of the thread's own
 //! virtual time. A block's last instruction is retired when the next
 //! block starts, since only then is it known where it went.
+//!
+//! A running thread takes part in snapshots (it asks for one at a
+//! trigger, and hands its trace over when one is asked for), which the
+//! coordinator gathers from the threads' states. This module reaches the
+//! coordinator through [`Snapshots`], which the crate root fills with the
+//! coordinator's functions, rather than by name: the coordinator names
+//! this module and the process state, which names this module too, so
+//! naming the coordinator back would tie the three into one cycle.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -59,6 +67,29 @@ pub struct ThreadState {
     /// Where the current piece starts in the stream, and when.
     piece_from: u64,
     piece_start: u64,
+}
+
+/// Asks for a snapshot (see [`Snapshots::request`]).
+pub type Request = fn(&Plugin, StopReason, bool, Option<(&mut ThreadState, u64)>) -> Option<usize>;
+/// Hands a running thread's trace over (see [`Snapshots::answer`]).
+pub type Answer = fn(&Plugin, &mut ThreadState, u64);
+
+/// What a running thread needs of the coordinator, as plain function
+/// pointers kept in [`Plugin::snapshots`]: reading them takes no lock,
+/// and calling one costs an indirect call, on paths that the per-block
+/// hot path takes only when a snapshot is under way or the trace is over.
+pub struct Snapshots {
+    /// Asks for a snapshot that stops for the reason given; the flag
+    /// makes it the last. The thread hands its own trace over, taken at
+    /// the block it is about to run. Returns the snapshot's number, or
+    /// `None` if another is being gathered or the last was taken.
+    pub request: Request,
+    /// The thread saw the snapshot epoch change: it hands its trace
+    /// over, taken at the block (its address) it is about to run.
+    pub answer: Answer,
+    /// Once the last snapshot is written, removes the plugin's callbacks
+    /// (once, from a guest thread).
+    pub reset_once: fn(&Plugin),
 }
 
 /// What a thread hands over for a snapshot.
@@ -232,7 +263,7 @@ impl ThreadState {
             }
         }
         if plugin.epoch.load(Ordering::Acquire) != self.epoch {
-            crate::coordinator::answer(plugin, self, block.vaddr);
+            (plugin.snapshots.answer)(plugin, self, block.vaddr);
         }
         if plugin.done.load(Ordering::Relaxed) {
             return;
@@ -247,7 +278,7 @@ impl ThreadState {
         }
         self.retire_pending(block.vaddr);
         if let Some(stop) = self.fire.take() {
-            crate::coordinator::request(plugin, stop, false, Some((self, block.vaddr)));
+            (plugin.snapshots.request)(plugin, stop, false, Some((self, block.vaddr)));
             if plugin.done.load(Ordering::Relaxed) {
                 return;
             }
@@ -301,7 +332,7 @@ impl ThreadState {
                         address: block.vaddr,
                         tid: self.tid,
                     };
-                    crate::coordinator::request(plugin, stop, false, Some((self, block.vaddr)));
+                    (plugin.snapshots.request)(plugin, stop, false, Some((self, block.vaddr)));
                 } else {
                     plugin.shared().unarmed += 1;
                 }
@@ -439,7 +470,7 @@ fn start_thread(plugin: &'static Plugin) -> ThreadState {
 pub fn on_block(block: &'static Block) {
     let Some(plugin) = plugin() else { return };
     if plugin.finished.load(Ordering::Relaxed) {
-        crate::coordinator::reset_once(plugin);
+        (plugin.snapshots.reset_once)(plugin);
         return;
     }
     // After the last snapshot was asked for, a thread still answers it.

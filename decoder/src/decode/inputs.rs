@@ -1,0 +1,160 @@
+//! What every decode sets up before it walks: the decoder's configuration,
+//! each process's code (for libipt's section cache or our own flow decoder)
+//! and its resolver, and the symbols, with what the user should hear of
+//! setting them up.
+
+use crate::block::decoder_config;
+use crate::block::{DecoderConfig, PtError};
+use crate::ffi::{Image, SectionCache};
+use crate::memory::{FileCache, Memory};
+use crate::resolve::{ProcessSymbols, SymbolCache};
+use ptscope_formats::snapshot::{Snapshot, Trace};
+use std::collections::HashMap;
+
+use super::*;
+
+/// A process's code, as the engine reads it.
+pub(super) enum ProcImage {
+    /// Section ids in libipt's section cache.
+    Libipt(Vec<i32>),
+    Flow(Memory),
+}
+
+/// A process's image and resolver.
+pub(super) type Proc = (ProcImage, ProcessSymbols);
+
+/// Where a process's code comes from: libipt's section cache or our files.
+pub(super) struct Loaders {
+    pub(super) engine: Engine,
+    pub(super) cache: SectionCache,
+    pub(super) files: FileCache,
+}
+
+/// Builds the image and resolver of process `pid`, once.
+pub(super) fn add_proc<'p>(
+    procs: &'p mut HashMap<i32, Proc>,
+    pid: i32,
+    (snap, trace): (&Snapshot, &Trace),
+    loaders: &mut Loaders,
+    symbols: &mut SymbolCache,
+    missing_binaries: &mut Vec<String>,
+) -> Result<&'p mut Proc, DecodeError> {
+    if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
+        let mut notes = Vec::new();
+        let (secs, missing) =
+            crate::image::sections_noting(snap, trace, Some(pid), symbols.search(), &mut notes);
+        notes.into_iter().for_each(|n| symbols.note(n));
+        let image = match loaders.engine {
+            Engine::Libipt => {
+                let mut isids = Vec::new();
+                for sec in &secs {
+                    isids.push(
+                        loaders
+                            .cache
+                            .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
+                            .map_err(|error| DecodeError::LibiptMap {
+                                path: sec.file.clone(),
+                                error,
+                            })?,
+                    );
+                }
+                ProcImage::Libipt(isids)
+            }
+            Engine::Flow => {
+                ProcImage::Flow(Memory::new(&secs, &mut loaders.files).map_err(|error| {
+                    DecodeError::Binary {
+                        path: snap.path.clone(),
+                        error,
+                    }
+                })?)
+            }
+        };
+        // The kernel and its modules (pid -1) are mapped in every process,
+        // and no image of theirs is ever at hand.
+        let missing_maps: Vec<(u64, u64, String)> = trace
+            .mmaps
+            .iter()
+            .filter(|m| (m.pid == pid && missing.contains(&m.path)) || (m.kernel && m.pid == -1))
+            .map(|m| (m.start, m.len, m.path.clone()))
+            .collect();
+        for m in missing {
+            if !missing_binaries.contains(&m) {
+                missing_binaries.push(m);
+            }
+        }
+        let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
+        e.insert((image, resolver));
+    }
+    Ok(procs.get_mut(&pid).expect("inserted above"))
+}
+
+pub(super) fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, PtError> {
+    let mut image = Image::new(cache)?;
+    for &isid in isids {
+        image.add(isid)?;
+    }
+    Ok(image)
+}
+
+/// What every decode of a trace sets up before it walks: the decoder's
+/// configuration, the code loaders and the symbols, and what the user
+/// should hear of setting them up.
+pub(super) struct Prepared {
+    pub(super) cfg: DecoderConfig,
+    pub(super) loaders: Loaders,
+    pub(super) symbols: SymbolCache,
+    pub(super) filter_warning: Vec<String>,
+    pub(super) kernel_warning: Option<String>,
+}
+
+pub(super) fn prepare(
+    snap: &Snapshot,
+    trace: &Trace,
+    opts: &DecodeOptions,
+) -> Result<Prepared, DecodeError> {
+    let libipt = |error| DecodeError::Libipt {
+        path: snap.path.clone(),
+        error,
+    };
+    let mut cfg = decoder_config(trace);
+    if let Some(cpu) = opts.cpu {
+        cfg = cfg.with_cpu(cpu);
+    }
+    let mut filter_warning = Vec::new();
+    match (opts.ip_filter, crate::ip_filter::IpFilter::recorded(trace)) {
+        (Some(f), _) => cfg = cfg.with_filter(f),
+        (None, Err(e)) => filter_warning.push(format!(
+            "{e}; SKL014 is not worked around (give the ranges with --ip-filter)"
+        )),
+        (None, Ok(_)) => {}
+    }
+    let loaders = Loaders {
+        engine: opts.engine,
+        cache: SectionCache::new().map_err(libipt)?,
+        files: FileCache::default(),
+    };
+    let mut search = crate::names::search(
+        Some(snap),
+        &opts.names.debug_dirs,
+        &opts.names.binary_dirs,
+        opts.names.debuginfod,
+    );
+    search.debuginfod = search
+        .debuginfod
+        .map(|c| crate::names::reporting(c, opts.names.on_transfer.clone(), opts.progress.clone()));
+    let mut symbols = SymbolCache::new(search);
+    let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
+        snap,
+        trace,
+        opts.names.kallsyms.as_deref(),
+        opts.names.vmlinux.as_deref(),
+    );
+    symbols.kernel = kernel;
+    Ok(Prepared {
+        cfg,
+        loaders,
+        symbols,
+        filter_warning,
+        kernel_warning,
+    })
+}
