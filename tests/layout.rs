@@ -3,8 +3,12 @@
 //! module can be read, tested and moved after the ones it uses.
 //!
 //! How: every `.rs` file of a crate's `src/` belongs to the top-level
-//! module its path starts with (`coarse/walker.rs` to `coarse`). A module
-//! uses another when its code, outside its unit tests and comments, names
+//! module its path starts with (`coarse/walker.rs` to `coarse`), or, in a
+//! folder that only groups modules (its `mod.rs` declares and re-exports,
+//! and defines nothing: the decoder's `pt/`, `names/`, `passes/`), to the
+//! module under it (`pt/flow/walk.rs` to `pt::flow`). A module uses
+//! another when its code, outside its unit tests (inline, or in files
+//! declared `#[cfg(test)] mod ...;`) and comments, names
 //! `crate::other` (in a path or a `use crate::{...}` group). Tarjan's
 //! algorithm then finds the strongly connected components of that graph;
 //! any of more than two modules is a cycle this test refuses, with the
@@ -44,12 +48,41 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to; `None` for the crate root.
-fn module_of(src: &Path, file: &Path) -> Option<String> {
+/// Whether the folder `dir` only groups modules: its `mod.rs` defines
+/// nothing of its own.
+fn is_group(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("mod.rs")) else {
+        return false;
+    };
+    code_of(&text).lines().all(|l| {
+        let l = l.trim();
+        l.is_empty()
+            || l.starts_with("#[")
+            || l.starts_with("pub mod ")
+            || l.starts_with("mod ")
+            || l.starts_with("pub use ")
+            || l.starts_with("use ")
+    })
+}
+
+/// The module a file belongs to (see the module doc); `None` for the
+/// crate root and for a group's own `mod.rs`.
+fn module_of(src: &Path, groups: &BTreeSet<String>, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+    let mut parts = rel.components().map(|c| {
+        c.as_os_str()
+            .to_str()
+            .map(|s| s.strip_suffix(".rs").unwrap_or(s))
+    });
+    let first = parts.next()??;
+    if matches!(first, "lib" | "main") {
+        return None;
+    }
+    if groups.contains(first) {
+        let second = parts.next()??;
+        return (second != "mod").then(|| format!("{first}::{second}"));
+    }
+    Some(first.to_string())
 }
 
 /// `text` without its unit tests and its comments: what the module's own
@@ -69,12 +102,23 @@ fn code_of(text: &str) -> String {
 }
 
 /// Every module named as `crate::name` in `code`, and in `use crate::{...}`
-/// groups.
-fn named(code: &str) -> BTreeSet<String> {
+/// groups; `crate::group::name` for a module in a group of `groups`.
+fn named(code: &str, groups: &BTreeSet<String>) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
-        s.chars()
+        let first: String = s
+            .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
+            .collect();
+        match s[first.len()..].strip_prefix("::") {
+            Some(rest) if groups.contains(&first) => {
+                let second: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                format!("{first}::{second}")
+            }
+            _ => first,
+        }
     };
     let mut out = BTreeSet::new();
     for (i, _) in code.match_indices("crate::") {
@@ -94,19 +138,59 @@ fn named(code: &str) -> BTreeSet<String> {
     out
 }
 
+/// The files of modules declared `#[cfg(test)] mod name;` in `files`:
+/// unit tests, which may use anything.
+fn test_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        // Where a file's child modules live: beside it for `mod.rs` and
+        // the crate roots, in the folder of its name otherwise.
+        let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let dir = match stem {
+            "mod" | "lib" | "main" => f.parent().unwrap().to_path_buf(),
+            _ => f.with_extension(""),
+        };
+        let mut lines = text.lines().map(str::trim);
+        while let Some(l) = lines.next() {
+            if l != "#[cfg(test)]" {
+                continue;
+            }
+            let next = lines.next().unwrap_or("");
+            if let Some(name) = next
+                .strip_prefix("mod ")
+                .or_else(|| next.strip_prefix("pub(crate) mod "))
+                .and_then(|n| n.strip_suffix(';'))
+            {
+                out.insert(dir.join(format!("{name}.rs")));
+                out.insert(dir.join(name).join("mod.rs"));
+            }
+        }
+    }
+    out
+}
+
 fn graph(src: &Path) -> Graph {
     let mut files = Vec::new();
     rust_files(src, &mut files);
+    let tests = test_files(&files);
+    files.retain(|f| !tests.contains(f));
+    let groups: BTreeSet<String> = std::fs::read_dir(src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && is_group(p))
+        .filter_map(|p| Some(p.file_name()?.to_str()?.to_string()))
+        .collect();
     let mut g = Graph::new();
     let mut texts = Vec::new();
     for f in &files {
-        if let Some(m) = module_of(src, f) {
+        if let Some(m) = module_of(src, &groups, f) {
             g.entry(m.clone()).or_default();
             texts.push((m, std::fs::read_to_string(f).unwrap()));
         }
     }
     for (m, text) in texts {
-        let uses: BTreeSet<String> = named(&code_of(&text))
+        let uses: BTreeSet<String> = named(&code_of(&text), &groups)
             .into_iter()
             .filter(|n| *n != m && g.contains_key(n))
             .collect();
@@ -203,14 +287,22 @@ fn the_cycle_check_finds_a_cycle_of_three() {
     let mut sizes: Vec<usize> = components(&g).iter().map(Vec::len).collect();
     sizes.sort();
     assert_eq!(sizes, [2, 3]);
+    let none = BTreeSet::new();
     assert_eq!(
-        named("use crate::{a::X, b}; crate::c::f(); // crate::d"),
+        named("use crate::{a::X, b}; crate::c::f(); // crate::d", &none),
         ["a", "b", "c", "d"].map(String::from).into()
     );
     assert_eq!(
-        named(&code_of(
-            "use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests { crate::c }"
-        )),
+        named(
+            &code_of("use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests { crate::c }"),
+            &none
+        ),
         ["a"].map(String::from).into()
+    );
+    // In a group folder, the module under it is the node.
+    let pt = BTreeSet::from(["pt".to_string()]);
+    assert_eq!(
+        named("use crate::pt::flow::X; crate::decode::f()", &pt),
+        ["decode", "pt::flow"].map(String::from).into()
     );
 }

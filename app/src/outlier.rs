@@ -622,7 +622,7 @@ mod tests {
     #[test]
     fn pseudo_spans_have_no_calls_to_histogram_or_compare() {
         use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
-        use ptscope_decoder::model::ThreadModel;
+
         use ptscope_decoder::store::ThreadSpans;
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1100, SpanKind::Call);
@@ -631,11 +631,7 @@ mod tests {
         t.push(0, 20, 30, UNTRACED, 0);
         t.push(0, 30, 50, f, 0);
         t.push(0, 50, 90, UNTRACED, 0);
-        let m = Model {
-            funcs,
-            threads: vec![ThreadModel::from_spans(t)],
-            ..Default::default()
-        };
+        let m = Model::of(funcs, [t]);
         let file = Path::new("t.ptscope");
         let mut out = Vec::new();
         histogram(&m, file, "f", Output::Text, &mut out).unwrap();

@@ -704,7 +704,7 @@ fn in_time_order<'s>(
 mod tests {
     use super::*;
     use ptscope_decoder::event::UNTRACED;
-    use ptscope_decoder::model::ThreadModel;
+
     use ptscope_decoder::store::ThreadSpans;
 
     /// main calls f twice, with untraced time and a decode error between.
@@ -721,11 +721,7 @@ mod tests {
         t.push(1, 30, 40, UNTRACED, 0);
         t.push(1, 40, 50, UNTRACED, 0);
         t.push(1, 50, 70, f, 0);
-        Model {
-            funcs,
-            threads: vec![ThreadModel::from_spans(t)],
-            ..Default::default()
-        }
+        Model::of(funcs, [t])
     }
 
     #[test]

@@ -6,9 +6,9 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::fine::worker::SegmentWorker;
-use crate::fine::LineSource;
 use crate::model::Model;
+use crate::passes::fine::worker::SegmentWorker;
+use crate::passes::fine::LineSource;
 
 /// A decoded input: its model, and what re-decodes it down to lines.
 #[derive(Clone, Default)]

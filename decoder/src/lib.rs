@@ -6,39 +6,26 @@
 //!
 //! The way in is [`open::open`], which tells the kinds of input apart and
 //! returns a [`decoded::Decoded`]: the model, and beside it the fine pass
-//! that re-decodes it. The stages, in pipeline order:
-//! - reading PT: [`packet`], our bounds-checked packet parser; [`errata`],
-//!   the CPU errata that affect decoding (libipt's table, ported), and
-//!   [`ip_filter`], the IP filter a trace was written under; [`timing`],
-//!   timing packets to times, spread over the branches between them (or,
-//!   for a trace without TSC, instruction counts as times);
-//! - the engines: [`flow`] over [`memory`], our own PT flow decoder, which
-//!   agrees with libipt's block decoder block for block and is several
-//!   times faster; [`ffi`], libipt through `libipt-sys` directly, the
-//!   reference (its block decoder is the other engine; its instruction
-//!   decoder judges ours in the tests); [`block`], what both report
-//!   ([`block::BlockItem`]), their configuration and libipt's error codes;
-//! - names: [`image`], [`symbols`] and [`resolve`]: the process image from
-//!   MMAP2 sideband and the bundled binaries, ELF/DWARF symbols, and which
-//!   function an address is in, with [`names`]: where a stripped binary's
-//!   separate debug file (and a binary not at its path) is looked for;
-//! - the coarse pass: [`coarse`], PT into timed branch [`event`]s, one walk
-//!   or in chunks on every core with the same result; [`perf_script`], the
-//!   same events from `perf script` text; [`stack`], call-stack
-//!   reconstruction, the heart of it: events in, nested spans out (into
-//!   the model's [`store`]);
-//! - besides the flow: [`mark_scan`], PTWRITE values, the core's frequency
-//!   (CBR) and its power states, read by a scan of the packets;
-//! - the driver: [`decode`], which runs all of it over a snapshot, and
-//!   [`progress`], what a background decode shares with the window;
-//! - [`fine`]: the fine pass, which re-decodes one PSB segment down to
-//!   instructions and source lines (with inlined frames) when the viewer
-//!   zooms in; its worker is the model's `DetailSource` the app runs;
-//! - [`cache`]: decoded models kept on disk, so that opening a file again
-//!   reads its model instead of decoding it: its lanes are read in place.
+//! that re-decodes it. The stages, one folder each, in pipeline order:
+//! - [`pt`], reading PT: the packet parser, the CPU errata and IP filter,
+//!   timing, and the two engines that turn trace and code into blocks
+//!   (`flow`, ours, several times faster than libipt's block decoder and
+//!   agreeing with it block for block; `ffi`, libipt itself, the
+//!   reference);
+//! - [`names`]: the process image from MMAP2 sideband, ELF/DWARF symbols,
+//!   which function an address is in, and where debug files and binaries
+//!   not at their paths are looked for;
+//! - [`passes`]: the coarse pass (PT into timed branch events, one walk or
+//!   in chunks on every core), stack reconstruction into the model's span
+//!   store, the marks scan, and the fine pass down to source lines;
+//! - [`inputs`]: `perf script` text, and models kept on disk by the model
+//!   cache;
+//! - [`decode`]: the driver that runs the stages over an input, with
+//!   [`progress`], what a background decode shares with the window.
 //!
 //! The model's modules ([`model`], [`store`], [`calls`], [`marks`],
-//! [`cpus`]) are re-exported under the names the decoder's users know.
+//! [`cpus`]) and the stages' are re-exported under the names the
+//! decoder's users know.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
@@ -50,30 +37,20 @@
 // modules are re-exported here under the names the decoder's users know.
 pub use ptscope_model::{calls, cpus, marks, model, store};
 
-pub mod block;
-pub mod cache;
-pub mod coarse;
 pub mod decode;
 pub mod decoded;
-pub mod errata;
-pub mod event;
-// The FFI to libipt: each unsafe block says why it is sound.
-#[allow(unsafe_code)]
-pub mod ffi;
-pub mod fine;
-pub mod flow;
-pub mod image;
-pub mod ip_filter;
-pub mod mark_scan;
-// Maps binaries: its one unsafe block says why it is sound.
-#[allow(unsafe_code)]
-pub mod memory;
+pub mod inputs;
 pub mod names;
 pub mod open;
-pub mod packet;
-pub mod perf_script;
+pub mod passes;
 pub mod progress;
-pub mod resolve;
-pub mod stack;
-pub mod symbols;
-pub mod timing;
+pub mod pt;
+#[cfg(test)]
+mod testing;
+
+// The stages' modules under the names the decoder's users know, so that a
+// path outside the crate does not depend on the folder a module sits in.
+pub use inputs::{cache, perf_script};
+pub use names::{image, resolve, symbols};
+pub use passes::{coarse, event, fine, mark_scan, stack};
+pub use pt::{block, errata, ffi, flow, ip_filter, memory, packet, timing};

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::block::DecoderConfig;
 use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions};
 use crate::decoded::Decoded;
-use crate::perf_script;
+use crate::inputs::perf_script;
+use crate::pt::block::DecoderConfig;
 
 /// What a file holds, by its first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub struct OpenOptions {
     /// Where decoded models are kept: a snapshot or perf.data opened again
     /// with the same options is read from it, not decoded. `None`: always
     /// decode (`--no-cache`).
-    pub cache: Option<crate::cache::ModelCache>,
+    pub cache: Option<crate::inputs::cache::ModelCache>,
 }
 
 /// The first bytes of `path` that tell its kind.
@@ -84,7 +84,7 @@ pub fn input_kind(path: &Path, raw: bool) -> Result<InputKind, DecodeError> {
             InputKind::Snapshot
         } else if is_text(head) {
             InputKind::PerfScript
-        } else if crate::packet::find_psb(head).is_some() {
+        } else if crate::pt::packet::find_psb(head).is_some() {
             InputKind::RawPt
         } else {
             // Not text, not a format we know: the snapshot reader says why in
@@ -210,7 +210,7 @@ mod tests {
     use super::*;
 
     fn demo() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
+        crate::testing::demo_path()
     }
 
     #[test]
@@ -243,7 +243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pt = dir.path().join("trace.pt");
         // PSB, PSBEND, PAD: the start of any raw dump.
-        let mut bytes = crate::packet::PSB_BYTES.to_vec();
+        let mut bytes = crate::pt::packet::PSB_BYTES.to_vec();
         bytes.extend([0x02, 0x23, 0x00]);
         std::fs::write(&pt, &bytes).unwrap();
         assert_eq!(input_kind(&pt, false).unwrap(), InputKind::RawPt);
@@ -284,16 +284,16 @@ mod tests {
     /// none that does not.
     #[test]
     fn the_cache_key_follows_every_option_that_changes_the_model() {
-        use crate::names::NameOptions;
+        use crate::names::lookup::NameOptions;
         let base = DecodeOptions::default();
         let k0 = model_options(&base);
         let same = DecodeOptions {
-            parallel: crate::coarse::chunks::Parallel::sequential(),
+            parallel: crate::passes::coarse::chunks::Parallel::sequential(),
             progress: Some(crate::progress::DecodeProgress::new()),
             names: NameOptions {
-                on_transfer: Some(crate::names::TransferReport(std::sync::Arc::new(|_| {
-                    std::ops::ControlFlow::Continue(())
-                }))),
+                on_transfer: Some(crate::names::lookup::TransferReport(std::sync::Arc::new(
+                    |_| std::ops::ControlFlow::Continue(()),
+                ))),
                 ..Default::default()
             },
             ..base.clone()
@@ -303,7 +303,7 @@ mod tests {
             names: n,
             ..base.clone()
         };
-        let filter = crate::ip_filter::IpFilter::new(&[crate::ip_filter::IpRange {
+        let filter = crate::pt::ip_filter::IpFilter::new(&[crate::pt::ip_filter::IpRange {
             first: 0x1000,
             last: 0x2000,
             stop: false,
@@ -382,7 +382,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("code");
         std::fs::write(&image, [0x90u8; 16]).unwrap();
-        let mut pt = crate::packet::PSB_BYTES.to_vec();
+        let mut pt = crate::pt::packet::PSB_BYTES.to_vec();
         // FUP 0x1000, MODE.Exec 64-bit, PSBEND.
         pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
         // A corrupt TMA and its bogus byte, then FUP 0x1004 and TIP.PGD.

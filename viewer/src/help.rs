@@ -7,7 +7,7 @@
 
 use egui::{Context, Grid, Window};
 
-use crate::axis::format_duration_f;
+use crate::timeline::axis::format_duration_f;
 
 /// Every binding the viewer knows, as (keys, what they do).
 pub const BINDINGS: &[(&str, &str)] = &[

@@ -18,52 +18,45 @@
 //! The modules, starting where a frame is drawn:
 //!
 //! - [`view`] draws a whole frame: toolbar, overview, timeline, bottom tabs.
-//! - [`timeline`] draws the axis and the thread tracks, and handles the mouse.
-//! - [`frame_mesh`] builds the frame's one mesh of span boxes, merged per pixel.
-//! - [`marks_row`] draws a thread's marks: PTWRITE values, the core's
-//!   frequency and its sleeps; [`cpu_lanes`] draws a per-CPU trace's
-//!   lanes, which thread ran on each CPU when.
-//! - [`time_window`] holds the visible time window, exact deep into a trace.
-//! - [`axis`] picks the axis's ticks and formats times and durations.
-//! - [`overview`] draws the strip showing the whole snapshot.
+//! - [`timeline`] draws the axis and the thread tracks, and handles the
+//!   mouse; under it, what the timeline is made of: [`frame_mesh`] (the
+//!   frame's one mesh of span boxes, merged per pixel), [`marks_row`] (a
+//!   thread's PTWRITE values, frequency and sleeps), [`cpu_lanes`] (which
+//!   thread ran on each CPU when), [`time_window`] (the visible window,
+//!   exact deep into a trace), [`axis`] (ticks, times and durations),
+//!   [`overview`] (the strip showing the whole snapshot) and
+//!   [`line_detail`] (source lines and instructions when zoomed in).
+//! - [`tabs`]: the bottom panel's tabs: [`details_panel`] (the selected
+//!   span and its calls) with [`histogram`] (the calls' durations,
+//!   brushed), [`range`] (a range's table) with [`flame_graph`], and
+//!   [`source_tab`] (a line's file with heat, or disassembly).
 //! - [`color`] gives each function a stable color and pseudo-spans a hatch.
-//! - [`line_detail`] shows source lines and instructions when zoomed in.
 //! - [`search`] finds functions by name for the toolbar's search box.
 //! - [`fuzzy`] is the one fuzzy matcher, for the search and the app's pickers.
-//! - [`details_panel`] draws the Details tab: the selected span and its calls,
-//!   with [`histogram`], the duration histogram a range of calls is brushed on.
-//! - [`range`] computes a range selection and draws its table (Range tab).
-//! - [`flame_graph`] builds and draws the range's flame graph.
-//! - [`source_tab`] draws the Source tab: a line's file with heat, or disassembly.
 //! - [`help`] draws the keyboard help window.
 //! - [`spans`] names a span ([`SpanRef`]), walks the call tree, and tells
 //!   calls from pseudo-spans (`[untraced]`, `[decode error: …]`), which no
 //!   count of calls includes.
 //! - [`synth`] builds synthetic models for the benchmarks.
 
-pub mod axis;
 #[doc(hidden)]
 pub mod bench;
 pub mod color;
-pub mod cpu_lanes;
-pub mod details_panel;
-pub mod flame_graph;
-pub mod frame_mesh;
 pub mod fuzzy;
 pub mod help;
-pub mod histogram;
-pub mod line_detail;
-pub mod marks_row;
-pub mod overview;
-pub mod range;
 pub mod search;
-pub mod source_tab;
 pub mod spans;
 pub mod synth;
-pub mod time_window;
+pub mod tabs;
 pub mod timeline;
 pub mod view;
 
 pub use spans::SpanRef;
-pub use time_window::TimeWindow;
+pub use timeline::time_window::TimeWindow;
+
+// The timeline's and the tabs' modules under the names the viewer's users
+// know, so that a path outside the crate does not depend on the folder a
+// module sits in.
+pub use tabs::{details_panel, flame_graph, histogram, range, source_tab};
+pub use timeline::{axis, cpu_lanes, frame_mesh, line_detail, marks_row, overview, time_window};
 pub use view::{PanelTab, TraceView, VisibleLine};

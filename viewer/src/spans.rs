@@ -142,7 +142,6 @@ pub fn merged_label(calls: u32, pseudo: u32) -> String {
 pub(crate) mod tests {
     use super::*;
     use ptscope_model::funcs::{FuncTable, SpanKind};
-    use ptscope_model::model::ThreadModel;
 
     /// main(0-100) { a(10-40) { b(20-30) } a(50-60) }, main(200-300).
     pub(crate) fn small_model() -> Model {
@@ -156,11 +155,7 @@ pub(crate) mod tests {
         t.push(1, 10, 40, a, 0);
         t.push(1, 50, 60, a, 0);
         t.push(2, 20, 30, b, 0);
-        Model {
-            funcs,
-            threads: vec![ThreadModel::from_spans(t)],
-            ..Default::default()
-        }
+        Model::of(funcs, [t])
     }
 
     #[test]
@@ -204,11 +199,7 @@ pub(crate) mod tests {
             let at = i as u64 * 10;
             t.push(0, at, at + 5, func, 0);
         }
-        let m = Model {
-            funcs,
-            threads: vec![ThreadModel::from_spans(t)],
-            ..Default::default()
-        };
+        let m = Model::of(funcs, [t]);
         let calls = calls_per_func(&m);
         assert_eq!(calls[f as usize], 3);
         let spans = spans_per_func(&m);

@@ -9,8 +9,8 @@
 //! search and the range, so a file can be explored while it decodes. The
 //! view owns what the widgets share (the selection, the range, the search
 //! and the colors) and turns the timeline's events into changes of it.
-//! Zoomed in far enough, it asks for line detail ([`crate::line_detail`]) and
-//! shows a clicked line in the Source tab ([`crate::source_tab`]). Its public
+//! Zoomed in far enough, it asks for line detail ([`crate::timeline::line_detail`]) and
+//! shows a clicked line in the Source tab ([`crate::tabs::source_tab`]). Its public
 //! methods do what the mouse and keys do, so the app and the tests can
 //! drive it.
 
@@ -23,19 +23,19 @@ use ptscope_model::funcs::FuncId;
 use ptscope_model::model::Model;
 use ptscope_model::segment::Segment;
 
-use crate::axis::{format_duration_in, TimeMode, TimeUnit};
 use crate::color::{extend_styles, FuncStyle};
-use crate::details_panel::{details_ui, group_ui, step_call, Details, DetailsAction};
-use crate::flame_graph::flame_ui;
-use crate::frame_mesh::FrameBuf;
-use crate::line_detail::{
+use crate::search::{MatchMode, Search};
+use crate::spans::{calls_of, spans_per_func, PseudoIndex, SpanRef};
+use crate::tabs::details_panel::{details_ui, group_ui, step_call, Details, DetailsAction};
+use crate::tabs::flame_graph::flame_ui;
+use crate::tabs::range::{table_ui, RangeRow, RangeStats, SortBy};
+use crate::tabs::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
+use crate::timeline::axis::{format_duration_in, TimeMode, TimeUnit};
+use crate::timeline::frame_mesh::FrameBuf;
+use crate::timeline::line_detail::{
     line_of_insn, Disasm, InsnRef, LineDetail, LineFrame, LineRef, LineRequest,
 };
-use crate::range::{table_ui, RangeRow, RangeStats, SortBy};
-use crate::search::{MatchMode, Search};
-use crate::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget, MAX_HEAT_SEGMENTS};
-use crate::spans::{calls_of, spans_per_func, PseudoIndex, SpanRef};
-use crate::time_window::TimeWindow;
+use crate::timeline::time_window::TimeWindow;
 use crate::timeline::{RowKind, SpanGroup, Timeline, TimelineEvent, TimelineInput};
 
 /// Which tab the bottom panel shows.
@@ -811,7 +811,7 @@ impl TraceView {
                 ui.label("No spans yet.");
             }
             let bounds = self.timeline.bounds;
-            crate::overview::ui(
+            crate::timeline::overview::ui(
                 ui,
                 &model,
                 &self.styles,

@@ -39,11 +39,7 @@ fn model() -> Model {
         0,
     );
     b.push(0, base + 5_000, base + 9_500, work, 0);
-    Model {
-        funcs,
-        threads: vec![ThreadModel::from_spans(a), ThreadModel::from_spans(b)],
-        ..Default::default()
-    }
+    Model::of(funcs, [a, b])
 }
 
 fn harness() -> Harness<'static, TraceView> {
@@ -272,11 +268,7 @@ fn burst_model() -> Model {
     for i in 0..5 {
         a.push(1, base + 8_000 + 2 * i, base + 8_002 + 2 * i, step, 0);
     }
-    Model {
-        funcs,
-        threads: vec![ThreadModel::from_spans(a)],
-        ..Default::default()
-    }
+    Model::of(funcs, [a])
 }
 
 fn harness_on(model: Model) -> Harness<'static, TraceView> {
@@ -402,11 +394,7 @@ fn requests_model() -> Model {
             t.push(2, at + 10, at + len - 10, rebuild, 0);
         }
     }
-    Model {
-        funcs,
-        threads: vec![ThreadModel::from_spans(t)],
-        ..Default::default()
-    }
+    Model::of(funcs, [t])
 }
 
 /// A press at `from`, moves to `to`, a release: a drag as a pointer makes

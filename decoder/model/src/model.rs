@@ -205,6 +205,16 @@ pub struct Model {
 }
 
 impl Model {
+    /// A model of hand-built threads over `funcs`, nothing else known:
+    /// what synthetic models and tests start from.
+    pub fn of(funcs: FuncTable, threads: impl IntoIterator<Item = ThreadSpans>) -> Model {
+        Model {
+            funcs,
+            threads: threads.into_iter().map(ThreadModel::from_spans).collect(),
+            ..Model::default()
+        }
+    }
+
     /// First start and last end over all threads.
     pub fn time_range(&self) -> Option<(u64, u64)> {
         self.threads

@@ -3,11 +3,11 @@
 //! and its resolver, and the symbols, with what the user should hear of
 //! setting them up.
 
-use crate::block::decoder_config;
-use crate::block::{DecoderConfig, PtError};
-use crate::ffi::{Image, SectionCache};
-use crate::memory::{FileCache, Memory};
-use crate::resolve::{ProcessSymbols, SymbolCache};
+use crate::names::resolve::{ProcessSymbols, SymbolCache};
+use crate::pt::block::decoder_config;
+use crate::pt::block::{DecoderConfig, PtError};
+use crate::pt::ffi::{Image, SectionCache};
+use crate::pt::memory::{FileCache, Memory};
 use ptscope_formats::snapshot::{Snapshot, Trace};
 use std::collections::HashMap;
 
@@ -41,8 +41,13 @@ pub(super) fn add_proc<'p>(
 ) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
         let mut notes = Vec::new();
-        let (secs, missing) =
-            crate::image::sections_noting(snap, trace, Some(pid), symbols.search(), &mut notes);
+        let (secs, missing) = crate::names::image::sections_noting(
+            snap,
+            trace,
+            Some(pid),
+            symbols.search(),
+            &mut notes,
+        );
         notes.into_iter().for_each(|n| symbols.note(n));
         let image = match loaders.engine {
             Engine::Libipt => {
@@ -121,7 +126,10 @@ pub(super) fn prepare(
         cfg = cfg.with_cpu(cpu);
     }
     let mut filter_warning = Vec::new();
-    match (opts.ip_filter, crate::ip_filter::IpFilter::recorded(trace)) {
+    match (
+        opts.ip_filter,
+        crate::pt::ip_filter::IpFilter::recorded(trace),
+    ) {
         (Some(f), _) => cfg = cfg.with_filter(f),
         (None, Err(e)) => filter_warning.push(format!(
             "{e}; SKL014 is not worked around (give the ranges with --ip-filter)"
@@ -133,17 +141,17 @@ pub(super) fn prepare(
         cache: SectionCache::new().map_err(libipt)?,
         files: FileCache::default(),
     };
-    let mut search = crate::names::search(
+    let mut search = crate::names::lookup::search(
         Some(snap),
         &opts.names.debug_dirs,
         &opts.names.binary_dirs,
         opts.names.debuginfod,
     );
-    search.debuginfod = search
-        .debuginfod
-        .map(|c| crate::names::reporting(c, opts.names.on_transfer.clone(), opts.progress.clone()));
+    search.debuginfod = search.debuginfod.map(|c| {
+        crate::names::lookup::reporting(c, opts.names.on_transfer.clone(), opts.progress.clone())
+    });
     let mut symbols = SymbolCache::new(search);
-    let (kernel, kernel_warning) = crate::symbols::kallsyms::for_trace(
+    let (kernel, kernel_warning) = crate::names::symbols::kallsyms::for_trace(
         snap,
         trace,
         opts.names.kallsyms.as_deref(),

@@ -17,12 +17,12 @@
 //! - `script`: `perf script` text ([`from_script`]);
 //! - `warnings`: what a decode tells the user that no span shows.
 
-use crate::block::PtError;
-use crate::coarse::chunks::Parallel;
 use crate::decoded::Decoded;
 use crate::model::TimeUnit;
-use crate::packet::psb_offsets;
+use crate::passes::coarse::chunks::Parallel;
 use crate::progress::DecodeProgress;
+use crate::pt::block::PtError;
+use crate::pt::packet::psb_offsets;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 use ptscope_formats::FileError;
 use std::path::PathBuf;
@@ -64,7 +64,7 @@ pub enum DecodeError {
     Cancelled { path: PathBuf },
     /// `perf script` text that could not be imported; the error names it.
     #[error(transparent)]
-    Script(#[from] crate::perf_script::ScriptError),
+    Script(#[from] crate::inputs::perf_script::ScriptError),
 }
 
 /// Which threads to decode, and how.
@@ -84,17 +84,17 @@ pub struct DecodeOptions {
     #[serde(skip)]
     pub parallel: Parallel,
     /// The CPU whose errata to work around, over the trace's cpuid.
-    pub cpu: Option<crate::block::Cpu>,
+    pub cpu: Option<crate::pt::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
-    pub ip_filter: Option<crate::ip_filter::IpFilter>,
+    pub ip_filter: Option<crate::pt::ip_filter::IpFilter>,
     /// Where names come from beyond the snapshot and the binaries.
-    pub names: crate::names::NameOptions,
+    pub names: crate::names::lookup::NameOptions,
 }
 
 /// What walks the trace in the coarse pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum Engine {
-    /// Our own flow decoder ([`crate::flow`]): the fast one.
+    /// Our own flow decoder ([`crate::pt::flow`]): the fast one.
     #[default]
     Flow,
     /// libipt's block decoder: the reference.
@@ -128,12 +128,12 @@ pub fn time_unit(trace: &Trace) -> TimeUnit {
 /// with none is laid out on the instruction axis: instructions retired,
 /// counted exactly by the walk. Any timing keeps nanoseconds.
 pub fn has_timing(pt: &[u8]) -> bool {
-    crate::packet::Packets::new(pt).any(|(_, p)| {
+    crate::pt::packet::Packets::new(pt).any(|(_, p)| {
         matches!(
             p,
-            Ok(crate::packet::Packet::Tsc(_)
-                | crate::packet::Packet::Mtc(_)
-                | crate::packet::Packet::Cyc(_))
+            Ok(crate::pt::packet::Packet::Tsc(_)
+                | crate::pt::packet::Packet::Mtc(_)
+                | crate::pt::packet::Packet::Cyc(_))
         )
     })
 }

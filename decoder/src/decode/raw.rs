@@ -1,20 +1,20 @@
 //! Raw PT dumps: a trace with no sideband, decoded against raw binary
 //! images loaded at fixed addresses, as ptxed's `--raw FILE:ADDR` does.
 
-use crate::block::DecoderConfig;
-use crate::coarse::decode_thread;
 use crate::decoded::Decoded;
-use crate::event::FuncTable;
-use crate::ffi::{BlockDecoder, SectionCache};
-use crate::fine::{CpuSlots, LineSource, QueueParts};
-use crate::flow::FlowDecoder;
-use crate::image::Section;
-use crate::mark_scan;
 use crate::marks::Marks;
-use crate::memory::{FileCache, Memory};
 use crate::model::{Model, ThreadModel, TimeUnit};
-use crate::packet::psb_offsets;
-use crate::resolve::{ProcessSymbols, SymbolCache};
+use crate::names::image::Section;
+use crate::names::resolve::{ProcessSymbols, SymbolCache};
+use crate::passes::coarse::decode_thread;
+use crate::passes::event::FuncTable;
+use crate::passes::fine::{CpuSlots, LineSource, QueueParts};
+use crate::passes::mark_scan;
+use crate::pt::block::DecoderConfig;
+use crate::pt::ffi::{BlockDecoder, SectionCache};
+use crate::pt::flow::FlowDecoder;
+use crate::pt::memory::{FileCache, Memory};
+use crate::pt::packet::psb_offsets;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@ use super::*;
 pub(crate) fn reopen(
     snap: &Snapshot,
     opts: &DecodeOptions,
-    cached: crate::cache::Cached,
+    cached: crate::inputs::cache::Cached,
 ) -> Result<Option<Decoded>, DecodeError> {
     let trace = snap.trace().map_err(DecodeError::File)?;
     let trace = &trace;

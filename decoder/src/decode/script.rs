@@ -6,12 +6,12 @@ use crate::model::{Model, ThreadModel, TimeUnit};
 use super::*;
 
 /// Rebuilds the spans of imported `perf script` text.
-pub fn from_script(script: crate::perf_script::ScriptTrace) -> Model {
-    let crate::perf_script::ScriptTrace { threads, funcs, .. } = script;
+pub fn from_script(script: crate::inputs::perf_script::ScriptTrace) -> Model {
+    let crate::inputs::perf_script::ScriptTrace { threads, funcs, .. } = script;
     let threads = threads
         .into_iter()
         .map(|t| {
-            let mut b = crate::stack::StackBuilder::new(t.pid, t.tid, String::new());
+            let mut b = crate::passes::stack::StackBuilder::new(t.pid, t.tid, String::new());
             for ev in &t.events {
                 b.event(ev, &funcs);
             }

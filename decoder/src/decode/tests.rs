@@ -3,12 +3,11 @@
 use std::path::Path;
 
 use super::*;
-use crate::block::DecoderConfig;
 use crate::model::Model;
+use crate::pt::block::DecoderConfig;
 
 fn demo() -> Snapshot {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
-    Snapshot::open(&path).expect("the bundled demo opens")
+    crate::testing::demo_snapshot()
 }
 
 /// The first line where two canonical models differ, with context.
@@ -46,7 +45,7 @@ fn a_block_ending_right_before_a_psb_does_not_take_its_checkpoint() {
         p.extend(ip.to_le_bytes());
         p
     };
-    let psb = crate::packet::PSB_BYTES.to_vec();
+    let psb = crate::pt::packet::PSB_BYTES.to_vec();
     let psbend = [0x02, 0x23];
     // PSB+ with tracing off; TIP.PGE 0x1000; TIP 0x1010.
     let mut pt = psb.clone();
@@ -281,7 +280,7 @@ fn an_overflow_inside_psb_plus_at_a_seam_is_reported_once() {
     let s = &mut trace.streams[0];
     let psbs = psb_offsets(&s.data);
     assert!(psbs.len() > 4);
-    let at = psbs[psbs.len() / 2] + crate::packet::PSB_BYTES.len();
+    let at = psbs[psbs.len() / 2] + crate::pt::packet::PSB_BYTES.len();
     let (ovf_psb, next_psb) = (psbs[psbs.len() / 2], psbs[psbs.len() / 2 + 1] + 2);
     let mut data = s.data[..at].to_vec();
     data.extend_from_slice(&[0x02, 0xf3]); // OVF
@@ -313,7 +312,7 @@ fn a_psb_plus_cut_short_by_a_psb_at_a_seam_begins_nothing() {
     let at = psbs[psbs.len() / 2];
     let mut data = s.data[..at].to_vec();
     // PSB, PAD (a PSB right after a PSB is where the pattern ends).
-    data.extend_from_slice(&crate::packet::PSB_BYTES);
+    data.extend_from_slice(&crate::pt::packet::PSB_BYTES);
     data.push(0);
     let real = data.len();
     data.extend_from_slice(&s.data[at..]);
@@ -384,7 +383,7 @@ fn a_cancelled_decode_stops_with_an_error() {
 /// next PSB (as perf does), and chunks still give what one walk gives.
 #[test]
 fn chunks_resume_after_flow_errors_as_one_walk_does() {
-    use crate::packet::{IpKind, Packet, Packets};
+    use crate::pt::packet::{IpKind, Packet, Packets};
     let snap = demo();
     let mut trace = snap.trace().unwrap();
     let mut damaged = 0;
@@ -420,13 +419,13 @@ fn chunks_resume_after_flow_errors_as_one_walk_does() {
 /// given decodes to no call, and the thread says why.
 #[test]
 fn a_decode_that_finds_no_code_says_why() {
-    use crate::block::DecoderConfig;
+    use crate::pt::block::DecoderConfig;
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("code");
     std::fs::write(&image, [0x90u8; 0x20]).unwrap();
     // PSB+, then TIP.PGE to 0x5000, where no image is, and a TIP
     // that only decoding the code there could bind.
-    let mut pt = crate::packet::PSB_BYTES.to_vec();
+    let mut pt = crate::pt::packet::PSB_BYTES.to_vec();
     pt.extend([0x02, 0x23]);
     pt.push(0x11 | (6 << 5));
     pt.extend(0x5000u64.to_le_bytes());

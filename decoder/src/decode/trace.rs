@@ -2,22 +2,22 @@
 //! then every per-CPU queue divided among threads by the switch sideband,
 //! then the marks, the fine pass's source and the warnings.
 
-use crate::block::DecoderConfig;
-use crate::coarse::chunks::decode_queue_chunked;
-use crate::coarse::{
-    decode_queue, decode_thread, scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
-};
 use crate::cpus::CpuTrack;
 use crate::decoded::Decoded;
-use crate::event::FuncTable;
-use crate::ffi::{BlockDecoder, Image};
-use crate::fine::{CpuSlots, LineSource, QueueParts};
-use crate::image::sections_with;
-use crate::mark_scan;
 use crate::marks::{Mark, Marks};
-use crate::memory::Memory;
 use crate::model::{Model, ThreadModel, TimeUnit};
-use crate::resolve::{ProcessSymbols, SymbolCache};
+use crate::names::image::sections_with;
+use crate::names::resolve::{ProcessSymbols, SymbolCache};
+use crate::passes::coarse::chunks::decode_queue_chunked;
+use crate::passes::coarse::{
+    decode_queue, decode_thread, scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
+};
+use crate::passes::event::FuncTable;
+use crate::passes::fine::{CpuSlots, LineSource, QueueParts};
+use crate::passes::mark_scan;
+use crate::pt::block::DecoderConfig;
+use crate::pt::ffi::{BlockDecoder, Image};
+use crate::pt::memory::Memory;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 use std::collections::HashMap;
 use std::sync::Arc;

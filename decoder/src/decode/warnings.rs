@@ -2,9 +2,9 @@
 //! nothing to synchronize on, data the kernel lost, stacks that outgrew
 //! the store, errata without a CPU, and where libipt resumes after errors.
 
-use crate::block::DecoderConfig;
 use crate::model::ThreadModel;
-use crate::packet::find_psb;
+use crate::pt::block::DecoderConfig;
+use crate::pt::packet::find_psb;
 use ptscope_formats::snapshot::Trace;
 
 use super::*;
@@ -53,7 +53,7 @@ pub(super) fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
             format!(
                 "thread {}: its calls nested more than {} levels deep {} time(s), counting callers the trace began inside (runaway recursion, or a damaged trace); its timeline starts over at the top there",
                 t.spans.tid,
-                crate::stack::MAX_DEPTH,
+                crate::passes::stack::MAX_DEPTH,
                 t.stack.depth_resets
             )
         })

@@ -13,13 +13,13 @@ use ptscope_model::store::flag;
 
 use super::input::Drag;
 use super::{RowKind, Timeline, TimelineInput, HEADER_H};
-use crate::axis::{self, format_duration, format_duration_in};
 use crate::color::{text_on, MERGED};
-use crate::cpu_lanes;
-use crate::frame_mesh::{self, LaneGeom, Paint};
-use crate::line_detail::{self as lines, Disasm, MERGED_LINES};
-use crate::marks_row;
 use crate::spans::{merged_label, self_time, SpanRef};
+use crate::timeline::axis::{self, format_duration, format_duration_in};
+use crate::timeline::cpu_lanes;
+use crate::timeline::frame_mesh::{self, LaneGeom, Paint};
+use crate::timeline::line_detail::{self as lines, Disasm, MERGED_LINES};
+use crate::timeline::marks_row;
 
 /// Boxes narrower than this get no label.
 const LABEL_MIN_PX: f32 = 18.0;

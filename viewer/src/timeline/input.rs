@@ -6,9 +6,9 @@
 use egui::{CursorIcon, Key, PointerButton, Response, Ui};
 
 use super::{RowKind, SpanGroup, Timeline, TimelineEvent, TimelineInput, HEADER_H};
-use crate::cpu_lanes;
-use crate::line_detail::{InsnRef, LineRef};
 use crate::spans::SpanRef;
+use crate::timeline::cpu_lanes;
+use crate::timeline::line_detail::{InsnRef, LineRef};
 
 /// Zoom speed of W/S, per second held.
 const KEY_ZOOM_PER_S: f64 = 4.0;
@@ -251,7 +251,7 @@ mod tests {
 
     use super::*;
     use crate::spans::PseudoIndex;
-    use crate::time_window::TimeWindow;
+    use crate::timeline::time_window::TimeWindow;
     use crate::timeline::LANE_H;
 
     /// Thread `tid` with a span in each of `depth` lanes.

@@ -2,13 +2,13 @@
 //! per thread, with a lane per call depth, and handles navigation (zoom,
 //! pan, fit), hover, selection and range drags.
 //!
-//! A frame's span boxes are built by [`crate::frame_mesh`] into one mesh,
+//! A frame's span boxes are built by [`frame_mesh`] into one mesh,
 //! and only the boxes wide enough for a label get a text shape. Line detail
-//! ([`crate::line_detail`]) goes into the same mesh: line spans in the lanes
+//! ([`line_detail`]) goes into the same mesh: line spans in the lanes
 //! under their function spans, instructions in a row under the track.
 //! Above the threads, a per-CPU trace gets a lane per CPU
-//! ([`crate::cpu_lanes`]); under a thread's header, its marks (PTWRITE,
-//! frequency, sleeps) get a row ([`crate::marks_row`]). The
+//! ([`cpu_lanes`]); under a thread's header, its marks (PTWRITE,
+//! frequency, sleeps) get a row ([`marks_row`]). The
 //! widget reports what the user did as [`TimelineEvent`]s and leaves acting
 //! on them to the view ([`crate::view`]), which owns the selection and the
 //! panels.
@@ -25,6 +25,10 @@
 //!   thread headers, the axis and the tooltips.
 //! - `input.rs` turns the mouse and the keys into navigation and
 //!   [`TimelineEvent`]s.
+//!
+//! And, public, what the timeline is built from (the tabs and the overview
+//! use some of it too): [`frame_mesh`], [`line_detail`], [`marks_row`],
+//! [`cpu_lanes`], [`overview`], [`time_window`] and [`axis`].
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -33,17 +37,24 @@ use egui::{pos2, vec2, Rect, Sense, Shape, Ui, WidgetInfo};
 use ptscope_model::detail::DetailSource;
 use ptscope_model::model::Model;
 
-use crate::axis::{TimeMode, TimeUnit};
 use crate::color::FuncStyle;
-use crate::frame_mesh::FrameBuf;
-use crate::line_detail::{Disasm, InsnRef, LineBox, LineFrame, LineRef};
 use crate::spans::{PseudoIndex, SpanRef};
-use crate::time_window::TimeWindow;
+use crate::timeline::axis::{TimeMode, TimeUnit};
+use crate::timeline::frame_mesh::FrameBuf;
+use crate::timeline::line_detail::{Disasm, InsnRef, LineBox, LineFrame, LineRef};
+use crate::timeline::time_window::TimeWindow;
 
+pub mod axis;
+pub mod cpu_lanes;
 mod draw;
+pub mod frame_mesh;
 mod input;
+pub mod line_detail;
+pub mod marks_row;
+pub mod overview;
 mod rows;
 mod state;
+pub mod time_window;
 
 pub use draw::{entry_note, estimate_note};
 use input::Drag;
@@ -62,9 +73,9 @@ pub enum RowKind {
     Lane,
     /// The thread's instructions, under its deepest lane.
     Insns,
-    /// The thread's marks ([`crate::marks_row`]), under its header.
+    /// The thread's marks ([`marks_row`]), under its header.
     Marks,
-    /// A CPU's lane ([`crate::cpu_lanes`]), above the threads: `thread`
+    /// A CPU's lane ([`cpu_lanes`]), above the threads: `thread`
     /// is its index in the model's CPUs.
     Cpu,
 }

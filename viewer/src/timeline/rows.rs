@@ -7,7 +7,7 @@
 use egui::Rect;
 
 use super::{Row, RowKind, Timeline, TimelineInput, HEADER_H, LANE_H};
-use crate::marks_row::{RowGeom, MARKS_H};
+use crate::timeline::marks_row::{RowGeom, MARKS_H};
 
 impl Timeline {
     /// Lanes of thread `ti` (with those its line spans need) and whether
@@ -129,8 +129,8 @@ mod tests {
     use ptscope_model::store::ThreadSpans;
 
     use super::*;
-    use crate::line_detail::LineFrame;
     use crate::spans::PseudoIndex;
+    use crate::timeline::line_detail::LineFrame;
 
     /// Thread `tid` with a span in each of `depth` lanes, and a mark if
     /// `marks`.

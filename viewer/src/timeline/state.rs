@@ -8,10 +8,10 @@ use egui::Rect;
 use ptscope_model::model::Model;
 
 use super::{Row, RowKind, Timeline};
-use crate::frame_mesh::{self, DrawnBox};
-use crate::line_detail::{self as lines, LineBox, LineFrame};
 use crate::spans::SpanRef;
-use crate::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};
+use crate::timeline::frame_mesh::{self, DrawnBox};
+use crate::timeline::line_detail::{self as lines, LineBox, LineFrame};
+use crate::timeline::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};
 
 impl Timeline {
     /// Sets the trace bounds; the first time, shows all of it.

@@ -118,7 +118,7 @@ impl Pick {
 pub(crate) mod tests {
     use super::*;
     use crate::funcs::SpanKind;
-    use crate::model::ThreadModel;
+
     use crate::store::ThreadSpans;
 
     /// `handle` called five times on one thread, the fourth slow because
@@ -145,11 +145,7 @@ pub(crate) mod tests {
             }
             at += 2000;
         }
-        Model {
-            funcs,
-            threads: vec![ThreadModel::from_spans(t)],
-            ..Model::default()
-        }
+        Model::of(funcs, [t])
     }
 
     #[test]

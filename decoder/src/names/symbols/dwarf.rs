@@ -1,0 +1,449 @@
+//! DWARF, for what symbols do not say: functions a stripped symbol table
+//! lost (`DW_TAG_subprogram` ranges), and the source lines and inlined calls
+//! of an address through `addr2line`. It is separate because it reads other
+//! sections with another library (`gimli`), and only the views that show
+//! source need its lookups.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use gimli::Reader as _;
+use object::read::elf::{ElfFile, FileHeader, SectionHeader};
+use object::Endianness;
+use ptscope_formats::demangle::demangle;
+
+use super::elf::region_containing;
+use super::intervals::{has_gap, Interval};
+use super::{
+    DwarfReader, InlineFrame, ModuleSymbols, PendingFunc, SourceFrame, SourceLocation, SymbolSource,
+};
+
+/// The last byte of the address space, where no code can start; addr2line
+/// overflows probing it.
+const NO_CODE: u64 = u64::MAX;
+
+/// Guards against hostile range lists and inline chains.
+const MAX_RANGES_PER_DIE: usize = 4096;
+const MAX_INLINE_DEPTH: usize = 256;
+const MAX_NAME_INDIRECTIONS: usize = 8;
+
+// The source lookups of `ModuleSymbols`, through addr2line's context; the
+// function and file-offset lookups are in `mod.rs`.
+impl ModuleSymbols {
+    /// Source file and line of `svma` (DWARF), if any.
+    pub fn location(&self, svma: u64) -> Option<SourceLocation> {
+        let ctx = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.lock();
+        let loc = ctx.find_location(svma).ok()??;
+        Some(SourceLocation {
+            file: loc.file?.to_string(),
+            line: loc.line,
+            column: loc.column,
+        })
+    }
+
+    /// The source position of `svma` with every inlined call around it,
+    /// innermost first: the last frame is the real function, at the line
+    /// that contains the inlined calls. Empty without line info.
+    pub fn source_frames(&self, svma: u64) -> Vec<SourceFrame> {
+        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
+            return Vec::new();
+        };
+        let ctx = dwarf.lock();
+        let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while let Ok(Some(frame)) = iter.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok())
+                .map(|raw| demangle(&raw).into_owned());
+            let (file, line) = match frame.location {
+                Some(l) => (l.file.map(str::to_string), l.line),
+                None => (None, None),
+            };
+            out.push(SourceFrame {
+                function,
+                file,
+                line,
+            });
+            if out.len() >= MAX_INLINE_DEPTH {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Inline chain at `svma`, innermost first: each inlined function with
+    /// where it was inlined. Empty outside inlined code. The outermost
+    /// (real) function is not included: that is [`function`](Self::function).
+    pub fn inline_frames(&self, svma: u64) -> Vec<InlineFrame> {
+        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
+            return Vec::new();
+        };
+        let ctx = dwarf.lock();
+        let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
+            return Vec::new();
+        };
+        // (function name, file and line in that function) from innermost out.
+        type Frame = (Option<String>, Option<(String, Option<u32>)>);
+        let mut frames: Vec<Frame> = Vec::new();
+        while let Ok(Some(frame)) = iter.next() {
+            let name = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok())
+                .map(|raw| demangle(&raw).into_owned());
+            let loc = frame
+                .location
+                .and_then(|l| Some((l.file?.to_string(), l.line)));
+            frames.push((name, loc));
+            if frames.len() >= MAX_INLINE_DEPTH {
+                break;
+            }
+        }
+        // Frame k's call site is frame k+1's location.
+        let mut out = Vec::with_capacity(frames.len().saturating_sub(1));
+        for pair in frames.windows(2) {
+            let (call_file, call_line) = match &pair[1].1 {
+                Some((file, line)) => (Some(file.clone()), *line),
+                None => (None, None),
+            };
+            out.push(InlineFrame {
+                function: pair[0].0.clone().unwrap_or_else(|| "??".to_string()),
+                call_file,
+                call_line,
+            });
+        }
+        out
+    }
+}
+
+/// The DWARF sections, copied out of the file: the map does not outlive
+/// `load`, and owned sections keep `ModuleSymbols` free of borrows (their
+/// size in memory is the price). `Ok(None)` without `.debug_info`.
+pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    sections: &object::read::elf::SectionTable<'d, Elf, &'d [u8]>,
+) -> Result<Option<gimli::Dwarf<DwarfReader>>, String> {
+    let endian = file.endian();
+    let gimli_endian = if file.elf_header().is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let has_info = sections
+        .section_by_name(endian, b".debug_info")
+        .is_some_and(|(_, s)| s.sh_size(endian).into() > 0);
+    if !has_info {
+        return Ok(None);
+    }
+    let dwarf = gimli::Dwarf::load(|id| -> Result<DwarfReader, String> {
+        use gimli::SectionId as S;
+        // What lines, functions and inlines need; not the variable
+        // locations, macros or type units, which can be as large.
+        let needed = matches!(
+            id,
+            S::DebugAbbrev
+                | S::DebugAddr
+                | S::DebugAranges
+                | S::DebugInfo
+                | S::DebugLine
+                | S::DebugLineStr
+                | S::DebugRanges
+                | S::DebugRngLists
+                | S::DebugStr
+                | S::DebugStrOffsets
+        );
+        let found = needed
+            .then(|| sections.section_by_name(endian, id.name().as_bytes()))
+            .flatten();
+        let bytes: Cow<'_, [u8]> = match found {
+            Some((index, _)) => {
+                section_bytes(file, index).map_err(|e| format!("{}: {e}", id.name()))?
+            }
+            None => Cow::Borrowed(&[]),
+        };
+        Ok(gimli::EndianArcSlice::new(Arc::from(bytes), gimli_endian))
+    })?;
+    Ok(Some(dwarf))
+}
+
+/// The most a compressed section may claim to inflate to, per byte it
+/// holds: zlib reaches about 1032, and DWARF nowhere near that. A header
+/// claiming more lies, and is not worth the allocation it asks for.
+const MAX_INFLATION: u64 = 1100;
+
+/// The contents of section `index`, inflated if it is compressed
+/// (`SHF_COMPRESSED`, zlib or zstd, as distributions ship debug files).
+fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    index: object::SectionIndex,
+) -> Result<Cow<'d, [u8]>, String> {
+    use object::{CompressionFormat, Object, ObjectSection};
+    let section = file.section_by_index(index).map_err(|e| e.to_string())?;
+    let compressed = section.compressed_data().map_err(|e| e.to_string())?;
+    if compressed.format != CompressionFormat::None {
+        let packed = compressed.data.len() as u64;
+        let most = packed.saturating_mul(MAX_INFLATION).saturating_add(4096);
+        if compressed.uncompressed_size > most {
+            return Err(format!(
+                "its {packed} compressed bytes claim to inflate to {}",
+                compressed.uncompressed_size
+            ));
+        }
+    }
+    compressed.decompress().map_err(|e| e.to_string())
+}
+
+/// Padding between functions is under 16 bytes at the usual alignment: a
+/// compilation unit whose uncovered stretches are all shorter has nothing
+/// for DWARF to add, and its DIEs are not walked.
+const MIN_DWARF_GAP: u64 = 16;
+
+/// Adds a function for each `DW_TAG_subprogram` range in a compilation
+/// unit that the symbols leave uncovered. A damaged unit is skipped; the
+/// first error is returned after the others are read.
+pub(super) fn dwarf_functions(
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    code: &[(u64, u64)],
+    covered: &[Interval],
+    funcs: &mut Vec<PendingFunc<'_>>,
+    out: &mut Vec<Interval>,
+) -> gimli::Result<()> {
+    let mut first_error = None;
+    let mut headers = dwarf.units();
+    loop {
+        // A bad unit header leaves no way to find the next one.
+        let header = match headers.next() {
+            Ok(Some(h)) => h,
+            Ok(None) => break,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                break;
+            }
+        };
+        let result = dwarf
+            .unit(header)
+            .and_then(|unit| unit_functions(dwarf, &unit, code, covered, funcs, out));
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+fn unit_functions(
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    unit: &gimli::Unit<DwarfReader>,
+    code: &[(u64, u64)],
+    covered: &[Interval],
+    funcs: &mut Vec<PendingFunc<'_>>,
+    out: &mut Vec<Interval>,
+) -> gimli::Result<()> {
+    let mut cursor = unit.entries();
+    let Some(root) = cursor.next_dfs()? else {
+        return Ok(());
+    };
+    let unit_ranges = die_ranges(dwarf, unit, root, code)?;
+    if !unit_ranges
+        .iter()
+        .any(|&(b, e)| has_gap(covered, b, e, MIN_DWARF_GAP))
+    {
+        return Ok(());
+    }
+    while let Some(entry) = cursor.next_dfs()? {
+        if entry.tag() != gimli::DW_TAG_subprogram {
+            continue;
+        }
+        let ranges = die_ranges(dwarf, unit, entry, code)?;
+        if ranges.is_empty() {
+            continue;
+        }
+        let Some(name) = subprogram_name(dwarf, unit, entry) else {
+            continue;
+        };
+        let low_pc = match entry.attr_value(gimli::DW_AT_low_pc) {
+            Some(v) => dwarf.attr_address(unit, v)?,
+            None => None,
+        };
+        let entry_pc = low_pc.unwrap_or_else(|| ranges.iter().map(|r| r.0).min().unwrap_or(0));
+        let name: Cow<'static, str> = Cow::Owned(name);
+        for (begin, end) in ranges {
+            let Ok(func) = u32::try_from(funcs.len()) else {
+                return Ok(());
+            };
+            funcs.push(PendingFunc {
+                entry: entry_pc,
+                end,
+                name: name.clone(),
+                plt: false,
+                source: SymbolSource::Dwarf,
+            });
+            out.push(Interval {
+                start: begin,
+                end,
+                func,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A DIE's address ranges inside the code regions. Unlike
+/// `Dwarf::die_ranges`, adds `DW_AT_high_pc` offsets with overflow checks.
+fn die_ranges(
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    unit: &gimli::Unit<DwarfReader>,
+    entry: &gimli::DebuggingInformationEntry<DwarfReader>,
+    code: &[(u64, u64)],
+) -> gimli::Result<Vec<(u64, u64)>> {
+    let mut ranges = Vec::new();
+    let mut low = None;
+    let mut high = None;
+    let mut size = None;
+    for attr in entry.attrs() {
+        match attr.name() {
+            gimli::DW_AT_low_pc => low = dwarf.attr_address(unit, attr.value())?,
+            gimli::DW_AT_high_pc => match attr.value() {
+                gimli::AttributeValue::Udata(n) => size = Some(n),
+                v => high = dwarf.attr_address(unit, v)?,
+            },
+            gimli::DW_AT_ranges => {
+                if let Some(mut list) = dwarf.attr_ranges(unit, attr.value())? {
+                    while let Some(r) = list.next()? {
+                        ranges.push((r.begin, r.end));
+                        if ranges.len() >= MAX_RANGES_PER_DIE {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(begin) = low {
+        let end = match size {
+            Some(n) => begin.checked_add(n),
+            None => high,
+        };
+        if let Some(end) = end {
+            ranges.push((begin, end));
+        }
+    }
+    ranges.retain(|&(b, e)| b < e && region_containing(code, b).is_some_and(|r| e <= r.1));
+    Ok(ranges)
+}
+
+/// The demangled linkage name, or the plain name, following
+/// `DW_AT_specification` / `DW_AT_abstract_origin` within the unit.
+fn subprogram_name(
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    unit: &gimli::Unit<DwarfReader>,
+    entry: &gimli::DebuggingInformationEntry<DwarfReader>,
+) -> Option<String> {
+    let mut current = entry.clone();
+    for _ in 0..MAX_NAME_INDIRECTIONS {
+        for (attr, mangled) in [
+            (gimli::DW_AT_linkage_name, true),
+            (gimli::DW_AT_MIPS_linkage_name, true),
+            (gimli::DW_AT_name, false),
+        ] {
+            if let Some(v) = current.attr_value(attr) {
+                if let Ok(s) = dwarf.attr_string(unit, v) {
+                    if let Ok(s) = s.to_string_lossy() {
+                        return Some(if mangled {
+                            demangle(&s).into_owned()
+                        } else {
+                            s.into_owned()
+                        });
+                    }
+                }
+            }
+        }
+        let next = [gimli::DW_AT_specification, gimli::DW_AT_abstract_origin]
+            .into_iter()
+            .find_map(|a| match current.attr_value(a) {
+                Some(gimli::AttributeValue::UnitRef(offset)) => unit.entry(offset).ok(),
+                _ => None,
+            })?;
+        current = next;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use crate::names::symbols::testutil::*;
+    use crate::names::symbols::{ModuleSymbols, SymbolSource};
+
+    #[test]
+    fn locations_match_gnu_addr2line() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "plain", &[]);
+        let syms = ModuleSymbols::load(&bin).unwrap();
+        let nm = nm(&bin);
+        let mut addrs = Vec::new();
+        for name in ["main", "sum_bumps"] {
+            let (addr, size) = nm[name];
+            addrs.extend((addr..addr + size).step_by(3));
+        }
+        let theirs = gnu_addr2line(&bin, &addrs);
+        let mut compared = 0;
+        for (addr, (file, line)) in addrs.iter().zip(theirs) {
+            let ours = syms.location(*addr);
+            if line.is_none() {
+                continue;
+            }
+            let ours = ours.unwrap_or_else(|| panic!("no location at {addr:#x}"));
+            assert_eq!(ours.line, line, "line at {addr:#x}");
+            assert_eq!(basename(&ours.file), basename(&file), "file at {addr:#x}");
+            compared += 1;
+        }
+        assert!(compared > 10, "only {compared} addresses had lines");
+    }
+
+    #[test]
+    fn inline_frames_find_an_always_inline_callee() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "plain", &[]);
+        let syms = ModuleSymbols::load(&bin).unwrap();
+        let (addr, size) = nm(&bin)["sum_bumps"];
+        let call_line = marker_line("CALL-BUMP");
+        let hit = (addr..addr + size).find_map(|a| {
+            let frames = syms.inline_frames(a);
+            (frames.first()?.function == "bump").then_some(frames)
+        });
+        let frames = hit.expect("no address of sum_bumps is inside the inlined bump");
+        assert_eq!(frames[0].call_line, Some(call_line));
+        assert_eq!(
+            basename(frames[0].call_file.as_deref().unwrap()),
+            "symbols.c"
+        );
+        assert!(syms.inline_frames(nm(&bin)["main"].0).is_empty());
+        assert!(syms.inline_frames(0).is_empty());
+    }
+
+    #[test]
+    fn dwarf_names_functions_missing_from_the_symbols() {
+        let dir = tempdir();
+        let bin = compile(dir.path(), "dwarf_only", &[]);
+        let nm = nm(&bin);
+        run(Command::new("strip")
+            .args(["--strip-all", "--keep-section=.debug_*"])
+            .arg(&bin));
+        let syms = ModuleSymbols::load(&bin).unwrap();
+        assert!(!syms.has_symbols());
+        assert!(syms.has_debug_info());
+        for name in ["main", "sum_bumps"] {
+            let (addr, size) = nm[name];
+            let f = syms.function(addr + size / 2).unwrap();
+            assert_eq!((f.name, f.entry), (name, addr));
+            assert_eq!(f.source, SymbolSource::Dwarf);
+        }
+        assert!(syms.location(nm["main"].0).is_some());
+    }
+}

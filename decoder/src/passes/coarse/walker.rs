@@ -1,0 +1,694 @@
+//! The walker: one queue's blocks into branch events. Each block end is a
+//! candidate event whose target is the next block's start; only jumps that
+//! leave the current function become events, which a cache of recently
+//! resolved address ranges makes cheap. A disable that names an IP is a
+//! branch out of the IP filter's ranges, which becomes the branch and an
+//! `[untraced]` gap (see `leave_filter`). It keeps the clock, the
+//! checkpoint at every PSB and the counters of the walk.
+
+use super::{
+    release, scheduled, seam, Blocks, Held, Item, Observe, QueueWalk, Recording, Schedule, Sink,
+    WalkFigures,
+};
+use crate::names::resolve::{Resolve, Resolved};
+use crate::passes::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
+use crate::progress::DecodeProgress;
+use crate::pt::block::{Block, BlockEnd, BlockItem, PtError};
+use crate::pt::timing::{Clock, Stamp};
+
+/// Slots of the walker's direct-mapped caches.
+const RECENT: usize = 1024;
+
+const NO_RANGE: Resolved = Resolved {
+    func: UNKNOWN,
+    lo: 1,
+    hi: 0,
+    entry: 0,
+    provisional: false,
+};
+
+fn recent_slot(addr: u64) -> usize {
+    // Fibonacci hashing: call sites are spread, low bits alone collide.
+    (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % RECENT
+}
+
+struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
+    obs: &'r mut O,
+    /// At the next PSB, stop instead of checkpointing (a fine pass's end).
+    stop_at_psb: bool,
+    stopped: bool,
+    /// A PSB found tracing off: checkpoint at the next block.
+    psb_pending: bool,
+    /// A per-CPU queue put another thread on the CPU: it may need a
+    /// checkpoint of its own at the next block (see `switch_checkpoint`).
+    switched: bool,
+    /// Per thread slot, `next_psb` when it last got a checkpoint (0: never).
+    checkpointed: Vec<usize>,
+    procs: &'r mut [R],
+    images: &'r [&'i D::Image],
+    thread_proc: Vec<usize>,
+    schedule: &'r Schedule,
+    /// The thread on the CPU, and its process.
+    slot: usize,
+    proc: usize,
+    /// The last time a timing packet gave (TSC), for scheduling.
+    last_tsc: Option<u64>,
+    funcs: &'r mut FuncTable,
+    to_ns: &'r (dyn Fn(u64) -> u64 + Sync),
+    clock: Clock<Held>,
+    sink: &'r mut dyn Sink,
+    queue: u32,
+    figures: Vec<WalkFigures>,
+    progress: Option<&'r DecodeProgress>,
+    /// Instructions retired so far.
+    pos: u64,
+    /// A branch whose target the next block or event will tell.
+    branch: Option<(BlockEnd, u64)>,
+    /// The next block starts a run of trace (after a sync or an error).
+    need_begin: bool,
+    cur: Resolved,
+    /// Recently resolved functions, by address: calls and returns bounce
+    /// between a few functions, which one cached range keeps missing.
+    recent: Box<[Resolved; RECENT]>,
+    /// Call targets already offered to `learn_entry`, by address.
+    learned: Box<[u64; RECENT]>,
+    psbs: &'r [u64],
+    next_psb: usize,
+    /// `psbs[next_psb]`, or never.
+    next_psb_at: u64,
+    /// A chunk walk records the clock's input here instead of timing it,
+    /// and stops at the PSB at offset `end_at` (where the next chunk
+    /// starts): see [`crate::passes::coarse::chunks`].
+    record: Option<Recording>,
+    end_at: u64,
+    /// The trace-begin being emitted is the one a block after a sync makes.
+    sync_begin: bool,
+    /// A chunk walk still owes the trace-begin its first sync asks for.
+    from_sync: bool,
+}
+
+pub(super) const NO_STAMP: Stamp = Stamp {
+    tsc: 0,
+    exact: false,
+};
+
+pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+    mut dec: D,
+    q: QueueWalk<'_, 'i, D::Image>,
+    procs: &mut [R],
+    funcs: &mut FuncTable,
+    sink: &mut dyn Sink,
+    obs: &mut O,
+    chunk: Option<(u64, Recording)>,
+) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
+    let (end_at, record) = match chunk {
+        Some((end, rec)) => (end, Some(rec)),
+        None => (u64::MAX, None),
+    };
+    let QueueWalk {
+        queue,
+        images,
+        thread_procs,
+        schedule,
+        to_ns,
+        unit,
+        psbs,
+        stop_at_psb,
+        progress,
+    } = q;
+    let slot = schedule.first().map_or(0, |&(_, s)| s);
+    let proc = thread_procs.get(slot).copied().unwrap_or(0);
+    if let Some(image) = images.get(proc) {
+        dec.set_image(image)?;
+    }
+    let chunk = record.is_some();
+    let mut w = Walker {
+        obs,
+        stop_at_psb,
+        stopped: false,
+        psb_pending: false,
+        switched: false,
+        checkpointed: vec![0; thread_procs.len().max(1)],
+        procs,
+        images,
+        thread_proc: thread_procs.to_vec(),
+        schedule,
+        slot,
+        proc,
+        last_tsc: None,
+        funcs,
+        to_ns,
+        clock: Clock::for_unit(unit),
+        sink,
+        queue,
+        figures: vec![WalkFigures::default(); thread_procs.len().max(1)],
+        progress,
+        pos: 0,
+        branch: None,
+        need_begin: true,
+        cur: NO_RANGE,
+        recent: Box::new([NO_RANGE; RECENT]),
+        learned: Box::new([0; RECENT]),
+        psbs,
+        next_psb: 0,
+        next_psb_at: psbs.first().copied().unwrap_or(u64::MAX),
+        record,
+        end_at,
+        sync_begin: false,
+        // A chunk walk starts at a sync and owes the trace-begin that sync
+        // asks for; so does the last chunk, though nothing ends it.
+        from_sync: chunk,
+    };
+    // A cancelled walk stops here; the caller sees the flag.
+    dec.walk(|dec, item| {
+        w.item(dec, item);
+        !w.stopped && !w.obs.full() && !w.progress.is_some_and(|p| p.is_cancelled())
+    });
+    if !w.stopped {
+        w.flush_branch(None);
+    }
+    if let Some(rec) = &mut w.record {
+        // A chunk that still owes only its sync's trace-begin has not told
+        // whether one walk owes one: as the chunk before left it.
+        rec.finish(w.pos, (!w.from_sync).then_some(w.need_begin));
+    }
+    let Walker {
+        mut clock,
+        funcs,
+        to_ns,
+        sink,
+        queue,
+        figures,
+        record,
+        ..
+    } = w;
+    clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
+    Ok((figures, record))
+}
+
+impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
+    fn figures(&mut self) -> &mut WalkFigures {
+        &mut self.figures[self.slot]
+    }
+
+    /// Tracing (re)starts at TSC `tsc`: put the thread the schedule names
+    /// on the CPU, with its process's image.
+    fn reschedule(&mut self, dec: &mut D, tsc: Option<u64>) {
+        if self.schedule.is_empty() {
+            return;
+        }
+        let Some(tsc) = tsc.or(self.last_tsc) else {
+            return;
+        };
+        let Some(slot) = scheduled(self.schedule, (self.to_ns)(tsc)) else {
+            return;
+        };
+        if slot == self.slot || slot >= self.figures.len() {
+            return;
+        }
+        self.slot = slot;
+        self.switched = true;
+        let proc = self.thread_proc[slot];
+        if proc != self.proc {
+            if let Some(image) = self.images.get(proc) {
+                if let Err(e) = dec.set_image(image) {
+                    let offset = dec.offset();
+                    self.figures().errors.push((offset, e.message()));
+                }
+            }
+            self.proc = proc;
+            self.forget_ranges();
+        }
+    }
+
+    fn resolve(&mut self, addr: u64) -> Resolved {
+        if addr >= self.cur.lo && addr < self.cur.hi {
+            return self.cur;
+        }
+        if addr == 0 {
+            return Resolved {
+                func: UNKNOWN,
+                lo: 0,
+                hi: 1,
+                entry: 0,
+                provisional: false,
+            };
+        }
+        let slot = recent_slot(addr);
+        let r = self.recent[slot];
+        if addr >= r.lo && addr < r.hi {
+            self.cur = r;
+            return r;
+        }
+        self.cur = self.procs[self.proc].resolve(addr, self.funcs);
+        self.recent[slot] = self.cur;
+        self.cur
+    }
+
+    /// Cached ranges are stale: the process or its known functions changed.
+    fn forget_ranges(&mut self) {
+        self.cur = NO_RANGE;
+        self.recent.fill(NO_RANGE);
+        self.learned.fill(0);
+    }
+
+    fn emit(&mut self, kind: EventKind, from: u64, to: u64) {
+        if self.record.is_some() {
+            let provisional = |w: &mut Self, a: u64| a != 0 && w.resolve(a).provisional;
+            if provisional(self, from) || provisional(self, to) {
+                let ev = Event {
+                    from,
+                    to,
+                    ..Event::new(0, kind)
+                };
+                self.obs.event(self.slot, self.pos, &ev);
+                let item = Item::Raw(ev, self.slot);
+                self.record_item(item);
+                return;
+            }
+            // Learning only ever splits provisional ranges.
+            return self.emit_resolved(kind, from, to, false);
+        }
+        self.emit_resolved(kind, from, to, true)
+    }
+
+    fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64, learn: bool) {
+        let from_fn = if from == 0 {
+            UNKNOWN
+        } else {
+            self.resolve(from).func
+        };
+        if learn && kind == EventKind::Call && to != 0 {
+            let slot = recent_slot(to);
+            if self.learned[slot] != to {
+                if self.procs[self.proc].learn_entry(to, self.funcs) {
+                    self.forget_ranges();
+                }
+                self.learned[slot] = to;
+            }
+        }
+        let (to_fn, to_is_entry) = if to == 0 {
+            (UNKNOWN, false)
+        } else {
+            let r = self.resolve(to);
+            (r.func, r.entry == to)
+        };
+        self.push_event(Event {
+            time: 0,
+            kind,
+            from,
+            to,
+            from_fn,
+            to_fn,
+            to_is_entry,
+            estimated: true,
+        });
+    }
+
+    fn push_event(&mut self, ev: Event) {
+        self.obs.event(self.slot, self.pos, &ev);
+        let held = Held::Event(ev, self.slot);
+        match self.record {
+            Some(_) => self.record_item(Item::Held(held)),
+            None => self.clock.push(self.pos, held),
+        }
+    }
+
+    /// Records an event of a chunk walk; the first, if it is the begin that
+    /// the chunk's sync made, is marked for the replay.
+    fn record_item(&mut self, item: Item) {
+        let pos = self.pos;
+        let sync = self.sync_begin;
+        self.sync_begin = false;
+        let Some(r) = &mut self.record else { return };
+        let seam = if sync { seam::SYNC_BEGIN } else { 0 };
+        r.push(pos, item, seam);
+    }
+
+    fn anchor(&mut self, tsc: u64) {
+        if self.clock.counts_instructions() {
+            // Times count instructions: a stray timing packet in a trace
+            // without TSC (as its config says) cannot time anything.
+            return;
+        }
+        self.last_tsc = Some(tsc);
+        self.obs.anchor(self.pos, tsc);
+        if let Some(r) = &mut self.record {
+            r.anchor(self.pos, tsc);
+            return;
+        }
+        let Walker {
+            clock,
+            sink,
+            queue,
+            funcs,
+            to_ns,
+            pos,
+            ..
+        } = self;
+        clock.anchor(*pos, tsc, |s, h| {
+            release(*sink, *queue, funcs, *to_ns, s, h)
+        });
+    }
+
+    /// Emits the held branch now that its target is known (`None`: never).
+    fn flush_branch(&mut self, to: Option<u64>) {
+        let Some((end, from)) = self.branch.take() else {
+            return;
+        };
+        let Some(to) = to else { return };
+        match end {
+            BlockEnd::Call => self.emit(EventKind::Call, from, to),
+            BlockEnd::Return => self.emit(EventKind::Return, from, to),
+            BlockEnd::Jump | BlockEnd::CondJump | BlockEnd::FarJump | BlockEnd::Indirect => {
+                let f = self.resolve(from);
+                // A chunk cannot tell yet where provisional code splits.
+                let defer = f.provisional && self.record.is_some();
+                if to < f.lo || to >= f.hi || defer {
+                    self.emit(EventKind::Jump, from, to);
+                }
+            }
+            BlockEnd::FarCall => self.emit(EventKind::Syscall, from, to),
+            BlockEnd::FarReturn => self.emit(EventKind::KernelReturn, from, to),
+            BlockEnd::Other => {}
+        }
+    }
+
+    fn block(&mut self, dec: &D, b: Block) {
+        let f = self.figures();
+        f.blocks += 1;
+        f.instructions += b.ninsn as u64;
+        if self.need_begin {
+            self.need_begin = false;
+            self.branch = None;
+            self.sync_begin = self.from_sync;
+            self.from_sync = false;
+            self.emit(EventKind::TraceBegin, 0, b.ip);
+        } else {
+            self.flush_branch(Some(b.ip));
+        }
+        // A PSB found tracing off: the state at the first block after it
+        // is the state there.
+        if self.psb_pending {
+            self.psb_pending = false;
+            self.checkpoints(dec.psbs_behind(), b.ip);
+        }
+        if self.switched {
+            self.switch_checkpoint(b.ip);
+        }
+        self.obs.block(self.slot, self.pos, &b);
+        self.pos += b.ninsn as u64;
+        if b.end != BlockEnd::Other {
+            self.branch = Some((b.end, b.end_ip));
+        }
+    }
+
+    /// PSB+ told the trace's state (`ip`: tracing is on there). The
+    /// decoder reads packets ahead of the blocks it reports, so the PSB's
+    /// place among the instructions is here, not where its offset was
+    /// first passed: checkpoints go here, and a fine pass stops here.
+    fn psb_status(&mut self, dec: &D, ip: Option<u64>) {
+        let off = dec.status_offset();
+        if self.end_at <= off {
+            // The next chunk's PSB: what a whole walk does before its
+            // checkpoint is this chunk's; the checkpoint is the next's.
+            if let Some(ip) = ip {
+                self.flush_branch(Some(ip));
+            }
+            self.end_chunk();
+            return;
+        }
+        if self.next_psb_at > off {
+            return;
+        }
+        if self.stop_at_psb {
+            self.stopped = true;
+            return;
+        }
+        match ip {
+            Some(ip) => {
+                // The branch before the PSB lands at its IP: emit it now so
+                // that the checkpoint's stack has it.
+                self.flush_branch(Some(ip));
+                self.checkpoints(off, ip)
+            }
+            None => self.psb_pending = true,
+        }
+    }
+
+    /// A chunk walk has reached the next chunk's PSB. PSBs of its own not
+    /// checkpointed yet (tracing was off, no block since) are checkpointed
+    /// where the next chunk's first is, as one walk would.
+    fn end_chunk(&mut self) {
+        self.stopped = true;
+        if let Some(r) = &mut self.record {
+            r.orphans = self.psbs[self.next_psb.min(self.psbs.len())..].to_vec();
+        }
+    }
+
+    /// A checkpoint for each PSB at or before `off`, at the instruction
+    /// `ip`.
+    #[cold]
+    fn checkpoints(&mut self, off: u64, ip: u64) {
+        while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {
+            let offset = self.psbs[self.next_psb];
+            self.next_psb += 1;
+            if let Some(p) = self.progress {
+                p.segment_done();
+            }
+            let held = Held::Checkpoint {
+                offset,
+                ip,
+                insn: self.pos,
+                slot: self.slot,
+                begins: self.need_begin,
+            };
+            if let Some(c) = self.checkpointed.get_mut(self.slot) {
+                *c = self.next_psb;
+            }
+            self.hold_checkpoint(held);
+        }
+        self.next_psb_at = self.psbs.get(self.next_psb).copied().unwrap_or(u64::MAX);
+    }
+
+    /// A thread put on a per-CPU queue's CPU since its last PSB: a fine
+    /// pass of its time there walks from that PSB, keeping its own blocks,
+    /// so it gets a checkpoint there, with its state at its first block
+    /// `ip` (the PSB's own went to the thread running then). Without it a
+    /// thread that runs only between two PSBs could not be zoomed into.
+    #[cold]
+    fn switch_checkpoint(&mut self, ip: u64) {
+        self.switched = false;
+        let done = self.checkpointed.get(self.slot) == Some(&self.next_psb);
+        let Some(&offset) = self.next_psb.checked_sub(1).and_then(|i| self.psbs.get(i)) else {
+            return;
+        };
+        if done || self.slot >= self.checkpointed.len() {
+            return;
+        }
+        self.checkpointed[self.slot] = self.next_psb;
+        self.hold_checkpoint(Held::Checkpoint {
+            offset,
+            ip,
+            insn: self.pos,
+            slot: self.slot,
+            begins: self.need_begin,
+        });
+    }
+
+    /// Hands a checkpoint to the clock, or to a chunk's recording.
+    fn hold_checkpoint(&mut self, held: Held) {
+        match &mut self.record {
+            Some(r) => {
+                let mut seam = if r.any_checkpoint {
+                    0
+                } else {
+                    seam::FIRST_CHECKPOINT
+                };
+                // Its trace-begin is the chunk's sync's, not one walk's:
+                // every checkpoint taken before that begin is made (a PSB+
+                // cut short by the next PSB checkpoints both at once).
+                if self.from_sync && self.need_begin {
+                    seam |= seam::SYNC_CHECKPOINT;
+                }
+                r.any_checkpoint = true;
+                r.push(self.pos, Item::Held(held), seam);
+            }
+            None => self.clock.push(self.pos, held),
+        }
+    }
+
+    fn item(&mut self, dec: &mut D, item: BlockItem) {
+        if self.end_at != u64::MAX {
+            // Past the next chunk's PSB without its status (PSB+ failed):
+            // what follows is the next chunk's to report.
+            let (off, ip) = match &item {
+                BlockItem::Error { offset, ip, .. } => (*offset, *ip),
+                // Inside the next chunk's PSB+, which reports it too.
+                BlockItem::Overflow { .. } => {
+                    let psb = dec.psb_entered().map_or(0, |p| p.saturating_add(1));
+                    (dec.offset().max(psb), None)
+                }
+                _ => (dec.offset(), None),
+            };
+            if off > self.end_at {
+                self.flush_branch(ip);
+                self.end_chunk();
+                return;
+            }
+        }
+        match item {
+            BlockItem::Sync { .. } => {
+                // libipt's decoder time is not valid yet here; the PSB+
+                // status events and ticks that follow carry it.
+                self.branch = None;
+                self.need_begin = true;
+                // Synced at a PSB: its checkpoint is the first block's.
+                self.psb_status(dec, None);
+            }
+            BlockItem::Block(b) => self.block(dec, b),
+            BlockItem::Tick { tsc, .. } => {
+                self.figures().ticks += 1;
+                self.anchor(tsc);
+            }
+            BlockItem::Enabled {
+                ip,
+                status_update,
+                tsc,
+            } => {
+                self.reschedule(dec, tsc);
+                // PSB+ status updates do not bind to an instruction: their
+                // time would pin the wrong one.
+                if status_update {
+                    self.psb_status(dec, Some(ip));
+                    return;
+                }
+                if let Some(t) = tsc {
+                    self.anchor(t);
+                }
+                self.branch = None;
+                self.need_begin = false;
+                self.from_sync = false;
+                self.emit(EventKind::TraceBegin, 0, ip);
+            }
+            BlockItem::Disabled {
+                status_update: true,
+                ..
+            } if self.need_begin => {
+                // PSB+ at a sync point: tracing starts off. Nothing ended.
+                self.psb_status(dec, None);
+            }
+            BlockItem::Disabled {
+                ip,
+                tsc,
+                status_update,
+            } => {
+                if status_update {
+                    self.psb_status(dec, None);
+                }
+                if let Some(t) = tsc {
+                    self.anchor(t);
+                }
+                if let (Some(to), false) = (ip, status_update) {
+                    return self.leave_filter(to);
+                }
+                // Only a far transfer (syscall) disables user-only tracing
+                // synchronously; the block cache reports it as indirect.
+                let reason = match self.branch {
+                    Some((BlockEnd::FarCall | BlockEnd::Indirect, _)) => EndReason::Syscall,
+                    _ => EndReason::Other,
+                };
+                let from = match self.branch.take() {
+                    Some((BlockEnd::FarCall | BlockEnd::Indirect, from)) => from,
+                    Some((end, from)) => {
+                        // A branch out of the traced region: show it.
+                        self.branch = Some((end, from));
+                        self.flush_branch(ip);
+                        from
+                    }
+                    None => ip.unwrap_or(0),
+                };
+                self.emit(EventKind::TraceEnd(reason), from, 0);
+            }
+            BlockItem::AsyncDisabled { at, tsc } => {
+                if let Some(t) = tsc {
+                    self.anchor(t);
+                }
+                self.flush_branch(Some(at));
+                self.emit(EventKind::TraceEnd(EndReason::Async), at, 0);
+            }
+            BlockItem::AsyncBranch { from, to, tsc } => {
+                if let Some(t) = tsc {
+                    self.anchor(t);
+                }
+                self.flush_branch(Some(from));
+                self.emit(EventKind::Interrupt, from, to);
+            }
+            BlockItem::Overflow { ip, tsc } => {
+                if let Some(t) = tsc {
+                    self.anchor(t);
+                }
+                self.figures().overflows += 1;
+                self.branch = None;
+                self.from_sync = false;
+                // Inside a PSB+, which now reports no status: the state at
+                // the first block after is that PSB's, as where a walk
+                // that syncs there checkpoints it.
+                if dec.psb_entered().is_some_and(|p| p >= self.next_psb_at) {
+                    self.psb_pending = true;
+                }
+                let f = self.funcs.decode_error("overflow");
+                self.push_error(f);
+                match ip {
+                    Some(ip) => self.emit(EventKind::TraceBegin, 0, ip),
+                    None => self.need_begin = true,
+                }
+            }
+            BlockItem::Error { offset, error, ip } => {
+                // The held branch's target is where decoding failed.
+                self.flush_branch(ip);
+                self.figures().errors.push((offset, error.message()));
+                let f = self.procs[self.proc].error_func(ip, error, self.funcs);
+                self.push_error(f);
+                self.need_begin = true;
+                self.from_sync = false;
+            }
+        }
+    }
+
+    /// A disable that names the held branch's target `to`: the branch
+    /// left the IP filter's ranges (a syscall's or a context switch's
+    /// disable has no IP). A call is shown, its callee named by the target.
+    /// A return is shown without its target (0): it goes back into code
+    /// the trace does not show, under the frame below. A jump is shown
+    /// only when it enters a named function at its entry (a PLT stub's jump
+    /// into the library function it stands for): a jump elsewhere lands in
+    /// code that is never traced, so it would only make a mid-function or
+    /// nameless frame; the jump's own function stays the callee.
+    /// The untraced gap then nests under whatever frame is on top, so the
+    /// disable names no source.
+    fn leave_filter(&mut self, to: u64) {
+        match self.branch {
+            Some((BlockEnd::Call, _)) => self.flush_branch(Some(to)),
+            Some((BlockEnd::Return, from)) => self.emit(EventKind::Return, from, 0),
+            Some((_, from)) => {
+                let target = self.resolve(to);
+                let source = self.resolve(from);
+                let outside = to < source.lo || to >= source.hi;
+                let named = !self.funcs.name(target.func).starts_with('[');
+                if named && target.entry == to && outside {
+                    self.flush_branch(Some(to));
+                }
+            }
+            None => {}
+        }
+        self.branch = None;
+        self.emit(EventKind::TraceEnd(EndReason::Other), 0, 0);
+    }
+
+    fn push_error(&mut self, func: FuncId) {
+        let mut ev = Event::new(0, EventKind::Error);
+        ev.to_fn = func;
+        self.push_event(ev);
+    }
+}

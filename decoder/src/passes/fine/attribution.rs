@@ -1,0 +1,235 @@
+//! Line attribution: each instruction gets its chain of source frames (the
+//! real function and every inlined call, from DWARF, cached by address),
+//! and consecutive instructions on one line merge into line spans at each
+//! inline level. It is separate from the walk because it needs only the
+//! instructions' addresses, depths and times, not the trace.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::line_source::State;
+use super::{Chain, LineFrame, LineSource, LineSpan, Segment, NO_CHAIN};
+
+// Line frames for the instructions of a segment, from the symbols.
+impl LineSource {
+    /// Gives every instruction its chain of source frames.
+    pub(super) fn attach_lines(&self, state: &mut State, proc: usize, seg: &mut Segment) {
+        let State {
+            resolvers,
+            frames,
+            strings,
+            ..
+        } = state;
+        let resolver = &resolvers[proc];
+        let mut by_ip: HashMap<u64, u32> = HashMap::new();
+        let mut intern = |s: &str| -> Arc<str> {
+            if let Some((k, _)) = strings.get_key_value(s) {
+                return k.clone();
+            }
+            let k: Arc<str> = Arc::from(s);
+            strings.insert(k.clone(), ());
+            k
+        };
+        for insn in &mut seg.insns {
+            if let Some(&c) = by_ip.get(&insn.ip) {
+                insn.chain = c;
+                continue;
+            }
+            let chain = frames
+                .entry((proc, insn.ip))
+                .or_insert_with(|| {
+                    let (md, svma) = resolver.module_at(insn.ip)?;
+                    let raw = md.source_frames(svma);
+                    if raw.is_empty() {
+                        return None;
+                    }
+                    let outer = md.function(svma).map(|f| f.name.to_string());
+                    let chain: Vec<LineFrame> = raw
+                        .into_iter()
+                        .rev()
+                        .enumerate()
+                        .map(|(k, f)| {
+                            // The outermost frame is named as its span is
+                            // (the symbol perf would pick of the aliases at
+                            // that address: `_IO_default_xsputn`, where the
+                            // DWARF says `__GI__IO_default_xsputn`).
+                            let function = (k == 0)
+                                .then(|| outer.clone())
+                                .flatten()
+                                .or(f.function)
+                                .unwrap_or_else(|| "??".to_string());
+                            LineFrame {
+                                function: intern(&function),
+                                file: intern(f.file.as_deref().unwrap_or("??")),
+                                line: f.line.unwrap_or(0),
+                            }
+                        })
+                        .collect();
+                    Some(Chain::from(chain))
+                })
+                .clone();
+            let c = match chain {
+                Some(chain) => {
+                    seg.chains.push(chain);
+                    (seg.chains.len() - 1) as u32
+                }
+                None => NO_CHAIN,
+            };
+            by_ip.insert(insn.ip, c);
+            insn.chain = c;
+        }
+    }
+}
+
+/// Merges instructions into line spans, per inline level.
+pub(super) fn build_lines(seg: &mut Segment) {
+    struct Open {
+        chain: u32,
+        start: u64,
+        end: u64,
+        first: u32,
+        count: u32,
+    }
+    let mut lines: Vec<LineSpan> = Vec::new();
+    let mut open: Vec<Open> = Vec::new();
+    let mut depth = u32::MAX;
+    let close = |open: &mut Vec<Open>, from: usize, depth: u32, lines: &mut Vec<LineSpan>| {
+        while open.len() > from {
+            let level = open.len() - 1;
+            let o = open.pop().expect("len > from");
+            lines.push(LineSpan {
+                start: o.start,
+                end: o.end,
+                depth: depth + 1 + level as u32,
+                chain: o.chain,
+                level: level as u32,
+                first: o.first,
+                count: o.count,
+            });
+        }
+    };
+    let mut prev_end = None;
+    for (i, insn) in seg.insns.iter().enumerate() {
+        let contiguous = prev_end == Some(insn.start) || prev_end.is_some_and(|e| e >= insn.start);
+        if insn.depth != depth || insn.chain == NO_CHAIN || !contiguous {
+            close(&mut open, 0, depth, &mut lines);
+            depth = insn.depth;
+        }
+        prev_end = Some(insn.end);
+        if insn.chain == NO_CHAIN {
+            continue;
+        }
+        let chain = &seg.chains[insn.chain as usize];
+        // The levels whose frame is unchanged stay open.
+        let mut same = 0;
+        while same < open.len() && same < chain.len() {
+            let o = &open[same];
+            let of = &seg.chains[o.chain as usize][same];
+            if of != &chain[same] {
+                break;
+            }
+            same += 1;
+        }
+        close(&mut open, same, depth, &mut lines);
+        for o in &mut open {
+            o.end = insn.end;
+            o.count += 1;
+        }
+        for _ in same..chain.len() {
+            open.push(Open {
+                chain: insn.chain,
+                start: insn.start,
+                end: insn.end,
+                first: i as u32,
+                count: 1,
+            });
+        }
+    }
+    close(&mut open, 0, depth, &mut lines);
+    lines.sort_by_key(|l| (l.depth, l.start, l.first));
+    seg.set_lines(lines);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::build_lines;
+    use crate::passes::fine::{line_heat, Insn, LineFrame, Segment, NO_CHAIN};
+
+    fn frame(f: &str, file: &str, line: u32) -> LineFrame {
+        LineFrame {
+            function: f.into(),
+            file: file.into(),
+            line,
+        }
+    }
+
+    fn insn(ip: u64, t: u64, depth: u32, chain: u32) -> Insn {
+        Insn {
+            ip,
+            start: t,
+            end: t + 1,
+            depth,
+            chain,
+            exact: false,
+            bitness: 64,
+        }
+    }
+
+    #[test]
+    fn consecutive_instructions_on_a_line_merge_per_inline_level() {
+        let mut seg = Segment::default();
+        seg.chains = vec![
+            Arc::from(vec![frame("loop", "a.c", 10)]),
+            Arc::from(vec![frame("loop", "a.c", 11)]),
+            Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 3)]),
+            Arc::from(vec![frame("loop", "a.c", 11), frame("push", "v.h", 4)]),
+        ];
+        seg.insns = vec![
+            insn(1, 0, 2, 0),
+            insn(2, 1, 2, 0),
+            insn(3, 2, 2, 1),
+            insn(4, 3, 2, 2),
+            insn(5, 4, 2, 3),
+            insn(6, 5, 2, 3),
+            insn(1, 6, 2, 0),
+        ];
+        build_lines(&mut seg);
+        let row = |d: u32| -> Vec<(u64, u64, u32, u32)> {
+            seg.lines_at(d)
+                .iter()
+                .map(|l| (l.start, l.end, seg.frame(l).unwrap().line, l.count))
+                .collect()
+        };
+        // Line 11 covers its own instruction and the inlined push.
+        assert_eq!(row(3), vec![(0, 2, 10, 2), (2, 6, 11, 4), (6, 7, 10, 1)]);
+        assert_eq!(row(4), vec![(3, 4, 3, 1), (4, 6, 4, 2)]);
+        assert!(seg.lines_at(4).iter().all(|l| l.inlined()));
+        assert_eq!(seg.max_depth(), Some(4));
+        let heat = line_heat([&seg], 0, 100);
+        // Address 1 ran twice: line 10 ran twice.
+        assert_eq!(heat[&(Arc::from("a.c"), 10)].count, 2);
+        assert_eq!(heat[&(Arc::from("a.c"), 10)].insns, 3);
+        assert_eq!(heat[&(Arc::from("a.c"), 11)].insns, 4);
+        assert_eq!(heat[&(Arc::from("v.h"), 4)].time_ns, 2);
+    }
+
+    #[test]
+    fn a_new_function_or_a_gap_ends_a_line() {
+        let mut seg = Segment::default();
+        seg.chains = vec![Arc::from(vec![frame("f", "a.c", 1)])];
+        seg.insns = vec![
+            insn(1, 0, 0, 0),
+            insn(2, 1, 1, 0),
+            insn(3, 10, 1, 0),
+            insn(4, 11, 1, NO_CHAIN),
+            insn(5, 12, 1, 0),
+        ];
+        build_lines(&mut seg);
+        assert_eq!(seg.lines_at(1).len(), 1);
+        let at2: Vec<(u64, u64)> = seg.lines_at(2).iter().map(|l| (l.start, l.end)).collect();
+        assert_eq!(at2, vec![(1, 2), (10, 11), (12, 13)]);
+        assert_eq!(seg.insns_in(10, 12).len(), 2);
+    }
+}

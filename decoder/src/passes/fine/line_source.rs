@@ -1,0 +1,469 @@
+//! The [`LineSource`] engine: what a decoded snapshot keeps for the fine
+//! pass (the trace queues, the process code and symbols, the per-CPU
+//! slots), and [`LineSource::decode_segment`], which re-walks one segment
+//! and hands the result to the walk's replay and the line attribution. It
+//! is separate because it owns the shared state the other parts borrow.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::model::{Model, ThreadModel, TimeUnit};
+use crate::names::resolve::ProcessSymbols;
+use crate::passes::coarse::{walk_queue, NoSink, Observe, QueueWalk};
+use crate::passes::event::FuncTable;
+use crate::progress::DecodeProgress;
+use crate::pt::block::DecoderConfig;
+use crate::pt::flow::FlowDecoder;
+use crate::pt::memory::Memory;
+use ptscope_model::calls::compare_lines::LineComparison;
+use ptscope_model::calls::Call;
+
+use super::attribution::build_lines;
+use super::walk::Recorder;
+use super::MAX_SEGMENT_INSNS;
+use super::{Chain, FineError, Segment};
+
+/// An AUX queue as the fine pass needs it.
+struct Queue {
+    idx: u32,
+    tid: Option<i32>,
+    data: Vec<u8>,
+    /// Its PSB offsets, ascending.
+    psbs: Vec<u64>,
+    /// Per-CPU queues: who runs when, as (perf ns, slot).
+    schedule: Vec<(u64, usize)>,
+}
+
+/// Everything a per-CPU walk needs to divide a queue among threads.
+#[derive(Default)]
+pub(crate) struct CpuSlots {
+    /// Thread id → slot.
+    pub slot_of: HashMap<i32, usize>,
+    /// Slot → index into the processes.
+    pub thread_procs: Vec<usize>,
+}
+
+/// Resolvers and the function table a walk interns into; line frames by
+/// address, looked up once.
+pub(super) struct State {
+    funcs: FuncTable,
+    pub(super) resolvers: Vec<ProcessSymbols>,
+    pub(super) frames: HashMap<(usize, u64), Option<Chain>>,
+    pub(super) strings: HashMap<Arc<str>, ()>,
+}
+
+/// What the fine pass re-decodes from: the trace, the code and the symbols
+/// of a decoded snapshot, kept by the [`Model`](crate::model::Model).
+pub struct LineSource {
+    cfg: DecoderConfig,
+    /// TSC to perf time.
+    to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
+    /// What times count: instructions for a trace without timing.
+    unit: TimeUnit,
+    queues: Vec<Queue>,
+    /// Processes by index: pid and code.
+    pids: Vec<i32>,
+    memories: Vec<Memory>,
+    cpu: CpuSlots,
+    state: Mutex<State>,
+    /// The files the names came from, for the model cache.
+    sources: Vec<String>,
+}
+
+impl std::fmt::Debug for LineSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineSource")
+            .field("queues", &self.queues.len())
+            .field("pids", &self.pids)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`LineSource`] is built from besides the snapshot itself, which
+/// the model cache keeps so that a re-opened model zooms down to lines as
+/// the decode did: the processes in order, with the functions their walk
+/// learned; each per-CPU queue's schedule; and the per-CPU slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FineRecipe {
+    pub(crate) pids: Vec<i32>,
+    pub(crate) learned: Vec<Vec<(u64, crate::passes::event::FuncId)>>,
+    pub(crate) schedules: Vec<(u32, Vec<(u64, u64)>)>,
+    pub(crate) slot_of: Vec<(i32, u64)>,
+    pub(crate) thread_procs: Vec<u64>,
+    /// The files the names came from ([`crate::names::resolve::SymbolCache::sources`]):
+    /// if they change, the cached names are stale.
+    pub(crate) sources: Vec<String>,
+}
+
+impl FineRecipe {
+    /// Whether the recipe, read back from a file, holds together: slots
+    /// and schedules name processes and slots that exist, learned
+    /// functions are in the table of `funcs` functions.
+    pub(crate) fn check(&self, funcs: usize) -> Result<(), String> {
+        let procs = self.pids.len() as u64;
+        let slots = self.thread_procs.len() as u64;
+        if self.learned.len() != self.pids.len() {
+            return Err("the learned functions are not per process".into());
+        }
+        if self.thread_procs.iter().any(|&p| p >= procs)
+            || self.slot_of.iter().any(|&(_, s)| s >= slots)
+            || self.schedules.iter().any(|(_, s)| {
+                s.iter()
+                    .any(|&(_, slot)| slot >= slots && slot != usize::MAX as u64)
+            })
+        {
+            return Err("a CPU slot names no process or slot".into());
+        }
+        if self
+            .learned
+            .iter()
+            .flatten()
+            .any(|&(_, f)| f as usize >= funcs)
+        {
+            return Err("a learned function is not in the table".into());
+        }
+        Ok(())
+    }
+
+    /// The CPU slots it keeps.
+    pub(crate) fn cpu_slots(&self) -> CpuSlots {
+        CpuSlots {
+            slot_of: self.slot_of.iter().map(|&(t, s)| (t, s as usize)).collect(),
+            thread_procs: self.thread_procs.iter().map(|&p| p as usize).collect(),
+        }
+    }
+
+    /// The schedules it keeps, by queue.
+    pub(crate) fn schedules(&self) -> HashMap<u32, Vec<(u64, usize)>> {
+        self.schedules
+            .iter()
+            .map(|(q, s)| (*q, s.iter().map(|&(t, slot)| (t, slot as usize)).collect()))
+            .collect()
+    }
+}
+
+/// One AUX queue handed to [`LineSource::new`].
+pub(crate) struct QueueParts {
+    pub idx: u32,
+    pub tid: Option<i32>,
+    pub data: Vec<u8>,
+    pub psbs: Vec<u64>,
+    pub schedule: Vec<(u64, usize)>,
+}
+
+impl LineSource {
+    pub(crate) fn new(
+        cfg: DecoderConfig,
+        (to_ns, unit): (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+        queues: Vec<QueueParts>,
+        procs: Vec<(i32, Memory, ProcessSymbols)>,
+        cpu: CpuSlots,
+        funcs: FuncTable,
+    ) -> LineSource {
+        let mut pids = Vec::new();
+        let mut memories = Vec::new();
+        let mut resolvers = Vec::new();
+        for (pid, mem, res) in procs {
+            pids.push(pid);
+            memories.push(mem);
+            resolvers.push(res);
+        }
+        LineSource {
+            cfg,
+            to_ns,
+            unit,
+            queues: queues
+                .into_iter()
+                .map(|q| Queue {
+                    idx: q.idx,
+                    tid: q.tid,
+                    data: q.data,
+                    psbs: q.psbs,
+                    schedule: q.schedule,
+                })
+                .collect(),
+            pids,
+            memories,
+            cpu,
+            state: Mutex::new(State {
+                funcs,
+                resolvers,
+                frames: HashMap::new(),
+                strings: HashMap::new(),
+            }),
+            sources: Vec::new(),
+        }
+    }
+
+    /// The same source, knowing the files its names came from.
+    pub(crate) fn with_sources(self, sources: Vec<String>) -> LineSource {
+        LineSource { sources, ..self }
+    }
+
+    /// What this source was built from besides the snapshot, for the
+    /// model cache ([`FineRecipe`]).
+    pub fn recipe(&self) -> FineRecipe {
+        let state = self.state.lock();
+        let mut slot_of: Vec<(i32, u64)> = self
+            .cpu
+            .slot_of
+            .iter()
+            .map(|(&t, &s)| (t, s as u64))
+            .collect();
+        slot_of.sort_unstable();
+        FineRecipe {
+            pids: self.pids.clone(),
+            learned: state
+                .resolvers
+                .iter()
+                .map(|r| r.learned().collect())
+                .collect(),
+            schedules: self
+                .queues
+                .iter()
+                .filter(|q| !q.schedule.is_empty())
+                .map(|q| {
+                    (
+                        q.idx,
+                        q.schedule.iter().map(|&(t, s)| (t, s as u64)).collect(),
+                    )
+                })
+                .collect(),
+            slot_of,
+            thread_procs: self.cpu.thread_procs.iter().map(|&p| p as u64).collect(),
+            sources: self.sources.clone(),
+        }
+    }
+
+    fn proc_of(&self, pid: i32) -> Option<usize> {
+        self.pids.iter().position(|&p| p == pid)
+    }
+
+    /// Re-decodes the segment of `thread` that starts at its checkpoint
+    /// `index`. `cancel` stops it early.
+    pub fn decode_segment(
+        &self,
+        thread: &ThreadModel,
+        index: usize,
+        cancel: Option<&DecodeProgress>,
+    ) -> Result<Segment, FineError> {
+        let (pid, tid) = (thread.spans.pid, thread.spans.tid);
+        let cp = *thread
+            .checkpoints
+            .get(index)
+            .ok_or(FineError::NoCheckpoint { tid, index })?;
+        let queue = self
+            .queues
+            .iter()
+            .find(|q| q.idx == cp.queue)
+            .ok_or(FineError::NoQueue {
+                tid,
+                queue: cp.queue,
+            })?;
+        let proc = self.proc_of(pid).ok_or(FineError::NoProcess { tid, pid })?;
+        let start = (cp.offset as usize).min(queue.data.len());
+        let stop: Vec<u64> = queue
+            .psbs
+            .iter()
+            .find(|&&o| o > cp.offset)
+            .map(|&o| o - cp.offset)
+            .into_iter()
+            .collect();
+        let frames_at = {
+            let s = cp.stack_start as usize;
+            let e = s + cp.stack_len as usize;
+            thread.checkpoint_frames.get(s..e).unwrap_or(&[])
+        };
+        let to_ns = |tsc: u64| (self.to_ns)(tsc);
+        let mut state = self.state.lock();
+        let State {
+            funcs, resolvers, ..
+        } = &mut *state;
+        let mut rec = Recorder::default();
+        let dec = FlowDecoder::new(&queue.data[start..], &self.cfg);
+        let per_thread = queue.tid.is_some();
+        let (slot, images, procs, thread_procs): (usize, Vec<&Memory>, &mut [ProcessSymbols], _) =
+            if per_thread {
+                (
+                    0,
+                    vec![&self.memories[proc]],
+                    &mut resolvers[proc..proc + 1],
+                    vec![0],
+                )
+            } else {
+                (
+                    self.cpu.slot_of.get(&tid).copied().unwrap_or(usize::MAX),
+                    self.memories.iter().collect(),
+                    &mut resolvers[..],
+                    self.cpu.thread_procs.clone(),
+                )
+            };
+        rec.slot = slot;
+        let walk = QueueWalk {
+            queue: cp.queue,
+            images: &images,
+            thread_procs: &thread_procs,
+            schedule: &queue.schedule,
+            to_ns: &to_ns,
+            unit: self.unit,
+            psbs: &stop,
+            stop_at_psb: true,
+            progress: cancel,
+        };
+        let figures = walk_queue(dec, walk, procs, funcs, &mut NoSink, &mut rec).map_err(|e| {
+            FineError::Image {
+                tid,
+                error: e.message(),
+            }
+        })?;
+        if cancel.is_some_and(|c| c.is_cancelled()) {
+            return Err(FineError::Cancelled);
+        }
+        let mut errors = figures
+            .get(if per_thread { 0 } else { slot })
+            .map(|f| f.errors.clone())
+            .unwrap_or_default();
+        let cut = rec.full();
+        if cut {
+            // Offsets are from the segment's PSB: this is about all of it.
+            errors.push((
+                0,
+                format!(
+                    "more than {MAX_SEGMENT_INSNS} instructions in this segment: only the first are shown"
+                ),
+            ));
+        }
+        // Where the coarse pass's clock put this checkpoint and the next:
+        // the segment's times line up with its neighbours' (unless it was
+        // cut short of the next). Checked, as a model from a damaged file
+        // may hold a thread's checkpoints out of trace order.
+        let next = thread.checkpoints.get(index + 1).filter(|n| {
+            !cut && n.queue == cp.queue
+                && n.offset
+                    .checked_sub(cp.offset)
+                    .is_some_and(|d| stop.first() == Some(&d))
+        });
+        let ends = (
+            (0, cp.tsc),
+            next.and_then(|n| Some((n.insn.checked_sub(cp.insn)?, n.tsc))),
+        );
+        let mut seg = rec.finish(
+            &cp,
+            ends,
+            frames_at,
+            funcs,
+            &self.memories[proc],
+            (&to_ns, self.unit),
+            (pid, tid),
+        );
+        seg.checkpoint = index;
+        seg.errors = errors;
+        seg.cut = cut;
+        self.attach_lines(&mut state, proc, &mut seg);
+        build_lines(&mut seg);
+        Ok(seg)
+    }
+
+    /// Re-decodes calls `a` and `b` of `model` (the model this source came
+    /// with) and counts every line that ran under each, here and now.
+    pub fn compare_lines(
+        &self,
+        model: &Model,
+        a: &Call,
+        b: &Call,
+    ) -> Result<LineComparison, FineError> {
+        let decode = |t: usize, i: usize| self.decode_segment(&model.threads[t], i, None);
+        ptscope_model::calls::compare_lines::compare_lines(&decode, model, a, b)
+    }
+
+    /// Intel-syntax disassembly of the instruction at `ip` in process
+    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
+    pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
+        let mem = &self.memories[self.proc_of(pid)?];
+        crate::pt::flow::disassemble(mem, ip, u32::from(bitness))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn demo() -> crate::decoded::Decoded {
+        crate::testing::demo_decoded()
+    }
+
+    #[test]
+    fn segments_of_the_demo_hold_every_instruction_once_under_their_function_span() {
+        let model = demo();
+        let src = model.lines.clone().unwrap();
+        for t in &model.threads {
+            let mut total = 0u64;
+            let mut checked = 0;
+            for i in 0..t.checkpoints.len() {
+                let seg = src.decode_segment(t, i, None).unwrap();
+                assert!(seg.errors.is_empty(), "{:?}", seg.errors);
+                // A fresh sync starts where the coarse pass's checkpoint is,
+                // at the time the coarse pass gave it.
+                assert_eq!(seg.insns.first().map(|x| x.ip), Some(t.checkpoints[i].ip));
+                assert_eq!(seg.insns[0].start, t.checkpoints[i].time);
+                if let Some(next) = t.checkpoints.get(i + 1) {
+                    assert!(seg.insns.last().unwrap().end <= next.time);
+                }
+                total += seg.insns.len() as u64;
+                // Each instruction runs in the span at its depth, named
+                // after its outermost source frame.
+                for insn in &seg.insns {
+                    let Some(chain) = seg.chains.get(insn.chain as usize) else {
+                        continue;
+                    };
+                    let lane = t.spans.lane(insn.depth as usize);
+                    let k = lane.partition_point(|s| s.start <= insn.start);
+                    assert!(k > 0, "no span at depth {} at {}", insn.depth, insn.start);
+                    let span = &lane[k - 1];
+                    assert!(t.spans.end(insn.depth as usize, k - 1) >= insn.start);
+                    let name = &model.funcs.get(span.func()).name;
+                    if name.as_str() != &*chain[0].function {
+                        let near: Vec<_> = (insn.depth.saturating_sub(1)..insn.depth + 2)
+                            .map(|d| {
+                                let lane = t.spans.lane(d as usize);
+                                let k = lane.partition_point(|s| s.start <= insn.start);
+                                (
+                                    d,
+                                    lane[k.saturating_sub(2)..(k + 1).min(lane.len())]
+                                        .iter()
+                                        .map(|s| (model.funcs.get(s.func()).name.clone(), s.start))
+                                        .collect::<Vec<_>>(),
+                                )
+                            })
+                            .collect();
+                        panic!(
+                            "seg {i} insn {:#x} {:?} chain {} near {near:#?}",
+                            insn.ip, insn, chain[0].function
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+            assert!(checked > 50_000, "{checked}");
+            // The trace starts at a PSB: the first segment starts with it.
+            assert_eq!(t.checkpoints[0].insn, 0);
+            let before = t.checkpoints.first().map_or(0, |c| c.insn);
+            assert_eq!(total, t.walk.instructions - before, "tid {}", t.spans.tid);
+        }
+    }
+
+    #[test]
+    fn checkpoints_out_of_trace_order_still_decode() {
+        // A damaged file's model can hold them so (round 11's perf_data
+        // crash): each segment still decodes, just not lined up with the
+        // next one.
+        let model = demo();
+        let src = model.lines.clone().unwrap();
+        let mut t = model.threads[0].clone();
+        t.checkpoints.reverse();
+        for i in 0..t.checkpoints.len() {
+            let seg = src.decode_segment(&t, i, None).unwrap();
+            assert_eq!(seg.insns.first().map(|x| x.ip), Some(t.checkpoints[i].ip));
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Line detail on demand: the fine pass on a background thread, behind a
+//! bounded cache.
+//!
+//! The viewer says which segments it would like to draw ([`SegmentWorker::want`])
+//! every frame, and draws whatever is ready ([`SegmentWorker::get`]). A worker
+//! decodes the wanted segments in order; a decode the user has zoomed or
+//! panned away from is cancelled. Decoded segments stay in a
+//! least-recently-used cache held under a byte budget, so exploring for
+//! hours never grows memory past it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::model::Model;
+use crate::passes::fine::{FineError, LineSource, Segment};
+use crate::progress::DecodeProgress;
+use ptscope_model::calls::compare_lines::compare_lines;
+use ptscope_model::calls::Call;
+pub use ptscope_model::detail::{CompareDone, DetailSource, Key, WorkerFigures};
+
+/// Default cache budget.
+pub const DEFAULT_BUDGET: usize = 256 << 20;
+
+struct Entry {
+    seg: Arc<Segment>,
+    bytes: usize,
+    used: u64,
+}
+
+#[derive(Default)]
+struct State {
+    wanted: Vec<Key>,
+    cache: HashMap<Key, Entry>,
+    failed: HashMap<Key, FineError>,
+    in_flight: Option<(Key, Arc<DecodeProgress>)>,
+    shutdown: bool,
+    figures: WorkerFigures,
+}
+
+struct Shared {
+    model: Arc<Model>,
+    source: Arc<LineSource>,
+    budget: usize,
+    state: Mutex<State>,
+    work: Condvar,
+    idle: Condvar,
+    clock: AtomicU64,
+    notify: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The background fine pass of one model.
+pub struct SegmentWorker {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl SegmentWorker {
+    /// A worker re-decoding `model`'s segments from `source`, caching up
+    /// to `budget` bytes; `notify` runs whenever a segment is ready (to
+    /// repaint). `None` if no thread could be had for it.
+    pub fn new(
+        model: Arc<Model>,
+        source: Arc<LineSource>,
+        budget: usize,
+        notify: impl Fn() + Send + Sync + 'static,
+    ) -> Option<SegmentWorker> {
+        let shared = Arc::new(Shared {
+            model,
+            source,
+            budget,
+            state: Mutex::new(State::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            clock: AtomicU64::new(0),
+            notify: Box::new(notify),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("ptscope-lines".into())
+            .spawn(move || work(&s))
+            .ok()?;
+        Some(SegmentWorker {
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    pub fn source(&self) -> &Arc<LineSource> {
+        &self.shared.source
+    }
+}
+
+impl DetailSource for SegmentWorker {
+    fn model(&self) -> &Arc<Model> {
+        &self.shared.model
+    }
+
+    /// The segments wanted now, most wanted first. Replaces what was
+    /// wanted before; a decode no longer wanted is cancelled.
+    fn want(&self, keys: &[Key]) {
+        let mut st = self.shared.lock();
+        if st.wanted == keys {
+            return;
+        }
+        st.wanted = keys.to_vec();
+        if let Some((k, p)) = &st.in_flight {
+            if !keys.contains(k) {
+                p.cancel();
+            }
+        }
+        drop(st);
+        self.shared.work.notify_all();
+    }
+
+    /// A decoded segment, if ready.
+    fn get(&self, key: Key) -> Option<Arc<Segment>> {
+        let mut st = self.shared.lock();
+        let used = self.shared.tick();
+        let e = st.cache.get_mut(&key)?;
+        e.used = used;
+        Some(e.seg.clone())
+    }
+
+    /// Why a segment could not be decoded, if it could not.
+    fn error(&self, key: Key) -> Option<FineError> {
+        self.shared.lock().failed.get(&key).cloned()
+    }
+
+    /// Wanted segments not decoded yet.
+    fn pending(&self) -> usize {
+        let st = self.shared.lock();
+        st.wanted
+            .iter()
+            .filter(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
+            .count()
+    }
+
+    fn figures(&self) -> WorkerFigures {
+        self.shared.lock().figures
+    }
+
+    /// Blocks until every wanted segment is decoded or failed (tests and
+    /// the CLI).
+    fn wait(&self) {
+        let mut st = self.shared.lock();
+        while st
+            .wanted
+            .iter()
+            .any(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
+        {
+            self.shared.idle.wait(&mut st);
+        }
+    }
+
+    fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
+        self.shared.source.disassemble(pid, ip, bitness)
+    }
+
+    /// On a thread of its own, so that a comparison (two calls' segments
+    /// decoded afresh) never waits behind the segments the timeline wants,
+    /// nor they behind it. The thread holds what it reads; a comparison
+    /// still running when the worker goes finishes and is dropped.
+    fn compare_lines(&self, a: Call, b: Call, done: CompareDone) {
+        let model = self.shared.model.clone();
+        let source = self.shared.source.clone();
+        // Shared, so that `done` is still at hand if no thread can be had.
+        let done = Arc::new(Mutex::new(Some(done)));
+        let theirs = done.clone();
+        let job = move || {
+            let decode = |t: usize, i: usize| source.decode_segment(&model.threads[t], i, None);
+            let result = compare_lines(&decode, &model, &a, &b);
+            if let Some(done) = theirs.lock().take() {
+                done(result);
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("ptscope-compare".into())
+            .spawn(job)
+        {
+            if let Some(done) = done.lock().take() {
+                done(Err(FineError::NoThread(e.to_string())));
+            }
+        }
+    }
+}
+
+impl Drop for SegmentWorker {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.lock();
+            st.shutdown = true;
+            if let Some((_, p)) = &st.in_flight {
+                p.cancel();
+            }
+        }
+        self.shared.work.notify_all();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The worker: decodes the first wanted segment not yet cached, forever.
+fn work(s: &Shared) {
+    loop {
+        let (key, progress) = {
+            let mut st = s.lock();
+            loop {
+                if st.shutdown {
+                    return;
+                }
+                let next = st
+                    .wanted
+                    .iter()
+                    .find(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
+                    .copied();
+                match next {
+                    Some(k) => {
+                        let p = DecodeProgress::new();
+                        st.in_flight = Some((k, p.clone()));
+                        break (k, p);
+                    }
+                    None => {
+                        s.idle.notify_all();
+                        s.work.wait(&mut st);
+                    }
+                }
+            }
+        };
+        let t0 = Instant::now();
+        let result = match s.model.threads.get(key.0 as usize) {
+            Some(t) => s.source.decode_segment(t, key.1 as usize, Some(&progress)),
+            None => Err(FineError::NoCheckpoint {
+                tid: -1,
+                index: key.1 as usize,
+            }),
+        };
+        let took = t0.elapsed().as_nanos() as u64;
+        let mut st = s.lock();
+        st.in_flight = None;
+        match result {
+            Ok(seg) => {
+                st.figures.decoded += 1;
+                st.figures.decode_ns += took;
+                let bytes = seg.memory_bytes();
+                let used = s.tick();
+                st.cache.insert(
+                    key,
+                    Entry {
+                        seg: Arc::new(seg),
+                        bytes,
+                        used,
+                    },
+                );
+                evict(&mut st, s.budget, key);
+            }
+            Err(FineError::Cancelled) => st.figures.cancelled += 1,
+            Err(e) => {
+                st.failed.insert(key, e);
+            }
+        }
+        let bytes: usize = st.cache.values().map(|e| e.bytes).sum();
+        st.figures.cached = st.cache.len();
+        st.figures.cached_bytes = bytes;
+        st.figures.peak_bytes = st.figures.peak_bytes.max(bytes);
+        drop(st);
+        s.idle.notify_all();
+        (s.notify)();
+    }
+}
+
+/// Drops the least recently used segments until the cache fits `budget`,
+/// keeping the one just decoded.
+fn evict(st: &mut State, budget: usize, keep: Key) {
+    let mut total: usize = st.cache.values().map(|e| e.bytes).sum();
+    while total > budget {
+        let Some((&k, _)) = st
+            .cache
+            .iter()
+            .filter(|(k, _)| **k != keep)
+            .min_by_key(|(_, e)| e.used)
+        else {
+            break;
+        };
+        if let Some(e) = st.cache.remove(&k) {
+            total -= e.bytes;
+            st.figures.evicted += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's model and its fine pass.
+    fn demo() -> (Arc<Model>, Arc<LineSource>) {
+        let d = crate::testing::demo_decoded();
+        (Arc::new(d.model), d.lines.unwrap())
+    }
+
+    #[test]
+    fn wanted_segments_get_decoded_and_the_cache_stays_in_budget() {
+        let (model, src) = demo();
+        let t = &model.threads[0];
+        let n = t.checkpoints.len() as u32;
+        assert!(n >= 4);
+        // Room for about two segments.
+        let one = src.decode_segment(t, 0, None).unwrap().memory_bytes();
+        let d = SegmentWorker::new(model.clone(), src, one * 5 / 2, || {}).unwrap();
+        for i in 0..n {
+            d.want(&[(0, i)]);
+            d.wait();
+            assert!(d.get((0, i)).is_some());
+            let f = d.figures();
+            assert!(f.cached_bytes <= one * 5 / 2 + one / 2, "{f:?}");
+        }
+        let f = d.figures();
+        assert_eq!(f.decoded, n as u64);
+        assert!(f.evicted >= n as u64 - 3, "{f:?}");
+        assert!(f.cached <= 3);
+        // The most recent stays; the first is long gone.
+        assert!(d.get((0, n - 1)).is_some());
+        assert!(d.get((0, 0)).is_none());
+    }
+
+    #[test]
+    fn a_decode_no_longer_wanted_is_cancelled_and_bad_keys_fail() {
+        let (model, src) = demo();
+        let d = SegmentWorker::new(model, src, DEFAULT_BUDGET, || {}).unwrap();
+        d.want(&[(0, 99_999)]);
+        d.wait();
+        assert!(matches!(
+            d.error((0, 99_999)),
+            Some(FineError::NoCheckpoint { .. })
+        ));
+        // Supersede quickly, many times: only what is wanted at the end
+        // must be decoded.
+        for i in 0..50 {
+            d.want(&[(0, i % 3)]);
+        }
+        d.want(&[(0, 4)]);
+        d.wait();
+        assert!(d.get((0, 4)).is_some());
+        assert_eq!(d.pending(), 0);
+    }
+}

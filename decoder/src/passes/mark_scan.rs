@@ -1,0 +1,303 @@
+//! Marks: what a trace says besides the control flow. The program's own
+//! PTWRITE values, the core's frequency (CBR), and its power states
+//! (MWAIT, PWRE, EXSTOP, PWRX) are packets that change no branch, so they
+//! are read by a scan of the packets alone, with the time each packet
+//! stands for ([`Time`]), independently of the engine that decodes the
+//! flow. A PTWRITE or EXSTOP with its IP bit set binds the FUP after it,
+//! which gives the instruction's address.
+//!
+//! [`scan`] reads one AUX queue into [`Mark`]s in trace order; the types
+//! ([`Mark`], `Marks`) are the model's data, in `ptscope_model::marks`.
+
+use crate::pt::block::DecoderConfig;
+use crate::pt::packet::{self, IpKind, Packet, PacketError};
+use crate::pt::timing::Time;
+use ptscope_model::marks::{Mark, MarkKind};
+
+/// Marks found by [`scan`], and how many could not be placed in time.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub marks: Vec<Mark>,
+    /// Marks before the trace's first timing packet (or in a trace
+    /// without any), which have no time and are left out.
+    pub untimed: u64,
+}
+
+/// Reads `trace` (one AUX queue) for its marks, timed by its timing
+/// packets as the flow decoder times them and converted by `to_ns`. A
+/// packet that cannot be read skips to the next PSB.
+pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Scan {
+    let mut out = Scan::default();
+    let mut time = Time::default();
+    let mut last_ip = 0u64;
+    // A mark waiting for its FUP.
+    let mut bound: Option<Mark> = None;
+    let push = |out: &mut Scan, m: Mark| out.marks.push(m);
+    let Some(mut pos) = packet::find_psb(trace) else {
+        return out;
+    };
+    // The packet-level errata, worked around as the walk does.
+    let errata = crate::pt::errata::Errata::of(cfg);
+    while pos < trace.len() {
+        let (p, n) = match packet::parse_with(&trace[pos..], &errata) {
+            Ok(x) => x,
+            Err(PacketError::Truncated) => break,
+            Err(PacketError::Erratum { skip, .. }) => {
+                pos += skip;
+                continue;
+            }
+            Err(PacketError::Unknown(_)) => match packet::find_psb(&trace[pos + 1..]) {
+                Some(next) => {
+                    pos += 1 + next;
+                    bound = None;
+                    continue;
+                }
+                None => break,
+            },
+        };
+        pos += n;
+        // A mark waiting for its FUP gets it from the next packet but for
+        // timing and padding; anything else (a PSB+, a branch) means the
+        // FUP is not there, and the mark keeps no IP.
+        let keeps_waiting = matches!(
+            p,
+            Packet::Tip {
+                kind: IpKind::Fup,
+                ..
+            } | Packet::Pad
+                | Packet::Cyc(_)
+                | Packet::Mtc(_)
+                | Packet::Tsc(_)
+                | Packet::Tma { .. }
+        );
+        if !keeps_waiting {
+            if let Some(b) = bound.take() {
+                push(&mut out, b);
+            }
+        }
+        let now = time.tsc().map(to_ns);
+        let mut mark = |out: &mut Scan, ip_follows: bool, kind: MarkKind| {
+            let Some(t) = now else {
+                // A frequency before any time (every PSB+ of a trace without
+                // timing restates one) is no loss worth a word.
+                if !matches!(kind, MarkKind::Cbr { .. }) {
+                    out.untimed += 1;
+                }
+                return;
+            };
+            let m = Mark {
+                time: t,
+                ip: None,
+                kind,
+            };
+            if ip_follows {
+                if let Some(b) = bound.replace(m) {
+                    push(out, b);
+                }
+            } else {
+                push(out, m);
+            }
+        };
+        match p {
+            Packet::Psb => {
+                time.on_psb();
+                last_ip = 0;
+            }
+            Packet::Tsc(v) => time.on_tsc(v),
+            Packet::Mtc(v) => time.on_mtc(v, cfg),
+            Packet::Tma { ctc, fc } => time.on_tma(ctc, fc, cfg),
+            Packet::Cyc(v) => time.on_cyc(v, cfg),
+            Packet::Cbr(ratio) => {
+                time.on_cbr(ratio);
+                mark(&mut out, false, MarkKind::Cbr { ratio });
+            }
+            Packet::Ptw {
+                ipb,
+                bytes,
+                payload,
+            } => mark(&mut out, ipb != 0, MarkKind::PtWrite { payload, bytes }),
+            Packet::Mwait { hints, ext } => mark(&mut out, false, MarkKind::Mwait { hints, ext }),
+            Packet::Pwre { hw, cstate, sub } => {
+                mark(&mut out, false, MarkKind::Pwre { hw, cstate, sub })
+            }
+            Packet::Exstop { ip } => mark(&mut out, ip, MarkKind::Exstop),
+            Packet::Pwrx {
+                deepest,
+                last,
+                wake,
+            } => mark(
+                &mut out,
+                false,
+                MarkKind::Pwrx {
+                    deepest,
+                    last,
+                    wake,
+                },
+            ),
+            Packet::Tip { kind, ipb, payload } => {
+                let ip = packet::expand_ip(last_ip, ipb, payload);
+                if let Some(ip) = ip {
+                    last_ip = ip;
+                }
+                if kind == IpKind::Fup {
+                    if let Some(mut b) = bound.take() {
+                        b.ip = ip;
+                        push(&mut out, b);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(b) = bound {
+        out.marks.push(b);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_model::marks::{Marks, Sleep};
+
+    fn cfg() -> DecoderConfig {
+        DecoderConfig::default()
+    }
+
+    const PSB: [u8; 16] = packet::PSB_BYTES;
+
+    /// PSB, TSC `tsc`, CBR 10, PSBEND.
+    fn start(tsc: u64) -> Vec<u8> {
+        let mut t = PSB.to_vec();
+        t.push(0x19);
+        t.extend_from_slice(&tsc.to_le_bytes()[..7]);
+        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
+        t.extend_from_slice(&[0x02, 0x23]);
+        t
+    }
+
+    fn tsc(t: &mut Vec<u8>, v: u64) {
+        t.push(0x19);
+        t.extend_from_slice(&v.to_le_bytes()[..7]);
+    }
+
+    #[test]
+    fn a_ptwrite_takes_the_ip_of_its_fup_and_its_width() {
+        let mut t = start(1000);
+        // PTW, 8 bytes, IP bit; then FUP with a full 6-byte IP.
+        t.extend_from_slice(&[0x02, 0xb2]);
+        t.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
+        tsc(&mut t, 2000);
+        // PTW, 4 bytes, no IP.
+        t.extend_from_slice(&[0x02, 0x12, 0x2a, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        assert_eq!(s.untimed, 0);
+        let m = Marks::new(s.marks);
+        let ptw: Vec<(u64, Option<u64>, u64)> =
+            m.ptwrites().map(|(m, p)| (m.time, m.ip, p)).collect();
+        assert_eq!(
+            ptw,
+            [
+                (1000, Some(0x40_1234), 0x1122_3344_5566_7788),
+                (2000, None, 0x2a)
+            ]
+        );
+        assert!(matches!(
+            m.all()[1].kind,
+            MarkKind::PtWrite { bytes: 8, .. }
+        ));
+        assert!(matches!(
+            m.all()[2].kind,
+            MarkKind::PtWrite { bytes: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn frequency_steps_and_sleeps() {
+        let mut t = start(1000);
+        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
+        tsc(&mut t, 1100);
+        t.extend_from_slice(&[0x02, 0x03, 24, 0]);
+        tsc(&mut t, 1200);
+        // MWAIT C3 (hints 0x20), PWRE C3 (state 2), EXSTOP (no IP).
+        t.extend_from_slice(&[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
+        t.extend_from_slice(&[0x02, 0x22, 0, 0x20]);
+        t.extend_from_slice(&[0x02, 0x62]);
+        tsc(&mut t, 5200);
+        // PWRX: deepest C6 (5), last C3 (2), woken by an interrupt.
+        t.extend_from_slice(&[0x02, 0xa2, 0x25, 1, 0, 0, 0]);
+        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
+        // The restated CBR 10 is dropped.
+        assert_eq!(m.all().len(), 6, "{:?}", m.all());
+        assert_eq!(m.frequency_between(1050, 1060), [(1000, 10)]);
+        assert_eq!(m.frequency_between(1050, 2000), [(1000, 10), (1100, 24)]);
+        assert_eq!(m.sleeps_between(5300, 6000), []);
+        assert_eq!(m.sleeps_between(5000, 6000).len(), 1);
+        assert_eq!(
+            m.sleeps(),
+            [Sleep {
+                start: 1200,
+                end: 5200,
+                cstate: 3,
+                deepest: 6,
+                wake: 1
+            }]
+        );
+        assert_eq!(
+            m.all()[2].describe(100.0),
+            "mwait C3.1 (hints 0x20, extensions 0x1)"
+        );
+        assert_eq!(m.all()[3].describe(100.0), "power entry C3.1");
+        assert!(m.all()[5].describe(100.0).contains("an interrupt"));
+        assert_eq!(m.between(1100, 1200).len(), 4);
+    }
+
+    #[test]
+    fn a_ptwrite_whose_fup_does_not_follow_keeps_no_ip() {
+        let mut t = start(1000);
+        // PTW with its IP bit, then a TNT (not its FUP), then a FUP.
+        t.extend_from_slice(&[0x02, 0x92, 1, 0, 0, 0]);
+        t.push(0b0000_0110);
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
+        // And one cut off by the next PSB+, whose FUP is not its.
+        t.extend_from_slice(&[0x02, 0x92, 2, 0, 0, 0]);
+        t.extend(start(2000));
+        t.push(0x1d | (3 << 5));
+        t.extend_from_slice(&0x40_5678u64.to_le_bytes()[..6]);
+        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        let ptw: Vec<(u64, Option<u64>)> = m.ptwrites().map(|(m, p)| (p, m.ip)).collect();
+        assert_eq!(ptw, [(1, None), (2, None)]);
+    }
+
+    #[test]
+    fn marks_before_any_time_are_counted_not_placed() {
+        let mut t = PSB.to_vec();
+        t.extend_from_slice(&[0x02, 0x23]);
+        t.extend_from_slice(&[0x02, 0x12, 1, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        assert!(s.marks.is_empty());
+        assert_eq!(s.untimed, 1);
+        // PSB+'s frequency in a trace without timing is not counted.
+        let mut t = PSB.to_vec();
+        t.extend_from_slice(&[0x02, 0x03, 0x0a, 0, 0x02, 0x23]);
+        assert_eq!(scan(&t, &cfg(), &|x| x).untimed, 0);
+    }
+
+    #[test]
+    fn garbage_skips_to_the_next_psb() {
+        let mut t = start(10);
+        t.extend_from_slice(&[0x02, 0xff, 0xff]);
+        t.extend(start(20));
+        t.extend_from_slice(&[0x02, 0x12, 7, 0, 0, 0]);
+        let s = scan(&t, &cfg(), &|x| x);
+        let m = Marks::new(s.marks);
+        assert_eq!(
+            m.ptwrites().map(|(m, p)| (m.time, p)).collect::<Vec<_>>(),
+            [(20, 7)]
+        );
+    }
+}

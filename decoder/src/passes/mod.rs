@@ -1,0 +1,16 @@
+//! The passes over a trace, from branches to the model.
+//!
+//! - [`coarse`]: the coarse pass, PT into timed branch [`event`]s, one walk
+//!   or in chunks on every core with the same result;
+//! - [`stack`]: call-stack reconstruction, the heart of it: events in,
+//!   nested spans out, into the model's span store;
+//! - [`mark_scan`]: what a trace says besides the flow (PTWRITE values,
+//!   frequency and power states), read by a scan of its packets;
+//! - [`fine`]: the fine pass, one PSB segment re-decoded down to
+//!   instructions and source lines on demand.
+
+pub mod coarse;
+pub mod event;
+pub mod fine;
+pub mod mark_scan;
+pub mod stack;

@@ -1,0 +1,338 @@
+//! How an instruction moves control ([`Class`]), and the runs the walk
+//! follows: the instructions from an address up to the next branch,
+//! decoded once with iced-x86 and cached by address, so that a loop costs
+//! one table lookup per branch. Single instructions are decoded here too,
+//! read as the walk reads them (across two images mapped back to back,
+//! and APX's JMPABS, which iced-x86 does not know), for the stepping that
+//! binds events and for the fine pass.
+
+use iced_x86::{
+    Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, Register,
+};
+
+use crate::pt::block::{BlockEnd, PtError};
+use crate::pt::memory::Memory;
+
+/// How an instruction moves control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Other,
+    Call,
+    IndirectCall,
+    Return,
+    Jump,
+    IndirectJump,
+    CondJump,
+    /// syscall, sysenter, int, far call.
+    FarCall,
+    /// sysret, iret, far ret.
+    FarReturn,
+    FarJump,
+    /// `mov cr3, reg`: no branch, but a TIP.PGD without an IP binds to it
+    /// (tracing filtered by CR3 stops at the address-space switch).
+    MovCr3,
+}
+
+impl Class {
+    pub fn of(insn: &Instruction) -> Class {
+        match insn.flow_control() {
+            FlowControl::Next => {
+                if insn.mnemonic() == Mnemonic::Mov && insn.op0_register() == Register::CR3 {
+                    Class::MovCr3
+                } else {
+                    Class::Other
+                }
+            }
+            FlowControl::XbeginXabortXend | FlowControl::Exception => Class::Other,
+            FlowControl::UnconditionalBranch => {
+                if insn.is_jmp_far() {
+                    Class::FarJump
+                } else {
+                    Class::Jump
+                }
+            }
+            FlowControl::IndirectBranch => {
+                if insn.is_jmp_far_indirect() {
+                    Class::FarJump
+                } else {
+                    Class::IndirectJump
+                }
+            }
+            FlowControl::ConditionalBranch => Class::CondJump,
+            FlowControl::Return => {
+                if insn.mnemonic() == Mnemonic::Ret {
+                    Class::Return
+                } else {
+                    Class::FarReturn
+                }
+            }
+            FlowControl::Call => {
+                if insn.is_call_near() {
+                    Class::Call
+                } else {
+                    Class::FarCall
+                }
+            }
+            FlowControl::IndirectCall => {
+                if insn.is_call_near_indirect() {
+                    Class::IndirectCall
+                } else {
+                    Class::FarCall
+                }
+            }
+            FlowControl::Interrupt => Class::FarCall,
+        }
+    }
+
+    /// The instruction consumes trace: a TNT bit or a TIP.
+    pub(super) fn needs_trace(self) -> bool {
+        !matches!(
+            self,
+            Class::Other | Class::Call | Class::Jump | Class::MovCr3
+        )
+    }
+
+    pub(super) fn block_end(self) -> BlockEnd {
+        match self {
+            Class::Other | Class::MovCr3 => BlockEnd::Other,
+            Class::Call | Class::IndirectCall => BlockEnd::Call,
+            Class::Return => BlockEnd::Return,
+            Class::Jump | Class::IndirectJump => BlockEnd::Jump,
+            Class::CondJump => BlockEnd::CondJump,
+            Class::FarCall => BlockEnd::FarCall,
+            Class::FarReturn => BlockEnd::FarReturn,
+            Class::FarJump => BlockEnd::FarJump,
+        }
+    }
+}
+
+/// The instructions from an address up to and including the first branch
+/// (or up to where decoding stops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Run {
+    pub(super) ninsn: u32,
+    /// The last instruction's address.
+    pub(super) last: u64,
+    /// The address after it.
+    pub(super) next: u64,
+    /// A direct branch's target.
+    pub(super) target: u64,
+    pub(super) class: Class,
+}
+
+/// Runs of one image, by start address: open addressing, linear probing.
+pub(super) struct RunCache {
+    keys: Vec<u64>,
+    runs: Vec<Run>,
+    len: usize,
+    /// The mode its runs were decoded in: the same bytes are other
+    /// instructions in 32- or 16-bit mode.
+    pub(super) bitness: u32,
+}
+
+const EMPTY: u64 = u64::MAX;
+/// Runs stop after this many instructions, so a cache entry stays cheap to
+/// re-walk when an event binds inside it.
+const MAX_RUN: u32 = 4096;
+
+impl RunCache {
+    pub(super) fn new() -> RunCache {
+        RunCache {
+            keys: vec![EMPTY; 1024],
+            runs: vec![NO_RUN; 1024],
+            len: 0,
+            bitness: 64,
+        }
+    }
+
+    /// Starts over for code run in `bitness`-bit mode (a MODE.Exec away:
+    /// compatibility code, or a damaged trace).
+    #[cold]
+    pub(super) fn switch_mode(&mut self, bitness: u32) {
+        self.keys.fill(EMPTY);
+        self.len = 0;
+        self.bitness = bitness;
+    }
+
+    #[inline]
+    fn slot(&self, ip: u64) -> usize {
+        (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
+    }
+
+    #[inline]
+    pub(super) fn get(&self, ip: u64) -> Option<Run> {
+        let mask = self.keys.len() - 1;
+        let mut i = self.slot(ip);
+        loop {
+            let k = self.keys[i];
+            if k == ip {
+                return Some(self.runs[i]);
+            }
+            if k == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    pub(super) fn insert(&mut self, ip: u64, run: Run) {
+        if (self.len + 1) * 2 > self.keys.len() {
+            let size = self.keys.len() * 2;
+            let keys = std::mem::replace(&mut self.keys, vec![EMPTY; size]);
+            let runs = std::mem::replace(&mut self.runs, vec![NO_RUN; size]);
+            self.len = 0;
+            for (k, r) in keys.into_iter().zip(runs) {
+                if k != EMPTY {
+                    self.insert(k, r);
+                }
+            }
+        }
+        let mask = self.keys.len() - 1;
+        let mut i = self.slot(ip);
+        while self.keys[i] != EMPTY && self.keys[i] != ip {
+            i = (i + 1) & mask;
+        }
+        if self.keys[i] == EMPTY {
+            self.len += 1;
+        }
+        self.keys[i] = ip;
+        self.runs[i] = run;
+    }
+}
+
+const NO_RUN: Run = Run {
+    ninsn: 0,
+    last: 0,
+    next: 0,
+    target: 0,
+    class: Class::Other,
+};
+
+/// APX's JMPABS: the REX2 prefix with a zero payload (`D5 00`), opcode
+/// `A1` and a 64-bit absolute target. iced-x86 does not decode it yet, so
+/// we recognize it by hand; libipt takes it as an indirect jump whose TIP
+/// gives the target (its immediate is not trusted), and so do we.
+fn is_jmpabs(bytes: &[u8], bitness: u32) -> bool {
+    bitness == 64 && bytes.len() >= JMPABS_LEN as usize && bytes[..3] == [0xd5, 0x00, 0xa1]
+}
+
+const JMPABS_LEN: u64 = 11;
+
+/// One instruction as a run of its own.
+pub(super) fn one(insn: &Instruction) -> Run {
+    let class = Class::of(insn);
+    let target = if matches!(class, Class::Call | Class::Jump | Class::CondJump) {
+        insn.near_branch_target()
+    } else {
+        0
+    };
+    Run {
+        ninsn: 1,
+        last: insn.ip(),
+        next: insn.next_ip(),
+        target,
+        class,
+    }
+}
+
+/// Decodes one instruction at `ip`, as a run of one. An instruction that
+/// runs past the end of its section into the next one (two raw images
+/// mapped back to back) is read across both, as libipt does.
+pub(super) fn decode_one(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
+    let bytes = mem.bytes_at(ip).ok_or(PtError::NOMAP)?;
+    let mut dec = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if !insn.is_invalid() {
+        return Ok(one(&insn));
+    }
+    if is_jmpabs(bytes, bitness) {
+        return Ok(jmpabs(ip));
+    }
+    if dec.last_error() != DecoderError::NoMoreBytes {
+        return Err(PtError::BAD_INSN);
+    }
+    // Cut off at the end of the section: the rest may be in the next.
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    if n > bytes.len() {
+        let mut dec = Decoder::with_ip(bitness, &buf[..n], ip, DecoderOptions::NONE);
+        let insn = dec.decode();
+        if !insn.is_invalid() {
+            return Ok(one(&insn));
+        }
+        if is_jmpabs(&buf[..n], bitness) {
+            return Ok(jmpabs(ip));
+        }
+        if dec.last_error() != DecoderError::NoMoreBytes {
+            return Err(PtError::BAD_INSN);
+        }
+    }
+    // The rest is not there.
+    Err(PtError::NOMAP)
+}
+
+/// Where the instruction at `ip` ends, read as the walk reads it: across
+/// two images mapped back to back, and APX's JMPABS too, which iced-x86
+/// does not know. `None` if it cannot be read.
+pub(crate) fn next_ip(mem: &Memory, ip: u64, bitness: u32) -> Option<u64> {
+    decode_one(mem, ip, bitness).ok().map(|r| r.next)
+}
+
+/// Intel-syntax text of the instruction at `ip`, read as [`next_ip`]
+/// reads it.
+pub(crate) fn disassemble(mem: &Memory, ip: u64, bitness: u32) -> Option<String> {
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    let bytes = &buf[..n];
+    let insn = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE).decode();
+    if !insn.is_invalid() {
+        let mut out = String::new();
+        iced_x86::Formatter::format(&mut iced_x86::IntelFormatter::new(), &insn, &mut out);
+        return Some(out);
+    }
+    is_jmpabs(bytes, bitness).then(|| {
+        let target = u64::from_le_bytes(bytes[3..11].try_into().expect("eight bytes"));
+        format!("jmpabs {target:016X}h")
+    })
+}
+
+fn jmpabs(ip: u64) -> Run {
+    Run {
+        ninsn: 1,
+        last: ip,
+        next: ip + JMPABS_LEN,
+        target: 0,
+        class: Class::IndirectJump,
+    }
+}
+
+/// Decodes the run at `ip`.
+pub(super) fn decode_run(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtError> {
+    let bytes = mem.bytes_at(ip).ok_or(PtError::NOMAP)?;
+    let mut dec = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    let mut run = Run { next: ip, ..NO_RUN };
+    while dec.can_decode() && run.ninsn < MAX_RUN {
+        dec.decode_out(&mut insn);
+        if insn.is_invalid() {
+            break;
+        }
+        run.ninsn += 1;
+        run.last = insn.ip();
+        run.next = insn.next_ip();
+        let class = Class::of(&insn);
+        if class != Class::Other {
+            run.class = class;
+            if matches!(class, Class::Call | Class::Jump | Class::CondJump) {
+                run.target = insn.near_branch_target();
+            }
+            return Ok(run);
+        }
+    }
+    if run.ninsn == 0 {
+        // An instruction iced-x86 does not know, one cut off by the end of
+        // its section, or an error, which comes from that instruction.
+        return decode_one(mem, ip, bitness);
+    }
+    Ok(run)
+}

@@ -1,0 +1,472 @@
+//! Our flow decoder on hand-encoded traces over a little program, each
+//! with the blocks and events it must give, and item for item against
+//! libipt's block decoder on the demo capture (or any snapshot, on
+//! request). The form both decoders are compared in (`joined`) lives here
+//! and serves `conformance` too.
+
+use super::*;
+use crate::pt::block::BlockEnd;
+use std::sync::Arc;
+
+/// A little program at 0x1000:
+///   0x1000: call 0x1010
+///   0x1005: jmp  0x1005+2+n (to 0x1020)
+///   0x1010: test eax,eax ; jz 0x1018 ; ret
+fn program() -> Memory {
+    let mut code = vec![0x90u8; 0x40];
+    // call rel32 to 0x1010
+    code[0..5].copy_from_slice(&[0xe8, 0x0b, 0, 0, 0]);
+    // jmp rel8 to 0x1020
+    code[5..7].copy_from_slice(&[0xeb, 0x19]);
+    // 0x1010: test eax,eax; jz +1; nop; ret
+    code[0x10..0x15].copy_from_slice(&[0x85, 0xc0, 0x74, 0x01, 0x90]);
+    code[0x15] = 0xc3;
+    // 0x1020: syscall
+    code[0x20..0x22].copy_from_slice(&[0x0f, 0x05]);
+    let mut m = Memory::default();
+    m.map(0x1000, code.len() as u64, Arc::new(code), 0);
+    m
+}
+
+fn psb() -> Vec<u8> {
+    packet::PSB_BYTES.to_vec()
+}
+
+/// PSB+ with tracing on at `ip` (a FUP with the full 64-bit IP).
+fn psb_at(ip: u16) -> Vec<u8> {
+    let mut t = psb();
+    let [lo, hi] = ip.to_le_bytes();
+    t.extend([0xdd, lo, hi, 0, 0, 0, 0, 0, 0]);
+    t.extend([0x02, 0x23]);
+    t
+}
+
+fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
+    let mut dec = FlowDecoder::new(trace, &DecoderConfig::default());
+    dec.set_image(mem).unwrap();
+    let mut out = Vec::new();
+    dec.walk(|_, item| {
+        out.push(match item {
+            BlockItem::Block(b) => {
+                format!("block {:#x}..{:#x} {} {:?}", b.ip, b.end_ip, b.ninsn, b.end)
+            }
+            other => format!("{other:?}"),
+        });
+        true
+    });
+    out
+}
+
+#[test]
+fn follows_calls_conditional_branches_compressed_returns_and_a_syscall() {
+    let mem = program();
+    let mut t = psb_at(0x1000);
+    // TNT: jz not taken (0), ret compressed (1): bits "01" + stop bit.
+    t.push(0b0000_1010);
+    // TIP.PGD, IP suppressed: binds to the syscall.
+    t.push(0x01);
+    let got = items(&t, &mem);
+    assert_eq!(
+        got,
+        [
+            "Sync { offset: 0 }",
+            "Enabled { ip: 4096, status_update: true, tsc: None }",
+            "block 0x1000..0x1000 1 Call",
+            "block 0x1010..0x1015 4 Return",
+            "block 0x1005..0x1005 1 Jump",
+            "block 0x1020..0x1020 1 FarCall",
+            "Disabled { ip: None, tsc: None, status_update: false }",
+        ]
+    );
+}
+
+#[test]
+fn instructions_before_a_psbs_address_are_reported_before_its_status() {
+    let mem = program();
+    // Tracing on at 0x1010; the next PSB+ says the flow is at 0x1012:
+    // the `test` between ran before it (a fine pass's segment that
+    // ends at that PSB keeps it; the next starts at 0x1012). Then the
+    // jz is taken.
+    let mut t = psb_at(0x1010);
+    t.extend(psb_at(0x1012));
+    t.push(0b0000_0110);
+    let got = items(&t, &mem);
+    assert_eq!(
+        got[..5],
+        [
+            "Sync { offset: 0 }",
+            "Enabled { ip: 4112, status_update: true, tsc: None }",
+            "block 0x1010..0x1010 1 Other",
+            "Enabled { ip: 4114, status_update: true, tsc: None }",
+            "block 0x1012..0x1012 1 CondJump",
+        ],
+        "{got:#?}"
+    );
+}
+
+/// A PSB+ cut short by another PSB (no hardware writes one): the walk
+/// goes on from the second as a decoder that syncs there does, keeping
+/// nothing the first restated (its TSC, its 32-bit mode), so that the
+/// parallel pass, whose chunk starts there, gives the same.
+#[test]
+fn a_psb_inside_psb_plus_starts_afresh() {
+    let mem = program();
+    let mut tail = psb_at(0x1000);
+    // TNT "01", then TIP.PGD with the IP suppressed.
+    tail.extend([0b0000_1010, 0x01]);
+    let mut t = psb();
+    // TSC, MODE.Exec 32-bit; no FUP, no PSBEND.
+    t.extend([0x19, 1, 2, 3, 4, 5, 0, 0, 0x99, 0x02]);
+    t.extend(&tail);
+    let got = items(&t, &mem);
+    let want = items(&tail, &mem);
+    assert_eq!(got[1..], want[1..]);
+    assert!(want[1].contains("tsc: None"), "{want:#?}");
+    assert!(want.iter().any(|i| i.contains("4 Return")), "{want:#?}");
+}
+
+#[test]
+fn a_fup_left_unbound_by_a_psb_is_dropped() {
+    let mem = program();
+    let mut tail = psb_at(0x1000);
+    // TNT "01", then TIP.PGD with the IP suppressed.
+    tail.extend([0b0000_1010, 0x01]);
+    // Tracing stops, then a FUP (IP 0x1000) whose TIP never comes.
+    let mut t = tail.clone();
+    t.extend([0x3d, 0x00, 0x10]);
+    t.extend(&tail);
+    let got = items(&t, &mem);
+    let want = items(&tail, &mem);
+    let from = got
+        .iter()
+        .rposition(|i| i.starts_with("Enabled"))
+        .expect("the second PSB+");
+    assert!(got.iter().all(|i| !i.starts_with("Error")), "{got:#?}");
+    assert_eq!(got[from..], want[1..]);
+}
+
+#[test]
+fn a_flow_error_found_on_a_psb_read_ahead_resyncs_at_that_psb() {
+    let mem = program();
+    // Tracing on in the callee, whose call came before: its ret cannot
+    // be compressed, yet TNT "01" says so (a damaged trace). Reading
+    // that last bit reads the PSB+ after it.
+    let mut t = psb_at(0x1010);
+    t.push(0b0000_1010);
+    let psb = t.len();
+    let mut tail = psb_at(0x1000);
+    tail.extend([0b0000_1010, 0x01]);
+    t.extend(&tail);
+    let got = items(&t, &mem);
+    // The error is the ret's, this side of the PSB, and the walk syncs
+    // there, as a chunk ending there and one starting there do.
+    let err = got
+        .iter()
+        .position(|i| i.starts_with("Error"))
+        .expect("the bad ret");
+    assert!(got[err].contains(&format!("offset: {psb},")), "{got:#?}");
+    let want = items(&tail, &mem);
+    assert_eq!(got[err + 1], format!("Sync {{ offset: {psb} }}"));
+    assert_eq!(got[err + 2..], want[1..], "{got:#?}");
+}
+
+#[test]
+fn code_is_decoded_in_the_mode_it_runs_in_whatever_ran_there_before() {
+    // 0x2000: 48 ff c0 c3 is `inc rax; ret` in 64-bit mode but
+    // `dec eax; inc eax; ret` in 32-bit mode.
+    let mut m = Memory::default();
+    m.map(0x2000, 4, Arc::new(vec![0x48, 0xff, 0xc0, 0xc3]), 0);
+    let psb_in = |mode: u8| {
+        let mut t = psb();
+        t.extend([0x99, mode, 0xdd, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0x02, 0x23]);
+        // TIP.PGD, IP suppressed: binds to the ret.
+        t.push(0x01);
+        t
+    };
+    let mut t = psb_in(0x02);
+    t.extend(psb_in(0x01));
+    let blocks: Vec<String> = items(&t, &m)
+        .into_iter()
+        .filter(|i| i.starts_with("block"))
+        .collect();
+    assert_eq!(
+        blocks,
+        [
+            "block 0x2000..0x2003 3 Return",
+            "block 0x2000..0x2003 2 Return"
+        ]
+    );
+}
+
+#[test]
+fn a_psb_forgets_the_calls_before_it() {
+    let mem = program();
+    // The call at 0x1000, the callee's jz not taken (0), then a PSB+
+    // at its ret: the ret cannot be compressed against a call from
+    // before the PSB, so a compressed-ret bit (1) is an error.
+    let mut t = psb_at(0x1000);
+    t.push(0b0000_0100);
+    t.extend(psb_at(0x1015));
+    t.push(0b0000_0110);
+    let got = items(&t, &mem);
+    let after = got
+        .iter()
+        .position(|i| i.starts_with("Enabled { ip: 4117"))
+        .expect("the second PSB+");
+    assert!(
+        got[after..].iter().all(|i| !i.starts_with("block 0x1005")),
+        "{got:#?}"
+    );
+    assert!(
+        got[after..].iter().any(|i| i.starts_with("Error")),
+        "{got:#?}"
+    );
+}
+
+#[test]
+fn a_return_compressed_just_before_a_psb_still_pops_its_call() {
+    let mem = program();
+    // jz not taken (0), ret compressed (1): the TNT's last bit, so the
+    // reader meets the PSB+ that follows before the ret is popped.
+    let mut t = psb_at(0x1000);
+    t.push(0b0000_1010);
+    t.extend(psb_at(0x1005));
+    t.push(0x01);
+    let got = items(&t, &mem);
+    assert!(got.iter().all(|i| !i.starts_with("Error")), "{got:#?}");
+    let ret = got
+        .iter()
+        .position(|i| i == "block 0x1010..0x1015 4 Return")
+        .expect("the ret");
+    assert!(got[ret + 1].starts_with("Enabled { ip: 4101"), "{got:#?}");
+}
+
+#[test]
+fn a_taken_branch_ends_the_block_and_a_missing_bit_is_an_error() {
+    let mem = program();
+    let mut t = psb_at(0x1010);
+    // jz taken: "1" + stop bit; then a TIP where the ret wants a bit
+    // is fine (uncompressed); then the trace ends, and so does the
+    // walk (the jmp after the ret needs no trace, but libipt stops too).
+    t.push(0b0000_0110);
+    // TIP 0x1005 (16-bit update of last IP 0x1010).
+    t.extend([0x2d, 0x05, 0x10]);
+    let got = items(&t, &mem);
+    assert_eq!(
+        got,
+        [
+            "Sync { offset: 0 }",
+            "Enabled { ip: 4112, status_update: true, tsc: None }",
+            "block 0x1010..0x1012 2 CondJump",
+            "block 0x1015..0x1015 1 Return",
+        ]
+    );
+}
+
+#[test]
+fn an_asynchronous_branch_binds_to_the_fup_address() {
+    let mem = program();
+    let mut t = psb_at(0x1010);
+    // FUP 0x1012 (the jz), TIP 0x1020: an interrupt before the jz.
+    t.extend([0x3d, 0x12, 0x10]);
+    t.extend([0x2d, 0x20, 0x10]);
+    let got = items(&t, &mem);
+    assert_eq!(
+        got,
+        [
+            "Sync { offset: 0 }",
+            "Enabled { ip: 4112, status_update: true, tsc: None }",
+            "block 0x1010..0x1010 1 Other",
+            "AsyncBranch { from: 4114, to: 4128, tsc: None }",
+        ]
+    );
+}
+
+#[test]
+fn unmapped_code_is_a_nomap_error_and_the_walk_resyncs_at_the_next_psb() {
+    let mem = program();
+    let mut t = psb_at(0x9000);
+    t.push(0b0000_0110);
+    let second = t.len();
+    t.extend(psb());
+    t.extend([0x02, 0x23]);
+    let got = items(&t, &mem);
+    assert_eq!(got[0], "Sync { offset: 0 }");
+    assert!(got[2].starts_with("Error"), "{got:?}");
+    assert!(got[2].contains("ip: Some(36864)"), "{got:?}");
+    assert_eq!(got[3], format!("Sync {{ offset: {second} }}"));
+}
+
+#[test]
+fn a_timing_packet_before_a_tnt_gives_a_tick_after_its_first_branch() {
+    let mem = program();
+    let mut t = psb();
+    t.extend([0x19, 100, 0, 0, 0, 0, 0, 0]); // TSC 100
+    t.extend([0xdd, 0x10, 0x10, 0, 0, 0, 0, 0, 0]);
+    t.extend([0x02, 0x23]);
+    t.extend([0x19, 200, 0, 0, 0, 0, 0, 0]); // TSC 200
+    t.push(0b0000_1010); // jz not taken, ret compressed (empty stack!)
+    let got = items(&t, &mem);
+    assert_eq!(
+        got[1],
+        "Enabled { ip: 4112, status_update: true, tsc: Some(100) }"
+    );
+    assert_eq!(got[2], "block 0x1010..0x1012 2 CondJump");
+    assert_eq!(got[3], "Tick { ip: Some(4114), tsc: 200 }");
+    // The return has nothing to pop: the trace and the code disagree.
+    assert!(got[5].starts_with("Error"), "{got:?}");
+}
+
+/// Every block and event of `trace`, in a form both decoders share:
+/// libipt reports indirect jumps and far transfers alike.
+fn normalized(item: BlockItem) -> String {
+    match item {
+        BlockItem::Block(b) => {
+            let end = match b.end {
+                BlockEnd::Indirect
+                | BlockEnd::Jump
+                | BlockEnd::FarCall
+                | BlockEnd::FarJump
+                | BlockEnd::FarReturn => "branch".to_string(),
+                e => format!("{e:?}"),
+            };
+            format!("block {:#x}..{:#x} {} {end}", b.ip, b.end_ip, b.ninsn)
+        }
+        BlockItem::Error { ip, .. } => format!("error at {ip:x?}"),
+        // libipt reports where decoding starts, after PSB+.
+        BlockItem::Sync { .. } => "sync".into(),
+        // libipt's tick address is the branch or the one after it.
+        BlockItem::Tick { tsc, .. } => format!("tick {tsc}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Joins a block that ends at a conditional branch (or at no branch)
+/// with the block right after it: libipt's block cache ends blocks at
+/// every conditional branch, taken or not, and wherever a cache entry
+/// ends; we only where the decoding needs to. The coarse pass treats
+/// both alike (a conditional branch never leaves the function).
+pub(super) fn joined(items: Vec<BlockItem>) -> Vec<String> {
+    let mut out: Vec<BlockItem> = Vec::new();
+    for item in items {
+        if let (Some(BlockItem::Block(prev)), BlockItem::Block(b)) = (out.last_mut(), &item) {
+            if matches!(prev.end, BlockEnd::CondJump | BlockEnd::Other) {
+                prev.ninsn += b.ninsn;
+                prev.end_ip = b.end_ip;
+                prev.end = b.end;
+                continue;
+            }
+        }
+        out.push(item);
+    }
+    out.into_iter().map(normalized).collect()
+}
+
+/// Runs both decoders over every stream of a snapshot and returns the
+/// first difference, if any, and how many items agreed.
+pub(crate) fn compare_with_libipt(snap_path: &std::path::Path) -> (usize, Option<String>) {
+    use crate::names::image::sections;
+    use crate::pt::block::decoder_config;
+    use crate::pt::ffi::{BlockDecoder, Image, SectionCache};
+    use crate::pt::memory::FileCache;
+    let snap = ptscope_formats::snapshot::Snapshot::open(snap_path).unwrap();
+    let trace = snap.trace().unwrap();
+    let cfg = decoder_config(&trace);
+    let mut agreed = 0;
+    for s in &trace.streams {
+        let pid = s.tid.and_then(|t| trace.thread(t)).map(|t| t.pid);
+        let (secs, _) = sections(&snap, &trace, pid);
+        let mut cache = SectionCache::new().unwrap();
+        let isids: Vec<i32> = secs
+            .iter()
+            .map(|sec| {
+                cache
+                    .add_file(&sec.file, sec.offset, sec.size, sec.vaddr)
+                    .unwrap()
+            })
+            .collect();
+        let mut image = Image::new(&cache).unwrap();
+        for isid in isids {
+            image.add(isid).unwrap();
+        }
+        let mem = Memory::new(&secs, &mut FileCache::default()).unwrap();
+        let mut theirs = Vec::new();
+        let mut dec = BlockDecoder::new(&s.data, &cfg).unwrap();
+        dec.set_image(&image).unwrap();
+        dec.walk(|_, item| {
+            theirs.push(item);
+            true
+        });
+        let theirs = joined(theirs);
+        let mut ours = Vec::new();
+        let mut dec = FlowDecoder::new(&s.data, &cfg);
+        dec.resync_at_psb_only();
+        dec.set_image(&mem).unwrap();
+        dec.walk(|_, item| {
+            ours.push(item);
+            true
+        });
+        let ours = joined(ours);
+        for (i, (a, b)) in theirs.iter().zip(&ours).enumerate() {
+            if a != b {
+                let from = i.saturating_sub(3);
+                return (
+                    agreed,
+                    Some(format!(
+                        "stream {}: item {i} differs\nlibipt: {:#?}\nours:   {:#?}",
+                        s.idx,
+                        &theirs[from..(i + 3).min(theirs.len())],
+                        &ours[from..(i + 3).min(ours.len())]
+                    )),
+                );
+            }
+            agreed += 1;
+        }
+        if theirs.len() != ours.len() {
+            return (
+                agreed,
+                Some(format!(
+                    "stream {}: libipt has {} items, ours {}; tails {:?} / {:?}",
+                    s.idx,
+                    theirs.len(),
+                    ours.len(),
+                    theirs.get(agreed..),
+                    ours.get(agreed..)
+                )),
+            );
+        }
+    }
+    (agreed, None)
+}
+
+#[test]
+fn agrees_with_libipt_on_the_demo_item_for_item() {
+    let demo = crate::testing::demo_path();
+    let (agreed, diff) = compare_with_libipt(&demo);
+    assert!(diff.is_none(), "{}", diff.unwrap());
+    assert!(agreed > 1000, "{agreed}");
+}
+
+/// `PTSCOPE_COMPARE_FILE=snapshot cargo test -p ptscope-decoder
+/// compare_file -- --ignored` compares both decoders on any snapshot.
+#[test]
+#[ignore]
+fn compare_file() {
+    let path = std::env::var_os("PTSCOPE_COMPARE_FILE").expect("PTSCOPE_COMPARE_FILE");
+    let (agreed, diff) = compare_with_libipt(std::path::Path::new(&path));
+    assert!(diff.is_none(), "after {agreed} items: {}", diff.unwrap());
+    println!("{agreed} items agree");
+}
+
+#[test]
+fn garbage_never_panics() {
+    let mem = program();
+    let mut rng = fastrand::Rng::with_seed(0x1234_5678);
+    for _ in 0..200 {
+        let mut t = psb();
+        for _ in 0..64 {
+            t.push(rng.u8(..));
+        }
+        let _ = items(&t, &mem);
+    }
+}

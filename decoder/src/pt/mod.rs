@@ -1,0 +1,24 @@
+//! Reading PT: from trace bytes to the blocks of instructions that ran.
+//!
+//! - [`packet`]: our bounds-checked PT packet parser;
+//! - [`errata`]: the CPU errata that affect decoding (libipt's table,
+//!   ported), and [`ip_filter`]: the IP filter a trace was written under;
+//! - [`timing`]: timing packets to times, spread over the branches
+//!   between them;
+//! - [`block`]: what both engines report ([`block::BlockItem`]), their
+//!   configuration and libipt's error codes;
+//! - the engines: [`flow`] over [`memory`], our own flow decoder, and
+//!   [`ffi`], libipt's block and instruction decoders, the reference.
+
+pub mod block;
+pub mod errata;
+// The FFI to libipt: each unsafe block says why it is sound.
+#[allow(unsafe_code)]
+pub mod ffi;
+pub mod flow;
+pub mod ip_filter;
+// Maps binaries: its one unsafe block says why it is sound.
+#[allow(unsafe_code)]
+pub mod memory;
+pub mod packet;
+pub mod timing;
