@@ -139,10 +139,6 @@ impl CapturePanel {
         }
     }
 
-    pub fn is_running(&self) -> bool {
-        self.running.is_some()
-    }
-
     /// Snapshots saved since the last call, to open as tabs.
     pub fn take_saved(&mut self) -> Vec<PathBuf> {
         std::mem::take(&mut self.saved)

@@ -281,18 +281,6 @@ impl TraceView {
         }
     }
 
-    pub fn time_mode(&self) -> TimeMode {
-        self.timeline.mode
-    }
-
-    pub fn set_time_mode(&mut self, mode: TimeMode) {
-        self.timeline.mode = mode;
-    }
-
-    pub fn set_thread_collapsed(&mut self, tid: i32, collapsed: bool) {
-        self.timeline.set_collapsed(tid, collapsed);
-    }
-
     pub fn is_thread_collapsed(&self, tid: i32) -> bool {
         self.timeline.is_collapsed(tid)
     }
@@ -712,10 +700,6 @@ impl TraceView {
         self.range.as_ref().map(|r| (r.from, r.to))
     }
 
-    pub fn range_stats(&self) -> Option<&RangeStats> {
-        self.range.as_ref()
-    }
-
     /// The range table's rows in display order, with function names.
     pub fn range_rows(&self) -> Vec<(String, RangeRow)> {
         self.range.as_ref().map_or_else(Vec::new, |r| {
@@ -724,13 +708,6 @@ impl TraceView {
                 .map(|row| (self.model.funcs.name(row.func).to_string(), row.clone()))
                 .collect()
         })
-    }
-
-    pub fn sort_range_by(&mut self, by: SortBy) {
-        self.sort = by;
-        if let Some(r) = &mut self.range {
-            r.sort(by, &self.model);
-        }
     }
 
     pub fn tab(&self) -> PanelTab {

@@ -66,11 +66,6 @@ impl PtError {
         self == PtError::EOS
     }
 
-    /// No memory is mapped at the address the decoder needed.
-    pub fn is_nomap(self) -> bool {
-        self == PtError::NOMAP
-    }
-
     /// libipt's message, without the code.
     pub fn message(self) -> String {
         usize::try_from(self.0.unsigned_abs())

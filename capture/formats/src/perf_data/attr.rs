@@ -38,10 +38,6 @@ pub struct PerfEventAttr {
 }
 
 impl PerfEventAttr {
-    pub fn has_flag(&self, flag: u64) -> bool {
-        self.flags & flag != 0
-    }
-
     /// Appends the attr as perf_event_open and perf.data lay it out.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();

@@ -161,13 +161,6 @@ impl<'a> PerfDataFile<'a> {
     pub fn sample_type(&self) -> u64 {
         self.sample_type
     }
-
-    pub fn attr_for_id(&self, id: u64) -> Option<&EventAttr> {
-        if self.attrs.len() == 1 {
-            return self.attrs.first();
-        }
-        self.attrs.iter().find(|a| a.ids.contains(&id))
-    }
 }
 
 pub struct RecordIter<'a> {
