@@ -2,7 +2,7 @@
 //! the test programs, judged by perf's own decoder of the same file, by
 //! what each program's source implies, and by the emulated clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -26,9 +26,21 @@ struct PerfBranches {
     tail: BTreeMap<u64, (u64, String)>,
 }
 
-/// Runs perf's decoder on the snapshot and hands each call and tail call
-/// (a jump from one function to another's entry) to `each`: tid, target
-/// address, perf's name for it, and whether it was a tail call.
+/// Runs perf's decoder on the snapshot and hands each entry into a
+/// function to `each`: tid, target address, perf's name for it, and
+/// whether it was a jump (a tail call). An entry is what ptscope opens a
+/// called span for:
+/// - a call;
+/// - a jump to another function's entry (another name, or the same name in
+///   another DSO: libc's `_dl_find_object` stub jumping to ld.so's);
+/// - a jump from named code to code perf has no symbol for (a stripped
+///   library's static function, called through a pointer), whose first
+///   address ptscope takes for an entry;
+/// - tracing that begins at a function's entry (a process's `_start`, a
+///   signal handler the kernel delivers to);
+/// - a return that lands on a function's entry (`_dl_start` returning to
+///   `_dl_start_user`, a handler returning to `__restore_rt`): the code
+///   there is that function, entered.
 fn perf_entries(extracted: &Path, mut each: impl FnMut(i32, u64, &str, bool)) {
     use ptscope_decoder::event::EventKind;
     use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
@@ -53,11 +65,16 @@ fn perf_entries(extracted: &Path, mut each: impl FnMut(i32, u64, &str, bool)) {
         };
         let kind = flags.kind();
         let sym = to.sym.unwrap_or("?");
-        if kind == EventKind::Call {
-            each(tid, to.ip, sym, false);
-        } else if kind == EventKind::Jump && to.symoff == Some(0) && from.sym != to.sym {
-            each(tid, to.ip, sym, true);
-        }
+        let at_entry = to.symoff == Some(0);
+        let another = from.sym != to.sym || from.dso != to.dso;
+        let jump = match kind {
+            EventKind::Call => false,
+            EventKind::Jump if at_entry && another => true,
+            EventKind::Jump if to.sym.is_none() && from.sym.is_some() => true,
+            EventKind::TraceBegin | EventKind::Return if at_entry => false,
+            _ => continue,
+        };
+        each(tid, to.ip, sym, jump);
     }
 }
 
@@ -82,8 +99,9 @@ fn our_calls(spans: &[JsonSpan]) -> BTreeMap<u64, (u64, String)> {
     out
 }
 
-/// Every function perf saw called must have exactly as many spans, plus
-/// the tail calls into it. `slack` differing functions are tolerated
+/// Every function perf saw entered ([`perf_entries`]) must have exactly as
+/// many called spans, and every function with called spans must be one
+/// perf saw entered. `slack` differing functions are tolerated
 /// outside the program's own code (known gaps: crt start-up stubs without
 /// unwind info, one libgcc unwinder entry).
 fn check_against_perf(name: &str, snap: &Path, dir: &Path) -> Vec<JsonSpan> {
@@ -98,9 +116,19 @@ fn check_against_perf_with(name: &str, snap: &Path, dir: &Path, slack: usize) ->
     let perf = perf_branches(&extracted);
     let ours = our_calls(&spans);
     let mut diffs = Vec::new();
+    // PLT0, the lazy-binding trampoline every PLT entry jumps to once, is
+    // judged neither way: ptscope knows it from the `.plt` section and
+    // names it `[plt]`, while perf names it by whatever symbol precedes it
+    // (`_init+0x20`) or by none, and so counts the jumps into it or not.
+    let plt0: BTreeSet<u64> = ours
+        .iter()
+        .filter(|(_, (_, n))| n == "[plt]")
+        .map(|(a, _)| *a)
+        .collect();
     let mut addrs: Vec<&u64> = perf.calls.keys().chain(perf.tail.keys()).collect();
     addrs.sort();
     addrs.dedup();
+    addrs.retain(|a| !plt0.contains(a));
     for a in addrs {
         let name = perf
             .calls
@@ -115,7 +143,14 @@ fn check_against_perf_with(name: &str, snap: &Path, dir: &Path, slack: usize) ->
             ));
         }
     }
-    let agree = addrs_len(&perf) - diffs.len();
+    // And the other way: no function ptscope says was entered that perf
+    // saw no entry into.
+    for (a, (got, our_name)) in &ours {
+        if !plt0.contains(a) && !perf.calls.contains_key(a) && !perf.tail.contains_key(a) {
+            diffs.push(format!("{a:#x} {our_name}: perf 0, ptscope {got}"));
+        }
+    }
+    let agree = addrs_len(&perf) - diffs.len().min(addrs_len(&perf));
     println!(
         "{name}: {agree} of {} called functions agree with perf",
         addrs_len(&perf)
