@@ -68,8 +68,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
         f.cpuid.as_deref().unwrap_or("unknown"),
         f.cpudesc.as_deref().unwrap_or("?")
     )?;
-    let errata =
-        ptscope_decoder::errata::Errata::of(&ptscope_decoder::block::decoder_config(&trace));
+    let errata = ptscope_decoder::errata::of(&ptscope_decoder::block::decoder_config(&trace));
     if errata != ptscope_decoder::errata::Errata::default() {
         writeln!(
             out,

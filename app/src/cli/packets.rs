@@ -37,7 +37,7 @@ fn packet_errata(
         Some(PacketsCpu::Model(c)) => cfg.with_cpu(c),
         _ => cfg,
     };
-    ptscope_decoder::errata::Errata::of(&cfg)
+    ptscope_decoder::errata::of(&cfg)
 }
 
 pub(super) fn packets(

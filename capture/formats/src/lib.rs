@@ -8,6 +8,9 @@
 //!   the binaries it maps as perf's build-id cache, and [`Metadata`]; also
 //!   opens a plain perf.data by content. [`Trace`] is its PT view: AUX
 //!   streams per thread or CPU, sideband and parameters.
+//! - [`pt`]: the Intel PT packet format: [`pt::read`], the parser;
+//!   [`pt::write`], the encoder; [`pt::errata`], which CPUs write which
+//!   packets wrong.
 //! - [`pt_params`]: the Intel PT parameters perf stores for decoders
 //!   (AUXTRACE_INFO) and the PMU term bits they refer to.
 //! - [`filter`]: IP filters in perf's syntax, as `--filter` takes them and
@@ -29,6 +32,7 @@ pub mod filter;
 #[allow(unsafe_code)]
 pub mod mapped;
 pub mod perf_data;
+pub mod pt;
 pub mod pt_params;
 pub mod snapshot;
 

@@ -15,7 +15,9 @@
 
 pub mod filter;
 pub mod hardware;
-pub mod packets;
+/// The packet encoder, which lives with the parser in the formats crate
+/// (`ptscope_formats::pt`): the PT format in one place.
+pub use ptscope_formats::pt::write as packets;
 pub mod ptrace;
 pub mod ring;
 pub mod settings;

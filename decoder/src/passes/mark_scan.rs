@@ -37,7 +37,7 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
         return out;
     };
     // The packet-level errata, worked around as the walk does.
-    let errata = crate::pt::errata::Errata::of(cfg);
+    let errata = crate::pt::errata::of(cfg);
     while pos < trace.len() {
         let (p, n) = match packet::parse_with(&trace[pos..], &errata) {
             Ok(x) => x,

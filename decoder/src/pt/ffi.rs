@@ -49,7 +49,7 @@ fn raw_config(trace: &[u8], cfg: &DecoderConfig) -> sys::pt_config {
         c.cpu.model = cfg.model;
         c.cpu.stepping = cfg.stepping;
         // libipt's table, or ours for CPUs newer than it knows.
-        c.errata = sys_errata(&crate::pt::errata::Errata::of(cfg));
+        c.errata = sys_errata(&crate::pt::errata::of(cfg));
         c.cpuid_0x15_eax = cfg.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = cfg.cpuid_0x15_ebx;
         c.mtc_freq = cfg.mtc_freq;

@@ -1,6 +1,7 @@
 //! Reading PT: from trace bytes to the blocks of instructions that ran.
 //!
-//! - [`packet`]: our bounds-checked PT packet parser;
+//! - [`packet`]: our bounds-checked PT packet parser (the formats crate's
+//!   `pt::read`, beside its encoder);
 //! - [`errata`]: the CPU errata that affect decoding (libipt's table,
 //!   ported), and [`ip_filter`]: the IP filter a trace was written under;
 //! - [`timing`]: timing packets to times, spread over the branches
@@ -20,5 +21,7 @@ pub mod ip_filter;
 // Maps binaries: its one unsafe block says why it is sound.
 #[allow(unsafe_code)]
 pub mod memory;
-pub mod packet;
+/// The packet parser, which lives with the encoder in the formats crate
+/// (`ptscope_formats::pt`): the PT format in one place.
+pub use ptscope_formats::pt::read as packet;
 pub mod timing;

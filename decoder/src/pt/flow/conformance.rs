@@ -5,9 +5,11 @@
 use super::tests::joined;
 use super::*;
 use crate::pt::ffi::{BlockDecoder, Image, SectionCache};
+use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 use std::sync::Arc;
 
-/// A trace built packet by packet.
+/// A trace built packet by packet, with the PT format's own encoder
+/// (`ptscope_formats::pt::write`), IPs whole.
 #[derive(Default)]
 pub(super) struct T(pub Vec<u8>);
 
@@ -16,49 +18,50 @@ impl T {
         self.0.extend_from_slice(b);
         self
     }
-    fn ip(self, op: u8, ip: u64) -> T {
-        self.raw(&[op]).raw(&ip.to_le_bytes())
+    fn with(mut self, write: impl FnOnce(&mut Vec<u8>)) -> T {
+        write(&mut self.0);
+        self
+    }
+    fn ip(self, kind: IpPacket, ip: u64) -> T {
+        self.with(|out| write::ip_packet(out, kind, ip, IpCompression::Full))
     }
     pub fn psb(self) -> T {
-        self.raw(&packet::PSB_BYTES)
+        self.raw(&write::PSB)
     }
     pub fn psbend(self) -> T {
-        self.raw(&[0x02, 0x23])
+        self.raw(&write::PSBEND)
     }
     pub fn fup(self, ip: u64) -> T {
-        self.ip(0xdd, ip)
+        self.ip(IpPacket::Fup, ip)
     }
     pub fn tip(self, ip: u64) -> T {
-        self.ip(0xcd, ip)
+        self.ip(IpPacket::Tip, ip)
     }
     pub fn pge(self, ip: u64) -> T {
-        self.ip(0xd1, ip)
+        self.ip(IpPacket::TipPge, ip)
     }
     pub fn pgd(self, ip: u64) -> T {
-        self.ip(0xc1, ip)
+        self.ip(IpPacket::TipPgd, ip)
     }
     pub fn pgd_noip(self) -> T {
-        self.raw(&[0x01])
+        self.with(|out| write::ip_packet(out, IpPacket::TipPgd, 0, IpCompression::Suppressed))
     }
     pub fn exec64(self) -> T {
-        self.raw(&[0x99, 0x01])
+        self.with(|out| write::mode_exec(out, 64))
     }
     pub fn exec32(self) -> T {
-        self.raw(&[0x99, 0x02])
+        self.with(|out| write::mode_exec(out, 32))
     }
     pub fn tsx(self, intx: bool, abort: bool) -> T {
-        self.raw(&[0x99, 0x20 | intx as u8 | (abort as u8) << 1])
+        self.with(|out| write::mode_tsx(out, intx, abort))
     }
     pub fn ovf(self) -> T {
-        self.raw(&[0x02, 0xf3])
+        self.raw(&write::OVF)
     }
-    /// A short TNT: `t` taken, `n` not, oldest first.
+    /// A TNT: `t` taken, `n` not, oldest first.
     pub fn tnt(self, bits: &str) -> T {
-        let mut b = 1u8;
-        for c in bits.chars() {
-            b = b << 1 | (c == 't') as u8;
-        }
-        self.raw(&[b << 1])
+        let taken = bits.chars().fold(0u64, |b, c| b << 1 | (c == 't') as u64);
+        self.with(|out| write::tnt(out, taken, bits.len() as u32))
     }
     /// PSB+ with tracing on at `ip` in 64-bit mode.
     pub fn psb_at(self, ip: u64) -> T {

@@ -119,7 +119,7 @@ impl<'a> FlowDecoder<'a> {
         FlowDecoder {
             trace,
             cfg: *cfg,
-            errata: Errata::of(cfg),
+            errata: crate::pt::errata::of(cfg),
             images: Vec::new(),
             caches: Vec::new(),
             cur: None,

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::pt::block::BlockEnd;
+use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 use std::sync::Arc;
 
 /// A little program at 0x1000:
@@ -29,15 +30,14 @@ fn program() -> Memory {
 }
 
 fn psb() -> Vec<u8> {
-    packet::PSB_BYTES.to_vec()
+    write::PSB.to_vec()
 }
 
 /// PSB+ with tracing on at `ip` (a FUP with the full 64-bit IP).
 fn psb_at(ip: u16) -> Vec<u8> {
     let mut t = psb();
-    let [lo, hi] = ip.to_le_bytes();
-    t.extend([0xdd, lo, hi, 0, 0, 0, 0, 0, 0]);
-    t.extend([0x02, 0x23]);
+    write::ip_packet(&mut t, IpPacket::Fup, ip.into(), IpCompression::Full);
+    t.extend(write::PSBEND);
     t
 }
 

@@ -1,5 +1,6 @@
-//! This module encodes the Intel PT packets the emulated hardware writes,
-//! byte by byte.
+//! Writing Intel PT packets, byte by byte, beside the parser that reads
+//! them ([`super::read`]): the emulated PT unit, the QEMU plugin and the
+//! tests write their packets with it.
 //!
 //! Layouts follow the Intel SDM, Vol. 3C, chapter "Intel Processor Trace",
 //! section "Packet Definitions". Every function appends one whole packet.
@@ -164,7 +165,22 @@ pub fn cyc(out: &mut Vec<u8>, cycles: u64) {
 
 /// MODE.Exec for 64-bit code (CS.L=1, CS.D=0), with IF set as user code runs.
 pub fn mode_exec_64(out: &mut Vec<u8>) {
-    out.extend_from_slice(&[0x99, 0x01]);
+    mode_exec(out, 64);
+}
+
+/// MODE.Exec for code of `bits` (64: CS.L=1; 32: CS.D=1; 16: neither).
+pub fn mode_exec(out: &mut Vec<u8>, bits: u32) {
+    let payload = match bits {
+        64 => 0x01,
+        32 => 0x02,
+        _ => 0x00,
+    };
+    out.extend_from_slice(&[0x99, payload]);
+}
+
+/// MODE.TSX: inside a transaction (`intx`), or one just aborted.
+pub fn mode_tsx(out: &mut Vec<u8>, intx: bool, abort: bool) {
+    out.extend_from_slice(&[0x99, 0x20 | intx as u8 | (abort as u8) << 1]);
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! Our Intel PT packet parser, independent of libipt. The flow decoder
-//! ([`crate::pt::flow`]) reads every packet of the trace through it (its hot
+//! Reading Intel PT packets: our parser, independent of libipt, beside
+//! the encoder ([`super::write`]) the emulated unit and the QEMU plugin
+//! write packets with. The decoder's flow decoder reads every packet of
+//! the trace through it (its hot
 //! loop inlines the most common ones, short TNT and CYC, and leaves the
 //! rest to [`Packet`]); PSB indexing, which cuts a trace into chunks and
 //! segments, the `ptscope packets` listing and trace statistics use it too.
@@ -144,7 +146,7 @@ impl fmt::Display for PacketError {
 /// [`PacketError::Erratum`].
 pub fn parse_with(
     buf: &[u8],
-    errata: &crate::pt::errata::Errata,
+    errata: &super::errata::Errata,
 ) -> Result<(Packet, usize), PacketError> {
     match parse(buf) {
         Ok((Packet::Cyc(_), 2)) if errata.skd007 && buf.get(1..3) == Some(&[0x02, 0xf3]) => {
@@ -165,6 +167,10 @@ pub fn parse_with(
     }
 }
 
+/// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
+/// carry it (and as libipt prints it): the value plus one, so 0 is C1, and
+/// 0xf is C0. The model's marks keep the hint encoding and read it with
+/// the same function (`ptscope_model::marks::c_state`).
 pub use ptscope_model::marks::c_state;
 
 pub const PSB_BYTES: [u8; 16] = [
@@ -620,7 +626,7 @@ impl fmt::Display for Packet {
 pub struct Packets<'a> {
     buf: &'a [u8],
     pos: usize,
-    errata: crate::pt::errata::Errata,
+    errata: super::errata::Errata,
 }
 
 impl<'a> Packets<'a> {
@@ -635,7 +641,7 @@ impl<'a> Packets<'a> {
     /// The packets with `errata`'s packet-level errata worked around
     /// ([`parse_with`]): the bytes of one come as its
     /// [`PacketError::Erratum`], and the walk goes on after them.
-    pub fn with_errata(buf: &'a [u8], errata: crate::pt::errata::Errata) -> Packets<'a> {
+    pub fn with_errata(buf: &'a [u8], errata: super::errata::Errata) -> Packets<'a> {
         Packets {
             errata,
             ..Packets::new(buf)
