@@ -377,29 +377,28 @@ impl Tab {
         };
         self.decoding.raw_images = form.pending.clone();
         self.decoding.cpu = cpu;
+        let load = self.load(ctx);
+        self.state = TabState::Loading { load, view: None };
+    }
+
+    /// Decodes the tab's file again as it now says (its binaries, CPU and
+    /// search folders), waking the window when done.
+    fn load(&self, ctx: &egui::Context) -> Load {
         let ctx = ctx.clone();
-        let load = Load::start(
+        Load::start(
             &self.path,
             &self.decoding,
             &self.names,
             self.cache.clone(),
             move || ctx.request_repaint(),
-        );
-        self.state = TabState::Loading { load, view: None };
+        )
     }
 
     /// Searches `dir` too for missing binaries and debug files, and decodes
     /// the file again; the view stays (and keeps its zoom) meanwhile.
     pub fn add_search_folder(&mut self, dir: &Path, ctx: &egui::Context) {
         self.names.add_folder(dir);
-        let ctx = ctx.clone();
-        let load = Load::start(
-            &self.path,
-            &self.decoding,
-            &self.names,
-            self.cache.clone(),
-            move || ctx.request_repaint(),
-        );
+        let load = self.load(ctx);
         let old = std::mem::replace(&mut self.state, TabState::Failed(String::new()));
         let view = match old {
             TabState::Ready(v) | TabState::Loading { view: Some(v), .. } => Some(v),

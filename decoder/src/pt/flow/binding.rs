@@ -116,6 +116,29 @@ pub(super) struct Reader {
     pub(super) bitness: u32,
 }
 
+impl Reader {
+    /// A reader at trace offset `pos` that knows nothing yet: no last IP,
+    /// no time, tracing off, 64-bit code until a MODE.Exec says otherwise.
+    pub(super) fn at(pos: usize) -> Reader {
+        Reader {
+            pos,
+            last_ip: 0,
+            time: Time::default(),
+            fup_bound: false,
+            mode_bound: false,
+            tracing: false,
+            tsx_abort: false,
+            async_abort: false,
+            cfe_due: 0,
+            bound_ip: None,
+            ptw_bound: false,
+            pips: 0,
+            resuming: false,
+            bitness: 64,
+        }
+    }
+}
+
 impl FlowDecoder<'_> {
     // ---- packets to events ----
 

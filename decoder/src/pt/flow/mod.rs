@@ -70,7 +70,6 @@ use crate::pt::block::{BlockItem, DecoderConfig, PtError};
 use crate::pt::errata::Errata;
 use crate::pt::memory::Memory;
 use crate::pt::packet;
-use crate::pt::timing::Time;
 
 use binding::{Ev, Reader};
 use run_cache::RunCache;
@@ -124,22 +123,7 @@ impl<'a> FlowDecoder<'a> {
             caches: Vec::new(),
             cur: None,
             cache: RunCache::new(),
-            rd: Reader {
-                pos: 0,
-                last_ip: 0,
-                time: Time::default(),
-                fup_bound: false,
-                mode_bound: false,
-                tracing: false,
-                tsx_abort: false,
-                async_abort: false,
-                cfe_due: 0,
-                bound_ip: None,
-                ptw_bound: false,
-                pips: 0,
-                resuming: false,
-                bitness: 64,
-            },
+            rd: Reader::at(0),
             consumed: 0,
             ev: Ev::Eos,
             ev_tsc: None,

@@ -8,7 +8,6 @@ use super::binding::{Ev, Reader};
 use super::run_cache::{decode_run, Class, Run};
 use super::FlowDecoder;
 use crate::pt::block::{Block, BlockItem, PtError};
-use crate::pt::timing::Time;
 
 /// A direct call pushes its return address, unless it calls the next
 /// instruction: `call $+5` reads the IP in position-independent code and
@@ -154,22 +153,7 @@ impl FlowDecoder<'_> {
     }
 
     pub(super) fn reset(&mut self, at: usize) {
-        self.rd = Reader {
-            pos: at,
-            last_ip: 0,
-            time: Time::default(),
-            fup_bound: false,
-            mode_bound: false,
-            tracing: false,
-            tsx_abort: false,
-            async_abort: false,
-            cfe_due: 0,
-            bound_ip: None,
-            ptw_bound: false,
-            pips: 0,
-            resuming: false,
-            bitness: 64,
-        };
+        self.rd = Reader::at(at);
         self.consumed = at;
         self.psb_at = at;
         self.ev = Ev::Eos;
