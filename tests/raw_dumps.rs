@@ -3,6 +3,7 @@
 //! are missing, and the window takes the binaries in the dump's tab and
 //! opens it again with them. No native dialog opens: paths are typed in.
 
+use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 use std::path::Path;
 
 use egui_kittest::kittest::Queryable;
@@ -138,10 +139,11 @@ fn the_window_takes_the_binaries_of_a_raw_dump_and_opens_it_again() {
 fn skz84_dump(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let image = dir.join("code.bin");
     std::fs::write(&image, [0x90u8; 16]).unwrap();
-    let mut pt = [0x02, 0x82].repeat(8);
-    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+    let mut pt = psb_at_0x1000();
+    // A TMA with its reserved bits set: no encoder writes one.
     pt.extend([0x02, 0x73, 1, 1, 1, 1, 0, 0]);
-    pt.extend([0xdd, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0x01]);
+    write::ip_packet(&mut pt, IpPacket::Fup, 0x1004, IpCompression::Full);
+    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
     let raw = dir.join("skz84.pt");
     std::fs::write(&raw, &pt).unwrap();
     (raw, image)
@@ -256,8 +258,15 @@ fn listed(dir: &Path, pt: &[u8], images: &[(&[u8], u64)]) -> Vec<u64> {
 
 /// PSB+ with tracing on at 0x1000 in 64-bit mode.
 fn psb_at_0x1000() -> Vec<u8> {
-    let mut pt = [0x02, 0x82].repeat(8);
-    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
+    psb_at(0x1000, 64)
+}
+
+/// PSB+ with tracing on at `ip` in `bits`-bit mode.
+fn psb_at(ip: u64, bits: u32) -> Vec<u8> {
+    let mut pt = write::PSB.to_vec();
+    write::ip_packet(&mut pt, IpPacket::Fup, ip, IpCompression::Full);
+    write::mode_exec(&mut pt, bits);
+    pt.extend(write::PSBEND);
     pt
 }
 
@@ -319,9 +328,9 @@ fn code_run_in_32_bit_mode_is_decoded_as_32_bit_code() {
     let code = [0x48, 0x89, 0xe5, 0x48, 0x89, 0xe5, 0x90];
     // PSB+ at 0x1000 in 32-bit mode, then FUP 0x1007 and TIP.PGD: tracing
     // stops after the nop.
-    let mut pt = [0x02, 0x82].repeat(8);
-    pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x02, 0x02, 0x23]);
-    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    let mut pt = psb_at(0x1000, 32);
+    write::ip_packet(&mut pt, IpPacket::Fup, 0x1007, IpCompression::Update16);
+    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
     assert_eq!(
         listed(dir.path(), &pt, &[(&code, 0x1000)]),
         [0x1000, 0x1001, 0x1003, 0x1004, 0x1006]

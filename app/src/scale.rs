@@ -196,9 +196,11 @@ mod tests {
     #[test]
     fn tsc_packets_move_and_nothing_else() {
         // PSB, TSC 0x10, PAD, TSC 0xff_ffff_ffff_ffff (wraps at 56 bits).
-        let mut buf = [0x02, 0x82].repeat(8);
-        buf.extend_from_slice(&[0x19, 0x10, 0, 0, 0, 0, 0, 0, 0x00]);
-        buf.extend_from_slice(&[0x19, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        use ptscope_formats::pt::write;
+        let mut buf = write::PSB.to_vec();
+        write::tsc(&mut buf, 0x10);
+        buf.push(0x00);
+        write::tsc(&mut buf, 0xff_ffff_ffff_ffff);
         let orig = buf.clone();
         shift_tsc(&mut buf, 5);
         assert_eq!(buf[17], 0x15);

@@ -210,7 +210,7 @@ pub fn corpus(dir: &Path) -> Vec<Case> {
     // Garbage from 256 bytes past the first PSB, so that decoding starts
     // and then fails.
     let aux_at = rec + 48;
-    let psb = [0x02, 0x82].repeat(8);
+    let psb = ptscope_formats::pt::write::PSB;
     let first = b[aux_at..aux_at + len as usize]
         .windows(16)
         .position(|w| w == psb.as_slice())
@@ -378,7 +378,7 @@ pub fn without_psbs(dir: &Path) -> PathBuf {
     let demo = super::demo_snapshot();
     let snap = Snapshot::open(&demo).unwrap();
     let dst = dir.join("no-psb.ptscope");
-    let psb = [0x02u8, 0x82].repeat(8);
+    let psb = ptscope_formats::pt::write::PSB;
     rewrite::with_aux(&snap, &dst, 0, &|_, old| {
         let mut v = old.to_vec();
         for i in 0..v.len().saturating_sub(15) {
