@@ -41,6 +41,22 @@ fn psb_at(ip: u16) -> Vec<u8> {
     t
 }
 
+/// A TNT: `t` taken, `n` not, oldest first.
+fn tnt(t: &mut Vec<u8>, bits: &str) {
+    let taken = bits.chars().fold(0u64, |b, c| b << 1 | (c == 't') as u64);
+    write::tnt(t, taken, bits.len() as u32);
+}
+
+/// TIP.PGD with the IP suppressed.
+fn pgd(t: &mut Vec<u8>) {
+    write::ip_packet(t, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+}
+
+/// A FUP or TIP to `ip`, its low 16 bits updating the last IP.
+fn ip16(t: &mut Vec<u8>, kind: IpPacket, ip: u64) {
+    write::ip_packet(t, kind, ip, IpCompression::Update16);
+}
+
 fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
     let mut dec = FlowDecoder::new(trace, &DecoderConfig::default());
     dec.set_image(mem).unwrap();
@@ -61,10 +77,10 @@ fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
 fn follows_calls_conditional_branches_compressed_returns_and_a_syscall() {
     let mem = program();
     let mut t = psb_at(0x1000);
-    // TNT: jz not taken (0), ret compressed (1): bits "01" + stop bit.
-    t.push(0b0000_1010);
+    // TNT: jz not taken (0), ret compressed (1).
+    tnt(&mut t, "nt");
     // TIP.PGD, IP suppressed: binds to the syscall.
-    t.push(0x01);
+    pgd(&mut t);
     let got = items(&t, &mem);
     assert_eq!(
         got,
@@ -89,7 +105,7 @@ fn instructions_before_a_psbs_address_are_reported_before_its_status() {
     // jz is taken.
     let mut t = psb_at(0x1010);
     t.extend(psb_at(0x1012));
-    t.push(0b0000_0110);
+    tnt(&mut t, "t");
     let got = items(&t, &mem);
     assert_eq!(
         got[..5],
@@ -113,10 +129,12 @@ fn a_psb_inside_psb_plus_starts_afresh() {
     let mem = program();
     let mut tail = psb_at(0x1000);
     // TNT "01", then TIP.PGD with the IP suppressed.
-    tail.extend([0b0000_1010, 0x01]);
+    tnt(&mut tail, "nt");
+    pgd(&mut tail);
     let mut t = psb();
     // TSC, MODE.Exec 32-bit; no FUP, no PSBEND.
-    t.extend([0x19, 1, 2, 3, 4, 5, 0, 0, 0x99, 0x02]);
+    write::tsc(&mut t, 0x05_0403_0201);
+    write::mode_exec(&mut t, 32);
     t.extend(&tail);
     let got = items(&t, &mem);
     let want = items(&tail, &mem);
@@ -130,10 +148,11 @@ fn a_fup_left_unbound_by_a_psb_is_dropped() {
     let mem = program();
     let mut tail = psb_at(0x1000);
     // TNT "01", then TIP.PGD with the IP suppressed.
-    tail.extend([0b0000_1010, 0x01]);
+    tnt(&mut tail, "nt");
+    pgd(&mut tail);
     // Tracing stops, then a FUP (IP 0x1000) whose TIP never comes.
     let mut t = tail.clone();
-    t.extend([0x3d, 0x00, 0x10]);
+    ip16(&mut t, IpPacket::Fup, 0x1000);
     t.extend(&tail);
     let got = items(&t, &mem);
     let want = items(&tail, &mem);
@@ -152,10 +171,11 @@ fn a_flow_error_found_on_a_psb_read_ahead_resyncs_at_that_psb() {
     // be compressed, yet TNT "01" says so (a damaged trace). Reading
     // that last bit reads the PSB+ after it.
     let mut t = psb_at(0x1010);
-    t.push(0b0000_1010);
+    tnt(&mut t, "nt");
     let psb = t.len();
     let mut tail = psb_at(0x1000);
-    tail.extend([0b0000_1010, 0x01]);
+    tnt(&mut tail, "nt");
+    pgd(&mut tail);
     t.extend(&tail);
     let got = items(&t, &mem);
     // The error is the ret's, this side of the PSB, and the walk syncs
@@ -176,15 +196,17 @@ fn code_is_decoded_in_the_mode_it_runs_in_whatever_ran_there_before() {
     // `dec eax; inc eax; ret` in 32-bit mode.
     let mut m = Memory::default();
     m.map(0x2000, 4, Arc::new(vec![0x48, 0xff, 0xc0, 0xc3]), 0);
-    let psb_in = |mode: u8| {
+    let psb_in = |bits: u32| {
         let mut t = psb();
-        t.extend([0x99, mode, 0xdd, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0x02, 0x23]);
+        write::mode_exec(&mut t, bits);
+        write::ip_packet(&mut t, IpPacket::Fup, 0x2000, IpCompression::Full);
+        t.extend(write::PSBEND);
         // TIP.PGD, IP suppressed: binds to the ret.
-        t.push(0x01);
+        pgd(&mut t);
         t
     };
-    let mut t = psb_in(0x02);
-    t.extend(psb_in(0x01));
+    let mut t = psb_in(32);
+    t.extend(psb_in(64));
     let blocks: Vec<String> = items(&t, &m)
         .into_iter()
         .filter(|i| i.starts_with("block"))
@@ -205,9 +227,9 @@ fn a_psb_forgets_the_calls_before_it() {
     // at its ret: the ret cannot be compressed against a call from
     // before the PSB, so a compressed-ret bit (1) is an error.
     let mut t = psb_at(0x1000);
-    t.push(0b0000_0100);
+    tnt(&mut t, "n");
     t.extend(psb_at(0x1015));
-    t.push(0b0000_0110);
+    tnt(&mut t, "t");
     let got = items(&t, &mem);
     let after = got
         .iter()
@@ -229,9 +251,9 @@ fn a_return_compressed_just_before_a_psb_still_pops_its_call() {
     // jz not taken (0), ret compressed (1): the TNT's last bit, so the
     // reader meets the PSB+ that follows before the ret is popped.
     let mut t = psb_at(0x1000);
-    t.push(0b0000_1010);
+    tnt(&mut t, "nt");
     t.extend(psb_at(0x1005));
-    t.push(0x01);
+    pgd(&mut t);
     let got = items(&t, &mem);
     assert!(got.iter().all(|i| !i.starts_with("Error")), "{got:#?}");
     let ret = got
@@ -248,9 +270,9 @@ fn a_taken_branch_ends_the_block_and_a_missing_bit_is_an_error() {
     // jz taken: "1" + stop bit; then a TIP where the ret wants a bit
     // is fine (uncompressed); then the trace ends, and so does the
     // walk (the jmp after the ret needs no trace, but libipt stops too).
-    t.push(0b0000_0110);
+    tnt(&mut t, "t");
     // TIP 0x1005 (16-bit update of last IP 0x1010).
-    t.extend([0x2d, 0x05, 0x10]);
+    ip16(&mut t, IpPacket::Tip, 0x1005);
     let got = items(&t, &mem);
     assert_eq!(
         got,
@@ -268,8 +290,8 @@ fn an_asynchronous_branch_binds_to_the_fup_address() {
     let mem = program();
     let mut t = psb_at(0x1010);
     // FUP 0x1012 (the jz), TIP 0x1020: an interrupt before the jz.
-    t.extend([0x3d, 0x12, 0x10]);
-    t.extend([0x2d, 0x20, 0x10]);
+    ip16(&mut t, IpPacket::Fup, 0x1012);
+    ip16(&mut t, IpPacket::Tip, 0x1020);
     let got = items(&t, &mem);
     assert_eq!(
         got,
@@ -286,10 +308,10 @@ fn an_asynchronous_branch_binds_to_the_fup_address() {
 fn unmapped_code_is_a_nomap_error_and_the_walk_resyncs_at_the_next_psb() {
     let mem = program();
     let mut t = psb_at(0x9000);
-    t.push(0b0000_0110);
+    tnt(&mut t, "t");
     let second = t.len();
     t.extend(psb());
-    t.extend([0x02, 0x23]);
+    t.extend(write::PSBEND);
     let got = items(&t, &mem);
     assert_eq!(got[0], "Sync { offset: 0 }");
     assert!(got[2].starts_with("Error"), "{got:?}");
@@ -301,11 +323,11 @@ fn unmapped_code_is_a_nomap_error_and_the_walk_resyncs_at_the_next_psb() {
 fn a_timing_packet_before_a_tnt_gives_a_tick_after_its_first_branch() {
     let mem = program();
     let mut t = psb();
-    t.extend([0x19, 100, 0, 0, 0, 0, 0, 0]); // TSC 100
-    t.extend([0xdd, 0x10, 0x10, 0, 0, 0, 0, 0, 0]);
-    t.extend([0x02, 0x23]);
-    t.extend([0x19, 200, 0, 0, 0, 0, 0, 0]); // TSC 200
-    t.push(0b0000_1010); // jz not taken, ret compressed (empty stack!)
+    write::tsc(&mut t, 100);
+    write::ip_packet(&mut t, IpPacket::Fup, 0x1010, IpCompression::Full);
+    t.extend(write::PSBEND);
+    write::tsc(&mut t, 200);
+    tnt(&mut t, "nt"); // jz not taken, ret compressed (empty stack!)
     let got = items(&t, &mem);
     assert_eq!(
         got[1],
