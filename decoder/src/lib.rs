@@ -53,4 +53,6 @@ mod testing;
 pub use inputs::{cache, perf_script};
 pub use names::{image, resolve, symbols};
 pub use passes::{coarse, event, fine, mark_scan, stack};
-pub use pt::{block, errata, ffi, flow, ip_filter, memory, packet, timing};
+#[cfg(feature = "libipt")]
+pub use pt::ffi;
+pub use pt::{block, errata, flow, ip_filter, memory, packet, timing};

@@ -314,6 +314,7 @@ mod tests {
                 threads: Some(vec![1]),
                 ..base.clone()
             },
+            #[cfg(feature = "libipt")]
             DecodeOptions {
                 engine: crate::decode::Engine::Libipt,
                 ..base.clone()

@@ -418,7 +418,7 @@ pub struct InputOpts {
     pub raw: Vec<(PathBuf, u64)>,
     /// What walks the trace in the coarse pass: ptscope's own flow
     /// decoder (fast), or libipt's block decoder (the reference, to
-    /// cross-check). `--level lines|insns` re-decodes with ptscope's; the
+    /// cross-check; built in with the default `libipt` feature). `--level lines|insns` re-decodes with ptscope's; the
     /// tests hold it to libipt's instruction decoder and to perf's.
     #[arg(long, value_enum, default_value = "ptscope")]
     pub decoder: DecoderChoice,

@@ -43,7 +43,13 @@ pub(super) fn load_input(
     let threads = (!input.threads.is_empty()).then_some(input.threads);
     let engine = match input.decoder {
         DecoderChoice::Ptscope => Engine::Flow,
+        #[cfg(feature = "libipt")]
         DecoderChoice::Libipt => Engine::Libipt,
+        #[cfg(not(feature = "libipt"))]
+        DecoderChoice::Libipt => anyhow::bail!(
+            "--decoder libipt: this ptscope was built without libipt \
+             (the `libipt` cargo feature, on by default)"
+        ),
     };
     let mut parallel = match input.jobs {
         Some(n) => Parallel::on(n.into()),

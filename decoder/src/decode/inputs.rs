@@ -5,7 +5,8 @@
 
 use crate::names::resolve::{ProcessSymbols, SymbolCache};
 use crate::pt::block::decoder_config;
-use crate::pt::block::{DecoderConfig, PtError};
+use crate::pt::block::DecoderConfig;
+#[cfg(feature = "libipt")]
 use crate::pt::ffi::{Image, SectionCache};
 use crate::pt::memory::{FileCache, Memory};
 use ptscope_formats::snapshot::{Snapshot, Trace};
@@ -16,6 +17,7 @@ use super::*;
 /// A process's code, as the engine reads it.
 pub(super) enum ProcImage {
     /// Section ids in libipt's section cache.
+    #[cfg(feature = "libipt")]
     Libipt(Vec<i32>),
     Flow(Memory),
 }
@@ -26,6 +28,7 @@ pub(super) type Proc = (ProcImage, ProcessSymbols);
 /// Where a process's code comes from: libipt's section cache or our files.
 pub(super) struct Loaders {
     pub(super) engine: Engine,
+    #[cfg(feature = "libipt")]
     pub(super) cache: SectionCache,
     pub(super) files: FileCache,
 }
@@ -50,6 +53,7 @@ pub(super) fn add_proc<'p>(
         );
         notes.into_iter().for_each(|n| symbols.note(n));
         let image = match loaders.engine {
+            #[cfg(feature = "libipt")]
             Engine::Libipt => {
                 let mut isids = Vec::new();
                 for sec in &secs {
@@ -93,7 +97,11 @@ pub(super) fn add_proc<'p>(
     Ok(procs.get_mut(&pid).expect("inserted above"))
 }
 
-pub(super) fn new_image<'c>(cache: &'c SectionCache, isids: &[i32]) -> Result<Image<'c>, PtError> {
+#[cfg(feature = "libipt")]
+pub(super) fn new_image<'c>(
+    cache: &'c SectionCache,
+    isids: &[i32],
+) -> Result<Image<'c>, crate::pt::block::PtError> {
     let mut image = Image::new(cache)?;
     for &isid in isids {
         image.add(isid)?;
@@ -117,10 +125,6 @@ pub(super) fn prepare(
     trace: &Trace,
     opts: &DecodeOptions,
 ) -> Result<Prepared, DecodeError> {
-    let libipt = |error| DecodeError::Libipt {
-        path: snap.path.clone(),
-        error,
-    };
     let mut cfg = decoder_config(trace);
     if let Some(cpu) = opts.cpu {
         cfg = cfg.with_cpu(cpu);
@@ -138,7 +142,11 @@ pub(super) fn prepare(
     }
     let loaders = Loaders {
         engine: opts.engine,
-        cache: SectionCache::new().map_err(libipt)?,
+        #[cfg(feature = "libipt")]
+        cache: SectionCache::new().map_err(|error| DecodeError::Setup {
+            path: snap.path.clone(),
+            error,
+        })?,
         files: FileCache::default(),
     };
     let mut search = crate::names::lookup::search(

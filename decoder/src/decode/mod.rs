@@ -50,12 +50,14 @@ pub enum DecodeError {
     /// The file could not be read; the error names it.
     #[error(transparent)]
     File(ptscope_formats::FileError),
-    #[error("{path}: libipt could not set up a decoder: {error}")]
-    Libipt { path: PathBuf, error: PtError },
+    /// The engine could not start on the trace at `path`.
+    #[error("{path}: the decoder could not start: {error}")]
+    Setup { path: PathBuf, error: PtError },
     /// A binary of the input (`path`) could not be read; `error` names it.
     #[error("{path}: cannot read one of its binaries: {error}")]
     Binary { path: PathBuf, error: FileError },
     /// libipt could not map the binary at `path` into its image.
+    #[cfg(feature = "libipt")]
     #[error("{path}: libipt cannot map it: {error}")]
     LibiptMap { path: PathBuf, error: PtError },
     #[error("{path}: {problem}")]
@@ -97,7 +99,8 @@ pub enum Engine {
     /// Our own flow decoder ([`crate::pt::flow`]): the fast one.
     #[default]
     Flow,
-    /// libipt's block decoder: the reference.
+    /// libipt's block decoder: the reference (with the `libipt` feature).
+    #[cfg(feature = "libipt")]
     Libipt,
 }
 

@@ -11,6 +11,7 @@ use crate::passes::event::FuncTable;
 use crate::passes::fine::{CpuSlots, LineSource, QueueParts};
 use crate::passes::mark_scan;
 use crate::pt::block::DecoderConfig;
+#[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, SectionCache};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::{FileCache, Memory};
@@ -29,7 +30,7 @@ pub fn decode_raw(
     cfg: &DecoderConfig,
     engine: Engine,
 ) -> Result<Decoded, DecodeError> {
-    let libipt = |error| DecodeError::Libipt {
+    let setup = |error| DecodeError::Setup {
         path: pt_path.to_path_buf(),
         error,
     };
@@ -78,8 +79,9 @@ pub fn decode_raw(
             error,
         })?;
     let d = match engine {
+        #[cfg(feature = "libipt")]
         Engine::Libipt => {
-            let mut cache = SectionCache::new().map_err(libipt)?;
+            let mut cache = SectionCache::new().map_err(setup)?;
             let mut isids = Vec::new();
             for s in &secs {
                 isids.push(cache.add_file(&s.file, s.offset, s.size, s.vaddr).map_err(
@@ -89,8 +91,8 @@ pub fn decode_raw(
                     },
                 )?);
             }
-            let image = new_image(&cache, &isids).map_err(libipt)?;
-            let dec = BlockDecoder::new(pt, cfg).map_err(libipt)?;
+            let image = new_image(&cache, &isids).map_err(setup)?;
+            let dec = BlockDecoder::new(pt, cfg).map_err(setup)?;
             decode_thread(
                 dec,
                 0,
@@ -118,7 +120,7 @@ pub fn decode_raw(
             )
         }
     }
-    .map_err(libipt)?;
+    .map_err(setup)?;
     let lines = LineSource::new(
         *cfg,
         (Box::new(|tsc| tsc), unit),

@@ -135,6 +135,7 @@ fn a_trace_without_tsc_counts_instructions() {
     for (engine, parallel) in [
         (Engine::Flow, Parallel::sequential()),
         (Engine::Flow, Parallel::default()),
+        #[cfg(feature = "libipt")]
         (Engine::Libipt, Parallel::sequential()),
     ] {
         let opts = DecodeOptions {
@@ -418,6 +419,7 @@ fn chunks_resume_after_flow_errors_as_one_walk_does() {
 /// Decoded for real: a raw dump whose code lies outside the one image
 /// given decodes to no call, and the thread says why.
 #[test]
+#[cfg_attr(not(feature = "libipt"), allow(clippy::single_element_loop))]
 fn a_decode_that_finds_no_code_says_why() {
     use crate::pt::block::DecoderConfig;
     let dir = tempfile::tempdir().unwrap();
@@ -432,7 +434,11 @@ fn a_decode_that_finds_no_code_says_why() {
     pt.push(0x0d | (6 << 5));
     pt.extend(0x5010u64.to_le_bytes());
     pt.push(0x00);
-    for engine in [Engine::Flow, Engine::Libipt] {
+    for engine in [
+        Engine::Flow,
+        #[cfg(feature = "libipt")]
+        Engine::Libipt,
+    ] {
         let m = decode_raw(
             std::path::Path::new("raw.pt"),
             &pt,

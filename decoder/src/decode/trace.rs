@@ -6,16 +6,18 @@ use crate::cpus::CpuTrack;
 use crate::decoded::Decoded;
 use crate::marks::{Mark, Marks};
 use crate::model::{Model, ThreadModel, TimeUnit};
+#[cfg(feature = "libipt")]
 use crate::names::image::sections_with;
 use crate::names::resolve::{ProcessSymbols, SymbolCache};
 use crate::passes::coarse::chunks::decode_queue_chunked;
-use crate::passes::coarse::{
-    decode_queue, decode_thread, scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems,
-};
+#[cfg(feature = "libipt")]
+use crate::passes::coarse::{decode_queue, decode_thread};
+use crate::passes::coarse::{scheduled, QueueThread, QueueWalk, ThreadBuilders, TimedItems};
 use crate::passes::event::FuncTable;
 use crate::passes::fine::{CpuSlots, LineSource, QueueParts};
 use crate::passes::mark_scan;
 use crate::pt::block::DecoderConfig;
+#[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::memory::Memory;
 use ptscope_formats::snapshot::{Snapshot, Trace};
@@ -79,9 +81,9 @@ fn wanted(opts: &DecodeOptions, tid: i32) -> bool {
     opts.threads.as_ref().is_none_or(|t| t.contains(&tid))
 }
 
-/// libipt's `error` in setting up for `snap`.
-fn libipt(snap: &Snapshot) -> impl Fn(PtError) -> DecodeError + '_ {
-    |error| DecodeError::Libipt {
+/// The engine's `error` in starting on `snap`.
+fn setup(snap: &Snapshot) -> impl Fn(PtError) -> DecodeError + '_ {
+    |error| DecodeError::Setup {
         path: snap.path.clone(),
         error,
     }
@@ -186,9 +188,10 @@ impl<'a> Run<'a> {
             let thread = (pid, tid, comm_of(trace, tid));
             let funcs = &mut self.funcs;
             let d = match image {
+                #[cfg(feature = "libipt")]
                 ProcImage::Libipt(isids) => {
-                    let image = new_image(&self.loaders.cache, isids).map_err(libipt(snap))?;
-                    let dec = BlockDecoder::new(&s.data, &self.cfg).map_err(libipt(snap))?;
+                    let image = new_image(&self.loaders.cache, isids).map_err(setup(snap))?;
+                    let dec = BlockDecoder::new(&s.data, &self.cfg).map_err(setup(snap))?;
                     decode_thread(
                         dec,
                         s.idx,
@@ -260,7 +263,7 @@ impl<'a> Run<'a> {
                     })
                 }
             }
-            .map_err(libipt(snap))?;
+            .map_err(setup(snap))?;
             cancelled(snap, progress)?;
             self.threads.push(ThreadModel::new(d, Some(s.idx)));
             if let Some(p) = progress {
@@ -392,16 +395,19 @@ impl<'a> Run<'a> {
             .collect();
         let (proc_images, mut resolvers): (Vec<&ProcImage>, Vec<&mut ProcessSymbols>) =
             taken.iter_mut().map(|(_, p)| (&p.0, &mut p.1)).unzip();
+        #[cfg(feature = "libipt")]
         let mut libipt_images = Vec::new();
         let mut memories: Vec<&Memory> = Vec::new();
         for image in &proc_images {
             match image {
+                #[cfg(feature = "libipt")]
                 ProcImage::Libipt(isids) => {
-                    libipt_images.push(new_image(&self.loaders.cache, isids).map_err(libipt(snap))?)
+                    libipt_images.push(new_image(&self.loaders.cache, isids).map_err(setup(snap))?)
                 }
                 ProcImage::Flow(mem) => memories.push(mem),
             }
         }
+        #[cfg(feature = "libipt")]
         let libipt_refs: Vec<&Image> = libipt_images.iter().collect();
         let thread_procs: Vec<usize> = queue_threads.iter().map(|t| t.proc).collect();
         let mut builders = ThreadBuilders::new(&queue_threads);
@@ -423,8 +429,9 @@ impl<'a> Run<'a> {
             }
             let mut items = TimedItems::default();
             let figures = match opts.engine {
+                #[cfg(feature = "libipt")]
                 Engine::Libipt => decode_queue(
-                    BlockDecoder::new(&s.data, &self.cfg).map_err(libipt(snap))?,
+                    BlockDecoder::new(&s.data, &self.cfg).map_err(setup(snap))?,
                     s.idx,
                     &libipt_refs,
                     &mut resolvers,
@@ -468,7 +475,7 @@ impl<'a> Run<'a> {
                     })
                 }
             }
-            .map_err(libipt(snap))?;
+            .map_err(setup(snap))?;
             cancelled(snap, progress)?;
             builders.add_figures(figures);
             queues.push(items);
@@ -476,8 +483,11 @@ impl<'a> Run<'a> {
         }
         TimedItems::merge_into(queues, &mut builders, &self.funcs);
         drop(resolvers);
-        drop(libipt_refs);
-        drop(libipt_images);
+        #[cfg(feature = "libipt")]
+        {
+            drop(libipt_refs);
+            drop(libipt_images);
+        }
         drop(memories);
         drop(proc_images);
         self.procs.extend(taken);
@@ -674,6 +684,12 @@ pub(super) type Schedules = HashMap<u32, Vec<(u64, usize)>>;
 /// The fine pass's source: the processes in `order` (taken out of
 /// `procs`), each queue's trace, PSBs and schedule.
 #[allow(clippy::too_many_arguments)]
+// Without libipt, every process's code is already in memory: the snapshot,
+// loaders and symbols are only needed to read libipt's processes'.
+#[cfg_attr(
+    not(feature = "libipt"),
+    allow(unused_variables, clippy::infallible_destructuring_match)
+)]
 pub(super) fn line_source(
     (snap, trace): (&Snapshot, &Trace),
     cfg: DecoderConfig,
@@ -691,6 +707,7 @@ pub(super) fn line_source(
         };
         let memory = match image {
             ProcImage::Flow(mem) => mem,
+            #[cfg(feature = "libipt")]
             ProcImage::Libipt(_) => {
                 let (secs, _) = sections_with(snap, trace, Some(pid), symbols.search());
                 Memory::new(&secs, &mut loaders.files).unwrap_or_default()

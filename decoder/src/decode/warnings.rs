@@ -66,7 +66,7 @@ pub(super) fn stack_warnings(threads: &[ThreadModel]) -> Vec<String> {
 /// when the libipt engine met errors.
 pub(super) fn libipt_resync_warning(engine: Engine, threads: &[ThreadModel]) -> Option<String> {
     let errors: usize = threads.iter().map(|t| t.walk.errors.len()).sum();
-    (engine == Engine::Libipt && errors > 0).then(|| {
+    (cfg!(feature = "libipt") && engine != Engine::Flow && errors > 0).then(|| {
         format!(
             "the libipt engine met {errors} decode error(s), and libipt resumes only at the next PSB \
              after one: the trace up to it is not decoded here; ptscope's engine (the default) \

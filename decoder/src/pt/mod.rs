@@ -9,11 +9,15 @@
 //! - [`block`]: what both engines report ([`block::BlockItem`]), their
 //!   configuration and libipt's error codes;
 //! - the engines: [`flow`] over [`memory`], our own flow decoder, and
-//!   [`ffi`], libipt's block and instruction decoders, the reference.
+//!   `ffi`, libipt's block and instruction decoders, the reference (with
+//!   the `libipt` feature, on by default).
 
 pub mod block;
 pub mod errata;
-// The FFI to libipt: each unsafe block says why it is sound.
+// The FFI to libipt: each unsafe block says why it is sound. Behind the
+// `libipt` feature (on by default), for `--decoder libipt`, the tests and
+// the benchmarks.
+#[cfg(feature = "libipt")]
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod flow;

@@ -3,6 +3,7 @@
 //! which report the same blocks and events.
 
 use crate::pt::block::{BlockItem, PtError};
+#[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::Memory;
@@ -34,6 +35,7 @@ pub trait Blocks<'i> {
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
 }
 
+#[cfg(feature = "libipt")]
 impl<'i> Blocks<'i> for BlockDecoder<'i> {
     type Image = Image<'i>;
     fn set_image(&mut self, image: &'i Image<'i>) -> Result<(), PtError> {

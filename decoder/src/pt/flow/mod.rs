@@ -250,7 +250,8 @@ impl<'a> FlowDecoder<'a> {
     }
 }
 
-#[cfg(test)]
+// Intel's conformance traces, held to libipt as well as to their blocks.
+#[cfg(all(test, feature = "libipt"))]
 mod conformance;
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! and serves `conformance` too.
 
 use super::*;
-use crate::pt::block::BlockEnd;
 use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 use std::sync::Arc;
 
@@ -341,7 +340,9 @@ fn a_timing_packet_before_a_tnt_gives_a_tick_after_its_first_branch() {
 
 /// Every block and event of `trace`, in a form both decoders share:
 /// libipt reports indirect jumps and far transfers alike.
+#[cfg(feature = "libipt")]
 fn normalized(item: BlockItem) -> String {
+    use crate::pt::block::BlockEnd;
     match item {
         BlockItem::Block(b) => {
             let end = match b.end {
@@ -368,7 +369,9 @@ fn normalized(item: BlockItem) -> String {
 /// every conditional branch, taken or not, and wherever a cache entry
 /// ends; we only where the decoding needs to. The coarse pass treats
 /// both alike (a conditional branch never leaves the function).
+#[cfg(feature = "libipt")]
 pub(super) fn joined(items: Vec<BlockItem>) -> Vec<String> {
+    use crate::pt::block::BlockEnd;
     let mut out: Vec<BlockItem> = Vec::new();
     for item in items {
         if let (Some(BlockItem::Block(prev)), BlockItem::Block(b)) = (out.last_mut(), &item) {
@@ -386,6 +389,7 @@ pub(super) fn joined(items: Vec<BlockItem>) -> Vec<String> {
 
 /// Runs both decoders over every stream of a snapshot and returns the
 /// first difference, if any, and how many items agreed.
+#[cfg(feature = "libipt")]
 pub(crate) fn compare_with_libipt(snap_path: &std::path::Path) -> (usize, Option<String>) {
     use crate::names::image::sections;
     use crate::pt::block::decoder_config;
@@ -461,6 +465,7 @@ pub(crate) fn compare_with_libipt(snap_path: &std::path::Path) -> (usize, Option
     (agreed, None)
 }
 
+#[cfg(feature = "libipt")]
 #[test]
 fn agrees_with_libipt_on_the_demo_item_for_item() {
     let demo = crate::testing::demo_path();
@@ -471,6 +476,7 @@ fn agrees_with_libipt_on_the_demo_item_for_item() {
 
 /// `PTSCOPE_COMPARE_FILE=snapshot cargo test -p ptscope-decoder
 /// compare_file -- --ignored` compares both decoders on any snapshot.
+#[cfg(feature = "libipt")]
 #[test]
 #[ignore]
 fn compare_file() {
