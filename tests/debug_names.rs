@@ -91,10 +91,15 @@ fn system_libraries_are_named_as_perf_names_them() {
     // address perf names.
     let snapshot = Snapshot::open(&snap).unwrap();
     let trace = snapshot.trace().unwrap();
-    let search = ptscope_decoder::names::search(Some(&snapshot), &[], &[], false);
-    let (secs, missing) = ptscope_decoder::image::sections_with(&snapshot, &trace, None, &search);
+    let machine = ptscope_debuginfo::Search {
+        debuginfod: None,
+        ..ptscope_debuginfo::Search::system()
+    };
+    let lookup =
+        ptscope_decoder::names::Lookup::new(Some(&snapshot), Some(std::sync::Arc::new(machine)));
+    let (secs, missing) = ptscope_decoder::image::sections_with(&snapshot, &trace, None, &lookup);
     assert!(missing.is_empty(), "{missing:?}");
-    let mut cache = SymbolCache::new(search);
+    let mut cache = SymbolCache::new(lookup);
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);
     assert!(cache.notes().is_empty(), "{:?}", cache.notes());
     let mut funcs = FuncTable::default();

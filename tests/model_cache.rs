@@ -136,7 +136,10 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
         cache: Some(cache.clone()),
         decode: ptscope_decoder::decode::DecodeOptions {
             names: ptscope_decoder::names::NameOptions {
-                debug_dirs: vec![debug_dir.clone()],
+                lookup: Some(std::sync::Arc::new(ptscope_debuginfo::Search {
+                    debug_dirs: vec![debug_dir.clone()],
+                    ..Default::default()
+                })),
                 ..Default::default()
             },
             ..Default::default()

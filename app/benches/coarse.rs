@@ -259,7 +259,13 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
     // The coarse pass proper, with symbols loaded once for all runs.
     // Names as the decoder finds them (libc's debug file among them), so
     // that the pass alone makes the very spans the whole decode makes.
-    let search = || ptscope_decoder::names::search(Some(&snap), &[], &[], false);
+    let search = || {
+        let machine = ptscope_debuginfo::Search {
+            debuginfod: None,
+            ..ptscope_debuginfo::Search::system()
+        };
+        ptscope_decoder::names::Lookup::new(Some(&snap), Some(std::sync::Arc::new(machine)))
+    };
     let symbols = std::cell::RefCell::new(SymbolCache::new(search()));
     for p in procs.values() {
         let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols.borrow_mut());

@@ -88,19 +88,22 @@ impl Load {
         let thread = std::thread::Builder::new()
             .name("ptscope-load".into())
             .spawn(move || {
-                let opts = names.apply(OpenOptions {
-                    raw_images: decoding.raw_images,
-                    decode: DecodeOptions {
-                        cpu: decoding.cpu,
-                        ip_filter: decoding.ip_filter,
-                        engine: Engine::Flow,
-                        parallel: Parallel::default(),
-                        progress: Some(p),
-                        ..DecodeOptions::default()
+                let opts = names.apply(
+                    OpenOptions {
+                        raw_images: decoding.raw_images,
+                        decode: DecodeOptions {
+                            cpu: decoding.cpu,
+                            ip_filter: decoding.ip_filter,
+                            engine: Engine::Flow,
+                            parallel: Parallel::default(),
+                            progress: Some(p),
+                            ..DecodeOptions::default()
+                        },
+                        cache,
+                        ..OpenOptions::default()
                     },
-                    cache,
-                    ..OpenOptions::default()
-                });
+                    false,
+                );
                 let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);
                 done();

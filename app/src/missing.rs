@@ -92,11 +92,12 @@ pub fn found_members(
     notes: &mut Vec<String>,
 ) -> Result<Vec<(String, PathBuf)>, ptscope_formats::FileError> {
     let trace = snap.trace()?;
-    let search = ptscope_debuginfo::Search {
+    let search = std::sync::Arc::new(ptscope_debuginfo::Search {
         binary_dirs: dirs.binary_dirs.clone(),
         debug_dirs: dirs.debug_dirs.clone(),
         ..Default::default()
-    };
+    });
+    let lookup = ptscope_decoder::names::Lookup::new(Some(snap), Some(search.clone()));
     let carried = |name: &str| snap.buildid_dir().is_some_and(|d| d.join(name).is_file());
     let users = |p: &Path| {
         dirs.binary_dirs
@@ -115,7 +116,7 @@ pub fn found_members(
         let id = m.build_id.as_deref().filter(|id| !id.is_empty());
         let binary = ptscope_decoder::names::find_binary(
             snap,
-            &search,
+            &lookup,
             m.build_id.as_deref(),
             &m.path,
             notes,

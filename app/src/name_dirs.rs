@@ -1,11 +1,20 @@
 //! The flags that say where names and binaries are found beyond the
 //! snapshot and the machine's usual places (`--debug-dir`, `--binaries`,
 //! `--no-debuginfod`), shared by `decode`, `stats`, `info` and the window,
-//! and how they reach the decoder's [`OpenOptions`].
+//! and how they reach the decoder's [`OpenOptions`]: as the lookup the
+//! decoder asks for files it does not hold (a [`Search`]), with debuginfod's
+//! transfers reported where the caller shows them.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use ptscope_debuginfo::debuginfod::{Client, Progress};
+use ptscope_debuginfo::Search;
+use ptscope_decoder::decode::DecodeOptions;
+use ptscope_decoder::names::NameOptions;
 use ptscope_decoder::open::OpenOptions;
+use ptscope_decoder::progress::DecodeProgress;
 
 /// Where to look for debug files and for binaries not at their paths.
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -42,16 +51,18 @@ impl NameDirs {
         }
     }
 
-    /// `opts` with these places to look.
-    pub fn apply(&self, opts: OpenOptions) -> OpenOptions {
-        let names = ptscope_decoder::names::NameOptions {
-            debug_dirs: self.debug_dirs.clone(),
-            binary_dirs: self.binary_dirs.clone(),
-            debuginfod: !self.no_debuginfod,
+    /// `opts` with these places to look, as the decoder's lookup for
+    /// debug files and binaries. debuginfod transfers are reported to the
+    /// decode's progress (a window shows what it waits on, and its Cancel
+    /// stops a transfer) and, with `on_stderr`, on stderr as they go.
+    pub fn apply(&self, opts: OpenOptions, on_stderr: bool) -> OpenOptions {
+        let search = self.search(opts.decode.progress.clone(), on_stderr);
+        let names = NameOptions {
+            lookup: Some(Arc::new(search)),
             ..opts.decode.names
         };
         OpenOptions {
-            decode: ptscope_decoder::decode::DecodeOptions {
+            decode: DecodeOptions {
                 names,
                 ..opts.decode
             },
@@ -59,27 +70,53 @@ impl NameDirs {
         }
     }
 
-    /// The search the decoder uses for `snap`, for `info`: debuginfod
-    /// transfers are reported on stderr.
-    pub fn search(
-        &self,
-        snap: Option<&ptscope_formats::snapshot::Snapshot>,
-    ) -> ptscope_decoder::names::Search {
-        let mut s = ptscope_decoder::names::search(
-            snap,
-            &self.debug_dirs,
-            &self.binary_dirs,
-            !self.no_debuginfod,
-        );
-        s.debuginfod = s
-            .debuginfod
-            .map(|c| ptscope_decoder::names::reporting(c, Some(stderr_report()), None));
+    /// Where to look beyond a snapshot: the machine's places
+    /// ([`Search::system`]) with the user's `--debug-dir`s after the
+    /// system's, the user's `--binaries`, and debuginfod unless turned off,
+    /// its transfers reported as [`NameDirs::apply`] says.
+    pub fn search(&self, progress: Option<Arc<DecodeProgress>>, on_stderr: bool) -> Search {
+        let mut s = Search::system();
+        s.debug_dirs.extend(self.debug_dirs.iter().cloned());
+        s.binary_dirs = self.binary_dirs.clone();
+        s.debuginfod = match self.no_debuginfod {
+            true => None,
+            false => s.debuginfod.map(|c| reporting(c, on_stderr, progress)),
+        };
         s
     }
 }
 
-/// debuginfod transfers reported on stderr as they go: what the command
-/// line passes the decoder, which prints nothing itself.
-pub fn stderr_report() -> ptscope_decoder::names::TransferReport {
-    ptscope_decoder::names::TransferReport(ptscope_debuginfo::debuginfod::stderr_progress())
+/// `client`, reporting its transfers on stderr (`on_stderr`) and to a
+/// window's `progress`, which shows what the decode waits on and whose
+/// Cancel stops a transfer.
+fn reporting(client: Client, on_stderr: bool, progress: Option<Arc<DecodeProgress>>) -> Client {
+    if !on_stderr && progress.is_none() {
+        return client;
+    }
+    let stderr = on_stderr.then(ptscope_debuginfo::debuginfod::stderr_progress);
+    client.with_progress(Arc::new(move |p: &Progress<'_>| {
+        if let Some(f) = &stderr {
+            f(p)?;
+        }
+        let Some(progress) = &progress else {
+            return ControlFlow::Continue(());
+        };
+        progress.set_waiting_on((!p.is_complete()).then(|| {
+            let mib = |n: u64| n as f64 / (1u64 << 20) as f64;
+            let total = p.total.map(|t| format!(" of {:.1}", mib(t)));
+            format!(
+                "fetching the {} of {} from {}: {:.1}{} MiB",
+                p.artifact,
+                p.build_id,
+                p.server,
+                mib(p.done),
+                total.unwrap_or_default()
+            )
+        }));
+        if progress.is_cancelled() {
+            progress.set_waiting_on(None);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }))
 }

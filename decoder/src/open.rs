@@ -284,18 +284,14 @@ mod tests {
     /// none that does not.
     #[test]
     fn the_cache_key_follows_every_option_that_changes_the_model() {
-        use crate::names::lookup::NameOptions;
+        use crate::names::lookup::{FileLookup, NameOptions};
+        use ptscope_debuginfo::{debuginfod::Client, Search};
+        let search = |s: Search| -> std::sync::Arc<dyn FileLookup> { std::sync::Arc::new(s) };
         let base = DecodeOptions::default();
         let k0 = model_options(&base);
         let same = DecodeOptions {
             parallel: crate::passes::coarse::chunks::Parallel::sequential(),
             progress: Some(crate::progress::DecodeProgress::new()),
-            names: NameOptions {
-                on_transfer: Some(crate::names::lookup::TransferReport(std::sync::Arc::new(
-                    |_| std::ops::ControlFlow::Continue(()),
-                ))),
-                ..Default::default()
-            },
             ..base.clone()
         };
         assert_eq!(model_options(&same), k0);
@@ -328,15 +324,28 @@ mod tests {
                 ..base.clone()
             },
             names(NameOptions {
-                debug_dirs: vec!["/d".into()],
+                lookup: Some(search(Search::default())),
                 ..Default::default()
             }),
             names(NameOptions {
-                binary_dirs: vec!["/b".into()],
+                lookup: Some(search(Search {
+                    debug_dirs: vec!["/d".into()],
+                    ..Search::default()
+                })),
                 ..Default::default()
             }),
             names(NameOptions {
-                debuginfod: true,
+                lookup: Some(search(Search {
+                    binary_dirs: vec!["/b".into()],
+                    ..Search::default()
+                })),
+                ..Default::default()
+            }),
+            names(NameOptions {
+                lookup: Some(search(Search {
+                    debuginfod: Some(Client::new(["http://127.0.0.1:1"], "/c".into())),
+                    ..Search::default()
+                })),
                 ..Default::default()
             }),
             names(NameOptions {

@@ -15,7 +15,10 @@ use super::args::KernelOpts;
 pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitCode> {
     let snap = ptscope_decoder::open::open_snapshot(path)?;
     let trace = snap.trace()?;
-    let search = names.search(Some(&snap));
+    let lookup = ptscope_decoder::names::Lookup::new(
+        Some(&snap),
+        Some(std::sync::Arc::new(names.search(None, true))),
+    );
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", path.display())?;
     if let Some(m) = &snap.metadata {
@@ -197,7 +200,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
         }
         let found = ptscope_decoder::names::find_binary(
             &snap,
-            &search,
+            &lookup,
             m.build_id.as_deref(),
             &m.path,
             &mut notes,
@@ -249,7 +252,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
     for n in &notes {
         writeln!(out, "    warning: {n}")?;
     }
-    let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, &search);
+    let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, &lookup);
     ptscope::missing::write_remedies(&mut out, &missing, &names.debug_dirs)?;
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.

@@ -59,29 +59,31 @@ pub(super) fn load_input(
         parallel.chunk_bytes = chunk;
         parallel.first_chunk_bytes = parallel.first_chunk_bytes.min(chunk);
     }
-    let opts = input.names.apply(OpenOptions {
-        raw_images: input.raw.clone(),
-        decode: ptscope_decoder::decode::DecodeOptions {
-            cpu: input.cpu,
-            ip_filter: input.ip_filter,
-            threads,
-            engine,
-            parallel,
-            names: ptscope_decoder::names::NameOptions {
-                on_transfer: Some(ptscope::name_dirs::stderr_report()),
-                kallsyms: input.kernel.kallsyms.clone(),
-                vmlinux: input.kernel.vmlinux.clone(),
-                ..Default::default()
+    let opts = input.names.apply(
+        OpenOptions {
+            raw_images: input.raw.clone(),
+            decode: ptscope_decoder::decode::DecodeOptions {
+                cpu: input.cpu,
+                ip_filter: input.ip_filter,
+                threads,
+                engine,
+                parallel,
+                names: ptscope_decoder::names::NameOptions {
+                    kallsyms: input.kernel.kallsyms.clone(),
+                    vmlinux: input.kernel.vmlinux.clone(),
+                    ..Default::default()
+                },
+                progress: None,
             },
-            progress: None,
+            cache: if input.no_cache {
+                None
+            } else {
+                ptscope_decoder::cache::ModelCache::user()
+            },
+            ..OpenOptions::default()
         },
-        cache: if input.no_cache {
-            None
-        } else {
-            ptscope_decoder::cache::ModelCache::user()
-        },
-        ..OpenOptions::default()
-    });
+        true,
+    );
     let cache = opts.cache.clone();
     let model = with_decode_progress(opts, |opts| ptscope_decoder::open::open(&input.file, opts))?;
     for w in &model.warnings {

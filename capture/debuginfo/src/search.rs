@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use ptscope_formats::buildid;
+use ptscope_formats::lookup::{DebugFile, FileLookup};
 
 use crate::debuginfod;
 use crate::debuglink;
@@ -184,9 +185,19 @@ impl Search {
         }
     }
 
-    /// The `--binaries` part of [`Search::binary`].
+    /// The `--binaries` part of [`Search::binary`]. The vdso is found there
+    /// only by build id, in perf's cache layout (as `perf archive` packs
+    /// it): its name says nothing.
     fn binary_in_dirs(&self, build_id: Option<&[u8]>, mapped_path: &str) -> Option<PathBuf> {
         let id = build_id.filter(|id| !id.is_empty());
+        if mapped_path == "[vdso]" {
+            let rel = buildid::cache_path(id?, true);
+            return self
+                .binary_dirs
+                .iter()
+                .map(|d| d.join(&rel))
+                .find(|p| p.is_file());
+        }
         let matches = |p: &Path| {
             p.is_file()
                 && match id {
@@ -215,6 +226,44 @@ impl Search {
             }
         }
         None
+    }
+}
+
+/// The decoder's caller passes a `Search` as where to look.
+impl FileLookup for Search {
+    fn debug_file(
+        &self,
+        binary: &Path,
+        mapped_path: &str,
+        build_id: Option<&[u8]>,
+        notes: &mut Vec<String>,
+    ) -> Option<DebugFile> {
+        Search::debug_file(self, binary, mapped_path, build_id, notes).map(|f| DebugFile {
+            path: f.path,
+            origin: f.origin.to_string(),
+        })
+    }
+
+    fn binary(
+        &self,
+        build_id: Option<&[u8]>,
+        mapped_path: &str,
+        notes: &mut Vec<String>,
+    ) -> Option<PathBuf> {
+        self.binary_noting(build_id, mapped_path, notes)
+    }
+
+    fn key(&self) -> String {
+        // Every place looked in, the servers by URL: what the client's
+        // cache holds is theirs.
+        format!(
+            "carried {:?}, debug dirs {:?}, perf cache {:?}, binaries {:?}, debuginfod {:?}",
+            self.carried,
+            self.debug_dirs,
+            self.perf_cache,
+            self.binary_dirs,
+            self.debuginfod.as_ref().map(|c| c.urls())
+        )
     }
 }
 

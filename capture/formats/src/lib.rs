@@ -16,6 +16,8 @@
 //! - [`filter`]: IP filters in perf's syntax, as `--filter` takes them and
 //!   AUXTRACE_INFO records them, and where they land in a process.
 //! - [`buildid`]: ELF build ids and perf's build-id cache layout.
+//! - [`lookup`]: [`lookup::FileLookup`], how the decoder's caller tells it
+//!   where debug files and binaries not at their paths are found.
 //! - [`demangle`]: mangled symbol names (Rust, C++, OCaml) made readable;
 //!   the one demangler of ptscope, so a name shown is a name a trigger takes.
 //! - [`mapped`]: file bytes read in place (a snapshot's perf.data is
@@ -29,6 +31,7 @@ pub mod buildid;
 pub mod demangle;
 mod error;
 pub mod filter;
+pub mod lookup;
 #[allow(unsafe_code)]
 pub mod mapped;
 pub mod perf_data;

@@ -48,7 +48,7 @@ pub(super) fn add_proc<'p>(
             snap,
             trace,
             Some(pid),
-            symbols.search(),
+            symbols.lookup(),
             &mut notes,
         );
         notes.into_iter().for_each(|n| symbols.note(n));
@@ -149,16 +149,8 @@ pub(super) fn prepare(
         })?,
         files: FileCache::default(),
     };
-    let mut search = crate::names::lookup::search(
-        Some(snap),
-        &opts.names.debug_dirs,
-        &opts.names.binary_dirs,
-        opts.names.debuginfod,
-    );
-    search.debuginfod = search.debuginfod.map(|c| {
-        crate::names::lookup::reporting(c, opts.names.on_transfer.clone(), opts.progress.clone())
-    });
-    let mut symbols = SymbolCache::new(search);
+    let lookup = crate::names::lookup::Lookup::new(Some(snap), opts.names.lookup.clone());
+    let mut symbols = SymbolCache::new(lookup);
     let (kernel, kernel_warning) = crate::names::symbols::kallsyms::for_trace(
         snap,
         trace,

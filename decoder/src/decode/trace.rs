@@ -709,7 +709,7 @@ pub(super) fn line_source(
             ProcImage::Flow(mem) => mem,
             #[cfg(feature = "libipt")]
             ProcImage::Libipt(_) => {
-                let (secs, _) = sections_with(snap, trace, Some(pid), symbols.search());
+                let (secs, _) = sections_with(snap, trace, Some(pid), symbols.lookup());
                 Memory::new(&secs, &mut loaders.files).unwrap_or_default()
             }
         };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
-use crate::names::lookup::Search;
+use crate::names::lookup::Lookup;
 
 /// One mapped file section.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,18 +44,18 @@ fn foreign_elf(file: &std::path::Path) -> bool {
 /// mapped paths whose binaries could not be found (or are for another
 /// machine), with the binaries the snapshot and this machine have.
 pub fn sections(snap: &Snapshot, trace: &Trace, pid: Option<i32>) -> (Vec<Section>, Vec<String>) {
-    sections_with(snap, trace, pid, &Search::default())
+    sections_with(snap, trace, pid, &Lookup::new(Some(snap), None))
 }
 
-/// [`sections`], with the binaries not at their paths looked for in
-/// `search`'s binary directories as well ([`crate::names::lookup::find_binary`]).
+/// [`sections`], with the binaries not at their paths looked for where
+/// `lookup` says as well ([`crate::names::lookup::find_binary`]).
 pub fn sections_with(
     snap: &Snapshot,
     trace: &Trace,
     pid: Option<i32>,
-    search: &Search,
+    lookup: &Lookup,
 ) -> (Vec<Section>, Vec<String>) {
-    sections_noting(snap, trace, pid, search, &mut Vec::new())
+    sections_noting(snap, trace, pid, lookup, &mut Vec::new())
 }
 
 /// [`sections_with`], adding to `notes` what went wrong asking debuginfod
@@ -64,7 +64,7 @@ pub fn sections_noting(
     snap: &Snapshot,
     trace: &Trace,
     pid: Option<i32>,
-    search: &Search,
+    lookup: &Lookup,
     notes: &mut Vec<String>,
 ) -> (Vec<Section>, Vec<String>) {
     let mut out = Vec::new();
@@ -81,7 +81,7 @@ pub fn sections_noting(
             // Code for another machine cannot be what ran: as good as missing.
             let file = crate::names::lookup::find_binary(
                 snap,
-                search,
+                lookup,
                 m.build_id.as_deref(),
                 &m.path,
                 notes,

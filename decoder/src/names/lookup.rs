@@ -13,41 +13,34 @@
 //! 5. perf's build-id cache (`~/.debug`);
 //! 6. debuginfod, through `DEBUGINFOD_URLS` (unless turned off).
 //!
-//! [`ptscope_debuginfo::Search`] does the looking; this module builds the
-//! one the decoder uses ([`search`]) and adds the binaries the user points
-//! at with `--binaries` to the snapshot's own lookup ([`find_binary`]).
+//! The decoder looks in what the snapshot carries (2) itself. Everything
+//! else is its caller's to supply, as a [`FileLookup`] in
+//! [`NameOptions::lookup`]: the decoder does no network I/O and prints
+//! nothing. The app passes `ptscope_debuginfo::Search`, which looks in the
+//! order above, with debuginfod's progress reported where the app shows it
+//! (stderr, or the window's progress line and its Cancel). [`Lookup`] is
+//! the two together; [`find_binary`] adds the caller's binaries to the
+//! snapshot's own.
+//!
 //! The debug file gives names and lines only: its code sections are empty
 //! (`NOBITS`), so code is always read from the binary.
 
-use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ptscope_debuginfo::debuginfod::{Client, Progress, ProgressFn};
-pub use ptscope_debuginfo::Search;
-
-use crate::progress::DecodeProgress;
+pub use ptscope_formats::lookup::{DebugFile, FileLookup};
 use ptscope_formats::snapshot::Snapshot;
 
 /// Where names come from beyond the snapshot and the binaries themselves:
-/// the user's directories, debuginfod, and the kernel's symbols.
+/// the caller's lookup, and the kernel's symbols.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct NameOptions {
-    /// Debug directories to search after the system's (`--debug-dir`), by
-    /// build id and by `.gnu_debuglink`.
-    pub debug_dirs: Vec<PathBuf>,
-    /// Directories of binaries that are not at their recorded paths
-    /// (`--binaries`), searched by build id and by name.
-    pub binary_dirs: Vec<PathBuf>,
-    /// Ask the debuginfod servers `DEBUGINFOD_URLS` names for debug files.
-    /// Off by default; the command line and the window turn it on unless
-    /// told `--no-debuginfod`.
-    pub debuginfod: bool,
-    /// Who hears of debuginfod transfers as they go, besides a window's
-    /// progress: the command line passes a reporter that writes to
-    /// stderr. The decoder itself prints nothing.
-    #[serde(skip)]
-    pub on_transfer: Option<TransferReport>,
+    /// Where debug files, and binaries not at their recorded paths, are
+    /// looked for beyond the snapshot. `None`: nowhere else (the binaries'
+    /// own paths and the snapshot only). Its [`FileLookup::key`] is part
+    /// of the model cache's key.
+    #[serde(serialize_with = "lookup_key")]
+    pub lookup: Option<Arc<dyn FileLookup>>,
     /// The kernel's symbols in kallsyms' format (`--kallsyms`), over those
     /// a snapshot carries.
     pub kallsyms: Option<PathBuf>,
@@ -55,108 +48,74 @@ pub struct NameOptions {
     pub vmlinux: Option<PathBuf>,
 }
 
-/// What a caller is told of each debuginfod transfer, at its start, as it
-/// goes and at its end; returning `Break` cancels it.
-#[derive(Clone)]
-pub struct TransferReport(pub Arc<ProgressFn>);
-
-impl std::fmt::Debug for TransferReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TransferReport(..)")
-    }
+fn lookup_key<S: serde::Serializer>(
+    lookup: &Option<Arc<dyn FileLookup>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_some(&lookup.as_ref().map(|l| l.key()))
 }
 
-/// The search the decoder uses for `snap`: the debug files it carries
-/// first, then the machine's places ([`Search::system`]) with the user's
-/// `debug_dirs` after the system's, and the user's `binary_dirs`;
-/// debuginfod only with `debuginfod`.
-pub fn search(
-    snap: Option<&Snapshot>,
-    debug_dirs: &[PathBuf],
-    binary_dirs: &[PathBuf],
-    debuginfod: bool,
-) -> Search {
-    let mut s = Search::system();
-    s.carried = snap
-        .and_then(Snapshot::buildid_dir)
-        .map(|d| vec![d.to_path_buf()])
-        .unwrap_or_default();
-    s.debug_dirs.extend(debug_dirs.iter().cloned());
-    s.binary_dirs = binary_dirs.to_vec();
-    if !debuginfod {
-        s.debuginfod = None;
-    }
-    s
+/// Where the decoder looks for the files of one snapshot: the build-id
+/// cache the snapshot carries first (what was found at capture), then the
+/// caller's lookup.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    /// The snapshot's build-id cache, unpacked.
+    carried: Option<PathBuf>,
+    caller: Option<Arc<dyn FileLookup>>,
 }
 
-/// `client`, reporting its transfers to the caller's `report` and to a
-/// window's `progress`, which shows what the decode waits on and whose
-/// Cancel stops a transfer.
-pub fn reporting(
-    client: Client,
-    report: Option<TransferReport>,
-    progress: Option<Arc<DecodeProgress>>,
-) -> Client {
-    if report.is_none() && progress.is_none() {
-        return client;
-    }
-    client.with_progress(Arc::new(move |p: &Progress<'_>| {
-        if let Some(f) = &report {
-            (f.0)(p)?;
+impl Lookup {
+    /// Looks in what `snap` carries, then in `caller`.
+    pub fn new(snap: Option<&Snapshot>, caller: Option<Arc<dyn FileLookup>>) -> Lookup {
+        Lookup {
+            carried: snap.and_then(Snapshot::buildid_dir).map(Path::to_path_buf),
+            caller,
         }
-        let Some(progress) = &progress else {
-            return ControlFlow::Continue(());
-        };
-        progress.set_waiting_on((!p.is_complete()).then(|| {
-            let mib = |n: u64| n as f64 / (1u64 << 20) as f64;
-            match p.total {
-                Some(t) => format!(
-                    "fetching the {} of {} from {}: {:.1} of {:.1} MiB",
-                    p.artifact,
-                    p.build_id,
-                    p.server,
-                    mib(p.done),
-                    mib(t)
-                ),
-                None => format!(
-                    "fetching the {} of {} from {}: {:.1} MiB",
-                    p.artifact,
-                    p.build_id,
-                    p.server,
-                    mib(p.done)
-                ),
+    }
+
+    /// The snapshot's build-id cache, if it carries one.
+    pub fn carried(&self) -> Option<&Path> {
+        self.carried.as_deref()
+    }
+
+    /// The debug file of the binary read from `binary`, which the trace
+    /// mapped as `mapped_path` with `build_id`; what went wrong on the way
+    /// (a server down) goes to `notes`.
+    pub fn debug_file(
+        &self,
+        binary: &Path,
+        mapped_path: &str,
+        build_id: Option<&[u8]>,
+        notes: &mut Vec<String>,
+    ) -> Option<DebugFile> {
+        let id = build_id.filter(|id| !id.is_empty());
+        if let (Some(dir), Some(id)) = (&self.carried, id) {
+            let path = dir.join(ptscope_formats::buildid::debug_cache_path(id));
+            if path.is_file() {
+                return Some(DebugFile {
+                    path,
+                    origin: "the snapshot".into(),
+                });
             }
-        }));
-        if progress.is_cancelled() {
-            progress.set_waiting_on(None);
-            return ControlFlow::Break(());
         }
-        ControlFlow::Continue(())
-    }))
+        self.caller
+            .as_ref()?
+            .debug_file(binary, mapped_path, build_id, notes)
+    }
 }
 
 /// The file holding the binary a trace mapped at `path` (with `build_id`):
 /// the snapshot's copy, perf's build-id cache or the file at its path
-/// ([`Snapshot::find_binary`]), else one of the `--binaries` directories
-/// ([`Search::binary`]). The vdso is found there only by build id, in
-/// perf's cache layout (as `perf archive` packs it). What went wrong
-/// asking debuginfod for it (a server down) goes to `notes`.
+/// ([`Snapshot::find_binary`]), else wherever the caller's lookup finds
+/// it. What went wrong asking there (a server down) goes to `notes`.
 pub fn find_binary(
     snap: &Snapshot,
-    search: &Search,
+    lookup: &Lookup,
     build_id: Option<&[u8]>,
     path: &str,
     notes: &mut Vec<String>,
 ) -> Option<PathBuf> {
-    snap.find_binary(build_id, path).or_else(|| {
-        if path == "[vdso]" {
-            let rel = ptscope_formats::buildid::cache_path(build_id?, true);
-            return search
-                .binary_dirs
-                .iter()
-                .map(|d| d.join(&rel))
-                .find(|p| p.is_file());
-        }
-        search.binary_noting(build_id, path, notes)
-    })
+    snap.find_binary(build_id, path)
+        .or_else(|| lookup.caller.as_ref()?.binary(build_id, path, notes))
 }

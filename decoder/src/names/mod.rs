@@ -6,8 +6,8 @@
 //! - [`symbols`]: ELF, PLT and DWARF symbols, and the kernel's;
 //! - [`resolve`]: addresses to functions, per process;
 //! - [`lookup`] (its items are here too): where a stripped binary's separate
-//!   debug file, and a binary not at its path, are looked for, debuginfod
-//!   included, with what the caller hears of transfers.
+//!   debug file, and a binary not at its path, are looked for: in the
+//!   snapshot, then wherever the caller's [`FileLookup`] says.
 
 pub mod image;
 pub mod lookup;

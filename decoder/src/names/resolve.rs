@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::names::image::Section;
-use crate::names::lookup::Search;
+use crate::names::lookup::Lookup;
 use crate::names::symbols::kallsyms::KernelSymbols;
 use crate::names::symbols::ModuleSymbols;
 use crate::pt::block::PtError;
@@ -62,12 +62,12 @@ impl<R: Resolve + ?Sized> Resolve for &mut R {
 }
 
 /// Symbols of every binary, loaded once, with the separate debug files
-/// of those that lack names of their own, found by a [`Search`].
+/// of those that lack names of their own, found by a [`Lookup`].
 #[derive(Default)]
 pub struct SymbolCache {
     modules: HashMap<PathBuf, Option<Arc<ModuleSymbols>>>,
     /// Where debug files are looked for; the default looks nowhere.
-    search: Search,
+    lookup: Lookup,
     /// What the user should hear of the search: a server down, a debug
     /// file that could not be read.
     notes: Vec<String>,
@@ -81,17 +81,17 @@ pub struct SymbolCache {
 }
 
 impl SymbolCache {
-    /// A cache that looks for debug files where `search` says.
-    pub fn new(search: Search) -> SymbolCache {
+    /// A cache that looks for debug files where `lookup` says.
+    pub fn new(lookup: Lookup) -> SymbolCache {
         SymbolCache {
-            search,
+            lookup,
             ..SymbolCache::default()
         }
     }
 
     /// Where this cache looks for debug files (and binaries).
-    pub fn search(&self) -> &Search {
-        &self.search
+    pub fn lookup(&self) -> &Lookup {
+        &self.lookup
     }
 
     /// The symbols of the binary `file`, as if mapped at its own path.
@@ -105,14 +105,14 @@ impl SymbolCache {
         if let Some(m) = self.modules.get(file) {
             return m.clone();
         }
-        let m = shared_symbols(file, mapped_path, &self.search, &mut self.notes);
+        let m = shared_symbols(file, mapped_path, &self.lookup, &mut self.notes);
         self.modules.insert(file.to_path_buf(), m.clone());
         // What the snapshot carries is named by its place in it: the
         // snapshot, whose identity keys the cache, is unpacked afresh
         // (somewhere else) each time it is opened.
-        let carried = &self.search.carried;
+        let carried = self.lookup.carried();
         let identity = |p: &Path| {
-            if let Some(rel) = carried.iter().find_map(|d| p.strip_prefix(d).ok()) {
+            if let Some(rel) = carried.and_then(|d| p.strip_prefix(d).ok()) {
                 return format!("in the snapshot: {}", rel.display());
             }
             let id = std::fs::File::open(p).ok().and_then(|f| file_id(&f));
@@ -162,12 +162,12 @@ fn file_id(file: &std::fs::File) -> Option<FileId> {
 
 /// The separate debug file of the binary `file` (at `path`, mapped as
 /// `mapped_path`), open, when the binary lacks names of its own and
-/// `search` finds one; what went wrong on the way goes to `notes`.
+/// `lookup` finds one; what went wrong on the way goes to `notes`.
 fn debug_file(
     path: &Path,
     file: &std::fs::File,
     mapped_path: &str,
-    search: &Search,
+    lookup: &Lookup,
     notes: &mut Vec<String>,
 ) -> Option<(PathBuf, std::fs::File)> {
     let map = crate::pt::memory::map_binary(file).ok()?;
@@ -176,7 +176,7 @@ fn debug_file(
     }
     let build_id = ptscope_formats::buildid::elf_build_id(&map);
     drop(map);
-    let found = search.debug_file(path, mapped_path, build_id.as_deref(), notes)?;
+    let found = lookup.debug_file(path, mapped_path, build_id.as_deref(), notes)?;
     match std::fs::File::open(&found.path) {
         Ok(f) => Some((found.path, f)),
         Err(e) => {
@@ -198,7 +198,7 @@ fn debug_file(
 fn shared_symbols(
     path: &Path,
     mapped_path: &str,
-    search: &Search,
+    lookup: &Lookup,
     notes: &mut Vec<String>,
 ) -> Option<Arc<ModuleSymbols>> {
     use parking_lot::Mutex;
@@ -208,7 +208,7 @@ fn shared_symbols(
     // Identified and read through one open file: a file replaced in
     // between cannot be cached under the other's identity.
     let file = std::fs::File::open(path).ok()?;
-    let debug = debug_file(path, &file, mapped_path, search, notes);
+    let debug = debug_file(path, &file, mapped_path, lookup, notes);
     let id = (
         file_id(&file)?,
         debug.as_ref().and_then(|(_, f)| file_id(f)),
@@ -664,8 +664,10 @@ mod tests {
         let (sb, _) = nm(&bin)["sum_bumps"];
         let debug = split_debug(&bin, &[]);
         let mapped = bin.display().to_string();
+        use ptscope_debuginfo::Search;
         let name = |search: Search| {
-            let mut cache = SymbolCache::new(search);
+            let lookup = Lookup::new(None, Some(Arc::new(search)));
+            let mut cache = SymbolCache::new(lookup);
             let m = cache.get_mapped(&bin, &mapped).unwrap();
             let name = m.function(sb).map(|f| f.name.to_string());
             (
