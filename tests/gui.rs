@@ -350,7 +350,7 @@ fn search_counts_matches() {
 }
 
 fn count_calls(
-    t: &ptscope_decoder::model::ThreadModel,
+    t: &ptscope_model::ThreadModel,
     funcs: &ptscope_decoder::event::FuncTable,
     name: &str,
 ) -> u64 {

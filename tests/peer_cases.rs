@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use ptscope_decoder::decode::from_script;
 use ptscope_decoder::event::SpanKind;
-use ptscope_decoder::model::Model;
 use ptscope_decoder::perf_script;
+use ptscope_model::Model;
 
 fn cases_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/magic-trace")

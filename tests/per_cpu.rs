@@ -321,7 +321,7 @@ fn a_task_bound_per_cpu_trace_gives_tasks_it_does_not_follow_nothing() {
     let snap = Snapshot::open(&path).unwrap();
     let opts = DecodeOptions::default();
     let per_thread = decode_snapshot(&snap, &opts).unwrap();
-    let lines = |m: &ptscope_decoder::model::Model| -> Vec<String> {
+    let lines = |m: &ptscope_model::Model| -> Vec<String> {
         m.canonical()
             .into_iter()
             .filter(|l| !l.starts_with("cp ") && !l.starts_with("thread "))

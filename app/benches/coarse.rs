@@ -52,10 +52,10 @@ use ptscope_decoder::ffi::{BlockDecoder, Image, SectionCache};
 use ptscope_decoder::flow::FlowDecoder;
 use ptscope_decoder::image::{sections, Section};
 use ptscope_decoder::memory::{FileCache, Memory};
-use ptscope_decoder::model::TimeUnit;
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::resolve::{ProcessSymbols, SymbolCache};
 use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_model::TimeUnit;
 
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";
 

@@ -31,8 +31,8 @@ use ptscope_decoder::decode::decode_snapshot;
 use ptscope_decoder::fine::worker::{DetailSource, SegmentWorker};
 use ptscope_decoder::fine::LineSource;
 use ptscope_decoder::fine::{line_heat, window_lines, Segment};
-use ptscope_decoder::model::{Model, ThreadModel};
 use ptscope_formats::snapshot::Snapshot;
+use ptscope_model::{Model, ThreadModel};
 use ptscope_viewer::bench::{median, rss_bytes};
 
 fn main() {

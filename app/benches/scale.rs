@@ -63,10 +63,10 @@ use std::time::{Duration, Instant};
 
 use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
-use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::psb_offsets;
 use ptscope_decoder::progress::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;
+use ptscope_model::Model;
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -387,11 +387,11 @@ fn main() {
         .iter()
         .flat_map(|t| (0..t.spans.depth()).map(|d| t.spans.blocks(d).len()))
         .sum::<usize>()
-        * std::mem::size_of::<ptscope_decoder::store::Block>();
+        * std::mem::size_of::<ptscope_model::Block>();
     // What `ptscope stats` computes over the whole model.
     let t = Instant::now();
     let per_func =
-        ptscope_decoder::store::function_stats(model.threads.iter().map(|t| &t.spans), 0, u64::MAX);
+        ptscope_model::function_stats(model.threads.iter().map(|t| &t.spans), 0, u64::MAX);
     let stats_time = t.elapsed();
     assert!(!per_func.is_empty());
     drop(model);

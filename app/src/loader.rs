@@ -17,9 +17,9 @@ use ptscope_decoder::coarse::chunks::Parallel;
 use ptscope_decoder::decode::{DecodeOptions, Engine};
 use ptscope_decoder::decoded::Decoded;
 use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
-use ptscope_decoder::model::Model;
 use ptscope_decoder::open::OpenOptions;
 use ptscope_decoder::progress::DecodeProgress;
+use ptscope_model::Model;
 
 use crate::name_dirs::NameDirs;
 

@@ -14,13 +14,13 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
-use ptscope_decoder::calls::compare::{compare_calls, Comparison, Figures, Side};
-use ptscope_decoder::calls::compare_lines::{Difference, LineComparison, LineRow};
-use ptscope_decoder::calls::distribution::Distribution;
-use ptscope_decoder::calls::{calls_of, funcs_named, Call, Pick};
 use ptscope_decoder::event::FuncId;
 use ptscope_decoder::fine::LineSource;
-use ptscope_decoder::model::{Model, TimeUnit};
+use ptscope_model::Distribution;
+use ptscope_model::{calls_of, funcs_named, Call, Pick};
+use ptscope_model::{compare_calls, Comparison, PathFigures, Side};
+use ptscope_model::{Difference, LineComparison, LineRow};
+use ptscope_model::{Model, TimeUnit};
 
 use crate::report::UNTIMED_NOTE;
 
@@ -232,7 +232,7 @@ fn trigger_call(m: &Model, file: &Path, calls: &[Call]) -> Result<usize> {
             file.display()
         );
     };
-    ptscope_decoder::calls::nearest(m, calls, t.tid, t.start, t.end).ok_or_else(|| {
+    ptscope_model::nearest(m, calls, t.tid, t.start, t.end).ok_or_else(|| {
         anyhow::anyhow!(
             "{}: the trigger's call ({} on thread {}) is not among the decoded calls",
             file.display(),
@@ -295,8 +295,8 @@ struct JsonNode {
     share: f64,
     diff: i128,
     self_diff: i128,
-    a: Figures,
-    b: Figures,
+    a: PathFigures,
+    b: PathFigures,
     only_in: Option<&'static str>,
 }
 
@@ -502,7 +502,7 @@ fn write_tree(
         b.label(),
         format!("diff {u}")
     )?;
-    let side = |f: &Figures| {
+    let side = |f: &PathFigures| {
         if f.count == 0 {
             "-".to_string()
         } else {
@@ -623,7 +623,7 @@ mod tests {
     fn pseudo_spans_have_no_calls_to_histogram_or_compare() {
         use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
 
-        use ptscope_decoder::store::ThreadSpans;
+        use ptscope_model::ThreadSpans;
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1100, SpanKind::Call);
         let mut t = ThreadSpans::new(7, 7, "prog".into());

@@ -14,8 +14,8 @@ use clap::ValueEnum;
 use ptscope_decoder::decoded::Decoded;
 use ptscope_decoder::event::{FuncId, FuncTable, SpanKind};
 use ptscope_decoder::fine::{window_lines, Segment};
-use ptscope_decoder::model::{Model, TimeUnit};
-use ptscope_decoder::store::{flag, function_stats, FuncStats};
+use ptscope_model::{flag, function_stats, FuncStats};
+use ptscope_model::{Model, TimeUnit};
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {
@@ -243,7 +243,7 @@ pub fn decode_marks(
     format: Format,
     out: &mut impl Write,
 ) -> Result<()> {
-    use ptscope_decoder::marks::{Mark, MarkKind};
+    use ptscope_model::{Mark, MarkKind};
     let (base, lo, hi) = marks_window(m, from, to);
     let mhz = m.cbr_mhz;
     let one = |out: &mut dyn Write, tid: Option<i32>, cpu: Option<u32>, k: &Mark| -> Result<()> {
@@ -399,8 +399,8 @@ fn relative(t: u64, base: u64) -> i64 {
 }
 
 /// A mark's kind as JSON names it.
-pub fn mark_name(k: &ptscope_decoder::marks::MarkKind) -> &'static str {
-    use ptscope_decoder::marks::MarkKind;
+pub fn mark_name(k: &ptscope_model::MarkKind) -> &'static str {
+    use ptscope_model::MarkKind;
     match k {
         MarkKind::PtWrite { .. } => "ptwrite",
         MarkKind::Cbr { .. } => "cbr",
@@ -571,7 +571,7 @@ pub fn decode_fine(
 
 /// "thread TID (COMM) pid PID", without the parentheses when the trace
 /// recorded no name for it.
-fn thread_title(t: &ptscope_decoder::store::ThreadSpans) -> String {
+fn thread_title(t: &ptscope_model::ThreadSpans) -> String {
     match t.comm.is_empty() {
         true => format!("thread {} pid {}", t.tid, t.pid),
         false => format!("thread {} ({}) pid {}", t.tid, t.comm, t.pid),
@@ -705,7 +705,7 @@ mod tests {
     use super::*;
     use ptscope_decoder::event::UNTRACED;
 
-    use ptscope_decoder::store::ThreadSpans;
+    use ptscope_model::ThreadSpans;
 
     /// main calls f twice, with untraced time and a decode error between.
     fn model() -> Model {
@@ -750,7 +750,7 @@ mod tests {
         // One function's row alone.
         let m = model();
         let mut out = Vec::new();
-        let f = ptscope_decoder::calls::funcs_named(&m.funcs, "f");
+        let f = ptscope_model::funcs_named(&m.funcs, "f");
         stats(&m, SortKey::Total, None, Some(&f), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");

@@ -15,9 +15,9 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
-use ptscope_decoder::model::Model;
 use ptscope_decoder::packet::{Packet, Packets};
 use ptscope_formats::snapshot::{rewrite, Snapshot};
+use ptscope_model::Model;
 
 /// One period of a thread's trace.
 #[derive(Clone, Debug, PartialEq, Eq)]

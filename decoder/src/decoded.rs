@@ -6,9 +6,9 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::model::Model;
 use crate::passes::fine::worker::SegmentWorker;
 use crate::passes::fine::LineSource;
+use ptscope_model::Model;
 
 /// A decoded input: its model, and what re-decodes it down to lines.
 #[derive(Clone, Default)]

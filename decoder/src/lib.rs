@@ -33,10 +33,6 @@
 //! fall-through names the function that ran; a tail call that begins the
 //! trace keeps its source).
 
-// The model is data, in its own crate at the bottom of the pipeline; its
-// modules are re-exported here under the names the decoder's users know.
-pub use ptscope_model::{calls, cpus, marks, model, store};
-
 pub mod decode;
 pub mod decoded;
 pub mod inputs;

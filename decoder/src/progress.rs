@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::model::Model;
+use ptscope_model::Model;
 
 /// How often a partial model is published at most: cloning it is not free.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);

@@ -382,7 +382,7 @@ pub fn pt_decode(input: &[u8]) {
 pub fn marks(input: &[u8]) {
     use ptscope_decoder::block::DecoderConfig;
     use ptscope_decoder::mark_scan::scan;
-    use ptscope_decoder::marks::Marks;
+    use ptscope_model::Marks;
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;
     };

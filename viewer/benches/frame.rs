@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egui::{pos2, vec2, Color32, Context, RawInput, Rect, Shape};
-use ptscope_decoder::model::Model;
+use ptscope_model::Model;
 use ptscope_viewer::color::{extend_styles, FuncStyle};
 use ptscope_viewer::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
 use ptscope_viewer::synth::{synthetic_model, SynthSpec};
@@ -167,7 +167,7 @@ fn main() {
         "span store: {:.2} bytes/span as allocated ({:.0} MiB), {} bytes/span of spans",
         bytes as f64 / spans as f64,
         bytes as f64 / (1 << 20) as f64,
-        std::mem::size_of::<ptscope_decoder::store::Span>()
+        std::mem::size_of::<ptscope_model::Span>()
     );
 
     let levels = levels(&model);

@@ -40,7 +40,7 @@ use ptscope_viewer::bench::median_ms as median;
 
 /// The demo's model and the decoder's fine pass over it.
 fn demo() -> (
-    Arc<ptscope_decoder::model::Model>,
+    Arc<ptscope_model::Model>,
     ptscope_decoder::fine::worker::SegmentWorker,
 ) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");

@@ -10,7 +10,7 @@
 //! dimmed fill, which the timeline uses for the calls a search leaves out.
 
 use egui::Color32;
-use ptscope_model::funcs::{FuncTable, SpanKind};
+use ptscope_model::{FuncTable, SpanKind};
 
 /// How a function's boxes look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,11 +2,11 @@
 //! snapshot and the panels around it.
 //!
 //! [`TraceView`] is the entry point. It owns an `Arc` of a
-//! [`Model`](ptscope_model::model::Model) plus all UI state, and the app
+//! [`Model`](ptscope_model::Model) plus all UI state, and the app
 //! calls [`TraceView::ui`] every frame. The crate depends on the model
 //! crate and egui alone, so the widgets cannot decode: they read models
 //! the decoder built, and ask for line detail through a
-//! [`DetailSource`](ptscope_model::detail::DetailSource) the app supplies
+//! [`DetailSource`](ptscope_model::DetailSource) the app supplies
 //! ([`TraceView::set_detail`]), which runs every request on its own
 //! threads. The view says which segments it wants ([`line_detail`]) and
 //! the Source tab reads them ([`source_tab`]); no widget spawns a thread.

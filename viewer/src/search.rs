@@ -7,7 +7,7 @@
 //! a string comparison: a trace holds millions of spans but far fewer
 //! functions.
 
-use ptscope_model::funcs::FuncTable;
+use ptscope_model::FuncTable;
 
 use crate::fuzzy::fuzzy_match;
 
@@ -106,7 +106,7 @@ impl Search {
 /// The PTWRITEs whose text (`ptwrite = 0x…`, as the hover gives it)
 /// holds the query, as (thread, time) in time order: a query that names
 /// no function can name a value the program wrote.
-pub fn ptwrite_hits(model: &ptscope_model::model::Model, query: &str) -> Vec<(u32, u64)> {
+pub fn ptwrite_hits(model: &ptscope_model::Model, query: &str) -> Vec<(u32, u64)> {
     use std::fmt::Write;
     let needle = query.trim().to_lowercase();
     // Only a query that can name a value (`ptwrite…` or `0x…`) looks at
@@ -132,12 +132,12 @@ pub fn ptwrite_hits(model: &ptscope_model::model::Model, query: &str) -> Vec<(u3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_model::funcs::SpanKind;
+    use ptscope_model::SpanKind;
 
     #[test]
     fn ptwrites_match_by_their_value() {
-        use ptscope_model::marks::{Mark, MarkKind, Marks};
-        use ptscope_model::model::{Model, ThreadModel};
+        use ptscope_model::{Mark, MarkKind, Marks};
+        use ptscope_model::{Model, ThreadModel};
         let mut t = ThreadModel::from_spans(Default::default());
         let ptw = |time, payload| Mark {
             time,

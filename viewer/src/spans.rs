@@ -7,9 +7,9 @@
 //! therefore recovered with binary searches in neighbouring lanes, through
 //! the store's [`ThreadSpans::parent`] and [`ThreadSpans::children`].
 
-use ptscope_model::model::Model;
-pub use ptscope_model::model::SpanRef;
-use ptscope_model::store::ThreadSpans;
+use ptscope_model::Model;
+pub use ptscope_model::SpanRef;
+use ptscope_model::ThreadSpans;
 
 /// Duration less the time of direct children.
 pub fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {
@@ -141,7 +141,7 @@ pub fn merged_label(calls: u32, pseudo: u32) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use ptscope_model::funcs::{FuncTable, SpanKind};
+    use ptscope_model::{FuncTable, SpanKind};
 
     /// main(0-100) { a(10-40) { b(20-30) } a(50-60) }, main(200-300).
     pub(crate) fn small_model() -> Model {
@@ -186,7 +186,7 @@ pub(crate) mod tests {
 
     #[test]
     fn pseudo_spans_are_not_calls() {
-        use ptscope_model::funcs::{SYSCALL, UNTRACED};
+        use ptscope_model::{SYSCALL, UNTRACED};
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
         let err = funcs.decode_error("Overflow packet");

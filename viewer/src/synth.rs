@@ -6,9 +6,9 @@
 //! A given seed always builds the same model, so figures from two runs
 //! compare.
 
-use ptscope_model::funcs::{FuncId, FuncTable, SpanKind, SYSCALL, UNTRACED};
-use ptscope_model::model::{Model, ThreadModel};
-use ptscope_model::store::{flag, ThreadSpans};
+use ptscope_model::{flag, ThreadSpans};
+use ptscope_model::{FuncId, FuncTable, SpanKind, SYSCALL, UNTRACED};
+use ptscope_model::{Model, ThreadModel};
 
 /// fastrand's generator, seeded: deterministic, good enough for shapes.
 struct Rng(fastrand::Rng);

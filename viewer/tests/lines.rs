@@ -10,7 +10,7 @@ use egui::Modifiers;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
-use ptscope_decoder::model::Model;
+use ptscope_model::Model;
 use ptscope_viewer::line_detail::Disasm;
 use ptscope_viewer::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget};
 use ptscope_viewer::{PanelTab, TraceView, VisibleLine};

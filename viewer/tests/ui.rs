@@ -7,8 +7,8 @@ use egui::{Event, Key, Modifiers, PointerButton, Pos2};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use ptscope_decoder::event::{FuncTable, SpanKind};
-use ptscope_decoder::model::{Model, ThreadModel, TimeUnit};
-use ptscope_decoder::store::{flag, ThreadSpans};
+use ptscope_model::{flag, ThreadSpans};
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 use ptscope_viewer::{PanelTab, TraceView};
 
 mod common;
@@ -484,8 +484,8 @@ fn brushing_the_slow_mode_of_the_histogram_lists_exactly_the_slow_calls() {
 /// worker; the worker wrote two PTWRITE values and its core changed
 /// frequency.
 fn cpus_model() -> Model {
-    use ptscope_decoder::cpus::{CpuSlice, CpuTrack};
-    use ptscope_decoder::marks::{Mark, MarkKind, Marks};
+    use ptscope_model::{CpuSlice, CpuTrack};
+    use ptscope_model::{Mark, MarkKind, Marks};
     let mut m = model();
     let base = m.time_range().unwrap().0;
     let mark = |time, kind| Mark {

@@ -124,7 +124,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
             Err(e) => writeln!(out, "           {e}")?,
         }
     }
-    if ptscope_decoder::decode::time_unit(&trace) == ptscope_decoder::model::TimeUnit::Insns {
+    if ptscope_decoder::decode::time_unit(&trace) == ptscope_model::TimeUnit::Insns {
         writeln!(
             out,
             "  timing:  none (tsc=0): decoded times count instructions retired, not ns"

@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use anyhow::Result;
-use ptscope_decoder::model::TimeUnit;
+use ptscope_model::TimeUnit;
 
 use super::{put, Sink, Slice};
 

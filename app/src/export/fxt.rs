@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Result;
-use ptscope_decoder::model::TimeUnit;
+use ptscope_model::TimeUnit;
 
 use super::{put, Sink, Slice};
 

@@ -32,8 +32,8 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use ptscope_decoder::fine::{window_lines, LineSource};
-use ptscope_decoder::model::{Model, TimeUnit};
-use ptscope_decoder::store::flag;
+use ptscope_model::flag;
+use ptscope_model::{Model, TimeUnit};
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -287,7 +287,7 @@ impl Counter<'_> {
 /// (one thread at a time), so that a line that runs across a PSB is one
 /// slice, as `decode --level lines` prints it.
 fn lines(
-    t: &ptscope_decoder::model::ThreadModel,
+    t: &ptscope_model::ThreadModel,
     src: &LineSource,
     input: &Path,
     (lo, hi, base): (u64, u64, u64),

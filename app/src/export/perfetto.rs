@@ -16,7 +16,7 @@ use std::io::Write;
 use anyhow::Result;
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
-use ptscope_decoder::model::TimeUnit;
+use ptscope_model::TimeUnit;
 
 use super::{put, Sink, Slice};
 

@@ -161,7 +161,7 @@ pub(super) fn new_view(
     path: &Path,
     maps: &[(String, String)],
     capture_info: Option<String>,
-    model: Arc<ptscope_decoder::model::Model>,
+    model: Arc<ptscope_model::Model>,
 ) -> TraceView {
     let mut v = TraceView::new(model);
     v.set_source_maps(maps.to_vec());

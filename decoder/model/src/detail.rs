@@ -17,7 +17,7 @@ use crate::model::Model;
 use crate::segment::{FineError, Segment};
 
 /// A segment: (thread index in the model, checkpoint index).
-pub type Key = (u32, u32);
+pub type SegmentKey = (u32, u32);
 
 /// What the fine pass's worker and its cache have done, for the status
 /// line and the benchmarks.
@@ -45,13 +45,13 @@ pub trait DetailSource: Send + Sync {
 
     /// The segments wanted now, most wanted first. Replaces what was
     /// wanted before; a decode no longer wanted is cancelled.
-    fn want(&self, keys: &[Key]);
+    fn want(&self, keys: &[SegmentKey]);
 
     /// A decoded segment, if ready.
-    fn get(&self, key: Key) -> Option<Arc<Segment>>;
+    fn get(&self, key: SegmentKey) -> Option<Arc<Segment>>;
 
     /// Why a segment could not be decoded, if it could not.
-    fn error(&self, key: Key) -> Option<FineError>;
+    fn error(&self, key: SegmentKey) -> Option<FineError>;
 
     /// Wanted segments not decoded yet.
     fn pending(&self) -> usize;
@@ -72,7 +72,7 @@ pub trait DetailSource: Send + Sync {
     fn compare_lines(&self, a: Call, b: Call, done: CompareDone);
 
     /// The segments of thread `thread` covering `[from, to]`.
-    fn keys(&self, thread: usize, from: u64, to: u64) -> Vec<Key> {
+    fn keys(&self, thread: usize, from: u64, to: u64) -> Vec<SegmentKey> {
         match self.model().threads.get(thread) {
             Some(t) => t
                 .segments_in(from, to)

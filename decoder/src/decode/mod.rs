@@ -18,13 +18,13 @@
 //! - `warnings`: what a decode tells the user that no span shows.
 
 use crate::decoded::Decoded;
-use crate::model::TimeUnit;
 use crate::passes::coarse::chunks::Parallel;
 use crate::progress::DecodeProgress;
 use crate::pt::block::PtError;
 use crate::pt::packet::psb_offsets;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 use ptscope_formats::FileError;
+use ptscope_model::TimeUnit;
 use std::path::PathBuf;
 use std::sync::Arc;
 

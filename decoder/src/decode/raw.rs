@@ -2,8 +2,6 @@
 //! images loaded at fixed addresses, as ptxed's `--raw FILE:ADDR` does.
 
 use crate::decoded::Decoded;
-use crate::marks::Marks;
-use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::names::image::Section;
 use crate::names::resolve::{ProcessSymbols, SymbolCache};
 use crate::passes::coarse::decode_thread;
@@ -16,6 +14,8 @@ use crate::pt::ffi::{BlockDecoder, SectionCache};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::{FileCache, Memory};
 use crate::pt::packet::psb_offsets;
+use ptscope_model::Marks;
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

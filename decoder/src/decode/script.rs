@@ -1,7 +1,7 @@
 //! `perf script` text: branch events imported by our rules, run through
 //! the same stack reconstruction as a trace's.
 
-use crate::model::{Model, ThreadModel, TimeUnit};
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 
 use super::*;
 

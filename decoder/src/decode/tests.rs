@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::*;
-use crate::model::Model;
 use crate::pt::block::DecoderConfig;
+use ptscope_model::Model;
 
 fn demo() -> Snapshot {
     crate::testing::demo_snapshot()

@@ -2,10 +2,7 @@
 //! then every per-CPU queue divided among threads by the switch sideband,
 //! then the marks, the fine pass's source and the warnings.
 
-use crate::cpus::CpuTrack;
 use crate::decoded::Decoded;
-use crate::marks::{Mark, Marks};
-use crate::model::{Model, ThreadModel, TimeUnit};
 #[cfg(feature = "libipt")]
 use crate::names::image::sections_with;
 use crate::names::resolve::{ProcessSymbols, SymbolCache};
@@ -21,6 +18,9 @@ use crate::pt::block::DecoderConfig;
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::memory::Memory;
 use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_model::CpuTrack;
+use ptscope_model::{Mark, Marks};
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -665,7 +665,7 @@ pub(super) fn add_marks(
         let marks = Marks::new(scan.marks);
         cpus.push(CpuTrack {
             cpu,
-            slices: crate::cpus::slices(&switches, &outs, end.max(last)),
+            slices: ptscope_model::slices(&switches, &outs, end.max(last)),
             marks,
         });
     }

@@ -2,10 +2,10 @@
 //! nothing to synchronize on, data the kernel lost, stacks that outgrew
 //! the store, errata without a CPU, and where libipt resumes after errors.
 
-use crate::model::ThreadModel;
 use crate::pt::block::DecoderConfig;
 use crate::pt::packet::find_psb;
 use ptscope_formats::snapshot::Trace;
+use ptscope_model::ThreadModel;
 
 use super::*;
 

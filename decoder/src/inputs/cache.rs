@@ -41,17 +41,17 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::cpus::CpuTrack;
 use crate::decoded::Decoded;
-use crate::marks::Marks;
-use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::passes::coarse::{Checkpoint, WalkFigures};
 use crate::passes::event::{Func, FuncTable};
 use crate::passes::fine::FineRecipe;
 use crate::passes::stack::{OpenFrame, StackStats};
 use crate::progress::DecodeProgress;
 use crate::pt::memory::{Aligned, Backing, SharedSlice};
-use crate::store::{LaneRef, Span, SpanParts, SpanPartsRef, ThreadSpans};
+use ptscope_model::CpuTrack;
+use ptscope_model::Marks;
+use ptscope_model::{LaneRef, Span, SpanParts, SpanPartsRef, ThreadSpans};
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 
 /// The first bytes of every entry.
 const MAGIC: [u8; 8] = *b"PTSMODEL";
@@ -833,7 +833,7 @@ mod tests {
             spans.push(0, i * 10, i * 10 + 5, (i % 4) as u32, 0);
         }
         spans.push(1, 20, 20, 3, 0);
-        spans.push(2, 4000, 4000 + (1 << 33), 3, crate::store::flag::OPEN_END);
+        spans.push(2, 4000, 4000 + (1 << 33), 3, ptscope_model::flag::OPEN_END);
         big.threads.push(ThreadModel::from_spans(spans));
         for (name, m) in [("entry-0", model()), ("entry-1", big)] {
             let bytes = entry_bytes(&m, recipe.clone());

@@ -17,7 +17,7 @@ use crate::names::lookup::Lookup;
 use crate::names::symbols::kallsyms::KernelSymbols;
 use crate::names::symbols::ModuleSymbols;
 use crate::pt::block::PtError;
-use ptscope_model::funcs::{is_kernel_addr, FuncId, FuncTable, SpanKind, KERNEL_START, UNKNOWN};
+use ptscope_model::{is_kernel_addr, FuncId, FuncTable, SpanKind, KERNEL_START, UNKNOWN};
 
 /// The function an address is in, and the address range that shares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -995,12 +995,12 @@ mod tests {
 mod walk_and_chunks {
     use super::tests::{damaged_demo, field, symbol_fields, text_filesz_field};
     use super::*;
-    use crate::model::{Model, ThreadModel, TimeUnit};
     use crate::passes::coarse::chunks::{decode_queue_chunked, Parallel};
     use crate::passes::coarse::{QueueThread, QueueWalk, ThreadBuilders};
     use crate::pt::block::DecoderConfig;
     use crate::pt::memory::{FileCache, Memory};
     use crate::pt::packet::{psb_offsets, PSB_BYTES};
+    use ptscope_model::{Model, ThreadModel, TimeUnit};
 
     /// Where the binary is mapped.
     const BASE: u64 = 0x5555_0000_0000;

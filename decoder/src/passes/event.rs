@@ -5,7 +5,9 @@
 //! the stack rules in [`crate::passes::stack`] do not care whether the names came
 //! from ELF symbols or from `perf script` text.
 
-pub use ptscope_model::funcs::*;
+pub use ptscope_model::{
+    is_kernel_addr, Func, FuncId, FuncTable, SpanKind, KERNEL_START, SYSCALL, UNKNOWN, UNTRACED,
+};
 
 /// Why tracing stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,12 +7,12 @@
 //! which gives the instruction's address.
 //!
 //! [`scan`] reads one AUX queue into [`Mark`]s in trace order; the types
-//! ([`Mark`], `Marks`) are the model's data, in `ptscope_model::marks`.
+//! ([`Mark`], `Marks`) are the model's data, in `ptscope_model`.
 
 use crate::pt::block::DecoderConfig;
 use crate::pt::packet::{self, IpKind, Packet, PacketError};
 use crate::pt::timing::Time;
-use ptscope_model::marks::{Mark, MarkKind};
+use ptscope_model::{Mark, MarkKind};
 
 /// Marks found by [`scan`], and how many could not be placed in time.
 #[derive(Debug, Default)]
@@ -158,7 +158,7 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_model::marks::{Marks, Sleep};
+    use ptscope_model::{Marks, Sleep};
 
     fn cfg() -> DecoderConfig {
         DecoderConfig::default()

@@ -58,8 +58,8 @@
 use crate::passes::event::{
     is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
 };
-use crate::store::{flag, Span, ThreadSpans};
-pub use ptscope_model::checkpoint::{OpenFrame, StackStats};
+use ptscope_model::{flag, Span, ThreadSpans};
+pub use ptscope_model::{OpenFrame, StackStats};
 
 /// The deepest call stack kept. Far beyond real code (a stack overflow at
 /// 8 MiB is some 100k frames, and 16k rows are already unreadable), and

@@ -17,7 +17,7 @@ use crate::names::image::Section;
 /// memory.
 pub type Bytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-pub use ptscope_model::backing::{Aligned, Backing, SharedSlice};
+pub use ptscope_model::{Aligned, Backing, SharedSlice};
 
 /// File contents, mapped once per path.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 //! ([`crate::tabs::histogram`]). Brushing a range of durations lists those
 //! calls, slowest first, and outlines them on the timeline; "Compare with
 //! typical" sets a call beside the median one, by call path
-//! (`ptscope_model::calls`, as `ptscope compare` prints it).
+//! (`ptscope_model::compare_calls`, as `ptscope compare` prints it).
 //!
 //! [`Details::new`] gathers all of it when the selection changes (or a
 //! newer model arrives), because the figures scan every span of the model;
@@ -13,20 +13,20 @@
 //! ([`step_call`]) and zoom to the span or to the slowest call. They return
 //! a [`DetailsAction`] rather than act, since only the view can move the
 //! timeline. (Source lines come from the decoder's fine pass,
-//! `ptscope_model::segment`, which [`crate::timeline::line_detail`] drives.)
+//! `ptscope_model::Segment`, which [`crate::timeline::line_detail`] drives.)
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use ptscope_model::calls::compare::{compare_calls, Comparison, Side};
-use ptscope_model::calls::compare_lines::{Difference, LineComparison, LineRow};
-use ptscope_model::calls::distribution::Distribution;
-use ptscope_model::calls::{calls_unordered, Call, Pick};
-use ptscope_model::detail::DetailSource;
-use ptscope_model::funcs::FuncId;
-use ptscope_model::model::Model;
-use ptscope_model::store::flag;
+use ptscope_model::flag;
+use ptscope_model::DetailSource;
+use ptscope_model::Distribution;
+use ptscope_model::FuncId;
+use ptscope_model::Model;
+use ptscope_model::{calls_unordered, Call, Pick};
+use ptscope_model::{compare_calls, Comparison, Side};
+use ptscope_model::{Difference, LineComparison, LineRow};
 
 use crate::spans::{call_path, merged_label, self_time, PseudoIndex, SpanRef};
 use crate::timeline::SpanGroup;
@@ -445,7 +445,7 @@ fn comparison_ui(ui: &mut egui::Ui, model: &Model, c: &Comparison) {
             ui.strong("path");
             ui.end_row();
             for n in c.nodes.iter().take(8) {
-                let side = |f: &ptscope_model::calls::compare::Figures| {
+                let side = |f: &ptscope_model::PathFigures| {
                     if f.count == 0 {
                         "-".to_string()
                     } else {
@@ -774,9 +774,9 @@ mod tests {
 
     #[test]
     fn pseudo_spans_are_counted_as_spans_not_calls() {
-        use ptscope_model::funcs::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_model::{FuncTable, SpanKind, UNTRACED};
 
-        use ptscope_model::store::ThreadSpans;
+        use ptscope_model::ThreadSpans;
         let mut funcs = FuncTable::default();
         let f = funcs.intern("f", "/bin/prog", 0x1000, SpanKind::Call);
         let gone = funcs.no_binary("/lib/libgone.so");

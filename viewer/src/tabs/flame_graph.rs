@@ -11,8 +11,8 @@
 
 use std::collections::HashMap;
 
-use ptscope_model::funcs::FuncId;
-use ptscope_model::model::Model;
+use ptscope_model::FuncId;
+use ptscope_model::Model;
 
 use crate::tabs::range::RangeStats;
 
@@ -244,8 +244,8 @@ mod tests {
 
     #[test]
     fn flame_files_calls_at_a_tie_under_the_stores_parent() {
-        use ptscope_model::funcs::{FuncTable, SpanKind};
-        use ptscope_model::store::ThreadSpans;
+        use ptscope_model::ThreadSpans;
+        use ptscope_model::{FuncTable, SpanKind};
         // a (10-20) makes the zero-length call `last` at 20 and tail-calls
         // b (20-30), which at once makes the zero-length call `first`:
         // both calls lie in a and in b; the builder filed `first` under b.
@@ -262,7 +262,7 @@ mod tests {
         t.file_under(1, 1, 1);
         let mut m = small_model();
         m.funcs = funcs;
-        m.threads = vec![ptscope_model::model::ThreadModel::from_spans(t)];
+        m.threads = vec![ptscope_model::ThreadModel::from_spans(t)];
         let r = RangeStats::compute(&m, 0, 100);
         let path = |leaf: FuncId| {
             let mut n = r.flame.iter().position(|n| n.func == leaf).unwrap();

@@ -1,11 +1,11 @@
 //! The histogram of a function's call durations in the Details panel,
 //! drawn with egui_plot on a log scale (the buckets of
-//! [`ptscope_model::calls::distribution`], four to a doubling), with the
+//! [`ptscope_model::Distribution`], four to a doubling), with the
 //! median, p90, p99 and max marked. Dragging across it brushes a range of
 //! durations; a click brushes one bar, a double click clears the brush.
 
 use egui_plot::{Bar, BarChart, Plot, PlotPoint, PlotPoints, Polygon, Text, VLine};
-use ptscope_model::calls::distribution::Distribution;
+use ptscope_model::Distribution;
 
 use crate::timeline::axis::format_duration;
 

@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use ptscope_model::funcs::FuncId;
-use ptscope_model::model::Model;
+use ptscope_model::FuncId;
+use ptscope_model::Model;
 
 use crate::tabs::flame_graph::{FlameBuilder, FlameNode};
 
@@ -246,9 +246,9 @@ mod tests {
 
     #[test]
     fn pseudo_spans_add_time_but_no_calls() {
-        use ptscope_model::funcs::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_model::{FuncTable, SpanKind, UNTRACED};
 
-        use ptscope_model::store::ThreadSpans;
+        use ptscope_model::ThreadSpans;
         let mut funcs = FuncTable::default();
         let main = funcs.intern("main", "/bin/prog", 0x1000, SpanKind::Call);
         let err = funcs.decode_error("Overflow packet");

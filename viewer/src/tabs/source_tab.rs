@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use egui::{pos2, vec2, Align2, Color32, FontId, Rect, Sense, Ui, WidgetInfo};
-use ptscope_model::detail::{DetailSource, Key};
-use ptscope_model::segment::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, Segment};
+use ptscope_model::{insn_heat, line_heat, Chain, InsnHeat, LineHeat, Segment};
+use ptscope_model::{DetailSource, SegmentKey};
 
 use crate::timeline::axis::{format_duration, format_duration_f};
 use crate::timeline::line_detail::{file_name, Disasm};
@@ -282,7 +282,7 @@ pub enum SourceMode {
 struct HeatCache {
     scope: Option<(u64, u64)>,
     /// Segments the tables hold, and those covering the scope.
-    ready: Vec<Key>,
+    ready: Vec<SegmentKey>,
     covering: usize,
     too_wide: bool,
     segs: Vec<Arc<Segment>>,
@@ -311,7 +311,7 @@ impl HeatCache {
             *self = HeatCache::default();
             return false;
         };
-        let mut keys: Vec<Key> = Vec::new();
+        let mut keys: Vec<SegmentKey> = Vec::new();
         for &t in threads {
             keys.extend(detail.keys(t, scope.0, scope.1));
         }
@@ -841,7 +841,7 @@ impl Row<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_model::segment::LineFrame;
+    use ptscope_model::LineFrame;
 
     fn maps(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter()

@@ -13,7 +13,7 @@
 //! k insns, M insns and G insns (the `_in` functions take the unit).
 
 use crate::timeline::time_window::TimeWindow;
-pub use ptscope_model::model::TimeUnit;
+pub use ptscope_model::TimeUnit;
 
 /// The names of `unit` at 1, 10^3, 10^6 and 10^9.
 fn magnitudes(unit: TimeUnit) -> [&'static str; 4] {

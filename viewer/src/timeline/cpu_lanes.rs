@@ -4,8 +4,8 @@
 //! to that thread at that time.
 
 use egui::{pos2, Align2, Color32, FontId, Painter, Rect, Stroke};
-use ptscope_model::cpus::{CpuSlice, CpuTrack};
-use ptscope_model::model::Model;
+use ptscope_model::Model;
+use ptscope_model::{CpuSlice, CpuTrack};
 
 use crate::color::{call_color, name_hash, text_on};
 use crate::timeline::marks_row::RowGeom;

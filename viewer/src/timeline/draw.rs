@@ -8,8 +8,8 @@ use egui::{
     pos2, vec2, Align2, Color32, FontId, Painter, Rect, Response, Sense, Shape, Stroke, StrokeKind,
     Ui, WidgetInfo,
 };
-use ptscope_model::model::Model;
-use ptscope_model::store::flag;
+use ptscope_model::flag;
+use ptscope_model::Model;
 
 use super::input::Drag;
 use super::{RowKind, Timeline, TimelineInput, HEADER_H};
@@ -651,9 +651,9 @@ pub fn entry_note(flags: u32) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use ptscope_model::marks::{Mark, MarkKind, Marks};
-    use ptscope_model::model::ThreadModel;
-    use ptscope_model::store::ThreadSpans;
+    use ptscope_model::ThreadModel;
+    use ptscope_model::ThreadSpans;
+    use ptscope_model::{Mark, MarkKind, Marks};
 
     use super::*;
 

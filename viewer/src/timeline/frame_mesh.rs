@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use egui::epaint::{Mesh, Vertex, WHITE_UV};
 use egui::{pos2, Color32, Pos2};
-use ptscope_model::store::{Block, Span, ThreadSpans, BLOCK};
+use ptscope_model::{Block, Span, ThreadSpans, BLOCK};
 
 use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
 use crate::timeline::time_window::TimeWindow;
@@ -346,7 +346,7 @@ pub fn hit(boxes: &[DrawnBox], x: f32) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::color::func_style;
-    use ptscope_model::funcs::SpanKind;
+    use ptscope_model::SpanKind;
 
     fn styles(n: usize) -> Vec<FuncStyle> {
         (0..n)

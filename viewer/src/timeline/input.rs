@@ -245,9 +245,9 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use egui::{pos2, Rect};
-    use ptscope_model::cpus::{CpuSlice, CpuTrack};
-    use ptscope_model::model::{Model, ThreadModel};
-    use ptscope_model::store::ThreadSpans;
+    use ptscope_model::ThreadSpans;
+    use ptscope_model::{CpuSlice, CpuTrack};
+    use ptscope_model::{Model, ThreadModel};
 
     use super::*;
     use crate::spans::PseudoIndex;

@@ -22,9 +22,9 @@ use std::sync::Arc;
 
 use egui::epaint::Mesh;
 use egui::{Color32, Ui};
-use ptscope_model::detail::{DetailSource, Key};
-use ptscope_model::model::Model;
-use ptscope_model::segment::{Insn, LineSpan, Segment};
+use ptscope_model::Model;
+use ptscope_model::{DetailSource, SegmentKey};
+use ptscope_model::{Insn, LineSpan, Segment};
 
 use crate::color::{call_color, name_hash, MERGED};
 use crate::timeline::axis::{format_duration, format_time, TimeMode};
@@ -51,7 +51,7 @@ const DISASM_MAX: usize = 200_000;
 pub struct LineRef {
     /// Thread index in the model.
     pub thread: u32,
-    pub key: Key,
+    pub key: SegmentKey,
     pub depth: u32,
     /// Index in the segment's `lines_at(depth)`.
     pub index: u32,
@@ -67,7 +67,7 @@ impl LineRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InsnRef {
     pub thread: u32,
-    pub key: Key,
+    pub key: SegmentKey,
     /// Index in the segment's `insns`.
     pub index: u32,
 }
@@ -75,7 +75,7 @@ pub struct InsnRef {
 /// A segment ready to draw.
 #[derive(Clone, Debug)]
 pub struct ReadySeg {
-    pub key: Key,
+    pub key: SegmentKey,
     pub seg: Arc<Segment>,
 }
 
@@ -101,7 +101,7 @@ pub struct LineFrame {
 
 impl LineFrame {
     /// The ready segment `key` of thread `thread`.
-    pub fn seg(&self, thread: u32, key: Key) -> Option<&Arc<Segment>> {
+    pub fn seg(&self, thread: u32, key: SegmentKey) -> Option<&Arc<Segment>> {
         self.segs
             .get(thread as usize)?
             .iter()
@@ -125,7 +125,7 @@ pub struct LineDetail {
     detail: Option<Arc<dyn DetailSource>>,
     /// Line detail is decoded when the window is at most this wide.
     pub threshold_ns: f64,
-    keys: Vec<Key>,
+    keys: Vec<SegmentKey>,
     frame: LineFrame,
     /// Lanes only grow while zoomed in, so tracks do not jump as
     /// segments come and go.
@@ -391,7 +391,7 @@ pub struct LineBox {
     pub row: u32,
     /// The segment: boxes outlive the frame's list (hit tests run on
     /// last frame's boxes), so not an index into it.
-    pub key: Key,
+    pub key: SegmentKey,
     /// First line span (in `lines_at(depth)`) or instruction (in `insns`).
     pub first: u32,
     pub count: u32,
@@ -399,7 +399,7 @@ pub struct LineBox {
 
 impl LineBox {
     /// The box drawn for `run` from screen x `x0` to `x1`.
-    fn of(run: &Run, x0: f32, x1: f32, row: u32, key: Key) -> LineBox {
+    fn of(run: &Run, x0: f32, x1: f32, row: u32, key: SegmentKey) -> LineBox {
         LineBox {
             x0,
             x1,
@@ -769,7 +769,7 @@ mod tests {
 
     #[test]
     fn inlined_lines_are_labelled_with_their_function() {
-        use ptscope_model::segment::LineFrame;
+        use ptscope_model::LineFrame;
         let f = |function: &str, file: &str, line| LineFrame {
             function: function.into(),
             file: file.into(),

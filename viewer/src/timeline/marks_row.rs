@@ -1,11 +1,11 @@
 //! A thread's marks row, under its header: what its trace says besides
-//! calls ([`ptscope_model::marks`]). The core's frequency is a band
+//! calls ([`ptscope_model::Marks`]). The core's frequency is a band
 //! whose height follows the CBR ratio, sleeps (C-state stays) are grey
 //! boxes, and each PTWRITE is a diamond whose hover shows its value. The
 //! row only exists for a thread whose trace holds marks.
 
 use egui::{pos2, Align2, Color32, FontId, Painter, Rect, Shape, Stroke};
-use ptscope_model::marks::{wake_reason, Mark, MarkKind, Marks};
+use ptscope_model::{wake_reason, Mark, MarkKind, Marks};
 
 use crate::timeline::time_window::TimeWindow;
 

@@ -34,8 +34,8 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use egui::{pos2, vec2, Rect, Sense, Shape, Ui, WidgetInfo};
-use ptscope_model::detail::DetailSource;
-use ptscope_model::model::Model;
+use ptscope_model::DetailSource;
+use ptscope_model::Model;
 
 use crate::color::FuncStyle;
 use crate::spans::{PseudoIndex, SpanRef};
@@ -143,11 +143,11 @@ pub struct TimelineInput<'a> {
     /// Which spans are pseudo-spans, to count the calls of merged boxes.
     pub pseudo: &'a PseudoIndex,
     /// Per thread, why it decoded to almost nothing, if it did
-    /// ([`ptscope_model::model::ThreadModel::diagnosis`]).
+    /// ([`ptscope_model::ThreadModel::diagnosis`]).
     pub diagnoses: &'a [Option<String>],
     /// Calls brushed on the Details panel's histogram, in time order:
     /// outlined.
-    pub brushed: &'a [ptscope_model::calls::Call],
+    pub brushed: &'a [ptscope_model::Call],
 }
 
 /// Navigation state and per-frame buffers of the timeline.

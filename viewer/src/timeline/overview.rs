@@ -8,7 +8,7 @@
 //! across a long trace.
 
 use egui::{vec2, Color32, Rect, Sense, Shape, Stroke, StrokeKind, Ui, WidgetInfo};
-use ptscope_model::model::Model;
+use ptscope_model::Model;
 
 use crate::color::FuncStyle;
 use crate::timeline::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};

@@ -123,10 +123,10 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use egui::pos2;
-    use ptscope_model::cpus::CpuTrack;
-    use ptscope_model::marks::{Mark, MarkKind, Marks};
-    use ptscope_model::model::{Model, ThreadModel};
-    use ptscope_model::store::ThreadSpans;
+    use ptscope_model::CpuTrack;
+    use ptscope_model::ThreadSpans;
+    use ptscope_model::{Mark, MarkKind, Marks};
+    use ptscope_model::{Model, ThreadModel};
 
     use super::*;
     use crate::spans::PseudoIndex;

@@ -5,7 +5,7 @@
 //! a UI.
 
 use egui::Rect;
-use ptscope_model::model::Model;
+use ptscope_model::Model;
 
 use super::{Row, RowKind, Timeline};
 use crate::spans::SpanRef;

@@ -22,9 +22,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use egui::{Rect, Ui};
-use ptscope_model::detail::DetailSource;
-use ptscope_model::model::Model;
-use ptscope_model::segment::Segment;
+use ptscope_model::DetailSource;
+use ptscope_model::Model;
+use ptscope_model::Segment;
 
 use crate::color::{extend_styles, FuncStyle};
 use crate::search::Search;
@@ -272,7 +272,7 @@ impl TraceView {
     }
 
     /// The segment `key` of thread `thread`, if decoded.
-    fn segment(&self, thread: u32, key: ptscope_model::detail::Key) -> Option<Arc<Segment>> {
+    fn segment(&self, thread: u32, key: ptscope_model::SegmentKey) -> Option<Arc<Segment>> {
         self.lines
             .frame()
             .seg(thread, key)
@@ -504,9 +504,9 @@ impl TraceView {
     /// calls from p99 up brushed on its histogram. False if no call of
     /// that name ran.
     pub fn explain(&mut self, name: &str) -> bool {
-        let funcs = ptscope_model::calls::funcs_named(&self.model.funcs, name);
-        let calls = ptscope_model::calls::calls_of(&self.model, &funcs);
-        let Some(slow) = ptscope_model::calls::Pick::Slowest.of(&calls, None) else {
+        let funcs = ptscope_model::funcs_named(&self.model.funcs, name);
+        let calls = ptscope_model::calls_of(&self.model, &funcs);
+        let Some(slow) = ptscope_model::Pick::Slowest.of(&calls, None) else {
             return false;
         };
         self.select(Some(calls[slow].span));
@@ -529,7 +529,7 @@ impl TraceView {
     /// no call has that name, the call of any function on that thread
     /// whose times are nearest is taken.
     pub fn show_call(&mut self, tid: i32, name: &str, start: u64, end: u64) -> bool {
-        use ptscope_model::calls::{calls_unordered, funcs_named, nearest};
+        use ptscope_model::{calls_unordered, funcs_named, nearest};
         let m = &self.model;
         let on_thread = |ids: &[_]| {
             let calls = calls_unordered(m, ids);

@@ -4,7 +4,7 @@
 //! view's state and layout read without the widgets and input around them.
 
 use egui::{Key, KeyboardShortcut, Modifiers, Ui};
-use ptscope_model::funcs::FuncId;
+use ptscope_model::FuncId;
 
 use crate::search::MatchMode;
 use crate::spans::SpanRef;
@@ -166,7 +166,7 @@ impl TraceView {
             )
             .on_hover_text(format!(
                 "A segment holds more than {} instructions (a damaged trace going round a loop): only its first are shown",
-                ptscope_model::segment::MAX_SEGMENT_INSNS
+                ptscope_model::MAX_SEGMENT_INSNS
             ));
         } else if f.active && self.lines.detail().is_none() && self.model.span_count() > 0 {
             ui.weak("no line detail for this input")

@@ -170,8 +170,8 @@ pub fn parse_with(
 /// A C-state from its hint encoding, as MWAIT's hints, PWRE and PWRX
 /// carry it (and as libipt prints it): the value plus one, so 0 is C1, and
 /// 0xf is C0. The model's marks keep the hint encoding and read it with
-/// the same function (`ptscope_model::marks::c_state`).
-pub use ptscope_model::marks::c_state;
+/// the same function (`ptscope_model::c_state`).
+pub use ptscope_model::c_state;
 
 pub const PSB_BYTES: [u8; 16] = [
     0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,

@@ -14,7 +14,7 @@ use crate::model::Model;
 
 /// What one call spent under one call path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Figures {
+pub struct PathFigures {
     /// Spans on the path (calls, or pseudo-spans such as `[syscall]`).
     pub count: u64,
     /// Their inclusive time, and that time less their children's.
@@ -28,8 +28,8 @@ pub struct Node {
     pub path: Vec<FuncId>,
     /// In the call being explained (`a`, usually the slow one) and in the
     /// one it is compared with (`b`, usually a typical one).
-    pub a: Figures,
-    pub b: Figures,
+    pub a: PathFigures,
+    pub b: PathFigures,
 }
 
 impl Node {
@@ -106,8 +106,8 @@ impl Folder {
         let n = self.nodes.len() as u32;
         self.nodes.push(Node {
             path,
-            a: Figures::default(),
-            b: Figures::default(),
+            a: PathFigures::default(),
+            b: PathFigures::default(),
         });
         self.index.insert((parent, func), n);
         n
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(first.only_in(), Some(Side::A));
         assert_eq!(
             first.a,
-            Figures {
+            PathFigures {
                 count: 1,
                 total: 890,
                 self_time: 890 - 680

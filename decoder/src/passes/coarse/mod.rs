@@ -11,11 +11,11 @@
 //! - [`chunks`]: the pass on every core, the same result as one walk:
 //!   chunks walked at once, replayed in order into the stack builders.
 
-use crate::model::TimeUnit;
 use crate::names::resolve::Resolve;
 use crate::passes::event::{Event, FuncTable};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, PtError};
+use ptscope_model::TimeUnit;
 
 mod chunk_log;
 pub mod chunks;
@@ -53,7 +53,7 @@ pub trait Observe {
 
 impl Observe for () {}
 
-pub use ptscope_model::checkpoint::{Checkpoint, ThreadDecode, WalkFigures};
+pub use ptscope_model::{Checkpoint, ThreadDecode, WalkFigures};
 
 /// A thread whose code appears in a queue's trace.
 pub struct QueueThread {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::model::{Model, ThreadModel, TimeUnit};
 use crate::names::resolve::ProcessSymbols;
 use crate::passes::coarse::{walk_queue, NoSink, Observe, QueueWalk};
 use crate::passes::event::FuncTable;
@@ -17,8 +16,9 @@ use crate::progress::DecodeProgress;
 use crate::pt::block::DecoderConfig;
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::Memory;
-use ptscope_model::calls::compare_lines::LineComparison;
-use ptscope_model::calls::Call;
+use ptscope_model::Call;
+use ptscope_model::LineComparison;
+use ptscope_model::{Model, ThreadModel, TimeUnit};
 
 use super::attribution::build_lines;
 use super::walk::Recorder;
@@ -55,7 +55,7 @@ pub(super) struct State {
 }
 
 /// What the fine pass re-decodes from: the trace, the code and the symbols
-/// of a decoded snapshot, kept by the [`Model`](crate::model::Model).
+/// of a decoded snapshot, kept by the [`Model`](ptscope_model::Model).
 pub struct LineSource {
     cfg: DecoderConfig,
     /// TSC to perf time.
@@ -375,7 +375,7 @@ impl LineSource {
         b: &Call,
     ) -> Result<LineComparison, FineError> {
         let decode = |t: usize, i: usize| self.decode_segment(&model.threads[t], i, None);
-        ptscope_model::calls::compare_lines::compare_lines(&decode, model, a, b)
+        ptscope_model::compare_lines(&decode, model, a, b)
     }
 
     /// Intel-syntax disassembly of the instruction at `ip` in process

@@ -19,7 +19,7 @@
 //! The parts, one file each:
 //! - the types of a decoded segment ([`Segment`], [`Insn`], [`LineSpan`],
 //!   [`LineFrame`]) and [`FineError`] are data, in the model crate
-//!   (`ptscope_model::segment`), re-exported here;
+//!   (`ptscope_model`'s segments), re-exported here;
 //! - `line_source`: the [`LineSource`] engine, which keeps the trace, code and
 //!   symbols and re-decodes a segment on request;
 //! - `walk`: the observer of the re-decode walk and its replay into timed
@@ -41,4 +41,7 @@ pub mod worker;
 pub use self::line_source::FineRecipe;
 pub use self::line_source::LineSource;
 pub(crate) use self::line_source::{CpuSlots, QueueParts};
-pub use ptscope_model::segment::*;
+pub use ptscope_model::{
+    insn_heat, line_heat, window_lines, Chain, FineError, Insn, InsnHeat, LineFrame, LineHeat,
+    LineSpan, Segment, WindowLine, MAX_SEGMENT_INSNS, NO_CHAIN,
+};

@@ -24,7 +24,7 @@ enum Step {
     Anchor(u64, u64),
 }
 
-use ptscope_model::segment::MAX_SEGMENT_INSNS;
+use ptscope_model::MAX_SEGMENT_INSNS;
 
 /// The observer: records the watched thread's blocks and events, and every
 /// anchor, to be replayed once the walk is done.
@@ -92,7 +92,7 @@ impl Recorder {
         frames: &[OpenFrame],
         funcs: &FuncTable,
         memory: &Memory,
-        (to_ns, unit): (&dyn Fn(u64) -> u64, crate::model::TimeUnit),
+        (to_ns, unit): (&dyn Fn(u64) -> u64, ptscope_model::TimeUnit),
         (pid, tid): (i32, i32),
     ) -> Segment {
         // Where the coarse pass's checkpoint is: the first block at its IP.

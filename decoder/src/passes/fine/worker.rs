@@ -16,12 +16,12 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::model::Model;
 use crate::passes::fine::{FineError, LineSource, Segment};
 use crate::progress::DecodeProgress;
-use ptscope_model::calls::compare_lines::compare_lines;
-use ptscope_model::calls::Call;
-pub use ptscope_model::detail::{CompareDone, DetailSource, Key, WorkerFigures};
+use ptscope_model::compare_lines;
+use ptscope_model::Call;
+use ptscope_model::Model;
+pub use ptscope_model::{CompareDone, DetailSource, SegmentKey, WorkerFigures};
 
 /// Default cache budget.
 pub const DEFAULT_BUDGET: usize = 256 << 20;
@@ -34,10 +34,10 @@ struct Entry {
 
 #[derive(Default)]
 struct State {
-    wanted: Vec<Key>,
-    cache: HashMap<Key, Entry>,
-    failed: HashMap<Key, FineError>,
-    in_flight: Option<(Key, Arc<DecodeProgress>)>,
+    wanted: Vec<SegmentKey>,
+    cache: HashMap<SegmentKey, Entry>,
+    failed: HashMap<SegmentKey, FineError>,
+    in_flight: Option<(SegmentKey, Arc<DecodeProgress>)>,
     shutdown: bool,
     figures: WorkerFigures,
 }
@@ -112,7 +112,7 @@ impl DetailSource for SegmentWorker {
 
     /// The segments wanted now, most wanted first. Replaces what was
     /// wanted before; a decode no longer wanted is cancelled.
-    fn want(&self, keys: &[Key]) {
+    fn want(&self, keys: &[SegmentKey]) {
         let mut st = self.shared.lock();
         if st.wanted == keys {
             return;
@@ -128,7 +128,7 @@ impl DetailSource for SegmentWorker {
     }
 
     /// A decoded segment, if ready.
-    fn get(&self, key: Key) -> Option<Arc<Segment>> {
+    fn get(&self, key: SegmentKey) -> Option<Arc<Segment>> {
         let mut st = self.shared.lock();
         let used = self.shared.tick();
         let e = st.cache.get_mut(&key)?;
@@ -137,7 +137,7 @@ impl DetailSource for SegmentWorker {
     }
 
     /// Why a segment could not be decoded, if it could not.
-    fn error(&self, key: Key) -> Option<FineError> {
+    fn error(&self, key: SegmentKey) -> Option<FineError> {
         self.shared.lock().failed.get(&key).cloned()
     }
 
@@ -286,7 +286,7 @@ fn work(s: &Shared) {
 
 /// Drops the least recently used segments until the cache fits `budget`,
 /// keeping the one just decoded.
-fn evict(st: &mut State, budget: usize, keep: Key) {
+fn evict(st: &mut State, budget: usize, keep: SegmentKey) {
     let mut total: usize = st.cache.values().map(|e| e.bytes).sum();
     while total > budget {
         let Some((&k, _)) = st

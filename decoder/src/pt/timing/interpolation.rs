@@ -58,10 +58,10 @@ impl<T> Clock<T> {
 
     /// A clock for `unit`: [`Clock::counting_instructions`] for
     /// instructions, else one timed by its anchors.
-    pub fn for_unit(unit: crate::model::TimeUnit) -> Clock<T> {
+    pub fn for_unit(unit: ptscope_model::TimeUnit) -> Clock<T> {
         match unit {
-            crate::model::TimeUnit::Insns => Clock::counting_instructions(),
-            crate::model::TimeUnit::Ns => Clock::default(),
+            ptscope_model::TimeUnit::Insns => Clock::counting_instructions(),
+            ptscope_model::TimeUnit::Ns => Clock::default(),
         }
     }
 
