@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use ptscope_decoder::event::FuncTable;
-use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
-use ptscope_decoder::resolve::{ProcessSymbols, Resolve, SymbolCache};
+use ptscope_model::FuncTable;
+use ptscope_decoder::{parse_script_line, ScriptRecord};
+use ptscope_decoder::{ProcessSymbols, Resolve, SymbolCache};
 use ptscope_formats::snapshot::Snapshot;
 
 use crate::support::*;
@@ -43,7 +43,7 @@ fn perf_names(extracted: &Path) -> BTreeMap<u64, (String, String)> {
     );
     let mut names = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(Some(ScriptRecord::Branch { from, to, .. })) = parse_line(line) else {
+        let Ok(Some(ScriptRecord::Branch { from, to, .. })) = parse_script_line(line) else {
             continue;
         };
         for at in [from, to] {
@@ -96,8 +96,8 @@ fn system_libraries_are_named_as_perf_names_them() {
         ..ptscope_debuginfo::Search::system()
     };
     let lookup =
-        ptscope_decoder::names::Lookup::new(Some(&snapshot), Some(std::sync::Arc::new(machine)));
-    let (secs, missing) = ptscope_decoder::image::sections_with(&snapshot, &trace, None, &lookup);
+        ptscope_decoder::Lookup::new(Some(&snapshot), Some(std::sync::Arc::new(machine)));
+    let (secs, missing) = ptscope_decoder::sections_with(&snapshot, &trace, None, &lookup);
     assert!(missing.is_empty(), "{missing:?}");
     let mut cache = SymbolCache::new(lookup);
     let mut resolver = ProcessSymbols::new(&secs, &[], &mut cache);

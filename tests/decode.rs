@@ -42,8 +42,8 @@ struct PerfBranches {
 ///   `_dl_start_user`, a handler returning to `__restore_rt`): the code
 ///   there is that function, entered.
 fn perf_entries(extracted: &Path, mut each: impl FnMut(i32, u64, &str, bool)) {
-    use ptscope_decoder::event::EventKind;
-    use ptscope_decoder::perf_script::{parse_line, ScriptRecord};
+    use ptscope_decoder::EventKind;
+    use ptscope_decoder::{parse_script_line, ScriptRecord};
     let out = perf_script(
         extracted,
         &[
@@ -59,7 +59,7 @@ fn perf_entries(extracted: &Path, mut each: impl FnMut(i32, u64, &str, bool)) {
             from,
             to,
             ..
-        })) = parse_line(line)
+        })) = parse_script_line(line)
         else {
             continue;
         };
@@ -554,7 +554,7 @@ fn a_raw_dump_with_raw_images_decodes_the_same_over_either_walker() {
     let text = String::from_utf8(out.stdout).unwrap();
     let n = text.lines().filter(|l| l.contains("\"asm\":")).count();
     let snap = ptscope_formats::snapshot::Snapshot::open(&demo_snapshot()).unwrap();
-    let m = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
+    let m = ptscope_decoder::decode_snapshot(&snap, &Default::default()).unwrap();
     let first = m.threads[0].checkpoints[0].insn;
     assert_eq!(n as u64, m.threads[0].walk.instructions - first);
 }
@@ -577,7 +577,7 @@ fn grown_snapshots_decode_like_their_source() {
     check_against_perf("grown", &big, dir.path());
     same_in_chunks("grown", &big);
     let snap = ptscope_formats::snapshot::Snapshot::open(&big).unwrap();
-    let model = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
+    let model = ptscope_decoder::decode_snapshot(&snap, &Default::default()).unwrap();
     let (a, b) = model.time_range().unwrap();
     let got = ptscope::scale::calls(&model, a, b + 1);
     assert_eq!(got, grown.expected_calls());

@@ -58,7 +58,7 @@ fn replay_kind(kind: &str) -> usize {
 
 #[test]
 fn pt_decode_inputs_with_the_demo_prefix_decode_as_the_demo_was_captured() {
-    use ptscope_decoder::block::decoder_config;
+    use ptscope_decoder::decoder_config;
     use ptscope_formats::snapshot::Snapshot;
     let snap = Snapshot::open(&targets::root().join("assets/demo/demo.ptscope")).unwrap();
     let mut configured = snap.trace().unwrap();

@@ -351,7 +351,7 @@ fn search_counts_matches() {
 
 fn count_calls(
     t: &ptscope_model::ThreadModel,
-    funcs: &ptscope_decoder::event::FuncTable,
+    funcs: &ptscope_model::FuncTable,
     name: &str,
 ) -> u64 {
     t.spans
@@ -616,7 +616,7 @@ fn long_random_exploring_alone() {
             rss_at.push((ptscope_viewer::bench::rss_bytes(), cached));
         }
     }
-    let budget = ptscope_decoder::fine::worker::DEFAULT_BUDGET;
+    let budget = ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
     let figures = view(&h).line_detail().map(|d| d.figures());
     println!(
         "{steps} steps; line cache peak {} MiB of {} MiB; {:?}; RSS every 500 steps (MiB): {:?}",

@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ptscope_decoder::cache::{ModelCache, DEFAULT_MAX_BYTES};
-use ptscope_decoder::decoded::Decoded;
-use ptscope_decoder::open::{open, OpenOptions};
+use ptscope_decoder::{ModelCache, DEFAULT_CACHE_BYTES};
+use ptscope_decoder::Decoded;
+use ptscope_decoder::{open, OpenOptions};
 
 use crate::support::*;
 
@@ -25,7 +25,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 fn open_with(file: &Path, cache: &ModelCache, threads: Option<Vec<i32>>) -> Decoded {
     let opts = OpenOptions {
         cache: Some(cache.clone()),
-        decode: ptscope_decoder::decode::DecodeOptions {
+        decode: ptscope_decoder::DecodeOptions {
             threads,
             ..Default::default()
         },
@@ -50,7 +50,7 @@ fn whole(m: &Decoded) -> Vec<String> {
 #[test]
 fn a_file_opened_again_is_read_from_the_cache_as_it_was_decoded() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_MAX_BYTES);
+    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_CACHE_BYTES);
     let demo = demo_snapshot();
 
     let decoded = open_with(&demo, &cache, None);
@@ -76,7 +76,7 @@ fn a_file_opened_again_is_read_from_the_cache_as_it_was_decoded() {
 #[test]
 fn a_damaged_entry_is_decoded_afresh_and_written_anew() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_MAX_BYTES);
+    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_CACHE_BYTES);
     let demo = demo_snapshot();
     let decoded = open_with(&demo, &cache, None);
     let entry = entries(cache.dir()).pop().unwrap();
@@ -107,7 +107,7 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
     // The snapshot's program is named from its separate debug file in a
     // --debug-dir: once that file is gone, the cached names are stale.
     let dir = tempfile::tempdir().unwrap();
-    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_MAX_BYTES);
+    let cache = ModelCache::new(dir.path().join("models"), DEFAULT_CACHE_BYTES);
     let exe = build(dir.path(), "calls.c");
     let debug_dir = dir.path().join("debug");
     let id = ptscope_formats::buildid::elf_build_id(&std::fs::read(&exe).unwrap()).unwrap();
@@ -134,8 +134,8 @@ fn a_model_whose_names_came_from_files_that_changed_is_decoded_afresh() {
     );
     let opts = OpenOptions {
         cache: Some(cache.clone()),
-        decode: ptscope_decoder::decode::DecodeOptions {
-            names: ptscope_decoder::names::NameOptions {
+        decode: ptscope_decoder::DecodeOptions {
+            names: ptscope_decoder::NameOptions {
                 lookup: Some(std::sync::Arc::new(ptscope_debuginfo::Search {
                     debug_dirs: vec![debug_dir.clone()],
                     ..Default::default()

@@ -19,9 +19,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ptscope_decoder::decode::from_script;
-use ptscope_decoder::event::SpanKind;
-use ptscope_decoder::perf_script;
+use ptscope_decoder::from_script;
+use ptscope_model::SpanKind;
+use ptscope_decoder::{import_perf_script, parse_script_line, ScriptRecord};
 use ptscope_model::Model;
 
 fn cases_dir() -> PathBuf {
@@ -255,7 +255,7 @@ fn magic_trace_replay_cases_give_the_same_span_tree() {
     let mut report = String::new();
     for f in &files {
         let case = load(f);
-        let script = perf_script::import(&case.input, f).unwrap();
+        let script = import_perf_script(&case.input, f).unwrap();
         let m = from_script(script);
         let (ours, our_pseudo) = our_tree(&m);
         let (theirs, their_pseudo) = expected_tree(&case.expected);
@@ -335,7 +335,7 @@ fn case(sub: &str, prefix: &str) -> Case {
 }
 
 fn decode(case: &Case) -> Model {
-    from_script(perf_script::import(&case.input, Path::new(&case.name)).unwrap())
+    from_script(import_perf_script(&case.input, Path::new(&case.name)).unwrap())
 }
 
 /// Paths in which some function is nested inside itself: a staircase,
@@ -447,14 +447,14 @@ fn old_kernel_tracing_nests_every_kernel_entry_under_the_code_that_made_it() {
     let (ours, _) = our_tree(&decode(&c));
     let mut entries = Vec::new();
     for line in c.input.lines() {
-        if let Some(perf_script::ScriptRecord::Branch {
+        if let Some(ScriptRecord::Branch {
             flags, from, to, ..
-        }) = perf_script::parse_line(line).unwrap()
+        }) = parse_script_line(line).unwrap()
         {
             if matches!(
                 flags.kind(),
-                ptscope_decoder::event::EventKind::Syscall
-                    | ptscope_decoder::event::EventKind::Interrupt
+                ptscope_decoder::EventKind::Syscall
+                    | ptscope_decoder::EventKind::Interrupt
             ) {
                 entries.push((from.sym.unwrap(), to.sym.unwrap()));
             }
@@ -611,7 +611,7 @@ fn magic_trace_synthetic_cases_give_the_same_span_tree() {
             continue;
         }
         let text = synthetic_script(&case.events);
-        let m = from_script(perf_script::import(&text, f).unwrap());
+        let m = from_script(import_perf_script(&text, f).unwrap());
         let (ours, _) = our_tree(&m);
         let (theirs, _) = expected_tree(&case.expected);
         assert!(!theirs.is_empty(), "{}: no expected spans read", case.name);

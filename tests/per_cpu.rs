@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
+use ptscope_decoder::{decode_snapshot, DecodeOptions};
 use ptscope_formats::snapshot::Snapshot;
 
 use crate::support::*;
@@ -306,8 +306,8 @@ fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
 /// same records give the other task the trace it names.
 #[test]
 fn a_task_bound_per_cpu_trace_gives_tasks_it_does_not_follow_nothing() {
-    use ptscope_decoder::decode::decode_trace;
-    use ptscope_decoder::event::SpanKind;
+    use ptscope_decoder::decode_trace;
+    use ptscope_model::SpanKind;
     use ptscope_formats::snapshot::CpuSwitch;
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c");

@@ -247,7 +247,7 @@ fn every_fixture_decodes_to_the_tree_its_rule_demands() {
 fn fixtures_parse_without_skipped_lines() {
     for file in fixtures() {
         let text = std::fs::read_to_string(&file).unwrap();
-        let t = ptscope_decoder::perf_script::import(&text, &file).unwrap();
+        let t = ptscope_decoder::import_perf_script(&text, &file).unwrap();
         assert_eq!(
             (t.skipped, t.malformed),
             (0, 0),
@@ -293,8 +293,8 @@ fn mid_function_jumps_are_marked_mid_entry() {
 fn double_enable_and_disable_are_counted() {
     let file = fixtures_dir().join("06-double-trace-start.perf");
     let text = std::fs::read_to_string(&file).unwrap();
-    let t = ptscope_decoder::perf_script::import(&text, &file).unwrap();
-    let m = ptscope_decoder::decode::from_script(t);
+    let t = ptscope_decoder::import_perf_script(&text, &file).unwrap();
+    let m = ptscope_decoder::from_script(t);
     let s = &m.threads[0].stack;
     assert_eq!((s.double_enable, s.double_disable), (2, 1), "{s:?}");
 }

@@ -42,18 +42,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ptscope_decoder::block::decoder_config;
-use ptscope_decoder::block::BlockItem;
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::coarse::decode_thread;
-use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
-use ptscope_decoder::event::FuncTable;
-use ptscope_decoder::ffi::{BlockDecoder, Image, SectionCache};
-use ptscope_decoder::flow::FlowDecoder;
-use ptscope_decoder::image::{sections, Section};
-use ptscope_decoder::memory::{FileCache, Memory};
-use ptscope_decoder::packet::psb_offsets;
-use ptscope_decoder::resolve::{ProcessSymbols, SymbolCache};
+use ptscope_decoder::decoder_config;
+use ptscope_decoder::BlockItem;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::decode_thread;
+use ptscope_decoder::{decode_snapshot, DecodeOptions};
+use ptscope_model::FuncTable;
+use ptscope_decoder::{libipt::BlockDecoder, libipt::Image, libipt::SectionCache};
+use ptscope_decoder::FlowDecoder;
+use ptscope_decoder::{sections, Section};
+use ptscope_decoder::{FileCache, Memory};
+use ptscope_formats::pt::read::psb_offsets;
+use ptscope_decoder::{ProcessSymbols, SymbolCache};
 use ptscope_formats::snapshot::{Snapshot, Trace};
 use ptscope_model::TimeUnit;
 
@@ -264,7 +264,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
             debuginfod: None,
             ..ptscope_debuginfo::Search::system()
         };
-        ptscope_decoder::names::Lookup::new(Some(&snap), Some(std::sync::Arc::new(machine)))
+        ptscope_decoder::Lookup::new(Some(&snap), Some(std::sync::Arc::new(machine)))
     };
     let symbols = std::cell::RefCell::new(SymbolCache::new(search()));
     for p in procs.values() {

@@ -27,10 +27,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptscope_decoder::decode::decode_snapshot;
-use ptscope_decoder::fine::worker::{DetailSource, SegmentWorker};
-use ptscope_decoder::fine::LineSource;
-use ptscope_decoder::fine::{line_heat, window_lines, Segment};
+use ptscope_decoder::decode_snapshot;
+use ptscope_decoder::SegmentWorker;
+use ptscope_model::DetailSource;
+use ptscope_decoder::LineSource;
+use ptscope_model::line_heat;
+use ptscope_model::window_lines;
+use ptscope_model::Segment;
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_model::{Model, ThreadModel};
 use ptscope_viewer::bench::{median, rss_bytes};

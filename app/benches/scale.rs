@@ -61,10 +61,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
-use ptscope_decoder::packet::psb_offsets;
-use ptscope_decoder::progress::DecodeProgress;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::{decode_snapshot, DecodeOptions};
+use ptscope_formats::pt::read::psb_offsets;
+use ptscope_decoder::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_model::Model;
 
@@ -443,8 +443,8 @@ fn main() {
     }
     // Re-opening a file decoded before: the model cache.
     {
-        use ptscope_decoder::cache::ModelCache;
-        use ptscope_decoder::open::{open, OpenOptions};
+        use ptscope_decoder::ModelCache;
+        use ptscope_decoder::{open, OpenOptions};
         eprintln!("re-open through the model cache…");
         let cache_dir = dir.join("model-cache");
         let _ = std::fs::remove_dir_all(&cache_dir);

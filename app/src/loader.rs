@@ -12,13 +12,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use ptscope_decoder::cache::ModelCache;
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::{DecodeOptions, Engine};
-use ptscope_decoder::decoded::Decoded;
-use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
-use ptscope_decoder::open::OpenOptions;
-use ptscope_decoder::progress::DecodeProgress;
+use ptscope_decoder::ModelCache;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::{DecodeOptions, Engine};
+use ptscope_decoder::Decoded;
+use ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
+use ptscope_model::DetailSource;
+use ptscope_decoder::OpenOptions;
+use ptscope_decoder::DecodeProgress;
 use ptscope_model::Model;
 
 use crate::name_dirs::NameDirs;
@@ -33,10 +34,10 @@ pub struct Decoding {
     pub raw_images: Vec<(PathBuf, u64)>,
     /// Decode as on this CPU, whose errata are then worked around, over
     /// the cpuid the file records.
-    pub cpu: Option<ptscope_decoder::block::Cpu>,
+    pub cpu: Option<ptscope_decoder::Cpu>,
     /// The IP filter the trace was written under, over the one the file
     /// records.
-    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    pub ip_filter: Option<ptscope_decoder::IpFilter>,
 }
 
 /// A decoded file: its model, and the fine pass over it (none for an
@@ -104,7 +105,7 @@ impl Load {
                     },
                     false,
                 );
-                let r = ptscope_decoder::open::open(&file, &opts).map_err(|e| e.to_string());
+                let r = ptscope_decoder::open(&file, &opts).map_err(|e| e.to_string());
                 let _ = tx.send(r);
                 done();
             })
@@ -136,7 +137,7 @@ impl Load {
     /// The model to show and its fine pass, started here.
     fn loaded(&self, d: Decoded) -> Loaded {
         let wake = self.wake.clone();
-        let (model, worker) = d.into_parts(DEFAULT_BUDGET, move || wake());
+        let (model, worker) = d.into_parts(DEFAULT_SEGMENT_BUDGET, move || wake());
         Loaded {
             model,
             detail: worker.map(|w| Arc::new(w) as Arc<dyn DetailSource>),
@@ -149,7 +150,7 @@ impl Load {
     }
 
     /// How fast the decode goes and its time left, once known.
-    pub fn rate(&self) -> Option<ptscope_decoder::progress::Rate> {
+    pub fn rate(&self) -> Option<ptscope_decoder::Rate> {
         self.progress.rate()
     }
 

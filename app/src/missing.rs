@@ -97,7 +97,7 @@ pub fn found_members(
         debug_dirs: dirs.debug_dirs.clone(),
         ..Default::default()
     });
-    let lookup = ptscope_decoder::names::Lookup::new(Some(snap), Some(search.clone()));
+    let lookup = ptscope_decoder::Lookup::new(Some(snap), Some(search.clone()));
     let carried = |name: &str| snap.buildid_dir().is_some_and(|d| d.join(name).is_file());
     let users = |p: &Path| {
         dirs.binary_dirs
@@ -114,7 +114,7 @@ pub fn found_members(
             continue;
         }
         let id = m.build_id.as_deref().filter(|id| !id.is_empty());
-        let binary = ptscope_decoder::names::find_binary(
+        let binary = ptscope_decoder::find_binary(
             snap,
             &lookup,
             m.build_id.as_deref(),

@@ -14,8 +14,8 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
-use ptscope_decoder::event::FuncId;
-use ptscope_decoder::fine::LineSource;
+use ptscope_model::FuncId;
+use ptscope_decoder::LineSource;
 use ptscope_model::Distribution;
 use ptscope_model::{calls_of, funcs_named, Call, Pick};
 use ptscope_model::{compare_calls, Comparison, PathFigures, Side};
@@ -583,7 +583,7 @@ fn write_lines(
         "diff"
     )?;
     for r in &l.rows {
-        let side = |h: &ptscope_decoder::fine::LineHeat| {
+        let side = |h: &ptscope_model::LineHeat| {
             if h.insns == 0 {
                 "-".to_string()
             } else {
@@ -621,7 +621,9 @@ mod tests {
     /// of its "calls" exists, and the error says why.
     #[test]
     fn pseudo_spans_have_no_calls_to_histogram_or_compare() {
-        use ptscope_decoder::event::{FuncTable, SpanKind, UNTRACED};
+        use ptscope_model::FuncTable;
+use ptscope_model::SpanKind;
+use ptscope_model::UNTRACED;
 
         use ptscope_model::ThreadSpans;
         let mut funcs = FuncTable::default();

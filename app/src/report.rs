@@ -11,9 +11,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use ptscope_decoder::decoded::Decoded;
-use ptscope_decoder::event::{FuncId, FuncTable, SpanKind};
-use ptscope_decoder::fine::{window_lines, Segment};
+use ptscope_decoder::Decoded;
+use ptscope_model::FuncId;
+use ptscope_model::FuncTable;
+use ptscope_model::SpanKind;
+use ptscope_model::window_lines;
+use ptscope_model::Segment;
 use ptscope_model::{flag, function_stats, FuncStats};
 use ptscope_model::{Model, TimeUnit};
 
@@ -455,7 +458,7 @@ pub fn decode_fine(
                     "ptscope: warning: {}: thread {}: segment {i} holds more than {} instructions; only the first are shown",
                     file.display(),
                     t.spans.tid,
-                    ptscope_decoder::fine::MAX_SEGMENT_INSNS
+                    ptscope_model::MAX_SEGMENT_INSNS
                 );
             }
             segs.push(seg);
@@ -667,8 +670,8 @@ fn in_time_order<'s>(
     queues: &[u32],
     lo: u64,
     hi: u64,
-) -> Vec<(&'s Segment, &'s ptscope_decoder::fine::Insn)> {
-    let mut per_queue: Vec<(u32, Vec<(&Segment, &ptscope_decoder::fine::Insn)>)> = Vec::new();
+) -> Vec<(&'s Segment, &'s ptscope_model::Insn)> {
+    let mut per_queue: Vec<(u32, Vec<(&Segment, &ptscope_model::Insn)>)> = Vec::new();
     for (seg, &q) in segs.iter().zip(queues) {
         let at = match per_queue.iter().position(|(k, _)| *k == q) {
             Some(at) => at,
@@ -703,7 +706,7 @@ fn in_time_order<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_decoder::event::UNTRACED;
+    use ptscope_model::UNTRACED;
 
     use ptscope_model::ThreadSpans;
 

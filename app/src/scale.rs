@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use ptscope_decoder::decode::{decode_snapshot, DecodeOptions};
-use ptscope_decoder::packet::{Packet, Packets};
+use ptscope_decoder::{decode_snapshot, DecodeOptions};
+use ptscope_formats::pt::read::{Packet, Packets};
 use ptscope_formats::snapshot::{rewrite, Snapshot};
 use ptscope_model::Model;
 

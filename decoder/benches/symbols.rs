@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use ptscope_decoder::symbols::ModuleSymbols;
+use ptscope_decoder::ModuleSymbols;
 
 fn main() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");

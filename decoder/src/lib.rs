@@ -4,28 +4,32 @@
 //! call as a span with its start and end times), and on demand, the
 //! instructions and source lines that ran under any span.
 //!
-//! The way in is [`open::open`], which tells the kinds of input apart and
-//! returns a [`decoded::Decoded`]: the model, and beside it the fine pass
-//! that re-decodes it. The stages, one folder each, in pipeline order:
-//! - [`pt`], reading PT: the packet parser, the CPU errata and IP filter,
+//! The way in is [`open()`], which tells the kinds of input apart and
+//! returns a [`Decoded`]: the model, and beside it the fine pass that
+//! re-decodes it. The modules are private; what a user of the crate needs
+//! is exported here, in one list, grouped by stage (libipt's binding alone
+//! stays a namespace, [`libipt`], with the `libipt` feature: its `Image`
+//! and `BlockDecoder` are libipt's, not ours). The stages, one folder
+//! each, in pipeline order:
+//! - `pt`, reading PT: the packet parser, the CPU errata and IP filter,
 //!   timing, and the two engines that turn trace and code into blocks
 //!   (`flow`, ours, several times faster than libipt's block decoder and
 //!   agreeing with it block for block; `ffi`, libipt itself, the
 //!   reference);
-//! - [`names`]: the process image from MMAP2 sideband, ELF/DWARF symbols,
+//! - `names`: the process image from MMAP2 sideband, ELF/DWARF symbols,
 //!   which function an address is in, and where debug files and binaries
 //!   not at their paths are looked for;
-//! - [`passes`]: the coarse pass (PT into timed branch events, one walk or
+//! - `passes`: the coarse pass (PT into timed branch events, one walk or
 //!   in chunks on every core), stack reconstruction into the model's span
 //!   store, the marks scan, and the fine pass down to source lines;
-//! - [`inputs`]: `perf script` text, and models kept on disk by the model
+//! - `inputs`: `perf script` text, and models kept on disk by the model
 //!   cache;
-//! - [`decode`]: the driver that runs the stages over an input, with
-//!   [`progress`], what a background decode shares with the window.
+//! - `decode`: the driver that runs the stages over an input, with
+//!   `progress`, what a background decode shares with the window
+//!   ([`DecodeProgress`]).
 //!
-//! The model's modules ([`model`], [`store`], [`calls`], [`marks`],
-//! [`cpus`]) and the stages' are re-exported under the names the
-//! decoder's users know.
+//! The model it writes is the `ptscope-model` crate's, which its users
+//! depend on directly.
 //!
 //! Peer check: magic-trace's replay cases (`tests/peer_cases.rs`) give the
 //! same span tree in 5 of the 8 in-scope cases; the other 3 differ only where
@@ -33,22 +37,60 @@
 //! fall-through names the function that ran; a tail call that begins the
 //! trace keeps its source).
 
-pub mod decode;
-pub mod decoded;
-pub mod inputs;
-pub mod names;
-pub mod open;
-pub mod passes;
-pub mod progress;
-pub mod pt;
+mod decode;
+mod decoded;
+mod inputs;
+mod names;
+mod open;
+mod passes;
+mod progress;
+mod pt;
 #[cfg(test)]
 mod testing;
 
-// The stages' modules under the names the decoder's users know, so that a
-// path outside the crate does not depend on the folder a module sits in.
-pub use inputs::{cache, perf_script};
-pub use names::{image, resolve, symbols};
-pub use passes::{coarse, event, fine, mark_scan, stack};
+// The way in, and what it gives.
+pub use decode::{
+    decode_raw, decode_snapshot, decode_trace, from_script, has_timing, time_unit, DecodeError,
+    DecodeOptions, Engine,
+};
+pub use decoded::Decoded;
+pub use open::{
+    input_kind, open, open_snapshot, read_raw, InputKind, OpenOptions, RAW_NEEDS_IMAGES,
+};
+pub use progress::{DecodeProgress, Rate};
+
+// Reading PT: the decoder's configuration, the CPU's errata, the IP
+// filter, and the engines (ours over its memory image, and libipt's).
 #[cfg(feature = "libipt")]
-pub use pt::ffi;
-pub use pt::{block, errata, flow, ip_filter, memory, packet, timing};
+pub use pt::ffi as libipt;
+pub use pt::block::{decoder_config, Block, BlockEnd, BlockItem, Cpu, DecoderConfig, PtError};
+pub use pt::errata::{of as errata_of, Errata};
+pub use pt::flow::FlowDecoder;
+pub use pt::ip_filter::{IpFilter, IpFilterError, IpRange};
+pub use pt::memory::{FileCache, Memory};
+
+// Names: the process image, symbols, and where files are looked for.
+pub use names::image::{sections, sections_with, Section};
+pub use names::resolve::{ProcessSymbols, Resolve, Resolved, SymbolCache};
+pub use names::symbols::kallsyms::{for_trace as kernel_symbols_for, KernelSymbols};
+pub use names::symbols::{ModuleSymbols, SymbolError};
+pub use names::{find_binary, DebugFile, FileLookup, Lookup, NameOptions};
+
+// The passes: the coarse pass on every core, its events, the marks scan,
+// and the fine pass with the worker that serves the viewer.
+pub use passes::coarse::chunks::Parallel;
+pub use passes::coarse::decode_thread;
+pub use passes::event::{EndReason, Event, EventKind};
+pub use passes::fine::worker::{SegmentWorker, DEFAULT_BUDGET as DEFAULT_SEGMENT_BUDGET};
+pub use passes::fine::LineSource;
+pub use passes::mark_scan::{scan as scan_marks, Scan as MarkScan};
+
+// Inputs that are not a trace to walk: `perf script` text, and the model
+// cache.
+pub use inputs::cache::{
+    frame as frame_cache_entry, read_model as read_cache_entry, CacheError, ModelCache,
+    DEFAULT_MAX_BYTES as DEFAULT_CACHE_BYTES,
+};
+pub use inputs::perf_script::{
+    import as import_perf_script, parse_line as parse_script_line, ScriptError, ScriptRecord,
+};

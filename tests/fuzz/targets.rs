@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::{decode_snapshot, decode_trace, DecodeOptions, Engine};
-use ptscope_decoder::decoded::Decoded;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::{decode_snapshot, decode_trace, DecodeOptions, Engine};
+use ptscope_decoder::Decoded;
 use ptscope_formats::perf_data::PerfDataFile;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
@@ -50,7 +50,7 @@ fn demo() -> &'static Snapshot {
 /// while the chunked pass, which cuts at PSB patterns without parsing, starts
 /// a chunk there. Only then may the two differ (ROBUSTNESS.md).
 fn psbs_aligned(pt: &[u8]) -> bool {
-    use ptscope_decoder::packet::{psb_offsets, Packets};
+    use ptscope_formats::pt::read::{psb_offsets, Packets};
     let starts: std::collections::HashSet<usize> = Packets::new(pt).map(|(at, _)| at).collect();
     psb_offsets(pt).iter().all(|p| starts.contains(p))
 }
@@ -69,7 +69,7 @@ pub fn compare_ways(on: bool) {
 /// walk converts cycles at a rate learned across PSBs, which a chunk
 /// cannot know (a known difference).
 fn psbs_state_cbr(pt: &[u8]) -> bool {
-    use ptscope_decoder::packet::{Packet, Packets};
+    use ptscope_formats::pt::read::{Packet, Packets};
     // Inside a PSB+: whether it has stated one yet.
     let mut open = None;
     for (_, p) in Packets::new(pt) {
@@ -104,7 +104,7 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     // trace without the core's nominal ratio, or a PSB+ without its
     // current one, needs.
     let comparable_trace = |t: &Trace| {
-        ptscope_decoder::block::decoder_config(t).nom_freq != 0
+        ptscope_decoder::decoder_config(t).nom_freq != 0
             && t.streams
                 .iter()
                 .all(|s| psbs_aligned(&s.data) && psbs_state_cbr(&s.data))
@@ -253,7 +253,7 @@ fn fine_pass(model: &Decoded) {
         for i in 0..t.checkpoints.len().min(2) {
             if let Ok(seg) = src.decode_segment(t, i, None) {
                 // What one zoom may hold in memory is bounded.
-                assert!(seg.insns.len() as u64 <= ptscope_decoder::fine::MAX_SEGMENT_INSNS);
+                assert!(seg.insns.len() as u64 <= ptscope_model::MAX_SEGMENT_INSNS);
                 let _ = seg.time_range();
                 for l in seg.lines.iter().take(4) {
                     let _ = seg.frame(l);
@@ -302,7 +302,7 @@ pub fn snapshot_to(data: &[u8], depth: Depth) {
     if let Ok(snap) = Snapshot::open(&path) {
         if let Ok(trace) = snap.trace() {
             for s in &trace.streams {
-                let _ = ptscope_decoder::packet::psb_offsets(&s.data);
+                let _ = ptscope_formats::pt::read::psb_offsets(&s.data);
             }
             decode_to(depth.for_input(data), &snap, Some(&trace));
         }
@@ -363,7 +363,7 @@ pub fn pt_decode(input: &[u8]) {
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;
     };
-    for (_, p) in ptscope_decoder::packet::Packets::new(data) {
+    for (_, p) in ptscope_formats::pt::read::Packets::new(data) {
         let _ = p.map(|p| format!("{p:?}"));
     }
     let snap = demo();
@@ -375,13 +375,13 @@ pub fn pt_decode(input: &[u8]) {
     decode_all_ways(snap, Some(&trace));
 }
 
-/// Any bytes as a trace's marks ([`ptscope_decoder::mark_scan`]): the packet
+/// Any bytes as a trace's marks ([`ptscope_decoder::scan_marks`]): the packet
 /// scan under the configuration the first bytes pick ([`configure_pt`]'s
 /// timing bytes), then everything the window and `decode --level marks`
 /// derive from them: frequency steps, sleeps, windows and descriptions.
 pub fn marks(input: &[u8]) {
-    use ptscope_decoder::block::DecoderConfig;
-    use ptscope_decoder::mark_scan::scan;
+    use ptscope_decoder::DecoderConfig;
+    use ptscope_decoder::scan_marks;
     use ptscope_model::Marks;
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;
@@ -394,7 +394,7 @@ pub fn marks(input: &[u8]) {
         cpuid_0x15_ebx: ctc_n.into(),
         ..DecoderConfig::default()
     };
-    let s = scan(data, &dc, &|tsc| tsc);
+    let s = scan_marks(data, &dc, &|tsc| tsc);
     let m = Marks::new(s.marks);
     let (first, last) = match (m.all().first(), m.all().last()) {
         (Some(a), Some(b)) => (a.time, b.time),
@@ -412,7 +412,7 @@ pub fn marks(input: &[u8]) {
 /// An ELF file as a binary in a snapshot: symbols, segments, lines and
 /// inlined frames at every function and at addresses the input picks.
 pub fn symbols(data: &[u8]) {
-    use ptscope_decoder::symbols::ModuleSymbols;
+    use ptscope_decoder::ModuleSymbols;
     use ptscope_formats::demangle::demangle;
     let _ = ptscope_formats::buildid::elf_build_id(data);
     let Ok(m) = ModuleSymbols::from_bytes(Path::new("fuzz.elf"), data) else {
@@ -440,15 +440,15 @@ pub fn symbols(data: &[u8]) {
 /// `perf script` branch text: every line parsed, the whole imported, and
 /// its spans rebuilt.
 pub fn perf_script(data: &[u8]) {
-    use ptscope_decoder::perf_script::{import, parse_line};
+    use ptscope_decoder::{import_perf_script, parse_script_line};
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
     for line in text.lines() {
-        let _ = parse_line(line);
+        let _ = parse_script_line(line);
     }
-    if let Ok(script) = import(text, Path::new("fuzz.perf-script")) {
-        let model = ptscope_decoder::decode::from_script(script);
+    if let Ok(script) = import_perf_script(text, Path::new("fuzz.perf-script")) {
+        let model = ptscope_decoder::from_script(script);
         let _ = (model.time_range(), model.span_count());
     }
 }
@@ -458,8 +458,8 @@ pub fn perf_script(data: &[u8]) {
 /// then read and checked as a re-open does; a model that passes is used
 /// as the window uses one.
 pub fn model_cache(data: &[u8]) {
-    let entry = ptscope_decoder::cache::frame(data);
-    if let Ok(model) = ptscope_decoder::cache::read_model(&entry) {
+    let entry = ptscope_decoder::frame_cache_entry(data);
+    if let Ok(model) = ptscope_decoder::read_cache_entry(&entry) {
         let _ = (model.canonical(), model.time_range(), model.span_count());
         for t in &model.threads {
             let _ = t.spans.tree_order();

@@ -223,7 +223,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
     use ptscope_formats::snapshot::Snapshot;
     let snapshot = Snapshot::open(snap).unwrap();
     let trace = snapshot.trace().unwrap();
-    let (sections, missing) = ptscope_decoder::image::sections(&snapshot, &trace, None);
+    let (sections, missing) = ptscope_decoder::sections(&snapshot, &trace, None);
     let mut errors: Vec<String> = missing
         .iter()
         .map(|m| format!("missing binary {m}"))
@@ -244,7 +244,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
                     .rfind(|s| s.cpu == cpu && s.time <= ns)
                     .map_or(-1, |s| s.tid)
             };
-            let stats = ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| {
+            let stats = ptscope_decoder::libipt::walk_stream(&trace, stream, &sections, |i| {
                 runs.entry(owner(i.enabled_tsc))
                     .or_default()
                     .push((i.enabled_tsc, i.ip))
@@ -257,7 +257,7 @@ pub fn libipt_instructions(snap: &Path) -> (PerThread, Vec<String>) {
         };
         let mut ips = Vec::new();
         let stats =
-            ptscope_decoder::ffi::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
+            ptscope_decoder::libipt::walk_stream(&trace, stream, &sections, |i| ips.push(i.ip))
                 .unwrap();
         for (off, e) in stats.errors {
             errors.push(format!("tid {tid} offset {off:#x}: {e}"));

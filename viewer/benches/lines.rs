@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use egui::epaint::Mesh;
 use egui::{pos2, vec2, Context, RawInput, Rect};
-use ptscope_decoder::fine::LineSpan;
+use ptscope_model::LineSpan;
 use ptscope_viewer::frame_mesh::LaneGeom;
 use ptscope_viewer::line_detail::{runs, Run};
 use ptscope_viewer::{TimeWindow, TraceView};
@@ -41,13 +41,13 @@ use ptscope_viewer::bench::median_ms as median;
 /// The demo's model and the decoder's fine pass over it.
 fn demo() -> (
     Arc<ptscope_model::Model>,
-    ptscope_decoder::fine::worker::SegmentWorker,
+    ptscope_decoder::SegmentWorker,
 ) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
     let snap = ptscope_formats::snapshot::Snapshot::open(&path).expect("the demo snapshot");
     let decoded =
-        ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).expect("decodes");
-    let (model, worker) = decoded.into_parts(ptscope_decoder::fine::worker::DEFAULT_BUDGET, || {});
+        ptscope_decoder::decode_snapshot(&snap, &Default::default()).expect("decodes");
+    let (model, worker) = decoded.into_parts(ptscope_decoder::DEFAULT_SEGMENT_BUDGET, || {});
     (model, worker.expect("an instruction trace"))
 }
 

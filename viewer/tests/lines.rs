@@ -9,7 +9,8 @@ use std::sync::Arc;
 use egui::Modifiers;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use ptscope_decoder::fine::worker::{DetailSource, DEFAULT_BUDGET};
+use ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
+use ptscope_model::DetailSource;
 use ptscope_model::Model;
 use ptscope_viewer::line_detail::Disasm;
 use ptscope_viewer::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget};
@@ -26,8 +27,8 @@ fn demo_dir() -> PathBuf {
 /// asks for line detail as the app's would.
 fn demo() -> (Arc<Model>, Arc<dyn DetailSource>) {
     let snap = ptscope_formats::snapshot::Snapshot::open(&demo_dir().join("demo.ptscope")).unwrap();
-    let decoded = ptscope_decoder::decode::decode_snapshot(&snap, &Default::default()).unwrap();
-    let (model, worker) = decoded.into_parts(DEFAULT_BUDGET, || {});
+    let decoded = ptscope_decoder::decode_snapshot(&snap, &Default::default()).unwrap();
+    let (model, worker) = decoded.into_parts(DEFAULT_SEGMENT_BUDGET, || {});
     (
         model,
         Arc::new(worker.expect("the demo has an instruction trace")),

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use egui::{Event, Key, Modifiers, PointerButton, Pos2};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use ptscope_decoder::event::{FuncTable, SpanKind};
+use ptscope_model::FuncTable;
+use ptscope_model::SpanKind;
 use ptscope_model::{flag, ThreadSpans};
 use ptscope_model::{Model, ThreadModel, TimeUnit};
 use ptscope_viewer::{PanelTab, TraceView};
@@ -35,7 +36,7 @@ fn model() -> Model {
         0,
         base + 4_000,
         base + 5_000,
-        ptscope_decoder::event::SYSCALL,
+        ptscope_model::SYSCALL,
         0,
     );
     b.push(0, base + 5_000, base + 9_500, work, 0);

@@ -55,11 +55,11 @@ pub struct Args {
     /// --cpu` does: over the cpuid a file records; a raw dump records
     /// none (its tab also takes the CPU).
     #[arg(long, value_name = "F/M[/S]")]
-    pub cpu: Option<ptscope_decoder::block::Cpu>,
+    pub cpu: Option<ptscope_decoder::Cpu>,
     /// The IP filter the FILEs' traces were written under, as `decode
     /// --ip-filter` takes it.
     #[arg(long, value_name = "RANGES")]
-    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    pub ip_filter: Option<ptscope_decoder::IpFilter>,
     #[command(flatten)]
     pub names: NameDirs,
 }
@@ -439,7 +439,7 @@ pub struct InputOpts {
     /// e.g. 6/0x8e/9): its errata are worked around as libipt does. Over
     /// the cpuid a perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "F/M[/S]")]
-    pub cpu: Option<ptscope_decoder::block::Cpu>,
+    pub cpu: Option<ptscope_decoder::Cpu>,
     /// The IP filter the trace was written under, as runtime address
     /// ranges inclusive at both ends, comma-separated: FIRST-LAST for a
     /// range traced (FilterEn), stop:FIRST-LAST for one that stops tracing
@@ -447,7 +447,7 @@ pub struct InputOpts {
     /// without IP to the branch that left the filter. Over the filter a
     /// perf.data or snapshot records; a raw dump records none.
     #[arg(long, value_name = "RANGES")]
-    pub ip_filter: Option<ptscope_decoder::ip_filter::IpFilter>,
+    pub ip_filter: Option<ptscope_decoder::IpFilter>,
     #[command(flatten)]
     pub names: NameDirs,
     #[command(flatten)]

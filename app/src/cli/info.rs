@@ -8,14 +8,14 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use ptscope::name_dirs::NameDirs;
-use ptscope_decoder::packet;
+use ptscope_formats::pt::read as packet;
 
 use super::args::KernelOpts;
 
 pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> Result<ExitCode> {
-    let snap = ptscope_decoder::open::open_snapshot(path)?;
+    let snap = ptscope_decoder::open_snapshot(path)?;
     let trace = snap.trace()?;
-    let lookup = ptscope_decoder::names::Lookup::new(
+    let lookup = ptscope_decoder::Lookup::new(
         Some(&snap),
         Some(std::sync::Arc::new(names.search(None, true))),
     );
@@ -71,8 +71,8 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
         f.cpuid.as_deref().unwrap_or("unknown"),
         f.cpudesc.as_deref().unwrap_or("?")
     )?;
-    let errata = ptscope_decoder::errata::of(&ptscope_decoder::block::decoder_config(&trace));
-    if errata != ptscope_decoder::errata::Errata::default() {
+    let errata = ptscope_decoder::errata_of(&ptscope_decoder::decoder_config(&trace));
+    if errata != ptscope_decoder::Errata::default() {
         writeln!(
             out,
             "  errata:  {} (worked around as libipt does)",
@@ -115,7 +115,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
     )?;
     if !p.filter.is_empty() {
         writeln!(out, "           IP filter: {}", p.filter)?;
-        match ptscope_decoder::ip_filter::IpFilter::recorded(&trace) {
+        match ptscope_decoder::IpFilter::recorded(&trace) {
             Ok(f) if f.is_configured() => writeln!(out, "           placed at: {f}")?,
             Ok(_) => writeln!(
                 out,
@@ -124,7 +124,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
             Err(e) => writeln!(out, "           {e}")?,
         }
     }
-    if ptscope_decoder::decode::time_unit(&trace) == ptscope_model::TimeUnit::Insns {
+    if ptscope_decoder::time_unit(&trace) == ptscope_model::TimeUnit::Insns {
         writeln!(
             out,
             "  timing:  none (tsc=0): decoded times count instructions retired, not ns"
@@ -198,7 +198,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
         if !seen.insert((m.path.clone(), m.build_id.clone())) {
             continue;
         }
-        let found = ptscope_decoder::names::find_binary(
+        let found = ptscope_decoder::find_binary(
             &snap,
             &lookup,
             m.build_id.as_deref(),
@@ -252,12 +252,12 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
     for n in &notes {
         writeln!(out, "    warning: {n}")?;
     }
-    let (_, missing) = ptscope_decoder::image::sections_with(&snap, &trace, None, &lookup);
+    let (_, missing) = ptscope_decoder::sections_with(&snap, &trace, None, &lookup);
     ptscope::missing::write_remedies(&mut out, &missing, &names.debug_dirs)?;
     // The kernel and its modules, as perf's kernel MMAP records map them:
     // their code is named `[kernel]` in the spans, never decoded.
     let kernel: Vec<_> = trace.mmaps.iter().filter(|m| m.kernel).collect();
-    let (symbols, why) = ptscope_decoder::symbols::kallsyms::for_trace(
+    let (symbols, why) = ptscope_decoder::kernel_symbols_for(
         &snap,
         &trace,
         kernel_opts.kallsyms.as_deref(),
@@ -322,7 +322,7 @@ fn build_id_text(m: &ptscope_formats::snapshot::MmapEvent) -> String {
 /// `ptscope info` of a raw PT dump: its size and PSBs, and the binaries
 /// given to decode it with.
 pub(super) fn raw_info(path: &Path, raw: &[(PathBuf, u64)]) -> Result<ExitCode> {
-    let data = ptscope_decoder::open::read_raw(path)?;
+    let data = ptscope_decoder::read_raw(path)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", path.display())?;
     writeln!(

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use ptscope_decoder::cache::ModelCache;
-use ptscope_decoder::coarse::chunks::Parallel;
-use ptscope_decoder::decode::Engine;
-use ptscope_decoder::open::OpenOptions;
+use ptscope_decoder::ModelCache;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::Engine;
+use ptscope_decoder::OpenOptions;
 
 use super::args::{DecoderChoice, InputOpts};
 
@@ -20,7 +20,7 @@ use super::args::{DecoderChoice, InputOpts};
 pub(super) fn print_model(
     input: InputOpts,
     print: impl FnOnce(
-        &ptscope_decoder::decoded::Decoded,
+        &ptscope_decoder::Decoded,
         &Path,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<()>,
@@ -39,7 +39,7 @@ pub(super) fn print_model(
 /// waits for the write when it lets go.
 pub(super) fn load_input(
     input: InputOpts,
-) -> Result<(ptscope_decoder::decoded::Decoded, Option<ModelCache>)> {
+) -> Result<(ptscope_decoder::Decoded, Option<ModelCache>)> {
     let threads = (!input.threads.is_empty()).then_some(input.threads);
     let engine = match input.decoder {
         DecoderChoice::Ptscope => Engine::Flow,
@@ -62,13 +62,13 @@ pub(super) fn load_input(
     let opts = input.names.apply(
         OpenOptions {
             raw_images: input.raw.clone(),
-            decode: ptscope_decoder::decode::DecodeOptions {
+            decode: ptscope_decoder::DecodeOptions {
                 cpu: input.cpu,
                 ip_filter: input.ip_filter,
                 threads,
                 engine,
                 parallel,
-                names: ptscope_decoder::names::NameOptions {
+                names: ptscope_decoder::NameOptions {
                     kallsyms: input.kernel.kallsyms.clone(),
                     vmlinux: input.kernel.vmlinux.clone(),
                     ..Default::default()
@@ -78,14 +78,14 @@ pub(super) fn load_input(
             cache: if input.no_cache {
                 None
             } else {
-                ptscope_decoder::cache::ModelCache::user()
+                ptscope_decoder::ModelCache::user()
             },
             ..OpenOptions::default()
         },
         true,
     );
     let cache = opts.cache.clone();
-    let model = with_decode_progress(opts, |opts| ptscope_decoder::open::open(&input.file, opts))?;
+    let model = with_decode_progress(opts, |opts| ptscope_decoder::open(&input.file, opts))?;
     for w in &model.warnings {
         eprintln!("ptscope: warning: {}: {w}", input.file.display());
     }
@@ -100,7 +100,7 @@ fn with_decode_progress<T>(mut opts: OpenOptions, decode: impl FnOnce(&OpenOptio
     if !std::io::stderr().is_terminal() {
         return decode(&opts);
     }
-    let progress = ptscope_decoder::progress::DecodeProgress::counting();
+    let progress = ptscope_decoder::DecodeProgress::counting();
     opts.decode.progress = Some(progress.clone());
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let reporter = std::thread::spawn(move || {
@@ -132,6 +132,6 @@ fn with_decode_progress<T>(mut opts: OpenOptions, decode: impl FnOnce(&OpenOptio
 /// Whether `file` is to be read as a raw PT dump: `--raw` was given, or
 /// it starts like one.
 pub(super) fn is_raw(file: &Path, raw: &[(PathBuf, u64)]) -> Result<bool> {
-    use ptscope_decoder::open::{input_kind, InputKind};
+    use ptscope_decoder::{input_kind, InputKind};
     Ok(input_kind(file, !raw.is_empty())? == InputKind::RawPt)
 }

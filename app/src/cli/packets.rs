@@ -7,14 +7,14 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use ptscope_decoder::packet::{self, Packets};
+use ptscope_formats::pt::read::{self as packet, Packets};
 
 /// `packets --cpu`: a per-CPU trace's buffer, or the CPU whose errata the
 /// listing works around.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PacketsCpu {
     Buffer(u32),
-    Model(ptscope_decoder::block::Cpu),
+    Model(ptscope_decoder::Cpu),
 }
 
 pub(super) fn parse_packets_cpu(s: &str) -> Result<PacketsCpu, String> {
@@ -30,14 +30,14 @@ pub(super) fn parse_packets_cpu(s: &str) -> Result<PacketsCpu, String> {
 /// The packet-level errata to work around: those of `cpu` when given as
 /// a model, else those of the CPU `cfg` names.
 fn packet_errata(
-    cfg: ptscope_decoder::block::DecoderConfig,
+    cfg: ptscope_decoder::DecoderConfig,
     cpu: Option<PacketsCpu>,
-) -> ptscope_decoder::errata::Errata {
+) -> ptscope_decoder::Errata {
     let cfg = match cpu {
         Some(PacketsCpu::Model(c)) => cfg.with_cpu(c),
         _ => cfg,
     };
-    ptscope_decoder::errata::of(&cfg)
+    ptscope_decoder::errata_of(&cfg)
 }
 
 pub(super) fn packets(
@@ -46,13 +46,13 @@ pub(super) fn packets(
     cpu_arg: Option<PacketsCpu>,
     limit: Option<usize>,
 ) -> Result<ExitCode> {
-    let snap = ptscope_decoder::open::open_snapshot(path)?;
+    let snap = ptscope_decoder::open_snapshot(path)?;
     let trace = snap.trace()?;
     let cpu = match cpu_arg {
         Some(PacketsCpu::Buffer(n)) => Some(n),
         _ => None,
     };
-    let errata = packet_errata(ptscope_decoder::block::decoder_config(&trace), cpu_arg);
+    let errata = packet_errata(ptscope_decoder::decoder_config(&trace), cpu_arg);
     let stream = match (thread, cpu) {
         (_, Some(cpu)) => trace
             .streams
@@ -117,7 +117,7 @@ pub(super) fn raw_packets(
             path.display()
         );
     }
-    let data = ptscope_decoder::open::read_raw(path)?;
+    let data = ptscope_decoder::read_raw(path)?;
     let errata = packet_errata(Default::default(), cpu);
     list_packets(path, &data, limit, errata)
 }
@@ -127,7 +127,7 @@ fn list_packets(
     path: &Path,
     data: &[u8],
     limit: Option<usize>,
-    errata: ptscope_decoder::errata::Errata,
+    errata: ptscope_decoder::Errata,
 ) -> Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let first = packet::find_psb(data);

@@ -31,7 +31,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use ptscope_decoder::fine::{window_lines, LineSource};
+use ptscope_decoder::LineSource;
+use ptscope_model::window_lines;
 use ptscope_model::flag;
 use ptscope_model::{Model, TimeUnit};
 
@@ -301,7 +302,7 @@ fn lines(
                 .with_context(|| input.display().to_string())?,
         );
     }
-    let refs: Vec<&ptscope_decoder::fine::Segment> = segs.iter().collect();
+    let refs: Vec<&ptscope_model::Segment> = segs.iter().collect();
     for l in &window_lines(&refs, lo, hi) {
         let source = format!("{}:{}", l.frame.file, l.frame.line);
         let name = format!("{} {}", source, l.frame.function);

@@ -24,7 +24,7 @@ use ptscope_formats::snapshot::metadata::TriggerCall;
 
 use crate::export::ExportFormat;
 use crate::loader::{Decoding, Load};
-use ptscope_decoder::cache::ModelCache;
+use ptscope_decoder::ModelCache;
 
 pub mod tab;
 
@@ -298,7 +298,7 @@ impl App {
             self.active = i;
             return;
         }
-        use ptscope_decoder::open::{input_kind, InputKind};
+        use ptscope_decoder::{input_kind, InputKind};
         let decoding = self.decoding.clone();
         let raw = (!decoding.raw_images.is_empty()
             || input_kind(path, false).is_ok_and(|k| k == InputKind::RawPt))

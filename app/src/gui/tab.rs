@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use eframe::egui;
-use ptscope_decoder::cache::ModelCache;
+use ptscope_decoder::ModelCache;
 use ptscope_formats::snapshot::metadata::TriggerCall;
 use ptscope_viewer::TraceView;
 
@@ -85,7 +85,7 @@ impl RawForm {
     }
 
     /// The CPU the box names; `Err` says why the box is not a CPU.
-    pub fn parsed_cpu(&self) -> Result<Option<ptscope_decoder::block::Cpu>, String> {
+    pub fn parsed_cpu(&self) -> Result<Option<ptscope_decoder::Cpu>, String> {
         match self.cpu.trim() {
             "" => Ok(None),
             text => text.parse().map(Some).map_err(|e| format!("CPU: {e}")),

@@ -26,7 +26,7 @@
 //!   cache (elfutils' layout, shared with gdb and perf), timeouts and
 //!   progress reports.
 //!
-//! What it finds serves the decoder (`ptscope_decoder::names`: names,
+//! What it finds serves the decoder (`ptscope_decoder`'s names:
 //! lines and inline frames from the debug file, code from the binary), the
 //! capture, which stores it in the snapshot so that another machine names
 //! what this one named, and the app's `info` and missing-binaries notice.

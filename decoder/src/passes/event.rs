@@ -6,7 +6,7 @@
 //! from ELF symbols or from `perf script` text.
 
 pub use ptscope_model::{
-    is_kernel_addr, Func, FuncId, FuncTable, SpanKind, KERNEL_START, SYSCALL, UNKNOWN, UNTRACED,
+    is_kernel_addr, Func, FuncId, FuncTable, SpanKind, SYSCALL, UNKNOWN, UNTRACED,
 };
 
 /// Why tracing stopped.

@@ -26,7 +26,7 @@ mod walker;
 pub(crate) use chunk_log::{seam, Entry, Item, Recording};
 pub use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
-pub use sink::{Sink, ThreadBuilders, Timed, TimedItems};
+pub use sink::{Sink, ThreadBuilders, TimedItems};
 use walker::run;
 
 /// What a fine pass watches of a walk besides its timed output: every
@@ -199,6 +199,7 @@ pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::sink::Timed;
     use crate::passes::event::{EventKind, UNKNOWN};
 
     #[test]

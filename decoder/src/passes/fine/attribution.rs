@@ -155,7 +155,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::build_lines;
-    use crate::passes::fine::{line_heat, Insn, LineFrame, Segment, NO_CHAIN};
+    use ptscope_model::{line_heat, Insn, LineFrame, Segment, NO_CHAIN};
 
     fn frame(f: &str, file: &str, line: u32) -> LineFrame {
         LineFrame {

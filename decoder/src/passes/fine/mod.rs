@@ -42,6 +42,6 @@ pub use self::line_source::FineRecipe;
 pub use self::line_source::LineSource;
 pub(crate) use self::line_source::{CpuSlots, QueueParts};
 pub use ptscope_model::{
-    insn_heat, line_heat, window_lines, Chain, FineError, Insn, InsnHeat, LineFrame, LineHeat,
-    LineSpan, Segment, WindowLine, MAX_SEGMENT_INSNS, NO_CHAIN,
+    Chain, FineError, Insn, LineFrame,
+    LineSpan, Segment, MAX_SEGMENT_INSNS, NO_CHAIN,
 };

@@ -63,7 +63,6 @@ mod binding;
 mod run_cache;
 mod walk;
 
-pub use run_cache::Class;
 pub(crate) use run_cache::{disassemble, next_ip};
 
 use crate::pt::block::{BlockItem, DecoderConfig, PtError};
