@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use ptscope_model::FuncTable;
 use ptscope_decoder::{parse_script_line, ScriptRecord};
 use ptscope_decoder::{ProcessSymbols, Resolve, SymbolCache};
 use ptscope_formats::snapshot::Snapshot;
+use ptscope_model::FuncTable;
 
 use crate::support::*;
 
@@ -95,8 +95,7 @@ fn system_libraries_are_named_as_perf_names_them() {
         debuginfod: None,
         ..ptscope_debuginfo::Search::system()
     };
-    let lookup =
-        ptscope_decoder::Lookup::new(Some(&snapshot), Some(std::sync::Arc::new(machine)));
+    let lookup = ptscope_decoder::Lookup::new(Some(&snapshot), Some(std::sync::Arc::new(machine)));
     let (secs, missing) = ptscope_decoder::sections_with(&snapshot, &trace, None, &lookup);
     assert!(missing.is_empty(), "{missing:?}");
     let mut cache = SymbolCache::new(lookup);

@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ptscope_decoder::{ModelCache, DEFAULT_CACHE_BYTES};
 use ptscope_decoder::Decoded;
 use ptscope_decoder::{open, OpenOptions};
+use ptscope_decoder::{ModelCache, DEFAULT_CACHE_BYTES};
 
 use crate::support::*;
 

@@ -20,9 +20,9 @@
 use std::path::{Path, PathBuf};
 
 use ptscope_decoder::from_script;
-use ptscope_model::SpanKind;
 use ptscope_decoder::{import_perf_script, parse_script_line, ScriptRecord};
 use ptscope_model::Model;
+use ptscope_model::SpanKind;
 
 fn cases_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/magic-trace")
@@ -453,8 +453,7 @@ fn old_kernel_tracing_nests_every_kernel_entry_under_the_code_that_made_it() {
         {
             if matches!(
                 flags.kind(),
-                ptscope_decoder::EventKind::Syscall
-                    | ptscope_decoder::EventKind::Interrupt
+                ptscope_decoder::EventKind::Syscall | ptscope_decoder::EventKind::Interrupt
             ) {
                 entries.push((from.sym.unwrap(), to.sym.unwrap()));
             }

@@ -307,8 +307,8 @@ fn a_system_wide_layout_decodes_exactly_as_perf_and_libipt_do() {
 #[test]
 fn a_task_bound_per_cpu_trace_gives_tasks_it_does_not_follow_nothing() {
     use ptscope_decoder::decode_trace;
-    use ptscope_model::SpanKind;
     use ptscope_formats::snapshot::CpuSwitch;
+    use ptscope_model::SpanKind;
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c");
     // The emulated backend: its system calls take time.

@@ -42,19 +42,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ptscope_decoder::decode_thread;
 use ptscope_decoder::decoder_config;
 use ptscope_decoder::BlockItem;
-use ptscope_decoder::Parallel;
-use ptscope_decoder::decode_thread;
-use ptscope_decoder::{decode_snapshot, DecodeOptions};
-use ptscope_model::FuncTable;
-use ptscope_decoder::{libipt::BlockDecoder, libipt::Image, libipt::SectionCache};
 use ptscope_decoder::FlowDecoder;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::{decode_snapshot, DecodeOptions};
+use ptscope_decoder::{libipt::BlockDecoder, libipt::Image, libipt::SectionCache};
 use ptscope_decoder::{sections, Section};
 use ptscope_decoder::{FileCache, Memory};
-use ptscope_formats::pt::read::psb_offsets;
 use ptscope_decoder::{ProcessSymbols, SymbolCache};
+use ptscope_formats::pt::read::psb_offsets;
 use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_model::FuncTable;
 use ptscope_model::TimeUnit;
 
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";

@@ -28,13 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ptscope_decoder::decode_snapshot;
-use ptscope_decoder::SegmentWorker;
-use ptscope_model::DetailSource;
 use ptscope_decoder::LineSource;
+use ptscope_decoder::SegmentWorker;
+use ptscope_formats::snapshot::Snapshot;
 use ptscope_model::line_heat;
 use ptscope_model::window_lines;
+use ptscope_model::DetailSource;
 use ptscope_model::Segment;
-use ptscope_formats::snapshot::Snapshot;
 use ptscope_model::{Model, ThreadModel};
 use ptscope_viewer::bench::{median, rss_bytes};
 

@@ -61,10 +61,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ptscope_decoder::DecodeProgress;
 use ptscope_decoder::Parallel;
 use ptscope_decoder::{decode_snapshot, DecodeOptions};
 use ptscope_formats::pt::read::psb_offsets;
-use ptscope_decoder::DecodeProgress;
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_model::Model;
 

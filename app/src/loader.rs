@@ -12,14 +12,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use ptscope_decoder::ModelCache;
-use ptscope_decoder::Parallel;
-use ptscope_decoder::{DecodeOptions, Engine};
-use ptscope_decoder::Decoded;
-use ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
-use ptscope_model::DetailSource;
-use ptscope_decoder::OpenOptions;
 use ptscope_decoder::DecodeProgress;
+use ptscope_decoder::Decoded;
+use ptscope_decoder::ModelCache;
+use ptscope_decoder::OpenOptions;
+use ptscope_decoder::Parallel;
+use ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
+use ptscope_decoder::{DecodeOptions, Engine};
+use ptscope_model::DetailSource;
 use ptscope_model::Model;
 
 use crate::name_dirs::NameDirs;

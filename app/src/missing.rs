@@ -114,13 +114,8 @@ pub fn found_members(
             continue;
         }
         let id = m.build_id.as_deref().filter(|id| !id.is_empty());
-        let binary = ptscope_decoder::find_binary(
-            snap,
-            &lookup,
-            m.build_id.as_deref(),
-            &m.path,
-            notes,
-        );
+        let binary =
+            ptscope_decoder::find_binary(snap, &lookup, m.build_id.as_deref(), &m.path, notes);
         let Some(binary) = binary else { continue };
         let Some(id) = id else {
             if users(&binary) {

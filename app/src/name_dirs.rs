@@ -12,9 +12,9 @@ use std::sync::Arc;
 use ptscope_debuginfo::debuginfod::{Client, Progress};
 use ptscope_debuginfo::Search;
 use ptscope_decoder::DecodeOptions;
+use ptscope_decoder::DecodeProgress;
 use ptscope_decoder::NameOptions;
 use ptscope_decoder::OpenOptions;
-use ptscope_decoder::DecodeProgress;
 
 /// Where to look for debug files and for binaries not at their paths.
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
-use ptscope_model::FuncId;
 use ptscope_decoder::LineSource;
 use ptscope_model::Distribution;
+use ptscope_model::FuncId;
 use ptscope_model::{calls_of, funcs_named, Call, Pick};
 use ptscope_model::{compare_calls, Comparison, PathFigures, Side};
 use ptscope_model::{Difference, LineComparison, LineRow};
@@ -622,8 +622,8 @@ mod tests {
     #[test]
     fn pseudo_spans_have_no_calls_to_histogram_or_compare() {
         use ptscope_model::FuncTable;
-use ptscope_model::SpanKind;
-use ptscope_model::UNTRACED;
+        use ptscope_model::SpanKind;
+        use ptscope_model::UNTRACED;
 
         use ptscope_model::ThreadSpans;
         let mut funcs = FuncTable::default();

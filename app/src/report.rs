@@ -12,11 +12,11 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use ptscope_decoder::Decoded;
+use ptscope_model::window_lines;
 use ptscope_model::FuncId;
 use ptscope_model::FuncTable;
-use ptscope_model::SpanKind;
-use ptscope_model::window_lines;
 use ptscope_model::Segment;
+use ptscope_model::SpanKind;
 use ptscope_model::{flag, function_stats, FuncStats};
 use ptscope_model::{Model, TimeUnit};
 

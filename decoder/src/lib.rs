@@ -37,6 +37,9 @@
 //! fall-through names the function that ran; a tail call that begins the
 //! trace keeps its source).
 
+// What is `pub` is exported below; everything else says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 mod decode;
 mod decoded;
 mod inputs;
@@ -61,10 +64,10 @@ pub use progress::{DecodeProgress, Rate};
 
 // Reading PT: the decoder's configuration, the CPU's errata, the IP
 // filter, and the engines (ours over its memory image, and libipt's).
-#[cfg(feature = "libipt")]
-pub use pt::ffi as libipt;
 pub use pt::block::{decoder_config, Block, BlockEnd, BlockItem, Cpu, DecoderConfig, PtError};
 pub use pt::errata::{of as errata_of, Errata};
+#[cfg(feature = "libipt")]
+pub use pt::ffi as libipt;
 pub use pt::flow::FlowDecoder;
 pub use pt::ip_filter::{IpFilter, IpFilterError, IpRange};
 pub use pt::memory::{FileCache, Memory};

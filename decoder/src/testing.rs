@@ -8,17 +8,17 @@ use ptscope_formats::snapshot::Snapshot;
 use crate::decoded::Decoded;
 
 /// The bundled demo snapshot, as the checkout has it.
-pub fn demo_path() -> PathBuf {
+pub(crate) fn demo_path() -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope")
 }
 
 /// The bundled demo, opened.
-pub fn demo_snapshot() -> Snapshot {
+pub(crate) fn demo_snapshot() -> Snapshot {
     Snapshot::open(&demo_path()).expect("the bundled demo opens")
 }
 
 /// The bundled demo, decoded with the default options.
-pub fn demo_decoded() -> Decoded {
+pub(crate) fn demo_decoded() -> Decoded {
     crate::decode::decode_snapshot(&demo_snapshot(), &Default::default())
         .expect("the bundled demo decodes")
 }

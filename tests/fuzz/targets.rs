@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use ptscope_decoder::Decoded;
 use ptscope_decoder::Parallel;
 use ptscope_decoder::{decode_snapshot, decode_trace, DecodeOptions, Engine};
-use ptscope_decoder::Decoded;
 use ptscope_formats::perf_data::PerfDataFile;
 use ptscope_formats::snapshot::{Snapshot, Trace};
 
@@ -380,8 +380,8 @@ pub fn pt_decode(input: &[u8]) {
 /// timing bytes), then everything the window and `decode --level marks`
 /// derive from them: frequency steps, sleeps, windows and descriptions.
 pub fn marks(input: &[u8]) {
-    use ptscope_decoder::DecoderConfig;
     use ptscope_decoder::scan_marks;
+    use ptscope_decoder::DecoderConfig;
     use ptscope_model::Marks;
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;

@@ -39,14 +39,10 @@ fn frame(ctx: &Context, view: &mut TraceView) -> Duration {
 use ptscope_viewer::bench::median_ms as median;
 
 /// The demo's model and the decoder's fine pass over it.
-fn demo() -> (
-    Arc<ptscope_model::Model>,
-    ptscope_decoder::SegmentWorker,
-) {
+fn demo() -> (Arc<ptscope_model::Model>, ptscope_decoder::SegmentWorker) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo.ptscope");
     let snap = ptscope_formats::snapshot::Snapshot::open(&path).expect("the demo snapshot");
-    let decoded =
-        ptscope_decoder::decode_snapshot(&snap, &Default::default()).expect("decodes");
+    let decoded = ptscope_decoder::decode_snapshot(&snap, &Default::default()).expect("decodes");
     let (model, worker) = decoded.into_parts(ptscope_decoder::DEFAULT_SEGMENT_BUDGET, || {});
     (model, worker.expect("an instruction trace"))
 }

@@ -32,13 +32,7 @@ fn model() -> Model {
     a.push(1, base + 7_000, base + 9_000, parse, flag::MID_ENTRY);
     let mut b = ThreadSpans::new(100, 101, "worker".into());
     b.push(0, base + 1_000, base + 4_000, work, 0);
-    b.push(
-        0,
-        base + 4_000,
-        base + 5_000,
-        ptscope_model::SYSCALL,
-        0,
-    );
+    b.push(0, base + 4_000, base + 5_000, ptscope_model::SYSCALL, 0);
     b.push(0, base + 5_000, base + 9_500, work, 0);
     Model::of(funcs, [a, b])
 }

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use ptscope_decoder::ModelCache;
-use ptscope_decoder::Parallel;
 use ptscope_decoder::Engine;
+use ptscope_decoder::ModelCache;
 use ptscope_decoder::OpenOptions;
+use ptscope_decoder::Parallel;
 
 use super::args::{DecoderChoice, InputOpts};
 

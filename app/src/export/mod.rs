@@ -32,8 +32,8 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use ptscope_decoder::LineSource;
-use ptscope_model::window_lines;
 use ptscope_model::flag;
+use ptscope_model::window_lines;
 use ptscope_model::{Model, TimeUnit};
 
 /// What `export` writes.

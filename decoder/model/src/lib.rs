@@ -30,6 +30,9 @@
 //! - `detail`: the [`DetailSource`] trait, how the viewer asks the decoder
 //!   for line detail without depending on it.
 
+// What is `pub` is exported below; everything else says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 mod backing;
 mod calls;
 mod checkpoint;

@@ -4,5 +4,5 @@
 //! - [`perf_script`]: `perf script` text imported as branch events;
 //! - [`cache`]: decoded models kept on disk, read back in place.
 
-pub mod cache;
-pub mod perf_script;
+pub(crate) mod cache;
+pub(crate) mod perf_script;

@@ -60,7 +60,7 @@ pub fn sections_with(
 
 /// [`sections_with`], adding to `notes` what went wrong asking debuginfod
 /// for a binary (a server down), which would otherwise go unsaid.
-pub fn sections_noting(
+pub(crate) fn sections_noting(
     snap: &Snapshot,
     trace: &Trace,
     pid: Option<i32>,

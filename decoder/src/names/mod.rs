@@ -9,9 +9,9 @@
 //!   debug file, and a binary not at its path, are looked for: in the
 //!   snapshot, then wherever the caller's [`FileLookup`] says.
 
-pub mod image;
-pub mod lookup;
-pub mod resolve;
-pub mod symbols;
+pub(crate) mod image;
+pub(crate) mod lookup;
+pub(crate) mod resolve;
+pub(crate) mod symbols;
 
 pub use lookup::*;

@@ -5,7 +5,7 @@
 //! the stack rules in [`crate::passes::stack`] do not care whether the names came
 //! from ELF symbols or from `perf script` text.
 
-pub use ptscope_model::{
+pub(crate) use ptscope_model::{
     is_kernel_addr, Func, FuncId, FuncTable, SpanKind, SYSCALL, UNKNOWN, UNTRACED,
 };
 

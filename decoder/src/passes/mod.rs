@@ -9,8 +9,8 @@
 //! - [`fine`]: the fine pass, one PSB segment re-decoded down to
 //!   instructions and source lines on demand.
 
-pub mod coarse;
-pub mod event;
-pub mod fine;
-pub mod mark_scan;
-pub mod stack;
+pub(crate) mod coarse;
+pub(crate) mod event;
+pub(crate) mod fine;
+pub(crate) mod mark_scan;
+pub(crate) mod stack;

@@ -59,12 +59,12 @@ use crate::passes::event::{
     is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
 };
 use ptscope_model::{flag, Span, ThreadSpans};
-pub use ptscope_model::{OpenFrame, StackStats};
+pub(crate) use ptscope_model::{OpenFrame, StackStats};
 
 /// The deepest call stack kept. Far beyond real code (a stack overflow at
 /// 8 MiB is some 100k frames, and 16k rows are already unreadable), and
 /// it bounds the lanes of a thread and the cost of searching the stack.
-pub const MAX_DEPTH: usize = 1 << 14;
+pub(crate) const MAX_DEPTH: usize = 1 << 14;
 
 /// `Frame::call_site` of a frame entered by a syscall or interrupt.
 const KERNEL_ENTRY: u64 = u64::MAX;
@@ -140,7 +140,7 @@ struct PendingError {
 
 /// Rebuilds the spans of one thread from its events.
 #[derive(Clone)]
-pub struct StackBuilder {
+pub(crate) struct StackBuilder {
     out: ThreadSpans,
     stack: Vec<Frame>,
     /// Level of `stack[0]`; drops when a caller is synthesized below.
@@ -166,7 +166,7 @@ pub struct StackBuilder {
 }
 
 impl StackBuilder {
-    pub fn new(pid: i32, tid: i32, comm: String) -> StackBuilder {
+    pub(crate) fn new(pid: i32, tid: i32, comm: String) -> StackBuilder {
         StackBuilder {
             out: ThreadSpans::new(pid, tid, comm),
             stack: Vec::new(),
@@ -186,12 +186,12 @@ impl StackBuilder {
     }
 
     /// Spans closed so far.
-    pub fn span_count(&self) -> usize {
+    pub(crate) fn span_count(&self) -> usize {
         self.out.span_count() + self.segment.spans
     }
 
     /// The open frames, bottom first.
-    pub fn frames(&self) -> impl Iterator<Item = OpenFrame> + '_ {
+    pub(crate) fn frames(&self) -> impl Iterator<Item = OpenFrame> + '_ {
         self.stack.iter().map(|f| OpenFrame {
             func: f.func,
             start: f.start,
@@ -204,7 +204,7 @@ impl StackBuilder {
     /// Restores open frames, as at a checkpoint, before the first event;
     /// `tracing`: whether tracing was on there (if not, the next enable
     /// lands rather than being a second one).
-    pub fn seed(&mut self, frames: &[OpenFrame], time: u64, tracing: bool) {
+    pub(crate) fn seed(&mut self, frames: &[OpenFrame], time: u64, tracing: bool) {
         self.begin(time);
         self.tracing = tracing;
         for f in frames {
@@ -228,7 +228,7 @@ impl StackBuilder {
         }
     }
 
-    pub fn event(&mut self, ev: &Event, funcs: &FuncTable) {
+    pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
         self.stats.events += 1;
         let first = !self.opened;
         self.begin(ev.time);
@@ -351,25 +351,25 @@ impl StackBuilder {
     /// Where the builder is: (segment, level of `stack[0]`). With the bases
     /// [`finish_with_bases`](Self::finish_with_bases) returns, this tells
     /// the store depth a frame open now will get.
-    pub fn mark(&self) -> (usize, i32) {
+    pub(crate) fn mark(&self) -> (usize, i32) {
         (self.closed_bases.len(), self.base)
     }
 
     /// The level of the top frame (relative to the stack's bottom when the
     /// builder was seeded); -1 on an empty stack.
-    pub fn top_level(&self) -> i32 {
+    pub(crate) fn top_level(&self) -> i32 {
         self.base + self.stack.len() as i32 - 1
     }
 
     /// Closes everything at the last event's time.
-    pub fn finish(self) -> (ThreadSpans, StackStats) {
+    pub(crate) fn finish(self) -> (ThreadSpans, StackStats) {
         let (spans, stats, _) = self.finish_with_bases();
         (spans, stats)
     }
 
     /// [`finish`](Self::finish), with each segment's final base (see
     /// [`mark`](Self::mark)).
-    pub fn finish_with_bases(mut self) -> (ThreadSpans, StackStats, Vec<i32>) {
+    pub(crate) fn finish_with_bases(mut self) -> (ThreadSpans, StackStats, Vec<i32>) {
         let t = self.last_time;
         if let Some(err) = self.error.take() {
             self.close_segment(err.time, flag::END_ESTIMATED);

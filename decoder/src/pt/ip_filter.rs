@@ -21,7 +21,7 @@ use ptscope_formats::filter::{self, FilterAction, FilterStart, MappedFile};
 use ptscope_formats::snapshot::Trace;
 
 /// How many ranges a PT unit has at most (and libipt's configuration).
-pub const MAX_RANGES: usize = 4;
+pub(crate) const MAX_RANGES: usize = 4;
 
 /// What is wrong with a filter for the decoder.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

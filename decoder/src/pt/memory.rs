@@ -15,9 +15,9 @@ use crate::names::image::Section;
 
 /// Shared, immutable file bytes: a read-only map of a file, or bytes in
 /// memory.
-pub type Bytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+pub(crate) type Bytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-pub use ptscope_model::{Aligned, Backing, SharedSlice};
+pub(crate) use ptscope_model::{Aligned, Backing, SharedSlice};
 
 /// File contents, mapped once per path.
 #[derive(Default)]
@@ -46,7 +46,7 @@ impl FileCache {
 
 /// Maps `file`, a binary, read-only. It is the one place the decoder maps
 /// a file: symbol tables and the model cache's entries read through it too.
-pub fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+pub(crate) fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: a private read-only map of a binary extracted from a snapshot
     // (or named by the user), or of a model cache entry (replaced by rename,
     // never rewritten in place), which nothing rewrites while we read it;
@@ -57,7 +57,7 @@ pub fn map_binary(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
 /// Maps `file`, a model cache entry, read-only. Its pages come in as they
 /// are read: a re-open checks a few lanes first to show them
 /// ([`SharedSlice::populate`] then asks for the rest at once).
-pub fn map_entry(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+pub(crate) fn map_entry(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: as for `map_binary`: an entry is replaced by rename, never
     // rewritten in place, and every read of it is bounds-checked.
     unsafe { memmap2::Mmap::map(file) }

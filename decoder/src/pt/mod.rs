@@ -12,20 +12,20 @@
 //!   `ffi`, libipt's block and instruction decoders, the reference (with
 //!   the `libipt` feature, on by default).
 
-pub mod block;
-pub mod errata;
+pub(crate) mod block;
+pub(crate) mod errata;
 // The FFI to libipt: each unsafe block says why it is sound. Behind the
 // `libipt` feature (on by default), for `--decoder libipt`, the tests and
 // the benchmarks.
 #[cfg(feature = "libipt")]
 #[allow(unsafe_code)]
 pub mod ffi;
-pub mod flow;
-pub mod ip_filter;
+pub(crate) mod flow;
+pub(crate) mod ip_filter;
 // Maps binaries: its one unsafe block says why it is sound.
 #[allow(unsafe_code)]
-pub mod memory;
+pub(crate) mod memory;
 /// The packet parser, which lives with the encoder in the formats crate
 /// (`ptscope_formats::pt`): the PT format in one place.
-pub use ptscope_formats::pt::read as packet;
-pub mod timing;
+pub(crate) use ptscope_formats::pt::read as packet;
+pub(crate) mod timing;

@@ -15,9 +15,9 @@
 //!   line: what ran in one and not the other, and loops whose trip counts
 //!   differ.
 
-pub mod compare;
-pub mod compare_lines;
-pub mod distribution;
+pub(crate) mod compare;
+pub(crate) mod compare_lines;
+pub(crate) mod distribution;
 
 use crate::funcs::{FuncId, FuncTable};
 use crate::model::{Model, SpanRef};
@@ -124,7 +124,7 @@ pub(crate) mod tests {
     /// `handle` called five times on one thread, the fourth slow because
     /// it runs `rebuild` (which calls `probe` twice); every call runs
     /// `probe` once directly.
-    pub fn requests() -> Model {
+    pub(crate) fn requests() -> Model {
         let mut funcs = FuncTable::default();
         let main = funcs.intern("main", "/bin/app", 0x1000, SpanKind::Call);
         let handle = funcs.intern("handle", "/bin/app", 0x2000, SpanKind::Call);

@@ -20,7 +20,7 @@ use ptscope_formats::snapshot::{Snapshot, Trace};
 const MAX_LISTING: usize = 512 << 20;
 
 /// The module name of the kernel proper, as perf names it.
-pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+pub(crate) const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
 /// Why kernel symbols could not be had from a file.
 #[derive(Debug, thiserror::Error)]

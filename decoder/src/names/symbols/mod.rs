@@ -53,7 +53,7 @@ use ptscope_formats::demangle::demangle;
 mod dwarf;
 mod elf;
 mod intervals;
-pub mod kallsyms;
+pub(crate) mod kallsyms;
 mod plt;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -23,12 +23,12 @@ pub(crate) enum Item {
 /// Marks on the items at a chunk's start that the replay mends.
 pub(crate) mod seam {
     /// The trace-begin its initial sync made, if that was the first event.
-    pub const SYNC_BEGIN: u8 = 1;
+    pub(crate) const SYNC_BEGIN: u8 = 1;
     /// Its first checkpoint (at the chunk's own PSB).
-    pub const FIRST_CHECKPOINT: u8 = 2;
+    pub(crate) const FIRST_CHECKPOINT: u8 = 2;
     /// A checkpoint taken while the chunk owes only the trace-begin its
     /// sync asks for: where one walk had tracing on, it begins nothing.
-    pub const SYNC_CHECKPOINT: u8 = 4;
+    pub(crate) const SYNC_CHECKPOINT: u8 = 4;
 }
 
 /// A recorded item at its instruction position, with the time the chunk's
@@ -68,7 +68,7 @@ pub(crate) struct Recording {
 
 impl Recording {
     /// A recording that fills `body` (a recycled buffer).
-    pub fn with_body(mut body: Vec<Entry>) -> Recording {
+    pub(crate) fn with_body(mut body: Vec<Entry>) -> Recording {
         body.clear();
         Recording {
             body,

@@ -95,7 +95,7 @@ type Walked = (Vec<WalkFigures>, Recording, FuncTable);
 /// would give them; `on_chunk` sees the sink after each chunk (for partial
 /// models). Returns each thread slot's walk counters.
 #[allow(clippy::too_many_arguments)]
-pub fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
+pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     data: &[u8],
     cfg: &DecoderConfig,
     q: QueueWalk<'_, '_, Memory>,

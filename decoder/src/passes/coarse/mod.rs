@@ -18,21 +18,21 @@ use crate::pt::block::{Block, PtError};
 use ptscope_model::TimeUnit;
 
 mod chunk_log;
-pub mod chunks;
+pub(crate) mod chunks;
 mod engines;
 mod sink;
 mod walker;
 
 pub(crate) use chunk_log::{seam, Entry, Item, Recording};
-pub use engines::Blocks;
+pub(crate) use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
-pub use sink::{Sink, ThreadBuilders, TimedItems};
+pub(crate) use sink::{Sink, ThreadBuilders, TimedItems};
 use walker::run;
 
 /// What a fine pass watches of a walk besides its timed output: every
 /// block and event at its instruction position, and every timing anchor.
 /// The coarse pass watches nothing (`()`), at no cost.
-pub trait Observe {
+pub(crate) trait Observe {
     /// A block of `slot`'s thread, its first instruction at `pos`.
     fn block(&mut self, slot: usize, pos: u64, b: &Block) {
         let _ = (slot, pos, b);
@@ -53,10 +53,10 @@ pub trait Observe {
 
 impl Observe for () {}
 
-pub use ptscope_model::{Checkpoint, ThreadDecode, WalkFigures};
+pub(crate) use ptscope_model::{Checkpoint, ThreadDecode, WalkFigures};
 
 /// A thread whose code appears in a queue's trace.
-pub struct QueueThread {
+pub(crate) struct QueueThread {
     pub pid: i32,
     pub tid: i32,
     pub comm: String,
@@ -66,11 +66,11 @@ pub struct QueueThread {
 
 /// Who runs on a per-CPU queue: from each `(time, slot)` on, the thread
 /// `threads[slot]` does, until the next entry. Sorted by time (perf ns).
-pub type Schedule = [(u64, usize)];
+pub(crate) type Schedule = [(u64, usize)];
 
 /// The thread `schedule` puts on the CPU at `time`; before its first
 /// entry, the one that entry names (tracing starts with a switch-in).
-pub fn scheduled(schedule: &Schedule, time: u64) -> Option<usize> {
+pub(crate) fn scheduled(schedule: &Schedule, time: u64) -> Option<usize> {
     let i = schedule.partition_point(|&(t, _)| t <= time);
     schedule.get(i.saturating_sub(1)).map(|&(_, slot)| slot)
 }
@@ -123,7 +123,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
 /// resolved by `procs[proc]`; `thread_procs[slot]` is a thread's process).
 /// Timed events go to `sink`; returns each thread's walk counters.
 #[allow(clippy::too_many_arguments)]
-pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
+pub(crate) fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     dec: D,
     queue: u32,
     images: &[&'i D::Image],
@@ -151,7 +151,7 @@ pub fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
 }
 
 /// What [`walk_queue`] walks, and how far.
-pub struct QueueWalk<'a, 'i, I> {
+pub(crate) struct QueueWalk<'a, 'i, I> {
     pub queue: u32,
     pub images: &'a [&'i I],
     pub thread_procs: &'a [usize],
@@ -169,7 +169,7 @@ pub struct QueueWalk<'a, 'i, I> {
 /// [`decode_queue`] with an observer: the fine pass re-walks one PSB
 /// segment this way (`stop_at_psb`, `psbs` holding the segment's end)
 /// and sees every block and event at its instruction position.
-pub fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+pub(crate) fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     dec: D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
@@ -198,8 +198,8 @@ pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::sink::Timed;
+    use super::*;
     use crate::passes::event::{EventKind, UNKNOWN};
 
     #[test]

@@ -23,7 +23,7 @@ pub(crate) enum Held {
 }
 
 /// Where a walk's timed events and checkpoints go, per thread slot.
-pub trait Sink {
+pub(crate) trait Sink {
     fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable);
     fn checkpoint(&mut self, slot: usize, at: Checkpoint);
 }
@@ -41,12 +41,12 @@ struct Out {
 
 /// The sink that builds each thread's stacks as its events arrive in time
 /// order.
-pub struct ThreadBuilders {
+pub(crate) struct ThreadBuilders {
     outs: Vec<Out>,
 }
 
 impl ThreadBuilders {
-    pub fn new(threads: &[QueueThread]) -> ThreadBuilders {
+    pub(crate) fn new(threads: &[QueueThread]) -> ThreadBuilders {
         ThreadBuilders {
             outs: threads
                 .iter()
@@ -62,7 +62,7 @@ impl ThreadBuilders {
     }
 
     /// Adds a walk's counters to its threads'.
-    pub fn add_figures(&mut self, figures: Vec<WalkFigures>) {
+    pub(crate) fn add_figures(&mut self, figures: Vec<WalkFigures>) {
         for (o, f) in self.outs.iter_mut().zip(figures) {
             let of = &mut o.figures;
             of.blocks += f.blocks;
@@ -74,20 +74,20 @@ impl ThreadBuilders {
     }
 
     /// Spans built so far, over all threads.
-    pub fn span_count(&self) -> usize {
+    pub(crate) fn span_count(&self) -> usize {
         self.outs.iter().map(|o| o.builder.span_count()).sum()
     }
 
     /// What [`finish`](Self::finish) would give now, frames still open
     /// closed at their thread's last event: a partial model's threads.
-    pub fn snapshot(&self) -> Vec<ThreadDecode> {
+    pub(crate) fn snapshot(&self) -> Vec<ThreadDecode> {
         ThreadBuilders {
             outs: self.outs.clone(),
         }
         .finish()
     }
 
-    pub fn finish(self) -> Vec<ThreadDecode> {
+    pub(crate) fn finish(self) -> Vec<ThreadDecode> {
         self.outs
             .into_iter()
             .map(|mut o| {
@@ -126,14 +126,14 @@ impl Sink for ThreadBuilders {
 /// A timed item of a per-CPU queue, kept so that queues can be merged in
 /// time order: a thread that migrates between CPUs has one stack.
 #[derive(Clone, Debug)]
-pub enum Timed {
+pub(crate) enum Timed {
     Event(Event),
     Checkpoint(Checkpoint),
 }
 
 /// The sink that keeps a queue's items, by thread slot, in time order.
 #[derive(Default)]
-pub struct TimedItems {
+pub(crate) struct TimedItems {
     pub items: Vec<(usize, Timed)>,
 }
 
@@ -150,7 +150,7 @@ impl TimedItems {
     /// go back (a damaged TSC, or a conversion that wraps, as perf's
     /// does): such an item sorts at the latest time before it, so a CPU's
     /// calls, returns and checkpoints never swap.
-    pub fn merge_into(queues: Vec<TimedItems>, sink: &mut dyn Sink, funcs: &FuncTable) {
+    pub(crate) fn merge_into(queues: Vec<TimedItems>, sink: &mut dyn Sink, funcs: &FuncTable) {
         let mut all = Vec::with_capacity(queues.iter().map(|q| q.items.len()).sum());
         for q in queues {
             let mut latest = 0;

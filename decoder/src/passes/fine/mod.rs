@@ -36,12 +36,11 @@
 mod attribution;
 mod line_source;
 mod walk;
-pub mod worker;
+pub(crate) mod worker;
 
-pub use self::line_source::FineRecipe;
+pub(crate) use self::line_source::FineRecipe;
 pub use self::line_source::LineSource;
 pub(crate) use self::line_source::{CpuSlots, QueueParts};
-pub use ptscope_model::{
-    Chain, FineError, Insn, LineFrame,
-    LineSpan, Segment, MAX_SEGMENT_INSNS, NO_CHAIN,
+pub(crate) use ptscope_model::{
+    Chain, FineError, Insn, LineFrame, LineSpan, Segment, MAX_SEGMENT_INSNS, NO_CHAIN,
 };

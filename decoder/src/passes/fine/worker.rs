@@ -21,7 +21,7 @@ use crate::progress::DecodeProgress;
 use ptscope_model::compare_lines;
 use ptscope_model::Call;
 use ptscope_model::Model;
-pub use ptscope_model::{CompareDone, DetailSource, SegmentKey, WorkerFigures};
+pub(crate) use ptscope_model::{CompareDone, DetailSource, SegmentKey, WorkerFigures};
 
 /// Default cache budget.
 pub const DEFAULT_BUDGET: usize = 256 << 20;

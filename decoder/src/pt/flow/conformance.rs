@@ -25,46 +25,46 @@ impl T {
     fn ip(self, kind: IpPacket, ip: u64) -> T {
         self.with(|out| write::ip_packet(out, kind, ip, IpCompression::Full))
     }
-    pub fn psb(self) -> T {
+    pub(super) fn psb(self) -> T {
         self.raw(&write::PSB)
     }
-    pub fn psbend(self) -> T {
+    pub(super) fn psbend(self) -> T {
         self.raw(&write::PSBEND)
     }
-    pub fn fup(self, ip: u64) -> T {
+    pub(super) fn fup(self, ip: u64) -> T {
         self.ip(IpPacket::Fup, ip)
     }
-    pub fn tip(self, ip: u64) -> T {
+    pub(super) fn tip(self, ip: u64) -> T {
         self.ip(IpPacket::Tip, ip)
     }
-    pub fn pge(self, ip: u64) -> T {
+    pub(super) fn pge(self, ip: u64) -> T {
         self.ip(IpPacket::TipPge, ip)
     }
-    pub fn pgd(self, ip: u64) -> T {
+    pub(super) fn pgd(self, ip: u64) -> T {
         self.ip(IpPacket::TipPgd, ip)
     }
-    pub fn pgd_noip(self) -> T {
+    pub(super) fn pgd_noip(self) -> T {
         self.with(|out| write::ip_packet(out, IpPacket::TipPgd, 0, IpCompression::Suppressed))
     }
-    pub fn exec64(self) -> T {
+    pub(super) fn exec64(self) -> T {
         self.with(|out| write::mode_exec(out, 64))
     }
-    pub fn exec32(self) -> T {
+    pub(super) fn exec32(self) -> T {
         self.with(|out| write::mode_exec(out, 32))
     }
-    pub fn tsx(self, intx: bool, abort: bool) -> T {
+    pub(super) fn tsx(self, intx: bool, abort: bool) -> T {
         self.with(|out| write::mode_tsx(out, intx, abort))
     }
-    pub fn ovf(self) -> T {
+    pub(super) fn ovf(self) -> T {
         self.raw(&write::OVF)
     }
     /// A TNT: `t` taken, `n` not, oldest first.
-    pub fn tnt(self, bits: &str) -> T {
+    pub(super) fn tnt(self, bits: &str) -> T {
         let taken = bits.chars().fold(0u64, |b, c| b << 1 | (c == 't') as u64);
         self.with(|out| write::tnt(out, taken, bits.len() as u32))
     }
     /// PSB+ with tracing on at `ip` in 64-bit mode.
-    pub fn psb_at(self, ip: u64) -> T {
+    pub(super) fn psb_at(self, ip: u64) -> T {
         self.psb().fup(ip).exec64().psbend()
     }
 }

@@ -15,7 +15,7 @@ use crate::pt::memory::Memory;
 
 /// How an instruction moves control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
+pub(super) enum Class {
     Other,
     Call,
     IndirectCall,
@@ -34,7 +34,7 @@ pub enum Class {
 }
 
 impl Class {
-    pub fn of(insn: &Instruction) -> Class {
+    pub(super) fn of(insn: &Instruction) -> Class {
         match insn.flow_control() {
             FlowControl::Next => {
                 if insn.mnemonic() == Mnemonic::Mov && insn.op0_register() == Register::CR3 {

@@ -10,7 +10,7 @@
 //! in order with their times.
 
 /// Anything that needs a time, with its position in retired instructions.
-pub struct Clock<T> {
+pub(crate) struct Clock<T> {
     pending: Vec<(u64, T)>,
     anchor: Option<(u64, u64)>,
     /// TSC ticks per instruction, as a 32.32 fixed-point fraction, from the
@@ -35,11 +35,11 @@ impl<T> Default for Clock<T> {
 }
 
 /// Two counts: (instructions, TSC) or (TSC ticks, instructions).
-pub type Point = (u64, u64);
+pub(crate) type Point = (u64, u64);
 
 /// A released item's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     pub tsc: u64,
     /// Read from a timing packet at this very position, not spread.
     pub exact: bool,
@@ -49,7 +49,7 @@ impl<T> Clock<T> {
     /// A clock for a trace without timing: it has no anchors of its own,
     /// so every item's time is its instruction position (plus the last
     /// anchor's, for a stretch that starts from one).
-    pub fn counting_instructions() -> Clock<T> {
+    pub(crate) fn counting_instructions() -> Clock<T> {
         Clock {
             counts_insns: true,
             ..Clock::default()
@@ -58,7 +58,7 @@ impl<T> Clock<T> {
 
     /// A clock for `unit`: [`Clock::counting_instructions`] for
     /// instructions, else one timed by its anchors.
-    pub fn for_unit(unit: ptscope_model::TimeUnit) -> Clock<T> {
+    pub(crate) fn for_unit(unit: ptscope_model::TimeUnit) -> Clock<T> {
         match unit {
             ptscope_model::TimeUnit::Insns => Clock::counting_instructions(),
             ptscope_model::TimeUnit::Ns => Clock::default(),
@@ -66,17 +66,17 @@ impl<T> Clock<T> {
     }
 
     /// Whether times count instructions ([`Clock::counting_instructions`]).
-    pub fn counts_instructions(&self) -> bool {
+    pub(crate) fn counts_instructions(&self) -> bool {
         self.counts_insns
     }
 
-    pub fn push(&mut self, pos: u64, item: T) {
+    pub(crate) fn push(&mut self, pos: u64, item: T) {
         self.pending.push((pos, item));
     }
 
     /// Time is `tsc` at instruction position `pos`: releases every held
     /// item up to here.
-    pub fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, T)) {
+    pub(crate) fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, T)) {
         let (p0, t0) = match self.anchor {
             // Time never runs backwards; a smaller TSC is noise.
             Some((p0, t0)) => (p0, t0),
@@ -123,19 +123,19 @@ impl<T> Clock<T> {
     }
 
     /// Takes the held items without timing them.
-    pub fn take_pending(&mut self) -> Vec<(u64, T)> {
+    pub(crate) fn take_pending(&mut self) -> Vec<(u64, T)> {
         std::mem::take(&mut self.pending)
     }
 
     /// The last anchor (position, TSC), and the TSC ticks and instructions
     /// between it and the one before.
-    pub fn state(&self) -> (Option<Point>, Option<Point>) {
+    pub(crate) fn state(&self) -> (Option<Point>, Option<Point>) {
         (self.anchor, self.rate_from)
     }
 
     /// Continues from the state another clock ended in (a later stretch of
     /// the same trace, timed on its own); its rate if it had one.
-    pub fn restore(&mut self, anchor: (u64, u64), rate_from: Option<(u64, u64)>) {
+    pub(crate) fn restore(&mut self, anchor: (u64, u64), rate_from: Option<(u64, u64)>) {
         self.anchor = Some(anchor);
         if rate_from.is_some() {
             self.rate_from = rate_from;
@@ -143,7 +143,7 @@ impl<T> Clock<T> {
     }
 
     /// Releases what is left, extrapolating from the last anchor.
-    pub fn finish(&mut self, mut release: impl FnMut(Stamp, T)) {
+    pub(crate) fn finish(&mut self, mut release: impl FnMut(Stamp, T)) {
         let (p0, t0) = self.anchor.unwrap_or((0, 0));
         if let Some((span, n)) = self.rate_from {
             self.rate = ((span as u128) << 32).div_ceil(n as u128) as u64;

@@ -6,8 +6,8 @@
 //!   the [`Clock`] spreads time between two such anchors by instruction
 //!   count and releases everything it held, in order, once timed.
 
-pub mod interpolation;
-pub mod packets;
+pub(crate) mod interpolation;
+pub(crate) mod packets;
 
-pub use interpolation::{Clock, Stamp};
-pub use packets::Time;
+pub(crate) use interpolation::{Clock, Stamp};
+pub(crate) use packets::Time;

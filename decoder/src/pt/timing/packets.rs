@@ -11,7 +11,7 @@ const MTC_BITS: u32 = 8;
 const TMA_CTC_BITS: u32 = 16;
 
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Time {
+pub(crate) struct Time {
     have_tsc: bool,
     have_tma: bool,
     have_mtc: bool,
@@ -32,11 +32,11 @@ pub struct Time {
 
 impl Time {
     /// The current estimate, once a TSC has been seen.
-    pub fn tsc(&self) -> Option<u64> {
+    pub(crate) fn tsc(&self) -> Option<u64> {
         self.have_tsc.then_some(self.tsc)
     }
 
-    pub fn on_tsc(&mut self, tsc: u64) {
+    pub(crate) fn on_tsc(&mut self, tsc: u64) {
         let mut per_cycle = self.per_cycle;
         if let Some(prev) = self.last_tsc {
             if tsc > prev && self.cycles_since_tsc > 0 {
@@ -60,7 +60,7 @@ impl Time {
     /// unknown, as for a decoder that syncs there (the parallel pass's
     /// chunks start so). The rate learned between TSCs stays: no PSB+
     /// restates it.
-    pub fn on_psb(&mut self) {
+    pub(crate) fn on_psb(&mut self) {
         *self = Time {
             per_cycle: self.per_cycle,
             cycles_since_tsc: self.cycles_since_tsc,
@@ -69,13 +69,13 @@ impl Time {
         };
     }
 
-    pub fn on_cbr(&mut self, cbr: u8) {
+    pub(crate) fn on_cbr(&mut self, cbr: u8) {
         if cbr != 0 {
             self.cbr = cbr;
         }
     }
 
-    pub fn on_tma(&mut self, ctc: u16, fc: u16, cfg: &DecoderConfig) {
+    pub(crate) fn on_tma(&mut self, ctc: u16, fc: u16, cfg: &DecoderConfig) {
         // Only the first TMA after a TSC means anything.
         if !self.have_tsc || self.have_tma || self.have_mtc {
             return;
@@ -91,7 +91,7 @@ impl Time {
         self.ctc = ctc as u32 & mask;
     }
 
-    pub fn on_mtc(&mut self, payload: u8, cfg: &DecoderConfig) {
+    pub(crate) fn on_mtc(&mut self, payload: u8, cfg: &DecoderConfig) {
         // An MTC between TSC and TMA would look like a CTC overflow.
         if self.have_tsc && !self.have_tma {
             return;
@@ -131,7 +131,7 @@ impl Time {
         self.tsc = self.base;
     }
 
-    pub fn on_cyc(&mut self, cycles: u64, cfg: &DecoderConfig) {
+    pub(crate) fn on_cyc(&mut self, cycles: u64, cfg: &DecoderConfig) {
         self.cycles_since_tsc = self.cycles_since_tsc.saturating_add(cycles);
         // Core cycles to TSC ticks: the TSC runs at the nominal ratio, the
         // core at CBR; without those, at the rate seen between TSCs.
