@@ -1022,7 +1022,7 @@ fn snapshots_of_slow_calls_open_as_one_session() {
     let files: Vec<PathBuf> = (1..=3)
         .map(|n| dir.path().join(format!("slow-{n}.ptscope")))
         .collect();
-    let calls: Vec<ptscope_formats::snapshot::metadata::TriggerCall> = files
+    let calls: Vec<ptscope_formats::snapshot::TriggerCall> = files
         .iter()
         .map(|f| {
             ptscope_formats::snapshot::Snapshot::read_metadata(f)

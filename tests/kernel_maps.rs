@@ -10,11 +10,12 @@ use std::io::Cursor;
 use std::path::Path;
 
 use ptscope_capture::emulated::packets::{self, IpCompression, IpPacket};
-use ptscope_formats::perf_data::{
-    misc, EventAttr, Features, PerfDataWriter, PerfEventAttr, Record, SampleId,
-};
 use ptscope_formats::pt_params::PtParams;
 use ptscope_formats::snapshot::SAMPLE_TYPE;
+use ptscope_formats::{
+    perf_data::misc, perf_data::EventAttr, perf_data::Features, perf_data::PerfDataWriter,
+    perf_data::PerfEventAttr, perf_data::Record, perf_data::SampleId,
+};
 
 use crate::support::*;
 
@@ -210,7 +211,7 @@ fn kernel_code_is_named_by_the_kallsyms_given_or_carried() {
     let perf_data = std::fs::read(&file).unwrap();
     let carried = dir.path().join("carried.ptscope");
     let meta = ptscope_formats::snapshot::Metadata {
-        format: ptscope_formats::snapshot::metadata::FORMAT_VERSION,
+        format: ptscope_formats::snapshot::FORMAT_VERSION,
         backend: "intel-pt".into(),
         ..Default::default()
     };

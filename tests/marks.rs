@@ -13,11 +13,12 @@ use std::path::Path;
 use serde_json::Value;
 
 use ptscope_capture::emulated::packets::{self, IpCompression, IpPacket};
-use ptscope_formats::perf_data::{
-    flag, EventAttr, Features, PerfDataWriter, PerfEventAttr, Record, SampleId,
-};
 use ptscope_formats::pt_params::term;
 use ptscope_formats::snapshot::SAMPLE_TYPE;
+use ptscope_formats::{
+    perf_data::flag, perf_data::EventAttr, perf_data::Features, perf_data::PerfDataWriter,
+    perf_data::PerfEventAttr, perf_data::Record, perf_data::SampleId,
+};
 
 use crate::support::*;
 
@@ -314,7 +315,7 @@ fn power_and_frequency_packets_read_as_perf_reads_them() {
 /// field, each kind in the same order.
 #[test]
 fn power_events_in_a_capture_equal_perfs_itrace_p() {
-    use ptscope_formats::snapshot::{rewrite, Snapshot};
+    use ptscope_formats::snapshot::{rewrite_aux, Snapshot};
     let dir = tempfile::tempdir().unwrap();
     let snap = Snapshot::open(&demo_snapshot()).unwrap();
     let power: Vec<u8> = [
@@ -327,7 +328,7 @@ fn power_events_in_a_capture_equal_perfs_itrace_p() {
     ]
     .concat();
     let out = dir.path().join("power.ptscope");
-    rewrite::with_aux(&snap, &out, 0, &|_, old| {
+    rewrite_aux(&snap, &out, 0, &|_, old| {
         // After the first PSBEND (02 23): between PSB+ and the flow.
         let at = old
             .windows(2)

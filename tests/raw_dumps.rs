@@ -3,7 +3,7 @@
 //! are missing, and the window takes the binaries in the dump's tab and
 //! opens it again with them. No native dialog opens: paths are typed in.
 
-use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
+use ptscope_formats::{pt::write, pt::write::IpCompression, pt::write::IpPacket};
 use std::path::Path;
 
 use egui_kittest::kittest::Queryable;

@@ -53,7 +53,7 @@ use ptscope_decoder::{sections, Section};
 use ptscope_decoder::{FileCache, Memory};
 use ptscope_decoder::{ProcessSymbols, SymbolCache};
 use ptscope_formats::pt::read::psb_offsets;
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 use ptscope_model::FuncTable;
 use ptscope_model::TimeUnit;
 

@@ -157,7 +157,7 @@ pub fn save_with_found(
         return Ok(false);
     }
     let meta = ptscope_formats::snapshot::Metadata {
-        format: ptscope_formats::snapshot::metadata::FORMAT_VERSION,
+        format: ptscope_formats::snapshot::FORMAT_VERSION,
         backend: "perf.data".into(),
         trigger: "none".into(),
         stop: format!(
@@ -166,7 +166,7 @@ pub fn save_with_found(
         ),
         ..Default::default()
     };
-    ptscope_formats::snapshot::rewrite::with_members(&snap, dest, &members, &meta)?;
+    ptscope_formats::snapshot::rewrite_members(&snap, dest, &members, &meta)?;
     Ok(true)
 }
 

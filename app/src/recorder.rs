@@ -21,7 +21,7 @@ use ptscope_capture::intel_pt::backend::{self, Status};
 use ptscope_capture::intel_pt::{Pmu, PtSetupError};
 use ptscope_capture::recording::{Capture, StopReason, Target};
 use ptscope_capture::trigger::Trigger;
-use ptscope_formats::snapshot::{self, Metadata};
+use ptscope_formats::{snapshot, snapshot::Metadata};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq, Default)]
 pub enum Backend {
@@ -404,7 +404,7 @@ pub const QEMU_CPU: &str = "max";
 fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
     let emulated = backend == "emulated";
     Metadata {
-        format: snapshot::metadata::FORMAT_VERSION,
+        format: snapshot::FORMAT_VERSION,
         backend: backend.into(),
         trigger: req.opts.trigger.to_string(),
         stop: stop_text(&cap.stop),
@@ -441,7 +441,7 @@ fn metadata(cap: &Capture, req: &Request, backend: &str) -> Metadata {
                 tid,
                 start,
                 end,
-            } => Some(snapshot::metadata::TriggerCall {
+            } => Some(snapshot::TriggerCall {
                 function: name.clone(),
                 tid: *tid,
                 start: *start,

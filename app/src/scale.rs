@@ -15,8 +15,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use ptscope_decoder::{decode_snapshot, DecodeOptions};
-use ptscope_formats::pt::read::{Packet, Packets};
-use ptscope_formats::snapshot::{rewrite, Snapshot};
+use ptscope_formats::snapshot::{rewrite_aux, Snapshot};
+use ptscope_formats::{pt::read::Packet, pt::read::Packets};
 use ptscope_model::Model;
 
 /// One period of a thread's trace.
@@ -172,7 +172,7 @@ pub fn grow(source: &Path, dst: &Path, min_bytes: u64) -> Result<Grown> {
         period.ticks,
         period.queue,
     );
-    rewrite::with_aux(&snap, dst, shift_ns, &|idx, old| {
+    rewrite_aux(&snap, dst, shift_ns, &|idx, old| {
         if idx == queue {
             replicate(old, from, to, ticks, copies)
         } else {

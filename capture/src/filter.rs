@@ -30,8 +30,9 @@ use crate::trigger::symbol_matches;
 
 pub use crate::error::FilterError;
 
-pub use ptscope_formats::filter::{
-    kernel_string, FilterAction, FilterRange, FilterSpec, FilterStart, FilterSyntaxError,
+pub use ptscope_formats::{
+    filter::kernel_string, filter::FilterAction, filter::FilterRange, filter::FilterSpec,
+    filter::FilterStart, filter::FilterSyntaxError,
 };
 
 impl From<FilterSyntaxError> for FilterError {

@@ -18,12 +18,14 @@ use object::{Object, ObjectSection};
 use ptscope_debuginfo::Search;
 
 use ptscope_formats::buildid;
-use ptscope_formats::perf_data::{
-    self, flag, sample, BuildIdEntry, EventAttr, Features, IdIndexEntry, PerfDataWriter,
-    PerfEventAttr, Record, SampleId, TimeConv,
+use ptscope_formats::{
+    perf_data, perf_data::flag, perf_data::sample, perf_data::BuildIdEntry, perf_data::EventAttr,
+    perf_data::Features, perf_data::IdIndexEntry, perf_data::PerfDataWriter,
+    perf_data::PerfEventAttr, perf_data::Record, perf_data::SampleId, perf_data::TimeConv,
 };
-use ptscope_formats::snapshot::{
-    write_archive, Metadata, KALLSYMS_MEMBER, MODULES_MEMBER, SAMPLE_TYPE,
+use ptscope_formats::{
+    snapshot::write_archive, snapshot::Metadata, snapshot::KALLSYMS_MEMBER,
+    snapshot::MODULES_MEMBER, snapshot::SAMPLE_TYPE,
 };
 
 use crate::error::CaptureError;

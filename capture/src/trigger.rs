@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use object::{Object, ObjectSymbol};
-use ptscope_formats::demangle::demangle;
+use ptscope_formats::demangle;
 
 use crate::procfs::Mapping;
 

@@ -18,7 +18,7 @@ use ptscope_decoder::Decoded;
 use ptscope_decoder::Parallel;
 use ptscope_decoder::{decode_snapshot, decode_trace, DecodeOptions, Engine};
 use ptscope_formats::perf_data::PerfDataFile;
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 
 /// The repository root, found upward from the crate that includes us.
 pub fn root() -> PathBuf {
@@ -50,7 +50,7 @@ fn demo() -> &'static Snapshot {
 /// while the chunked pass, which cuts at PSB patterns without parsing, starts
 /// a chunk there. Only then may the two differ (ROBUSTNESS.md).
 fn psbs_aligned(pt: &[u8]) -> bool {
-    use ptscope_formats::pt::read::{psb_offsets, Packets};
+    use ptscope_formats::{pt::read::psb_offsets, pt::read::Packets};
     let starts: std::collections::HashSet<usize> = Packets::new(pt).map(|(at, _)| at).collect();
     psb_offsets(pt).iter().all(|p| starts.contains(p))
 }
@@ -69,7 +69,7 @@ pub fn compare_ways(on: bool) {
 /// walk converts cycles at a rate learned across PSBs, which a chunk
 /// cannot know (a known difference).
 fn psbs_state_cbr(pt: &[u8]) -> bool {
-    use ptscope_formats::pt::read::{Packet, Packets};
+    use ptscope_formats::{pt::read::Packet, pt::read::Packets};
     // Inside a PSB+: whether it has stated one yet.
     let mut open = None;
     for (_, p) in Packets::new(pt) {
@@ -413,7 +413,7 @@ pub fn marks(input: &[u8]) {
 /// inlined frames at every function and at addresses the input picks.
 pub fn symbols(data: &[u8]) {
     use ptscope_decoder::ModuleSymbols;
-    use ptscope_formats::demangle::demangle;
+    use ptscope_formats::demangle;
     let _ = ptscope_formats::buildid::elf_build_id(data);
     let Ok(m) = ModuleSymbols::from_bytes(Path::new("fuzz.elf"), data) else {
         return;

@@ -374,12 +374,12 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// The demo with every PSB of its trace overwritten by padding: it opens,
 /// but none of its trace can be decoded.
 pub fn without_psbs(dir: &Path) -> PathBuf {
-    use ptscope_formats::snapshot::{rewrite, Snapshot};
+    use ptscope_formats::snapshot::{rewrite_aux, Snapshot};
     let demo = super::demo_snapshot();
     let snap = Snapshot::open(&demo).unwrap();
     let dst = dir.join("no-psb.ptscope");
     let psb = ptscope_formats::pt::write::PSB;
-    rewrite::with_aux(&snap, &dst, 0, &|_, old| {
+    rewrite_aux(&snap, &dst, 0, &|_, old| {
         let mut v = old.to_vec();
         for i in 0..v.len().saturating_sub(15) {
             if v[i..i + 16] == psb[..] {

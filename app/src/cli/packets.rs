@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use ptscope_formats::pt::read::{self as packet, Packets};
+use ptscope_formats::{pt::read as packet, pt::read::Packets};
 
 /// `packets --cpu`: a per-CPU trace's buffer, or the CPU whose errata the
 /// listing works around.

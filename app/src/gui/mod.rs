@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use eframe::egui;
-use ptscope_formats::snapshot::metadata::TriggerCall;
+use ptscope_formats::snapshot::TriggerCall;
 
 use crate::export::ExportFormat;
 use crate::loader::{Decoding, Load};

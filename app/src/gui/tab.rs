@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use eframe::egui;
 use ptscope_decoder::ModelCache;
-use ptscope_formats::snapshot::metadata::TriggerCall;
+use ptscope_formats::snapshot::TriggerCall;
 use ptscope_viewer::TraceView;
 
 use crate::loader::{Decoding, Load, Loaded, Poll};

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use ptscope_formats::buildid;
-use ptscope_formats::lookup::{DebugFile, FileLookup};
+use ptscope_formats::{DebugFile, FileLookup};
 
 use crate::debuginfod;
 use crate::debuglink;

@@ -16,28 +16,37 @@
 //! - [`filter`]: IP filters in perf's syntax, as `--filter` takes them and
 //!   AUXTRACE_INFO records them, and where they land in a process.
 //! - [`buildid`]: ELF build ids and perf's build-id cache layout.
-//! - [`lookup`]: [`lookup::FileLookup`], how the decoder's caller tells it
+//! - `lookup`: [`FileLookup`], how the decoder's caller tells it
 //!   where debug files and binaries not at their paths are found.
-//! - [`demangle`]: mangled symbol names (Rust, C++, OCaml) made readable;
+//! - [`demangle()`]: mangled symbol names (Rust, C++, OCaml) made readable;
 //!   the one demangler of ptscope, so a name shown is a name a trigger takes.
-//! - [`mapped`]: file bytes read in place (a snapshot's perf.data is
+//! - `mapped`: file bytes read in place ([`FileBytes`]) (a snapshot's perf.data is
 //!   mapped, not copied); the crate's one module allowed `unsafe`.
 //! - [`FileError`]: what can go wrong, naming the file.
 //!
 //! [`Metadata`]: snapshot::Metadata
 //! [`Trace`]: snapshot::Trace
 
+// What is `pub` is exported; everything else says `pub(crate)`.
+#![warn(unreachable_pub)]
+
+// Each format is a namespace, as object's `read::elf` is; the files
+// inside one are private, and its `mod.rs` lists what it offers. A part
+// with one thing to offer is private, its item exported here.
 pub mod buildid;
-pub mod demangle;
+mod demangle;
 mod error;
 pub mod filter;
-pub mod lookup;
+mod lookup;
 #[allow(unsafe_code)]
-pub mod mapped;
+mod mapped;
 pub mod perf_data;
 pub mod pt;
 pub mod pt_params;
 pub mod snapshot;
 
+pub use demangle::demangle;
 pub use error::FileError;
+pub use lookup::{DebugFile, FileLookup};
+pub use mapped::FileBytes;
 pub use snapshot::Snapshot;

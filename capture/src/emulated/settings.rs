@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ptscope_formats::pt_params::{term, PtParams};
+use ptscope_formats::{pt_params::term, pt_params::PtParams};
 
 use super::hardware::PtSettings;
 use crate::intel_pt::pmu::{Caps, ConfigWord, Format, Pmu};

@@ -5,7 +5,9 @@
 
 use super::pmu::Pmu;
 use super::timing::PtConfig;
-use ptscope_formats::perf_data::{aux_action, flag, sample, PerfEventAttr};
+use ptscope_formats::{
+    perf_data::aux_action, perf_data::flag, perf_data::sample, perf_data::PerfEventAttr,
+};
 
 /// How the PT event is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! to ptscope. A kernel without aux-action is refused up front with what
 //! it lacks.
 
-use ptscope_formats::perf_data::{aux_action, PerfEventAttr};
+use ptscope_formats::{perf_data::aux_action, perf_data::PerfEventAttr};
 
 use crate::perf_event::breakpoint::breakpoint_attr;
 

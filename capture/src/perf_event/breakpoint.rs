@@ -16,7 +16,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::mmap::DataRing;
 use super::sys::Event;
 use super::PerfError;
-use ptscope_formats::perf_data::{self, flag, kind, sample, PerfEventAttr};
+use ptscope_formats::{
+    perf_data, perf_data::flag, perf_data::kind, perf_data::sample, perf_data::PerfEventAttr,
+};
 
 /// HW_BREAKPOINT_X: break on instruction fetch.
 pub const HW_BREAKPOINT_X: u32 = 4;

@@ -17,7 +17,10 @@ use std::time::Duration;
 use super::mmap::DataRing;
 use crate::procfs::Mapping;
 use crate::recording::{Sideband, SidebandEvent};
-use ptscope_formats::perf_data::{self, flag, kind, sample, PerfEventAttr, Record};
+use ptscope_formats::{
+    perf_data, perf_data::flag, perf_data::kind, perf_data::sample, perf_data::PerfEventAttr,
+    perf_data::Record,
+};
 
 /// The sample-id layout of every record we ask for.
 pub const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;

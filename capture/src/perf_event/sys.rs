@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use nix::errno::Errno;
 use perf_event_open_sys as sys;
 
-use ptscope_formats::perf_data::{PerfEventAttr, ATTR_SIZE};
+use ptscope_formats::{perf_data::PerfEventAttr, perf_data::ATTR_SIZE};
 
 /// An open perf event.
 #[derive(Debug)]

@@ -9,7 +9,7 @@ use crate::pt::block::DecoderConfig;
 #[cfg(feature = "libipt")]
 use crate::pt::ffi::{Image, SectionCache};
 use crate::pt::memory::{FileCache, Memory};
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 use std::collections::HashMap;
 
 use super::*;

@@ -17,7 +17,7 @@ use crate::pt::block::DecoderConfig;
 #[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::memory::Memory;
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 use ptscope_model::CpuTrack;
 use ptscope_model::{Mark, Marks};
 use ptscope_model::{Model, ThreadModel, TimeUnit};

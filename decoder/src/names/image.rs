@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 
 use crate::names::lookup::Lookup;
 

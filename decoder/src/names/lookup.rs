@@ -28,8 +28,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use ptscope_formats::lookup::{DebugFile, FileLookup};
 use ptscope_formats::snapshot::Snapshot;
+pub use ptscope_formats::{DebugFile, FileLookup};
 
 /// Where names come from beyond the snapshot and the binaries themselves:
 /// the caller's lookup, and the kernel's symbols.

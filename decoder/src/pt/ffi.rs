@@ -15,7 +15,7 @@ use std::path::Path;
 
 use libipt_sys as sys;
 
-use ptscope_formats::snapshot::{AuxStream, Trace};
+use ptscope_formats::{snapshot::AuxStream, snapshot::Trace};
 
 use crate::names::image::Section;
 use crate::pt::block::{decoder_config, Block, BlockEnd, BlockItem, DecoderConfig, PtError};

@@ -17,8 +17,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ptscope_formats::filter::{self, FilterAction, FilterStart, MappedFile};
 use ptscope_formats::snapshot::Trace;
+use ptscope_formats::{filter, filter::FilterAction, filter::FilterStart, filter::MappedFile};
 
 /// How many ranges a PT unit has at most (and libipt's configuration).
 pub(crate) const MAX_RANGES: usize = 4;

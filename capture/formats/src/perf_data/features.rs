@@ -4,18 +4,18 @@
 
 use super::{cstr, kind, misc, padded_len, Bytes, EventAttr, FormatError, Put};
 
-pub const HEADER_BUILD_ID: u32 = 2;
-pub const HEADER_HOSTNAME: u32 = 3;
-pub const HEADER_OSRELEASE: u32 = 4;
-pub const HEADER_VERSION: u32 = 5;
-pub const HEADER_ARCH: u32 = 6;
-pub const HEADER_NRCPUS: u32 = 7;
-pub const HEADER_CPUDESC: u32 = 8;
-pub const HEADER_CPUID: u32 = 9;
-pub const HEADER_TOTAL_MEM: u32 = 10;
-pub const HEADER_CMDLINE: u32 = 11;
-pub const HEADER_EVENT_DESC: u32 = 12;
-pub const HEADER_AUXTRACE: u32 = 18;
+pub(super) const HEADER_BUILD_ID: u32 = 2;
+pub(super) const HEADER_HOSTNAME: u32 = 3;
+pub(super) const HEADER_OSRELEASE: u32 = 4;
+pub(super) const HEADER_VERSION: u32 = 5;
+pub(super) const HEADER_ARCH: u32 = 6;
+pub(super) const HEADER_NRCPUS: u32 = 7;
+pub(super) const HEADER_CPUDESC: u32 = 8;
+pub(super) const HEADER_CPUID: u32 = 9;
+pub(super) const HEADER_TOTAL_MEM: u32 = 10;
+pub(super) const HEADER_CMDLINE: u32 = 11;
+pub(super) const HEADER_EVENT_DESC: u32 = 12;
+pub(super) const HEADER_AUXTRACE: u32 = 18;
 
 /// Strings in features are padded to this.
 const NAME_ALIGN: usize = 64;

@@ -15,15 +15,16 @@
 //! intel_pt//u`; their binaries are looked up by build id in `~/.debug`,
 //! then by path.
 
-pub mod metadata;
-pub mod rewrite;
+mod metadata;
+mod rewrite;
 mod trace;
 mod write;
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-pub use metadata::Metadata;
+pub use metadata::{Metadata, TriggerCall, FILE_NAME as METADATA_FILE, FORMAT_VERSION};
+pub use rewrite::{with_aux as rewrite_aux, with_members as rewrite_members};
 pub use trace::{AuxStream, CpuSwitch, MmapEvent, ThreadInfo, Trace};
 pub use write::{write_archive, SAMPLE_TYPE};
 

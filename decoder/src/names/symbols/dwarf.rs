@@ -10,7 +10,7 @@ use std::sync::Arc;
 use gimli::Reader as _;
 use object::read::elf::{ElfFile, FileHeader, SectionHeader};
 use object::Endianness;
-use ptscope_formats::demangle::demangle;
+use ptscope_formats::demangle;
 
 use super::elf::region_containing;
 use super::intervals::{has_gap, Interval};

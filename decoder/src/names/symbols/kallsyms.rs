@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use object::{Object, ObjectSymbol, SymbolKind};
-use ptscope_formats::snapshot::{Snapshot, Trace};
+use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 
 /// A listing larger than this is refused, not read: a real kallsyms is
 /// some 10 MiB.

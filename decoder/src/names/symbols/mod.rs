@@ -48,7 +48,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use object::{Endianness, FileKind};
-use ptscope_formats::demangle::demangle;
+use ptscope_formats::demangle;
 
 mod dwarf;
 mod elf;

@@ -5,7 +5,7 @@
 use super::tests::joined;
 use super::*;
 use crate::pt::ffi::{BlockDecoder, Image, SectionCache};
-use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
+use ptscope_formats::{pt::write, pt::write::IpCompression, pt::write::IpPacket};
 use std::sync::Arc;
 
 /// A trace built packet by packet, with the PT format's own encoder

@@ -5,7 +5,7 @@
 //! and serves `conformance` too.
 
 use super::*;
-use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
+use ptscope_formats::{pt::write, pt::write::IpCompression, pt::write::IpPacket};
 use std::sync::Arc;
 
 /// A little program at 0x1000:
