@@ -10,13 +10,13 @@ use object::{Object, ObjectSection};
 
 /// A binary's debuglink: the debug file's name and its CRC.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Debuglink {
+pub(crate) struct Debuglink {
     pub name: String,
     pub crc: u32,
 }
 
 /// The debuglink of the ELF image `data`, if it has a sound one.
-pub fn read(data: &[u8]) -> Option<Debuglink> {
+pub(crate) fn read(data: &[u8]) -> Option<Debuglink> {
     let file = object::File::parse(data).ok()?;
     let section = file.section_by_name(".gnu_debuglink")?;
     let bytes = section.data().ok()?;
@@ -48,7 +48,7 @@ fn parse(bytes: &[u8], little_endian: bool) -> Option<Debuglink> {
 
 /// The CRC-32 (the zlib polynomial, as the debuglink records it) of the
 /// file at `path`.
-pub fn file_crc(path: &Path) -> std::io::Result<u32> {
+pub(crate) fn file_crc(path: &Path) -> std::io::Result<u32> {
     let mut file = std::fs::File::open(path)?;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 16];

@@ -21,7 +21,7 @@
 //! The parts, one file each:
 //! - `search`: [`Search`], the order above, and what it found
 //!   ([`Found`], [`Origin`]);
-//! - [`debuglink`]: the `.gnu_debuglink` section and its CRC;
+//! - `debuglink`: the `.gnu_debuglink` section and its CRC;
 //! - [`debuginfod`]: the debuginfod client (HTTP through `ureq`), its
 //!   cache (elfutils' layout, shared with gdb and perf), timeouts and
 //!   progress reports.
@@ -31,8 +31,13 @@
 //! capture, which stores it in the snapshot so that another machine names
 //! what this one named, and the app's `info` and missing-binaries notice.
 
+// What is `pub` is exported; everything else says `pub(crate)`.
+#![warn(unreachable_pub)]
+
+// The client is a namespace of its own (its `Client`, `Progress` and
+// errors); the rest is private, its items exported here.
 pub mod debuginfod;
-pub mod debuglink;
+mod debuglink;
 mod search;
 
 pub use search::{Found, Origin, Search};

@@ -65,7 +65,7 @@ pub struct Search {
 
 /// The standard debug directory, where distributions install their
 /// `-dbg`/`-dbgsym` packages.
-pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
+pub(crate) const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
 
 impl Search {
     /// The places the ecosystem's tools look on this machine: the system
