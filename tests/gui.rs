@@ -211,7 +211,7 @@ fn zooming_into_slow_path_shows_the_loop_line_and_its_trip_count() {
     // tree was built elsewhere.
     let loaded = view_mut(&mut h).source_pane_mut().file(&t.file);
     match &*loaded {
-        ptscope_viewer::source_tab::Loaded::Text { path, lines } => {
+        ptscope_viewer::Loaded::Text { path, lines } => {
             assert!(path.ends_with("assets/demo/demo.c"), "{}", path.display());
             assert!(lines[29].contains("for (int i = 0; i < 300; i++)"));
         }
@@ -321,7 +321,7 @@ fn source_maps_reach_the_viewer() {
     assert_eq!(view(&h).source_pane().maps(), vec![(from.clone(), to)]);
     let dwarf: std::sync::Arc<str> = format!("{from}/demo.c").into();
     match &*view_mut(&mut h).source_pane_mut().file(&dwarf) {
-        ptscope_viewer::source_tab::Loaded::Text { path, lines } => {
+        ptscope_viewer::Loaded::Text { path, lines } => {
             assert_eq!(path, &dir.path().join("demo.c"));
             assert_eq!(lines[0], "// elsewhere");
         }

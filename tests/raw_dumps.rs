@@ -470,5 +470,5 @@ fn the_window_lays_an_untimed_raw_dump_on_the_instruction_axis() {
     let model = tab.view().expect("a view").model().clone();
     assert_eq!(model.unit, ptscope_model::TimeUnit::Insns);
     assert_eq!(model.time_range().map(|r| r.1 - r.0), Some(3));
-    h.get_by_label_contains(ptscope_viewer::view::UNTIMED_LABEL);
+    h.get_by_label_contains(ptscope_viewer::UNTIMED_LABEL);
 }

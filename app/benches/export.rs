@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use ptscope::export::{export, ExportFormat, Selection};
-use ptscope_viewer::synth::{synthetic_model, SynthSpec};
+use ptscope_viewer::{synthetic_model, SynthSpec};
 
 /// A `VmRSS`/`VmHWM` line of /proc/self/status, in bytes.
 fn status_bytes(field: &str) -> u64 {

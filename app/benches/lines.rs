@@ -36,7 +36,7 @@ use ptscope_model::window_lines;
 use ptscope_model::DetailSource;
 use ptscope_model::Segment;
 use ptscope_model::{Model, ThreadModel};
-use ptscope_viewer::bench::{median, rss_bytes};
+use ptscope_viewer::{bench::median, bench::rss_bytes};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

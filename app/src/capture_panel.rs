@@ -10,7 +10,7 @@
 //! window, which opens it in a new tab. Cancel stops tracing and leaves
 //! the target running untouched. The process and function pickers list
 //! the best matches first, through the viewer's fuzzy matcher
-//! ([`ptscope_viewer::fuzzy`]).
+//! ([`ptscope_viewer::fuzzy_filter`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +22,7 @@ use ptscope_capture::intel_pt::Timing;
 use ptscope_capture::procfs::{self, ProcessInfo};
 use ptscope_capture::recording::Target;
 use ptscope_capture::trigger::{self, FunctionSymbol, Trigger};
-use ptscope_viewer::fuzzy;
+use ptscope_viewer::fuzzy_filter;
 
 use crate::recorder::{self, Backend, Chosen, Progress, Request};
 
@@ -155,7 +155,7 @@ impl CapturePanel {
 
     /// Matching processes, best first.
     pub fn matching_processes(&self) -> Vec<&ProcessInfo> {
-        fuzzy::filter(&self.processes, &self.process_filter, Self::process_text)
+        fuzzy_filter(&self.processes, &self.process_filter, Self::process_text)
             .into_iter()
             .map(|i| &self.processes[i])
             .collect()
@@ -202,7 +202,7 @@ impl CapturePanel {
             .as_ref()
             .is_none_or(|(f, _)| *f != self.symbol_filter)
         {
-            let hits = fuzzy::filter(&self.symbols, &self.symbol_filter, |f| f.name.clone());
+            let hits = fuzzy_filter(&self.symbols, &self.symbol_filter, |f| f.name.clone());
             self.symbol_matches = Some((self.symbol_filter.clone(), hits));
         }
         self.symbol_matches

@@ -1,6 +1,6 @@
 //! `ptscope stats --function F --histogram` and `ptscope compare`: the
 //! outlier hunt on the command line, as text or JSON. The figures come
-//! from the decoder's [`ptscope_decoder::calls`], which the window's
+//! from the model's call queries ([`ptscope_model::compare_calls`]), which the window's
 //! Details panel shows too.
 //!
 //! Times printed are in the model's unit (ns, or instructions for a trace
@@ -98,7 +98,7 @@ pub fn function_ids(m: &Model, file: &Path, name: &str) -> Result<Vec<FuncId>> {
     names.dedup();
     // Names the query abbreviates (the pickers' fuzzy match), then names
     // a typo away from it.
-    let mut near: Vec<&str> = ptscope_viewer::fuzzy::filter(&names, name, |n| n.to_string())
+    let mut near: Vec<&str> = ptscope_viewer::fuzzy_filter(&names, name, |n| n.to_string())
         .into_iter()
         .take(5)
         .map(|i| names[i])

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use egui::{pos2, vec2, Color32, Context, RawInput, Rect, Shape};
 use ptscope_model::Model;
-use ptscope_viewer::color::{extend_styles, FuncStyle};
-use ptscope_viewer::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
-use ptscope_viewer::synth::{synthetic_model, SynthSpec};
-use ptscope_viewer::timeline::LANE_H;
+use ptscope_viewer::bench::LANE_H;
+use ptscope_viewer::{bench::extend_styles, bench::FuncStyle};
+use ptscope_viewer::{bench::layout_lane, bench::FrameBuf, bench::LaneGeom, bench::Paint};
+use ptscope_viewer::{synthetic_model, SynthSpec};
 use ptscope_viewer::{TimeWindow, TraceView};
 
 const W: f32 = 1920.0;

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use egui::epaint::Mesh;
 use egui::{pos2, vec2, Context, RawInput, Rect};
 use ptscope_model::LineSpan;
-use ptscope_viewer::frame_mesh::LaneGeom;
-use ptscope_viewer::line_detail::{runs, Run};
+use ptscope_viewer::bench::LaneGeom;
+use ptscope_viewer::{bench::runs, bench::Run};
 use ptscope_viewer::{TimeWindow, TraceView};
 
 const W: f32 = 1920.0;
@@ -141,7 +141,7 @@ fn main() {
                     let t0 = Instant::now();
                     runs(&lines, &win, geom.width, |r: Run| {
                         count += 1;
-                        ptscope_viewer::frame_mesh::rect(
+                        ptscope_viewer::bench::rect(
                             &mut mesh,
                             r.x0 as f32,
                             r.x1 as f32,

@@ -1,8 +1,14 @@
 //! Helpers the benchmarks share, here and in the app's: the median of
-//! timed runs, and this process's resident memory. Hidden from the docs:
-//! they are not part of the viewer's API.
+//! timed runs, and this process's resident memory; and the timeline's
+//! insides the frame and line benchmarks time one by one. Hidden from the
+//! docs: they are not part of the viewer's API.
 
 use std::time::Duration;
+
+pub use crate::color::{extend_styles, FuncStyle};
+pub use crate::timeline::frame_mesh::{layout_lane, rect, FrameBuf, LaneGeom, Paint};
+pub use crate::timeline::line_detail::{runs, Run};
+pub use crate::timeline::LANE_H;
 
 /// The median of `times` (the upper one of an even count).
 ///

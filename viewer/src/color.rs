@@ -23,15 +23,15 @@ pub struct FuncStyle {
 }
 
 /// Color of merged runs of tiny spans.
-pub const MERGED: Color32 = Color32::from_rgb(0x70, 0x78, 0x88);
+pub(crate) const MERGED: Color32 = Color32::from_rgb(0x70, 0x78, 0x88);
 /// Merged runs while a search is active.
-pub const MERGED_DIMMED: Color32 = Color32::from_rgb(0x38, 0x3c, 0x44);
+pub(crate) const MERGED_DIMMED: Color32 = Color32::from_rgb(0x38, 0x3c, 0x44);
 /// Stripe color of hatched boxes.
-pub const HATCH: Color32 = Color32::from_rgba_premultiplied(0, 0, 0, 90);
+pub(crate) const HATCH: Color32 = Color32::from_rgba_premultiplied(0, 0, 0, 90);
 
 /// FNV-1a: tiny, stable across platforms and Rust versions (unlike
 /// `DefaultHasher`), which is the point of a stable color.
-pub fn name_hash(name: &str) -> u32 {
+pub(crate) fn name_hash(name: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {
         h ^= b as u32;
@@ -41,7 +41,7 @@ pub fn name_hash(name: &str) -> u32 {
 }
 
 /// A pleasant, readable color for a call, from a name hash.
-pub fn call_color(hash: u32) -> Color32 {
+pub(crate) fn call_color(hash: u32) -> Color32 {
     // Hue from the hash; saturation and lightness vary a little so that
     // neighbours with close hues still differ.
     let hue = (hash % 360) as f32 / 360.0;
@@ -69,7 +69,7 @@ fn hsv_to_rgb(h: f32, s: f32, v: f32) -> [u8; 3] {
 }
 
 /// The style of one function.
-pub fn func_style(name: &str, kind: SpanKind) -> FuncStyle {
+pub(crate) fn func_style(name: &str, kind: SpanKind) -> FuncStyle {
     let (fill, hatched) = match kind {
         SpanKind::Call => (call_color(name_hash(name)), false),
         SpanKind::Untraced => (Color32::from_rgb(0x5a, 0x5a, 0x5a), true),
@@ -86,14 +86,14 @@ pub fn func_style(name: &str, kind: SpanKind) -> FuncStyle {
 }
 
 /// A darkened, desaturated version of `c` for non-matching spans.
-pub fn dim(c: Color32) -> Color32 {
+pub(crate) fn dim(c: Color32) -> Color32 {
     let grey = (c.r() as u32 + c.g() as u32 + c.b() as u32) / 3;
     let mix = |x: u8| ((x as u32 + grey) / 2 / 3 + 20) as u8;
     Color32::from_rgb(mix(c.r()), mix(c.g()), mix(c.b()))
 }
 
 /// Black or white, whichever reads better on `bg`.
-pub fn text_on(bg: Color32) -> Color32 {
+pub(crate) fn text_on(bg: Color32) -> Color32 {
     let l = 0.299 * bg.r() as f32 + 0.587 * bg.g() as f32 + 0.114 * bg.b() as f32;
     if l > 140.0 {
         Color32::BLACK

@@ -19,7 +19,7 @@
 /// The score of `text` for `query`, or `None` when it does not match:
 /// higher is better. Case and the query's blanks are ignored. An empty
 /// query matches everything with score 0.
-pub fn score(query: &str, text: &str) -> Option<i32> {
+pub(crate) fn score(query: &str, text: &str) -> Option<i32> {
     score_lowercase(
         query
             .chars()
@@ -30,7 +30,7 @@ pub fn score(query: &str, text: &str) -> Option<i32> {
 }
 
 /// Case-insensitive subsequence test; `needle` is already lowercase.
-pub fn fuzzy_match(name: &str, needle: &str) -> bool {
+pub(crate) fn fuzzy_match(name: &str, needle: &str) -> bool {
     score_lowercase(needle.chars(), name).is_some()
 }
 

@@ -10,7 +10,7 @@ use egui::{Context, Grid, Window};
 use crate::timeline::axis::format_duration_f;
 
 /// Every binding the viewer knows, as (keys, what they do).
-pub const BINDINGS: &[(&str, &str)] = &[
+pub(crate) const BINDINGS: &[(&str, &str)] = &[
     ("W / S", "zoom in / out around the pointer"),
     ("Ctrl + wheel, pinch", "zoom around the pointer"),
     ("A / D", "pan left / right"),
@@ -32,7 +32,7 @@ pub const BINDINGS: &[(&str, &str)] = &[
 ];
 
 /// Line-level zoom: what shows when zoomed in, and what clicks do there.
-pub const LINE_ZOOM: &[(&str, &str)] = &[
+pub(crate) const LINE_ZOOM: &[(&str, &str)] = &[
     (
         "Lines below (toolbar)",
         "zoomed in at least this far, each call shows the source lines it ran, in the lane under it",
@@ -54,7 +54,7 @@ pub const LINE_ZOOM: &[(&str, &str)] = &[
 
 /// Shows the help window while `open` is true; `line_threshold_ns` is
 /// the current line-detail threshold.
-pub fn show(ctx: &Context, open: &mut bool, line_threshold_ns: f64) {
+pub(crate) fn show(ctx: &Context, open: &mut bool, line_threshold_ns: f64) {
     Window::new("Keyboard help")
         .open(open)
         .collapsible(false)

@@ -13,7 +13,7 @@ use crate::fuzzy::fuzzy_match;
 
 /// How the query matches names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum MatchMode {
+pub(crate) enum MatchMode {
     /// Case-insensitive substring.
     #[default]
     Substring,
@@ -22,7 +22,7 @@ pub enum MatchMode {
 }
 
 /// Case-insensitive substring test; `needle` is already lowercase.
-pub fn substring_match(name: &str, needle: &str) -> bool {
+pub(crate) fn substring_match(name: &str, needle: &str) -> bool {
     if name.is_ascii() && needle.is_ascii() {
         // Common case without allocating.
         let (h, n) = (name.as_bytes(), needle.as_bytes());
@@ -35,7 +35,7 @@ pub fn substring_match(name: &str, needle: &str) -> bool {
 
 /// The search box's state and its per-function result.
 #[derive(Clone, Debug, Default)]
-pub struct Search {
+pub(crate) struct Search {
     pub text: String,
     pub mode: MatchMode,
     /// `mask[func]`: the function matches. Empty when no search is active.
@@ -48,13 +48,13 @@ pub struct Search {
 
 impl Search {
     /// A search is active when the box holds more than blanks.
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         !self.text.trim().is_empty()
     }
 
     /// Recomputes the mask if the query or the table changed.
     /// Returns whether it did.
-    pub fn update(&mut self, funcs: &FuncTable) -> bool {
+    pub(crate) fn update(&mut self, funcs: &FuncTable) -> bool {
         let key = (self.text.clone(), self.mode, funcs.len());
         if self.computed.as_ref() == Some(&key) {
             return false;
@@ -79,18 +79,12 @@ impl Search {
     }
 
     /// The per-function mask, or `None` when nothing is searched.
-    pub fn mask(&self) -> Option<&[bool]> {
+    pub(crate) fn mask(&self) -> Option<&[bool]> {
         (self.active() && !self.mask.is_empty()).then_some(self.mask.as_slice())
     }
 
-    /// Does `func` match? Everything matches when no search is active.
-    pub fn matches(&self, func: u32) -> bool {
-        self.mask()
-            .is_none_or(|m| m.get(func as usize).copied().unwrap_or(false))
-    }
-
     /// Number of calls that match, given calls per function.
-    pub fn matched_calls(&self, calls_per_func: &[u64]) -> u64 {
+    pub(crate) fn matched_calls(&self, calls_per_func: &[u64]) -> u64 {
         match self.mask() {
             None => 0,
             Some(m) => m
@@ -106,7 +100,7 @@ impl Search {
 /// The PTWRITEs whose text (`ptwrite = 0x…`, as the hover gives it)
 /// holds the query, as (thread, time) in time order: a query that names
 /// no function can name a value the program wrote.
-pub fn ptwrite_hits(model: &ptscope_model::Model, query: &str) -> Vec<(u32, u64)> {
+pub(crate) fn ptwrite_hits(model: &ptscope_model::Model, query: &str) -> Vec<(u32, u64)> {
     use std::fmt::Write;
     let needle = query.trim().to_lowercase();
     // Only a query that can name a value (`ptwrite…` or `0x…`) looks at
@@ -133,6 +127,12 @@ pub fn ptwrite_hits(model: &ptscope_model::Model, query: &str) -> Vec<(u32, u64)
 mod tests {
     use super::*;
     use ptscope_model::SpanKind;
+
+    /// Does `func` match? Everything matches when no search is active.
+    fn matches(s: &Search, func: u32) -> bool {
+        s.mask()
+            .is_none_or(|m| m.get(func as usize).copied().unwrap_or(false))
+    }
 
     #[test]
     fn ptwrites_match_by_their_value() {
@@ -177,7 +177,7 @@ mod tests {
         assert!(s.update(&t));
         assert!(!s.update(&t));
         assert_eq!(s.matched_funcs, 2);
-        assert!(s.matches(a) && s.matches(b) && !s.matches(c));
+        assert!(matches(&s, a) && matches(&s, b) && !matches(&s, c));
         let mut calls = vec![0u64; t.len()];
         calls[a as usize] = 3;
         calls[b as usize] = 4;
@@ -189,6 +189,6 @@ mod tests {
         assert_eq!(s.matched_funcs, 1);
         s.text = "  ".into();
         s.update(&t);
-        assert!(s.mask().is_none() && s.matches(c));
+        assert!(s.mask().is_none() && matches(&s, c));
     }
 }

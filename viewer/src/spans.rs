@@ -12,7 +12,7 @@ pub use ptscope_model::SpanRef;
 use ptscope_model::ThreadSpans;
 
 /// Duration less the time of direct children.
-pub fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {
+pub(crate) fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {
     let dur = t.duration(depth, index);
     let end = t.end(depth, index);
     let kids: u64 = t
@@ -23,7 +23,7 @@ pub fn self_time(t: &ThreadSpans, depth: usize, index: usize) -> u64 {
 }
 
 /// The call path to `r`, outermost first, `r` last.
-pub fn call_path(model: &Model, r: SpanRef) -> Vec<SpanRef> {
+pub(crate) fn call_path(model: &Model, r: SpanRef) -> Vec<SpanRef> {
     let mut out = vec![r];
     let Some(t) = r.thread(model) else {
         return Vec::new();
@@ -38,23 +38,9 @@ pub fn call_path(model: &Model, r: SpanRef) -> Vec<SpanRef> {
     out
 }
 
-/// The deepest span of thread `thread` at `depth` that contains `time`.
-pub fn at_time(t: &ThreadSpans, depth: usize, time: u64) -> Option<usize> {
-    let lane = t.lane(depth);
-    let p = lane.partition_point(|s| s.start <= time);
-    (p > 0 && t.end(depth, p - 1) > time).then(|| p - 1)
-}
-
-/// Calls per function over every span of `model`. Pseudo-spans
-/// (`[untraced]`, `[decode error: …]`, …) are not calls: their functions
-/// count 0.
-pub fn calls_per_func(model: &Model) -> Vec<u64> {
-    calls_of(model, &spans_per_func(model))
-}
-
 /// Calls per function, from `spans` per function ([`spans_per_func`]):
 /// the pseudo-functions' spans are no calls.
-pub fn calls_of(model: &Model, spans: &[u64]) -> Vec<u64> {
+pub(crate) fn calls_of(model: &Model, spans: &[u64]) -> Vec<u64> {
     spans
         .iter()
         .enumerate()
@@ -63,7 +49,7 @@ pub fn calls_of(model: &Model, spans: &[u64]) -> Vec<u64> {
 }
 
 /// Spans per function over every span of `model`, pseudo-spans included.
-pub fn spans_per_func(model: &Model) -> Vec<u64> {
+pub(crate) fn spans_per_func(model: &Model) -> Vec<u64> {
     let mut out = vec![0u64; model.funcs.len()];
     for t in &model.threads {
         for (_, lane) in t.spans.lanes() {
@@ -82,12 +68,12 @@ pub fn spans_per_func(model: &Model) -> Vec<u64> {
 /// and a run of spans (a merged box) counts its calls with two binary
 /// searches instead of reading its spans.
 #[derive(Clone, Debug, Default)]
-pub struct PseudoIndex {
+pub(crate) struct PseudoIndex {
     lanes: Vec<Vec<Vec<u32>>>,
 }
 
 impl PseudoIndex {
-    pub fn new(model: &Model) -> PseudoIndex {
+    pub(crate) fn new(model: &Model) -> PseudoIndex {
         // One flag per function, so the scan reads no function records.
         let call: Vec<bool> = (0..model.funcs.len())
             .map(|f| model.funcs.is_call(f as u32))
@@ -113,7 +99,7 @@ impl PseudoIndex {
 
     /// Of the spans `first..first + count` of lane `depth` of thread
     /// `thread`: (calls, pseudo-spans).
-    pub fn split(&self, thread: u32, depth: u32, first: u32, count: u32) -> (u32, u32) {
+    pub(crate) fn split(&self, thread: u32, depth: u32, first: u32, count: u32) -> (u32, u32) {
         let pseudo = self
             .lanes
             .get(thread as usize)
@@ -129,7 +115,7 @@ impl PseudoIndex {
 
 /// What a run of merged spans holds, as the timeline labels it: "9 calls",
 /// "7 calls, 2 other spans", or "2 other spans" when none is a call.
-pub fn merged_label(calls: u32, pseudo: u32) -> String {
+pub(crate) fn merged_label(calls: u32, pseudo: u32) -> String {
     let other = |n: u32| format!("{n} other span{}", if n == 1 { "" } else { "s" });
     match (calls, pseudo) {
         (c, 0) => format!("{c} calls"),
@@ -178,9 +164,7 @@ pub(crate) mod tests {
                 SpanRef::new(0, 2, 0)
             ]
         );
-        assert_eq!(at_time(t, 1, 55), Some(1));
-        assert_eq!(at_time(t, 1, 45), None);
-        let calls = calls_per_func(&m);
+        let calls = calls_of(&m, &spans_per_func(&m));
         assert_eq!(calls[3..], [2, 2, 1]);
     }
 
@@ -200,9 +184,9 @@ pub(crate) mod tests {
             t.push(0, at, at + 5, func, 0);
         }
         let m = Model::of(funcs, [t]);
-        let calls = calls_per_func(&m);
-        assert_eq!(calls[f as usize], 3);
         let spans = spans_per_func(&m);
+        let calls = calls_of(&m, &spans);
+        assert_eq!(calls[f as usize], 3);
         for p in [UNTRACED, SYSCALL, err, gone] {
             assert_eq!(calls[p as usize], 0);
             assert!(spans[p as usize] > 0);

@@ -12,9 +12,9 @@ use egui_kittest::Harness;
 use ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
 use ptscope_model::DetailSource;
 use ptscope_model::Model;
-use ptscope_viewer::line_detail::Disasm;
-use ptscope_viewer::source_tab::{SourceEnv, SourceMode, SourcePane, SourceTarget};
+use ptscope_viewer::Disasm;
 use ptscope_viewer::{PanelTab, TraceView, VisibleLine};
+use ptscope_viewer::{SourceEnv, SourceMode, SourcePane, SourceTarget};
 
 mod common;
 use common::{click, harness_of};

@@ -60,9 +60,7 @@ fn thread_tracks_are_labelled_and_collapse() {
 #[test]
 fn a_trace_without_timing_says_its_axis_counts_instructions() {
     let mut h = harness();
-    assert!(h
-        .query_by_label(ptscope_viewer::view::UNTIMED_LABEL)
-        .is_none());
+    assert!(h.query_by_label(ptscope_viewer::UNTIMED_LABEL).is_none());
     assert!(h.query_by_label_contains("insns").is_none());
     let untimed = Model {
         unit: TimeUnit::Insns,
@@ -70,7 +68,7 @@ fn a_trace_without_timing_says_its_axis_counts_instructions() {
     };
     h.state_mut().set_model(Arc::new(untimed));
     h.run();
-    h.get_by_label(ptscope_viewer::view::UNTIMED_LABEL);
+    h.get_by_label(ptscope_viewer::UNTIMED_LABEL);
     // The view's width, about 10 µs in ns, reads as k instructions.
     h.get_by_label_contains("k insns");
 }

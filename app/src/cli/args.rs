@@ -43,7 +43,7 @@ pub struct Args {
     /// Where to find source files whose DWARF path starts with FROM: read
     /// them under TO instead (for binaries built elsewhere). Repeatable;
     /// also settable in the Source pane.
-    #[arg(long = "source-map", value_name = "FROM=TO", value_parser = ptscope_viewer::source_tab::parse_map)]
+    #[arg(long = "source-map", value_name = "FROM=TO", value_parser = ptscope_viewer::parse_source_map)]
     pub source_maps: Vec<(String, String)>,
     /// The FILEs are raw PT dumps: decode them with the raw binary image
     /// IMAGE loaded at ADDR (repeatable). The window also asks for these

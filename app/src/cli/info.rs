@@ -134,7 +134,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
         writeln!(
             out,
             "  time:    {lo} .. {hi} ns (perf time), {}",
-            ptscope_viewer::axis::format_duration(hi - lo)
+            ptscope_viewer::format_duration(hi - lo)
         )?;
     }
     if trace.lost_records > 0 || trace.truncated_aux > 0 {

@@ -555,7 +555,7 @@ impl App {
         for (i, c) in calls {
             let text = format!(
                 "{}  {}  (thread {}, {})",
-                ptscope_viewer::axis::format_duration(c.duration),
+                ptscope_viewer::format_duration(c.duration),
                 c.function,
                 c.tid,
                 self.tabs[i].title()

@@ -96,7 +96,7 @@ pub struct DecodeOptions {
 /// What walks the trace in the coarse pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum Engine {
-    /// Our own flow decoder ([`crate::pt::flow`]): the fast one.
+    /// Our own flow decoder ([`crate::FlowDecoder`]): the fast one.
     #[default]
     Flow,
     /// libipt's block decoder: the reference (with the `libipt` feature).

@@ -98,7 +98,7 @@ pub struct DecoderConfig {
 }
 
 /// A CPU by family, model and stepping, as CPUID gives them: what decides
-/// the errata a decoder works around ([`crate::pt::errata`]). Written
+/// the errata a decoder works around ([`crate::errata_of`]). Written
 /// `FAMILY/MODEL[/STEPPING]`, each decimal or `0x` hex, as ptxed's `--cpu`
 /// takes it (e.g. `6/0x8e/9`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

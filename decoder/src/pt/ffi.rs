@@ -1,6 +1,6 @@
 //! libipt, Intel's reference decoder, called through `libipt-sys` directly:
 //! its block decoder (the coarse pass's reference engine, beside our own
-//! [`crate::pt::flow`]), its instruction decoder (the judge the tests hold our
+//! [`crate::FlowDecoder`]), its instruction decoder (the judge the tests hold our
 //! decoder to: [`walk_stream`]), and the section cache and images they read
 //! the process's code from.
 //!

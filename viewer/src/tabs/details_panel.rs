@@ -32,11 +32,11 @@ use crate::spans::{call_path, merged_label, self_time, PseudoIndex, SpanRef};
 use crate::timeline::SpanGroup;
 
 /// The most spans of a merged run [`group_ui`] lists.
-pub const MAX_LISTED: usize = 1000;
+pub(crate) const MAX_LISTED: usize = 1000;
 
 /// The most brushed calls the timeline outlines: a brush over a common
 /// duration can take millions, which outlines would only cover.
-pub const MAX_OUTLINED: usize = 50_000;
+pub(crate) const MAX_OUTLINED: usize = 50_000;
 
 /// Figures over every call of one function, or over every span of one
 /// pseudo-function (`[untraced]`, `[decode error: …]`, …), whose spans
@@ -81,7 +81,7 @@ impl FuncCalls {
 /// Scans every span of `model` for calls of `func`. One sort, by
 /// duration, serves the figures, the histogram and every brush (a hot
 /// function of a big trace has millions of calls).
-pub fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
+pub(crate) fn func_calls(model: &Model, func: FuncId) -> FuncCalls {
     let mut by = calls_unordered(model, &[func]);
     by.sort_unstable_by_key(|c| (std::cmp::Reverse(c.duration), c.start, c.span));
     FuncCalls {
@@ -106,7 +106,12 @@ fn key(model: &Model, r: SpanRef) -> Option<(u64, SpanRef)> {
 
 /// The next (or previous) call of `func` after (before) `from` in time
 /// order, over every thread. `func` need not be `from`'s function.
-pub fn step_call(model: &Model, func: FuncId, from: SpanRef, forward: bool) -> Option<SpanRef> {
+pub(crate) fn step_call(
+    model: &Model,
+    func: FuncId,
+    from: SpanRef,
+    forward: bool,
+) -> Option<SpanRef> {
     let here = key(model, from)?;
     let mut best: Option<(u64, SpanRef)> = None;
     for (ti, t) in model.threads.iter().enumerate() {
@@ -321,7 +326,7 @@ impl Details {
 
 /// What the user asked for in the details panel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DetailsAction {
+pub(crate) enum DetailsAction {
     Select(SpanRef),
     /// Select and fit this span.
     Show(SpanRef),
@@ -330,7 +335,7 @@ pub enum DetailsAction {
 }
 
 /// Draws the details of the selection.
-pub fn details_ui(
+pub(crate) fn details_ui(
     ui: &mut egui::Ui,
     model: &Arc<Model>,
     detail: Option<&dyn DetailSource>,
@@ -677,7 +682,7 @@ fn calls_column(
 /// Lists the spans of a merged run that no zoom takes apart (spans of
 /// zero length, or all within a few ns), each selectable, above the
 /// details of the one selected.
-pub fn group_ui(
+pub(crate) fn group_ui(
     ui: &mut egui::Ui,
     model: &Model,
     pseudo: &PseudoIndex,

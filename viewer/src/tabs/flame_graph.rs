@@ -18,7 +18,7 @@ use crate::tabs::range::RangeStats;
 
 /// A node of the range's flame graph: one call path.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlameNode {
+pub(crate) struct FlameNode {
     pub func: FuncId,
     /// Parent node; the root (index 0) is its own parent.
     pub parent: u32,
@@ -116,14 +116,14 @@ impl FlameBuilder {
 }
 
 /// Self time of the node `node` of `flame`: its total less its children's.
-pub fn node_self_ns(flame: &[FlameNode], node: u32) -> u64 {
+pub(crate) fn node_self_ns(flame: &[FlameNode], node: u32) -> u64 {
     let n = &flame[node as usize];
     let kids: u64 = n.children.iter().map(|&c| flame[c as usize].total_ns).sum();
     n.total_ns.saturating_sub(kids)
 }
 
 /// Draws the flame graph of the range (icicle: callers on top).
-pub fn flame_ui(
+pub(crate) fn flame_ui(
     ui: &mut egui::Ui,
     model: &Model,
     stats: &RangeStats,

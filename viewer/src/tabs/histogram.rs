@@ -10,12 +10,12 @@ use ptscope_model::Distribution;
 use crate::timeline::axis::format_duration;
 
 /// The plot's x for a duration: its log2 (0 ns sits with 1 ns).
-pub fn x_of(duration: u64) -> f64 {
+pub(crate) fn x_of(duration: u64) -> f64 {
     (duration.max(1) as f64).log2()
 }
 
 /// The duration at plot x.
-pub fn duration_at(x: f64) -> u64 {
+pub(crate) fn duration_at(x: f64) -> u64 {
     let d = x.clamp(0.0, 64.0).exp2();
     if d >= u64::MAX as f64 {
         u64::MAX
@@ -26,13 +26,13 @@ pub fn duration_at(x: f64) -> u64 {
 
 /// The brush a drag from `x0` to `x1` makes: the durations between, ends
 /// included.
-pub fn brush_between(x0: f64, x1: f64) -> (u64, u64) {
+pub(crate) fn brush_between(x0: f64, x1: f64) -> (u64, u64) {
     let (a, b) = if x0 <= x1 { (x0, x1) } else { (x1, x0) };
     (duration_at(a), duration_at(b))
 }
 
 /// The brush a click at `x` makes: the bar under it, if any.
-pub fn brush_at(dist: &Distribution, x: f64) -> Option<(u64, u64)> {
+pub(crate) fn brush_at(dist: &Distribution, x: f64) -> Option<(u64, u64)> {
     dist.buckets
         .iter()
         .find(|b| x >= x_of(b.from) && x < x_of(b.to) && b.count > 0)
@@ -40,7 +40,7 @@ pub fn brush_at(dist: &Distribution, x: f64) -> Option<(u64, u64)> {
 }
 
 /// Draws the histogram; true when the brush changed.
-pub fn histogram_ui(
+pub(crate) fn histogram_ui(
     ui: &mut egui::Ui,
     dist: &Distribution,
     brush: &mut Option<(u64, u64)>,

@@ -9,8 +9,8 @@
 //! - [`source_tab`]: the Source tab, a line's file with heat, or the
 //!   disassembly.
 
-pub mod details_panel;
-pub mod flame_graph;
-pub mod histogram;
-pub mod range;
-pub mod source_tab;
+pub(crate) mod details_panel;
+pub(crate) mod flame_graph;
+pub(crate) mod histogram;
+pub(crate) mod range;
+pub(crate) mod source_tab;

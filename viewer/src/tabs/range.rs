@@ -35,7 +35,7 @@ impl RangeRow {
 
 /// A column to sort the table by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum SortBy {
+pub(crate) enum SortBy {
     Name,
     Calls,
     Total,
@@ -46,7 +46,7 @@ pub enum SortBy {
 
 /// What a range selection computes, once, when the range is set.
 #[derive(Clone, Debug, Default)]
-pub struct RangeStats {
+pub(crate) struct RangeStats {
     pub from: u64,
     pub to: u64,
     pub rows: Vec<RangeRow>,
@@ -56,7 +56,7 @@ pub struct RangeStats {
 
 impl RangeStats {
     /// Computes the table and the flame graph of `[from, to)`.
-    pub fn compute(model: &Model, from: u64, to: u64) -> RangeStats {
+    pub(crate) fn compute(model: &Model, from: u64, to: u64) -> RangeStats {
         let mut per_func: HashMap<FuncId, (u64, u64, i64)> = HashMap::new();
         let mut flame = FlameBuilder::new();
         // Node of each overlapping span of the previous depth, and of this.
@@ -118,7 +118,7 @@ impl RangeStats {
     }
 
     /// Sorts the rows: numbers descending, names ascending.
-    pub fn sort(&mut self, by: SortBy, model: &Model) {
+    pub(crate) fn sort(&mut self, by: SortBy, model: &Model) {
         let name = |f: FuncId| model.funcs.name(f);
         match by {
             SortBy::Name => self.rows.sort_by(|a, b| name(a.func).cmp(name(b.func))),
@@ -130,13 +130,18 @@ impl RangeStats {
     }
 
     /// Self time of a flame node.
-    pub fn node_self_ns(&self, node: u32) -> u64 {
+    pub(crate) fn node_self_ns(&self, node: u32) -> u64 {
         crate::tabs::flame_graph::node_self_ns(&self.flame, node)
     }
 }
 
 /// Draws the range table; clicking a header sorts by that column.
-pub fn table_ui(ui: &mut egui::Ui, model: &Model, stats: &mut RangeStats, sort: &mut SortBy) {
+pub(crate) fn table_ui(
+    ui: &mut egui::Ui,
+    model: &Model,
+    stats: &mut RangeStats,
+    sort: &mut SortBy,
+) {
     use crate::timeline::axis::format_duration;
     use egui::{Align, Layout};
     ui.heading("Range");

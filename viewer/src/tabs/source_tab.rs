@@ -23,7 +23,7 @@ use crate::timeline::line_detail::{file_name, Disasm};
 /// Source files larger than this are not shown.
 const MAX_FILE_BYTES: u64 = 16 << 20;
 /// Heat is built from at most this many segments.
-pub const MAX_HEAT_SEGMENTS: usize = 16;
+pub(crate) const MAX_HEAT_SEGMENTS: usize = 16;
 /// Directory levels of a DWARF path tried next to the snapshot.
 const NEAR_LEVELS: usize = 4;
 /// Columns of a source row, px from its left.
@@ -63,7 +63,11 @@ fn remap(path: &str, from: &str, to: &str) -> Option<PathBuf> {
 /// Where to look for the file of DWARF path `dwarf`, in order: each
 /// remapping that applies, the path itself, then its last few components
 /// under `near` (the snapshot's directory).
-pub fn candidates(dwarf: &str, maps: &[(String, String)], near: Option<&Path>) -> Vec<PathBuf> {
+pub(crate) fn candidates(
+    dwarf: &str,
+    maps: &[(String, String)],
+    near: Option<&Path>,
+) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for (from, to) in maps {
         out.extend(remap(dwarf, from, to));
@@ -91,7 +95,7 @@ pub fn candidates(dwarf: &str, maps: &[(String, String)], near: Option<&Path>) -
 }
 
 /// The first candidate that `exists`, and every candidate tried.
-pub fn resolve(
+pub(crate) fn resolve(
     dwarf: &str,
     maps: &[(String, String)],
     near: Option<&Path>,
@@ -157,7 +161,7 @@ fn load(dwarf: &str, maps: &[(String, String)], near: Option<&Path>) -> Loaded {
 
 /// Heat of one file's lines, indexed by line number.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct FileHeat {
+pub(crate) struct FileHeat {
     pub lines: Vec<LineHeat>,
     pub max_count: u64,
     pub max_time: u64,
@@ -165,7 +169,7 @@ pub struct FileHeat {
 
 impl FileHeat {
     /// Picks `file`'s lines out of `line_heat`'s table.
-    pub fn build(table: &HashMap<(Arc<str>, u32), LineHeat>, file: &str) -> FileHeat {
+    pub(crate) fn build(table: &HashMap<(Arc<str>, u32), LineHeat>, file: &str) -> FileHeat {
         let mut out = FileHeat::default();
         for ((f, line), h) in table {
             if &**f != file {
@@ -182,7 +186,7 @@ impl FileHeat {
         out
     }
 
-    pub fn get(&self, line: u32) -> Option<LineHeat> {
+    pub(crate) fn get(&self, line: u32) -> Option<LineHeat> {
         self.lines
             .get(line as usize)
             .copied()
@@ -190,7 +194,7 @@ impl FileHeat {
     }
 
     /// The lines that ran, in order.
-    pub fn ran(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn ran(&self) -> impl Iterator<Item = u32> + '_ {
         self.lines
             .iter()
             .enumerate()
@@ -199,7 +203,7 @@ impl FileHeat {
     }
 
     /// How hot `h` is, 0..1, by time.
-    pub fn level(&self, h: &LineHeat) -> f32 {
+    pub(crate) fn level(&self, h: &LineHeat) -> f32 {
         if self.max_time == 0 {
             0.0
         } else {
@@ -210,7 +214,7 @@ impl FileHeat {
 
 /// One row of the Disassembly view.
 #[derive(Clone, Debug, PartialEq)]
-pub enum DisasmRow {
+pub(crate) enum DisasmRow {
     /// The source line the following instructions belong to (innermost
     /// frame: inlined code shows its own line).
     Source {
@@ -225,7 +229,7 @@ pub enum DisasmRow {
 
 /// The executed instructions of `function` (their outermost frame), by
 /// address, each run of them under its source line.
-pub fn disasm_rows(
+pub(crate) fn disasm_rows(
     heat: &HashMap<u64, (InsnHeat, Option<Chain>)>,
     function: &str,
 ) -> Vec<DisasmRow> {

@@ -13,7 +13,7 @@
 //! k insns, M insns and G insns (the `_in` functions take the unit).
 
 use crate::timeline::time_window::TimeWindow;
-pub use ptscope_model::TimeUnit;
+pub(crate) use ptscope_model::TimeUnit;
 
 /// The names of `unit` at 1, 10^3, 10^6 and 10^9.
 fn magnitudes(unit: TimeUnit) -> [&'static str; 4] {
@@ -25,7 +25,7 @@ fn magnitudes(unit: TimeUnit) -> [&'static str; 4] {
 
 /// What tick labels count from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum TimeMode {
+pub(crate) enum TimeMode {
     /// Nanoseconds since the trace's first timestamp.
     #[default]
     Relative,
@@ -35,14 +35,14 @@ pub enum TimeMode {
 
 /// One tick mark.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Tick {
+pub(crate) struct Tick {
     /// Offset from the axis's left edge, px.
     pub x: f32,
     pub label: String,
 }
 
 /// The smallest step of the 1-2-5 scale (in ns) at least `min_ns`.
-pub fn nice_step(min_ns: f64) -> u64 {
+pub(crate) fn nice_step(min_ns: f64) -> u64 {
     let mut step = 1u64;
     loop {
         for m in [1u64, 2, 5] {
@@ -61,12 +61,12 @@ pub fn nice_step(min_ns: f64) -> u64 {
 /// Formats a tick value `v` (ns, may be negative) so that multiples of
 /// `step` are told apart: the unit follows the value's magnitude and the
 /// decimals follow the step.
-pub fn format_tick(v: i128, step: u64) -> String {
+pub(crate) fn format_tick(v: i128, step: u64) -> String {
     format_tick_in(TimeUnit::Ns, v, step)
 }
 
 /// [`format_tick`] for times that count `unit`.
-pub fn format_tick_in(unit: TimeUnit, v: i128, step: u64) -> String {
+pub(crate) fn format_tick_in(unit: TimeUnit, v: i128, step: u64) -> String {
     let names = magnitudes(unit);
     let mag = v.unsigned_abs().max(step as u128);
     let (unit, div_exp) = if mag >= 1_000_000_000 {
@@ -108,12 +108,12 @@ pub fn format_duration(ns: u64) -> String {
 }
 
 /// [`format_duration`] for fractional durations (window widths).
-pub fn format_duration_f(ns: f64) -> String {
+pub(crate) fn format_duration_f(ns: f64) -> String {
     format_duration_in(TimeUnit::Ns, ns)
 }
 
 /// [`format_duration_f`] for durations that count `unit`.
-pub fn format_duration_in(unit: TimeUnit, ns: f64) -> String {
+pub(crate) fn format_duration_in(unit: TimeUnit, ns: f64) -> String {
     let names = magnitudes(unit);
     let (v, unit) = if ns >= 1e9 {
         (ns / 1e9, names[3])
@@ -139,7 +139,7 @@ pub fn format_duration_in(unit: TimeUnit, ns: f64) -> String {
 }
 
 /// The label of time `t` alone (the hover readout, the range heading).
-pub fn format_time(t: u64, origin: u64, mode: TimeMode) -> String {
+pub(crate) fn format_time(t: u64, origin: u64, mode: TimeMode) -> String {
     let v = match mode {
         TimeMode::Relative => t as i128 - origin as i128,
         TimeMode::Absolute => t as i128,
@@ -147,14 +147,10 @@ pub fn format_time(t: u64, origin: u64, mode: TimeMode) -> String {
     format_tick(v, 1)
 }
 
-/// The ticks of `win` over `width_px` pixels. `origin` is time zero in
-/// relative mode. Labels are spaced for their own length.
-pub fn ticks(win: &TimeWindow, width_px: f32, origin: u64, mode: TimeMode) -> Vec<Tick> {
-    ticks_in(TimeUnit::Ns, win, width_px, origin, mode)
-}
-
-/// [`ticks`] labelled in `unit`.
-pub fn ticks_in(
+/// The ticks of `win` over `width_px` pixels, labelled in `unit`.
+/// `origin` is time zero in relative mode. Labels are spaced for their own
+/// length.
+pub(crate) fn ticks_in(
     unit: TimeUnit,
     win: &TimeWindow,
     width_px: f32,
@@ -256,7 +252,7 @@ mod tests {
     #[test]
     fn ticks_cover_the_window_in_order() {
         let w = TimeWindow::new(1_000_000, 1_000_000.0);
-        let t = ticks(&w, 1000.0, 1_000_000, TimeMode::Relative);
+        let t = ticks_in(TimeUnit::Ns, &w, 1000.0, 1_000_000, TimeMode::Relative);
         assert!(t.len() >= 3);
         assert_eq!(t[0].label, "0 µs");
         assert!(t.windows(2).all(|p| p[0].x < p[1].x));
@@ -264,10 +260,10 @@ mod tests {
         // Deep zoom at a large absolute time: ns ticks, exact labels.
         let base = 1_000_000_000_000_000u64;
         let w = TimeWindow::new(base + 3, 20.0);
-        let t = ticks(&w, 2000.0, 0, TimeMode::Absolute);
+        let t = ticks_in(TimeUnit::Ns, &w, 2000.0, 0, TimeMode::Absolute);
         assert!(t.len() >= 2, "{t:?}");
         assert!(t[0].label.starts_with("1000000.0000000"), "{t:?}");
-        let t = ticks(&w, 2000.0, base, TimeMode::Relative);
+        let t = ticks_in(TimeUnit::Ns, &w, 2000.0, base, TimeMode::Relative);
         assert!(t.iter().any(|k| k.label == "10 ns"), "{t:?}");
     }
 }

@@ -26,7 +26,7 @@ fn thread_name(model: &Model, tid: i32) -> String {
 
 /// Draws `cpu`'s lane: its slices in the window, one per pixel at most,
 /// labelled where they are wide enough, and the CPU's name at the left.
-pub fn draw(painter: &Painter, model: &Model, cpu: &CpuTrack, g: &RowGeom) {
+pub(crate) fn draw(painter: &Painter, model: &Model, cpu: &CpuTrack, g: &RowGeom) {
     let (from, to) = (g.window.start, g.window.end());
     let font = FontId::proportional(11.0);
     let mut last_x = f32::NEG_INFINITY;
@@ -70,7 +70,7 @@ pub fn draw(painter: &Painter, model: &Model, cpu: &CpuTrack, g: &RowGeom) {
 }
 
 /// The slice of `cpu` under `x`, if any.
-pub fn hit<'c>(cpu: &'c CpuTrack, g: &RowGeom, x: f32) -> Option<&'c CpuSlice> {
+pub(crate) fn hit<'c>(cpu: &'c CpuTrack, g: &RowGeom, x: f32) -> Option<&'c CpuSlice> {
     let at = g.window.time_at_px((x - g.left) as f64, g.px_per_ns);
     let slack = (1.0 / g.px_per_ns) as u64;
     cpu.slices_between(at.saturating_sub(slack), at.saturating_add(slack))
@@ -85,7 +85,7 @@ pub fn hit<'c>(cpu: &'c CpuTrack, g: &RowGeom, x: f32) -> Option<&'c CpuSlice> {
 }
 
 /// The hover of a slice.
-pub fn describe(model: &Model, cpu: &CpuTrack, s: &CpuSlice) -> String {
+pub(crate) fn describe(model: &Model, cpu: &CpuTrack, s: &CpuSlice) -> String {
     format!(
         "CPU {}: thread {} (pid {}) for {}\nClick to go to the thread",
         cpu.cpu,

@@ -626,7 +626,7 @@ impl Timeline {
 }
 
 /// What the estimate flags of a span mean, for the tooltip.
-pub fn estimate_note(flags: u32) -> String {
+pub(crate) fn estimate_note(flags: u32) -> String {
     let mut parts = Vec::new();
     if flags & flag::START_ESTIMATED != 0 {
         parts.push("start estimated");
@@ -645,7 +645,7 @@ pub fn estimate_note(flags: u32) -> String {
 
 /// How a span was entered, when not by a call. Not an estimate: the start
 /// is exact.
-pub fn entry_note(flags: u32) -> Option<&'static str> {
+pub(crate) fn entry_note(flags: u32) -> Option<&'static str> {
     (flags & flag::MID_ENTRY != 0).then_some("entered mid-function (jump)")
 }
 

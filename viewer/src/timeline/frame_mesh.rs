@@ -27,13 +27,13 @@ use crate::color::{FuncStyle, HATCH, MERGED, MERGED_DIMMED};
 use crate::timeline::time_window::TimeWindow;
 
 /// Spans narrower than this (px) merge with their neighbours.
-pub const MERGE_PX: f64 = 3.0;
+pub(crate) const MERGE_PX: f64 = 3.0;
 /// A run of narrow spans absorbs spans starting within this many px of
 /// its end. Each step of a run moves about this far, so a lane costs
 /// about `width / MERGE_GAP_PX` searches however many spans it holds.
-pub const MERGE_GAP_PX: f64 = 3.0;
+pub(crate) const MERGE_GAP_PX: f64 = 3.0;
 /// Narrow spans are drawn at least this wide so they stay visible.
-pub const MIN_BOX_PX: f64 = 1.0;
+pub(crate) const MIN_BOX_PX: f64 = 1.0;
 /// Boxes at least this wide get a 1 px gap on the right, so neighbours
 /// with the same color stay apart.
 const GAP_MIN_PX: f64 = 6.0;
@@ -336,7 +336,7 @@ fn layout_lane_with(
 
 /// The box of `boxes` (one lane's, sorted by x) under screen x `x`, with
 /// a little slack for boxes that are only a pixel wide.
-pub fn hit(boxes: &[DrawnBox], x: f32) -> Option<usize> {
+pub(crate) fn hit(boxes: &[DrawnBox], x: f32) -> Option<usize> {
     let i = boxes.partition_point(|b| b.x1 < x - 1.0);
     let b = boxes.get(i)?;
     (b.x0 <= x + 1.0).then_some(i)

@@ -32,15 +32,15 @@ use crate::timeline::frame_mesh::{gallop, rect, LaneGeom, MERGE_GAP_PX, MERGE_PX
 use crate::timeline::time_window::TimeWindow;
 
 /// Default width of window below which line detail is decoded.
-pub const DEFAULT_THRESHOLD_NS: f64 = 100_000.0;
+pub(crate) const DEFAULT_THRESHOLD_NS: f64 = 100_000.0;
 /// The instruction row shows when an average instruction is this wide.
-pub const INSN_ROW_PX: f64 = 4.0;
+pub(crate) const INSN_ROW_PX: f64 = 4.0;
 /// Merged runs of line spans and instructions.
-pub const MERGED_LINES: Color32 = Color32::from_rgb(0xa4, 0xac, 0xb8);
+pub(crate) const MERGED_LINES: Color32 = Color32::from_rgb(0xa4, 0xac, 0xb8);
 /// Instructions whose start a timing packet gave.
-pub const INSN_EXACT: Color32 = Color32::from_rgb(0x4c, 0x9c, 0x8c);
+pub(crate) const INSN_EXACT: Color32 = Color32::from_rgb(0x4c, 0x9c, 0x8c);
 /// Instructions whose time is spread between timing packets.
-pub const INSN_ESTIMATED: Color32 = Color32::from_rgb(0x9c, 0xa8, 0xb4);
+pub(crate) const INSN_ESTIMATED: Color32 = Color32::from_rgb(0x9c, 0xa8, 0xb4);
 /// Boxes at least this wide get a 1 px gap on the right.
 const GAP_MIN_PX: f64 = 6.0;
 /// Disassembly strings kept before the cache starts over.
@@ -120,7 +120,7 @@ impl LineFrame {
 
 /// The line-detail state of one view: the background fine pass, the
 /// threshold and this frame's ready segments.
-pub struct LineDetail {
+pub(crate) struct LineDetail {
     /// The fine pass of the view's model, as the app supplied it.
     detail: Option<Arc<dyn DetailSource>>,
     /// Line detail is decoded when the window is at most this wide.
@@ -145,7 +145,7 @@ impl Default for LineDetail {
 }
 
 /// What [`LineDetail::update`] needs to know about the view.
-pub struct LineRequest<'a> {
+pub(crate) struct LineRequest<'a> {
     pub window: TimeWindow,
     /// Width of the tracks in px.
     pub width_px: f32,
@@ -160,7 +160,7 @@ pub struct LineRequest<'a> {
 
 impl LineDetail {
     /// Forgets the detail of the old model if `model` is another one.
-    pub fn set_model(&mut self, model: &Arc<Model>) {
+    pub(crate) fn set_model(&mut self, model: &Arc<Model>) {
         let same = self
             .detail
             .as_ref()
@@ -172,13 +172,13 @@ impl LineDetail {
         }
     }
 
-    pub fn detail(&self) -> Option<&dyn DetailSource> {
+    pub(crate) fn detail(&self) -> Option<&dyn DetailSource> {
         self.detail.as_deref()
     }
 
     /// Takes the fine pass of the view's model (`model`); one for another
     /// model is refused.
-    pub fn set_detail(&mut self, model: &Arc<Model>, detail: Arc<dyn DetailSource>) -> bool {
+    pub(crate) fn set_detail(&mut self, model: &Arc<Model>, detail: Arc<dyn DetailSource>) -> bool {
         let ours = Arc::ptr_eq(detail.model(), model);
         if ours {
             self.detail = Some(detail);
@@ -186,17 +186,17 @@ impl LineDetail {
         ours
     }
 
-    pub fn frame(&self) -> &LineFrame {
+    pub(crate) fn frame(&self) -> &LineFrame {
         &self.frame
     }
 
     /// Whether a window `width` ns wide gets line detail.
-    pub fn is_active(&self, width: f64) -> bool {
+    pub(crate) fn is_active(&self, width: f64) -> bool {
         width <= self.threshold_ns
     }
 
     /// Says what is wanted now and gathers the ready segments.
-    pub fn update(&mut self, model: &Arc<Model>, req: &LineRequest) {
+    pub(crate) fn update(&mut self, model: &Arc<Model>, req: &LineRequest) {
         let active = self.is_active(req.window.width);
         let n = model.threads.len();
         let f = &mut self.frame;
@@ -324,8 +324,8 @@ impl Timed for Insn {
 }
 
 /// The runs of `items` visible in `win` over `width` px: items at least
-/// [`MERGE_PX`] wide alone, narrower neighbours merged as in
-/// [`crate::timeline::frame_mesh::layout_lane`]. Costs about one search per visible
+/// `MERGE_PX` px wide alone, narrower neighbours merged as in
+/// the frame mesh. Costs about one search per visible
 /// run, however many items a run holds.
 pub fn runs<T: Timed>(items: &[T], win: &TimeWindow, width: f32, mut emit: impl FnMut(Run)) {
     if items.is_empty() || width <= 0.0 {
@@ -384,7 +384,7 @@ pub fn runs<T: Timed>(items: &[T], win: &TimeWindow, width: f32, mut emit: impl 
 
 /// One box of line detail drawn this frame.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LineBox {
+pub(crate) struct LineBox {
     pub x0: f32,
     pub x1: f32,
     /// The timeline's row number.
@@ -412,14 +412,14 @@ impl LineBox {
 }
 
 /// The box of `boxes` (one row's, sorted by x) under screen x `x`.
-pub fn hit(boxes: &[LineBox], x: f32) -> Option<usize> {
+pub(crate) fn hit(boxes: &[LineBox], x: f32) -> Option<usize> {
     let i = boxes.partition_point(|b| b.x1 < x - 1.0);
     let b = boxes.get(i)?;
     (b.x0 <= x + 1.0).then_some(i)
 }
 
 /// Mixes `c` towards `to` by `t` (0..1).
-pub fn mix(c: Color32, to: Color32, t: f32) -> Color32 {
+pub(crate) fn mix(c: Color32, to: Color32, t: f32) -> Color32 {
     let m = |a: u8, b: u8| (a as f32 + (b as f32 - a as f32) * t).round() as u8;
     Color32::from_rgb(m(c.r(), to.r()), m(c.g(), to.g()), m(c.b(), to.b()))
 }
@@ -427,7 +427,7 @@ pub fn mix(c: Color32, to: Color32, t: f32) -> Color32 {
 /// The fill of a line span of `function`: a light tint of the function's
 /// own color, so a line reads as part of its call; inlined code a less
 /// washed-out tint, under a band of full color.
-pub fn line_color(function: &str, inlined: bool) -> Color32 {
+pub(crate) fn line_color(function: &str, inlined: bool) -> Color32 {
     let c = call_color(name_hash(function));
     if inlined {
         mix(c, Color32::WHITE, 0.3)
@@ -445,7 +445,7 @@ fn clamp_x(x: f64, width: f32) -> f32 {
 
 /// Lays out the line spans at store depth `depth` of `segs` into `mesh`
 /// and `boxes`. Returns the range of `boxes` it added.
-pub fn layout_line_lane(
+pub(crate) fn layout_line_lane(
     mesh: &mut Mesh,
     boxes: &mut Vec<LineBox>,
     segs: &[ReadySeg],
@@ -484,7 +484,7 @@ pub fn layout_line_lane(
 }
 
 /// Lays out the instructions of `segs` on one row.
-pub fn layout_insn_row(
+pub(crate) fn layout_insn_row(
     mesh: &mut Mesh,
     boxes: &mut Vec<LineBox>,
     segs: &[ReadySeg],
@@ -514,14 +514,14 @@ pub fn layout_insn_row(
 }
 
 /// The last component of a path (DWARF paths are `/`-separated).
-pub fn file_name(path: &str) -> &str {
+pub(crate) fn file_name(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
 /// Label candidates of a line span, longest first, into `out` (cleared):
 /// `name demo.c:30`, `name:30`, `30` for inlined code; `demo.c:30`,
 /// `line 30`, `30` for the function's own.
-pub fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 3]) {
+pub(crate) fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 3]) {
     use std::fmt::Write;
     out.iter_mut().for_each(String::clear);
     let Some(f) = seg.frame(l) else {
@@ -541,7 +541,7 @@ pub fn line_labels(seg: &Segment, l: &LineSpan, out: &mut [String; 3]) {
 /// The first of `cands` (longest first; empty ones skipped) that fits
 /// `fits` chars, else the last cut to fit with a `…`. `None` if nothing
 /// readable fits.
-pub fn pick_label(cands: &mut [String], fits: usize) -> Option<&str> {
+pub(crate) fn pick_label(cands: &mut [String], fits: usize) -> Option<&str> {
     let n = cands.iter().rposition(|c| !c.is_empty())?;
     let i = (0..=n)
         .find(|&i| !cands[i].is_empty() && cands[i].chars().count() <= fits)
@@ -591,7 +591,7 @@ impl Disasm {
 }
 
 /// Tooltip of a line span.
-pub fn line_tooltip(ui: &mut Ui, seg: &Segment, l: &LineSpan, parent: Option<&str>) {
+pub(crate) fn line_tooltip(ui: &mut Ui, seg: &Segment, l: &LineSpan, parent: Option<&str>) {
     let Some(f) = seg.frame(l) else {
         ui.label("no line information");
         return;
@@ -613,7 +613,13 @@ pub fn line_tooltip(ui: &mut Ui, seg: &Segment, l: &LineSpan, parent: Option<&st
 }
 
 /// Tooltip of an instruction.
-pub fn insn_tooltip(ui: &mut Ui, insn: &Insn, text: Option<&str>, origin: u64, mode: TimeMode) {
+pub(crate) fn insn_tooltip(
+    ui: &mut Ui,
+    insn: &Insn,
+    text: Option<&str>,
+    origin: u64,
+    mode: TimeMode,
+) {
     ui.strong(format!("{:#x}", insn.ip));
     ui.monospace(text.unwrap_or("(cannot disassemble)"));
     ui.label(format!(
@@ -633,14 +639,14 @@ pub fn insn_tooltip(ui: &mut Ui, insn: &Insn, text: Option<&str>, origin: u64, m
 }
 
 /// Tooltip of a merged run.
-pub fn merged_tooltip(ui: &mut Ui, what: &str, count: u32, covered: u64) {
+pub(crate) fn merged_tooltip(ui: &mut Ui, what: &str, count: u32, covered: u64) {
     ui.label(format!("{count} {what} merged"));
     ui.label(format!("covering {}", format_duration(covered)));
     ui.weak("Click to zoom in");
 }
 
 /// The innermost line span of `seg` that holds instruction `i`.
-pub fn line_of_insn(seg: &Segment, i: usize) -> Option<(u32, u32)> {
+pub(crate) fn line_of_insn(seg: &Segment, i: usize) -> Option<(u32, u32)> {
     let insn = seg.insns.get(i)?;
     let top = seg.max_depth()?;
     let mut best = None;

@@ -10,7 +10,7 @@ use ptscope_model::{wake_reason, Mark, MarkKind, Marks};
 use crate::timeline::time_window::TimeWindow;
 
 /// Height of a marks row.
-pub const MARKS_H: f32 = 16.0;
+pub(crate) const MARKS_H: f32 = 16.0;
 /// How close (px) the pointer must be to a point mark to hover it.
 const HIT_PX: f32 = 4.0;
 
@@ -20,7 +20,7 @@ const PTWRITE: Color32 = Color32::from_rgb(255, 170, 40);
 const EVENT: Color32 = Color32::from_rgb(200, 200, 210);
 
 /// Where a row is drawn and what its x axis is.
-pub struct RowGeom<'a> {
+pub(crate) struct RowGeom<'a> {
     pub window: &'a TimeWindow,
     pub px_per_ns: f64,
     pub left: f32,
@@ -41,7 +41,7 @@ impl RowGeom<'_> {
 
 /// Draws `marks`, whose track ends at `end`; `mhz` turns a ratio into
 /// MHz (0: unknown, the ratio is shown instead).
-pub fn draw(painter: &Painter, marks: &Marks, end: u64, mhz: f64, g: &RowGeom) {
+pub(crate) fn draw(painter: &Painter, marks: &Marks, end: u64, mhz: f64, g: &RowGeom) {
     let (from, to) = g.visible();
     let h = g.y1 - g.y0;
     let font = FontId::proportional(10.0);
@@ -139,7 +139,7 @@ fn freq_label(ratio: u8, mhz: f64) -> String {
 
 /// What the hover over `x` in the row says: the point mark under it, else
 /// the sleep, and the frequency there.
-pub fn hover(marks: &Marks, end: u64, mhz: f64, g: &RowGeom, x: f32) -> Vec<String> {
+pub(crate) fn hover(marks: &Marks, end: u64, mhz: f64, g: &RowGeom, x: f32) -> Vec<String> {
     let mut out = Vec::new();
     let at = g
         .window

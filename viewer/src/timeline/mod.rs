@@ -44,31 +44,31 @@ use crate::timeline::frame_mesh::FrameBuf;
 use crate::timeline::line_detail::{Disasm, InsnRef, LineBox, LineFrame, LineRef};
 use crate::timeline::time_window::TimeWindow;
 
-pub mod axis;
-pub mod cpu_lanes;
+pub(crate) mod axis;
+pub(crate) mod cpu_lanes;
 mod draw;
-pub mod frame_mesh;
+pub(crate) mod frame_mesh;
 mod input;
-pub mod line_detail;
-pub mod marks_row;
-pub mod overview;
+pub(crate) mod line_detail;
+pub(crate) mod marks_row;
+pub(crate) mod overview;
 mod rows;
 mod state;
-pub mod time_window;
+pub(crate) mod time_window;
 
-pub use draw::{entry_note, estimate_note};
+pub(crate) use draw::{entry_note, estimate_note};
 use input::Drag;
 
 /// Height of the time axis.
-pub const AXIS_H: f32 = 22.0;
+pub(crate) const AXIS_H: f32 = 22.0;
 /// Height of a thread's header row.
-pub const HEADER_H: f32 = 20.0;
+pub(crate) const HEADER_H: f32 = 20.0;
 /// Height of one depth lane.
 pub const LANE_H: f32 = 18.0;
 
 /// What a row on screen shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RowKind {
+pub(crate) enum RowKind {
     /// The spans (and line spans) of one depth.
     Lane,
     /// The thread's instructions, under its deepest lane.
@@ -82,7 +82,7 @@ pub enum RowKind {
 
 /// One lane on screen this frame.
 #[derive(Clone, Copy, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     pub thread: u32,
     pub depth: u32,
     pub kind: RowKind,
@@ -92,7 +92,7 @@ pub struct Row {
 
 /// What the user did in the timeline this frame.
 #[derive(Clone, Debug, PartialEq)]
-pub enum TimelineEvent {
+pub(crate) enum TimelineEvent {
     /// A span was clicked (`None`: empty space).
     Select(Option<SpanRef>),
     /// A shift-drag finished over `[from, to)`.
@@ -128,7 +128,7 @@ impl SpanGroup {
 }
 
 /// What the timeline draws with this frame.
-pub struct TimelineInput<'a> {
+pub(crate) struct TimelineInput<'a> {
     pub model: &'a Model,
     pub styles: &'a [FuncStyle],
     pub search: Option<&'a [bool]>,
@@ -151,7 +151,7 @@ pub struct TimelineInput<'a> {
 }
 
 /// Navigation state and per-frame buffers of the timeline.
-pub struct Timeline {
+pub(crate) struct Timeline {
     pub window: TimeWindow,
     pub mode: TimeMode,
     /// What times count: ns, or instructions for a trace without timing.
@@ -207,7 +207,7 @@ impl Default for Timeline {
 
 impl Timeline {
     /// Draws the axis and the tracks in the rest of `ui`.
-    pub fn ui(
+    pub(crate) fn ui(
         &mut self,
         ui: &mut Ui,
         input: &TimelineInput,

@@ -15,11 +15,11 @@ use crate::timeline::frame_mesh::{layout_lane, FrameBuf, LaneGeom, Paint};
 use crate::timeline::time_window::TimeWindow;
 
 /// Height of the strip.
-pub const OVERVIEW_H: f32 = 36.0;
+pub(crate) const OVERVIEW_H: f32 = 36.0;
 
 /// Draws the strip; moves `view` if the user clicks or drags in it.
 /// Returns whether it did.
-pub fn ui(
+pub(crate) fn ui(
     ui: &mut Ui,
     model: &Model,
     styles: &[FuncStyle],

@@ -15,7 +15,7 @@ use crate::timeline::time_window::{max_width_for, TimeWindow, MIN_WIDTH_NS};
 
 impl Timeline {
     /// Sets the trace bounds; the first time, shows all of it.
-    pub fn set_bounds(&mut self, bounds: Option<(u64, u64)>) {
+    pub(crate) fn set_bounds(&mut self, bounds: Option<(u64, u64)>) {
         let first = self.bounds.is_none();
         self.bounds = bounds;
         if let Some((lo, hi)) = bounds {
@@ -37,36 +37,36 @@ impl Timeline {
     }
 
     /// Zooms by `factor` (> 1: in) around `anchor` (0 left .. 1 right).
-    pub fn zoom(&mut self, factor: f64, anchor: f64) {
+    pub(crate) fn zoom(&mut self, factor: f64, anchor: f64) {
         let max = self.max_width();
         self.window.zoom(factor, anchor, max);
         self.clamp();
     }
 
     /// Pans by `ns` (positive: later).
-    pub fn pan_ns(&mut self, ns: f64) {
+    pub(crate) fn pan_ns(&mut self, ns: f64) {
         self.window.shift(ns);
         self.clamp();
     }
 
     /// Shows `[from, to)` with a margin.
-    pub fn fit(&mut self, from: u64, to: u64) {
+    pub(crate) fn fit(&mut self, from: u64, to: u64) {
         self.window = TimeWindow::fit(from, to);
         self.clamp();
     }
 
     /// Shows the whole trace.
-    pub fn fit_all(&mut self) {
+    pub(crate) fn fit_all(&mut self) {
         if let Some((lo, hi)) = self.bounds {
             self.fit(lo, hi);
         }
     }
 
-    pub fn is_collapsed(&self, tid: i32) -> bool {
+    pub(crate) fn is_collapsed(&self, tid: i32) -> bool {
         self.collapsed.contains(&tid)
     }
 
-    pub fn set_collapsed(&mut self, tid: i32, collapsed: bool) {
+    pub(crate) fn set_collapsed(&mut self, tid: i32, collapsed: bool) {
         if collapsed {
             self.collapsed.insert(tid);
         } else {
@@ -86,14 +86,14 @@ impl Timeline {
 
     /// The screen rect of span `r` as drawn last frame (its visible part),
     /// if its lane was on screen.
-    pub fn span_rect(&self, model: &Model, r: SpanRef) -> Option<Rect> {
+    pub(crate) fn span_rect(&self, model: &Model, r: SpanRef) -> Option<Rect> {
         let (s, e) = r.times(model)?;
         self.time_rect(r.thread, r.depth, s, e)
     }
 
     /// The screen rect of `[s, e)` in lane `depth` of thread `thread` as
     /// of last frame, if the lane was on screen.
-    pub fn time_rect(&self, thread: u32, depth: u32, s: u64, e: u64) -> Option<Rect> {
+    pub(crate) fn time_rect(&self, thread: u32, depth: u32, s: u64, e: u64) -> Option<Rect> {
         let row = self
             .rows
             .iter()
@@ -109,20 +109,20 @@ impl Timeline {
     }
 
     /// The screen x of time `t` last frame.
-    pub fn screen_x(&self, t: u64) -> f32 {
+    pub(crate) fn screen_x(&self, t: u64) -> f32 {
         let ppn = self.window.px_per_ns(self.width_px);
         self.tracks_rect.left() + self.window.x(t, ppn) as f32
     }
 
     /// Line spans and instructions drawn last frame, with their rows.
-    pub fn line_boxes(&self) -> impl Iterator<Item = (Row, &LineBox)> + '_ {
+    pub(crate) fn line_boxes(&self) -> impl Iterator<Item = (Row, &LineBox)> + '_ {
         self.line_boxes
             .iter()
             .map(|b| (self.rows[b.row as usize], b))
     }
 
     /// Width of the tracks last frame, px.
-    pub fn width_px(&self) -> f32 {
+    pub(crate) fn width_px(&self) -> f32 {
         self.width_px
     }
 

@@ -10,7 +10,7 @@
 //! need no float arithmetic on absolute times.
 
 /// The narrowest window: about 1 ns per 100 px on a 1920 px screen.
-pub const MIN_WIDTH_NS: f64 = 16.0;
+pub(crate) const MIN_WIDTH_NS: f64 = 16.0;
 
 /// A window onto the time line.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -132,7 +132,7 @@ impl TimeWindow {
 }
 
 /// The widest useful window for a trace spanning `[lo, hi]`.
-pub fn max_width_for(lo: u64, hi: u64) -> f64 {
+pub(crate) fn max_width_for(lo: u64, hi: u64) -> f64 {
     (hi.saturating_sub(lo).max(1) as f64 * 1.2).max(MIN_WIDTH_NS)
 }
 

@@ -203,7 +203,7 @@ impl LineSource {
     }
 
     /// What this source was built from besides the snapshot, for the
-    /// model cache ([`FineRecipe`]).
+    /// model cache (`FineRecipe`).
     pub fn recipe(&self) -> FineRecipe {
         let state = self.state.lock();
         let mut slot_of: Vec<(i32, u64)> = self
