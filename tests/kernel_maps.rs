@@ -9,7 +9,7 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use ptscope_capture::emulated::packets::{self, IpCompression, IpPacket};
+use ptscope_formats::pt::write::{self as packets, IpCompression, IpPacket};
 use ptscope_formats::pt_params::PtParams;
 use ptscope_formats::snapshot::SAMPLE_TYPE;
 use ptscope_formats::{

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use ptscope_capture::emulated::packets::{self, IpCompression, IpPacket};
+use ptscope_formats::pt::write::{self as packets, IpCompression, IpPacket};
 use ptscope_formats::pt_params::term;
 use ptscope_formats::snapshot::SAMPLE_TYPE;
 use ptscope_formats::{

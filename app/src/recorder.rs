@@ -18,9 +18,10 @@ use anyhow::{bail, Context, Result};
 use ptscope_capture::emulated::settings;
 use ptscope_capture::emulated::tracer::{self, TracerOptions};
 use ptscope_capture::intel_pt::backend::{self, Status};
-use ptscope_capture::intel_pt::{Pmu, PtSetupError};
+use ptscope_capture::intel_pt::Pmu;
 use ptscope_capture::recording::{Capture, StopReason, Target};
 use ptscope_capture::trigger::Trigger;
+use ptscope_capture::PtSetupError;
 use ptscope_formats::{snapshot, snapshot::Metadata};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq, Default)]

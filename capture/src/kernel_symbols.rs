@@ -8,12 +8,12 @@
 use std::path::Path;
 
 /// The standard places of the two files.
-pub const KALLSYMS: &str = "/proc/kallsyms";
-pub const MODULES: &str = "/proc/modules";
+pub(crate) const KALLSYMS: &str = "/proc/kallsyms";
+pub(crate) const MODULES: &str = "/proc/modules";
 
 /// What a capture carries of the kernel's symbols.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KernelFiles {
+pub(crate) struct KernelFiles {
     /// `/proc/kallsyms`, when readable and its addresses are real.
     pub kallsyms: Option<Vec<u8>>,
     /// `/proc/modules`, when readable (a kernel without modules has none).
@@ -26,7 +26,7 @@ impl KernelFiles {
     /// Reads the kernel's symbols from `kallsyms` and its modules from
     /// `modules` (normally [`KALLSYMS`] and [`MODULES`]; tests point them at
     /// files of their own).
-    pub fn read(kallsyms: &Path, modules: &Path) -> KernelFiles {
+    pub(crate) fn read(kallsyms: &Path, modules: &Path) -> KernelFiles {
         let mut out = KernelFiles {
             modules: std::fs::read(modules).ok().filter(|d| !d.is_empty()),
             ..KernelFiles::default()

@@ -14,21 +14,28 @@
 //! - [`filter`] reads and resolves IP filters (`--filter`), in perf's syntax.
 //! - [`trigger`] says when a capture takes its snapshot and finds a symbol's address.
 //! - [`procfs`] reads processes, threads, mappings and signal masks from `/proc`.
-//! - [`kernel_symbols`] copies `/proc/kallsyms` and `/proc/modules` for a kernel trace.
+//! - `kernel_symbols` copies `/proc/kallsyms` and `/proc/modules` for a kernel trace.
 //! - [`recording`] holds what a capture recorded, whichever backend took it.
 //! - [`save`] writes a recording, from either backend, as a `.ptscope` snapshot.
 //! - [`supervise`] runs captures in a child process, so a killed ptscope kills no tracee.
 //! - [`insn`] classifies x86 instructions by the PT packets they produce, for the
 //!   emulated unit and the slow-call trigger alike.
-//! - [`error`] defines [`CaptureError`], the error the crate's operations return, and
+//! - `error` defines [`CaptureError`], the error the crate's operations return, and
 //!   the errors of the layers below it, so that it depends on no other module.
 
+// What is `pub` is exported; everything else says `pub(crate)`.
+#![warn(unreachable_pub)]
+
+// The backends, and the parts of a capture their users drive, are
+// namespaces (`intel_pt::backend::capture`, `trigger::Trigger`,
+// `procfs::threads`): their functions are named for the namespace they sit
+// in. Inside each backend, what only the backend uses is private.
 pub mod emulated;
-pub mod error;
+mod error;
 pub mod filter;
 pub mod insn;
 pub mod intel_pt;
-pub mod kernel_symbols;
+mod kernel_symbols;
 pub mod perf_event;
 pub mod procfs;
 pub mod qemu;
@@ -40,4 +47,4 @@ pub mod supervise;
 pub mod tracee;
 pub mod trigger;
 
-pub use error::CaptureError;
+pub use error::{CaptureError, PerfError, PtSetupError};

@@ -17,8 +17,8 @@ pub mod filter;
 pub mod hardware;
 /// The packet encoder, which lives with the parser in the formats crate
 /// (`ptscope_formats::pt`): the PT format in one place.
-pub use ptscope_formats::pt::write as packets;
-pub mod ptrace;
-pub mod ring;
+pub(crate) use ptscope_formats::pt::write as packets;
+pub(crate) mod ptrace;
+pub(crate) mod ring;
 pub mod settings;
 pub mod tracer;

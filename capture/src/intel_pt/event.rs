@@ -11,7 +11,7 @@ use ptscope_formats::{
 
 /// How the PT event is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventOptions {
+pub(crate) struct EventOptions {
     /// Trace the kernel too (needs privilege).
     pub kernel: bool,
     /// CPU-wide events (sample ids then carry the CPU).
@@ -24,10 +24,10 @@ pub struct EventOptions {
 }
 
 /// The sample-id layout of PT records (ITRACE_START, AUX, LOST).
-pub const SAMPLE_TYPE: u64 =
+pub(crate) const SAMPLE_TYPE: u64 =
     sample::IP | sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
 
-pub fn pt_attr(pmu: &Pmu, cfg: &PtConfig, opts: EventOptions) -> PerfEventAttr {
+pub(crate) fn pt_attr(pmu: &Pmu, cfg: &PtConfig, opts: EventOptions) -> PerfEventAttr {
     PerfEventAttr {
         kind: pmu.kind,
         config: cfg.config,

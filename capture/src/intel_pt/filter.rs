@@ -12,7 +12,7 @@ use crate::filter::{check_count, kernel_string, FilterError, FilterRange};
 /// The filter string for the kernel, once `ranges` are known to fit this
 /// CPU (`caps/ip_filtering`, `caps/num_address_ranges`). The kernel takes
 /// file filters only on per-thread events.
-pub fn kernel_filter(
+pub(crate) fn kernel_filter(
     caps: &Caps,
     ranges: &[FilterRange],
     per_cpu: bool,

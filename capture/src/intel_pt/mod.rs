@@ -10,14 +10,13 @@
 //! [`ptscope_formats::pt_params`].
 
 pub mod backend;
-pub mod event;
-pub mod filter;
-pub mod pmu;
-pub mod range;
+pub(crate) mod event;
+pub(crate) mod filter;
+pub(crate) mod pmu;
+pub(crate) mod range;
 pub mod slow_call;
-pub mod timing;
+pub(crate) mod timing;
 
+pub(crate) use crate::error::PtSetupError;
 pub use pmu::Pmu;
 pub use timing::{PtConfig, Timing};
-
-pub use crate::error::PtSetupError;

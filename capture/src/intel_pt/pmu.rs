@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::PtSetupError;
 
 /// Where the kernel lists the PMUs.
-pub const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
+pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
 
 /// Which `perf_event_attr` word a term lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,11 +12,11 @@ use crate::perf_event::breakpoint::breakpoint_attr;
 
 /// The first kernel with aux-action (`aux_start_paused`, `aux_pause`,
 /// `aux_resume`).
-pub const FIRST_KERNEL: (u32, u32) = (6, 13);
+pub(crate) const FIRST_KERNEL: (u32, u32) = (6, 13);
 
 /// Whether kernel `release` (as `uname -r` prints it) has aux-action;
 /// the reason when not.
-pub fn check_kernel(release: &str) -> Result<(), String> {
+pub(crate) fn check_kernel(release: &str) -> Result<(), String> {
     let mut parts = release
         .split(|c: char| !c.is_ascii_digit())
         .filter(|p| !p.is_empty())
@@ -36,7 +36,7 @@ pub fn check_kernel(release: &str) -> Result<(), String> {
 /// The breakpoint that resumes (`resume`) or pauses the PT event it is
 /// grouped with, at `addr`: it samples nothing, its overflow is the
 /// action.
-pub fn breakpoint(addr: u64, resume: bool) -> PerfEventAttr {
+pub(crate) fn breakpoint(addr: u64, resume: bool) -> PerfEventAttr {
     PerfEventAttr {
         sample_type: 0,
         sample_regs_user: 0,

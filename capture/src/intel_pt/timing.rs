@@ -88,13 +88,13 @@ fn format_terms(terms: &[(String, u64)]) -> String {
 
 /// The set bit of `bits` closest to `target` from below, or else the
 /// lowest one above it (perf picks default periods this way).
-pub fn pick_bit(bits: u32, target: u32) -> Option<u32> {
+pub(crate) fn pick_bit(bits: u32, target: u32) -> Option<u32> {
     let below = (0..=target.min(31)).rev().find(|&b| bits & (1 << b) != 0);
     below.or_else(|| (target + 1..32).find(|&b| bits & (1 << b) != 0))
 }
 
 /// perf's default terms for this PMU, in perf's order.
-pub fn perf_defaults(pmu: &Pmu) -> Vec<(String, u64)> {
+pub(crate) fn perf_defaults(pmu: &Pmu) -> Vec<(String, u64)> {
     let caps = &pmu.caps;
     let has = |k: &str| caps.raw.contains_key(k);
     let mut terms = vec![("tsc".to_string(), 1)];
@@ -126,7 +126,7 @@ pub fn perf_defaults(pmu: &Pmu) -> Vec<(String, u64)> {
 /// events. They cost nothing where the program never executes PTWRITE or
 /// the core never sleeps, and show what the program and the core did. A
 /// timing may still turn them off (`ptw=0`, `pwr_evt=0`).
-pub fn offered_packets(pmu: &Pmu) -> Vec<(String, u64)> {
+pub(crate) fn offered_packets(pmu: &Pmu) -> Vec<(String, u64)> {
     let caps = &pmu.caps;
     let has = |term: &str| pmu.formats.contains_key(term);
     let mut terms = Vec::new();

@@ -10,18 +10,18 @@
 
 /// How much of the area's end is checked for a first wrap: its last 512
 /// words, as perf checks.
-pub const WRAP_PROBE: usize = 4096;
+pub(crate) const WRAP_PROBE: usize = 4096;
 
 /// One AUX area's state across snapshots.
 #[derive(Clone, Debug, Default)]
-pub struct AuxCursor {
+pub(crate) struct AuxCursor {
     wrapped: bool,
     last_pos: Option<usize>,
 }
 
 /// The trace a snapshot took.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuxSnapshot {
+pub(crate) struct AuxSnapshot {
     /// The newest bytes, oldest first.
     pub data: Vec<u8>,
     /// Whether older trace was overwritten (the start is mid-stream).
@@ -32,19 +32,19 @@ pub struct AuxSnapshot {
 }
 
 /// Whether a zero-initialised buffer has been written to its end.
-pub fn first_wrap(buf: &[u8]) -> bool {
+pub(crate) fn first_wrap(buf: &[u8]) -> bool {
     let probe = WRAP_PROBE.min(buf.len());
     buf[buf.len() - probe..].iter().any(|&b| b != 0)
 }
 
 impl AuxCursor {
-    pub fn new() -> AuxCursor {
+    pub(crate) fn new() -> AuxCursor {
         AuxCursor::default()
     }
 
     /// Copies the newest `max` bytes of `buf` whose write position is
     /// `head`. Call with the event disabled, so the bytes hold still.
-    pub fn snapshot(&mut self, buf: &[u8], head: u64, max: usize) -> AuxSnapshot {
+    pub(crate) fn snapshot(&mut self, buf: &[u8], head: u64, max: usize) -> AuxSnapshot {
         let len = buf.len();
         if len == 0 {
             return AuxSnapshot {

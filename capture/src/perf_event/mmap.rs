@@ -16,7 +16,7 @@ use perf_event_open_sys::bindings::perf_event_mmap_page;
 use super::sys::Event;
 use ptscope_formats::perf_data::TimeConv;
 
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()
@@ -27,13 +27,13 @@ pub fn page_size() -> usize {
 mod field {
     use super::perf_event_mmap_page as P;
     use std::mem::offset_of;
-    pub const DATA_HEAD: usize = offset_of!(P, data_head);
-    pub const DATA_TAIL: usize = offset_of!(P, data_tail);
-    pub const DATA_OFFSET: usize = offset_of!(P, data_offset);
-    pub const DATA_SIZE: usize = offset_of!(P, data_size);
-    pub const AUX_HEAD: usize = offset_of!(P, aux_head);
-    pub const AUX_OFFSET: usize = offset_of!(P, aux_offset);
-    pub const AUX_SIZE: usize = offset_of!(P, aux_size);
+    pub(super) const DATA_HEAD: usize = offset_of!(P, data_head);
+    pub(super) const DATA_TAIL: usize = offset_of!(P, data_tail);
+    pub(super) const DATA_OFFSET: usize = offset_of!(P, data_offset);
+    pub(super) const DATA_SIZE: usize = offset_of!(P, data_size);
+    pub(super) const AUX_HEAD: usize = offset_of!(P, aux_head);
+    pub(super) const AUX_OFFSET: usize = offset_of!(P, aux_offset);
+    pub(super) const AUX_SIZE: usize = offset_of!(P, aux_size);
 }
 
 /// A mapping we own.
@@ -77,7 +77,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 /// The control page plus data ring of one event.
-pub struct DataRing {
+pub(crate) struct DataRing {
     map: Mapping,
     data_offset: usize,
     data_size: usize,
@@ -85,7 +85,7 @@ pub struct DataRing {
 
 impl DataRing {
     /// Maps one control page and `pages` data pages (a power of two).
-    pub fn map(event: &Event, pages: usize) -> Result<DataRing, Errno> {
+    pub(crate) fn map(event: &Event, pages: usize) -> Result<DataRing, Errno> {
         if !pages.is_power_of_two() {
             return Err(Errno::EINVAL);
         }
@@ -123,7 +123,7 @@ impl DataRing {
     }
 
     /// The TSC to perf-time conversion the kernel publishes for this event.
-    pub fn time_conv(&self) -> TimeConv {
+    pub(crate) fn time_conv(&self) -> TimeConv {
         let page = self.page();
         // SAFETY: reading the capabilities word of the union; both views
         // are the same u64.
@@ -142,7 +142,7 @@ impl DataRing {
 
     /// Appends every byte the kernel wrote since the last call to `out`
     /// and hands the space back. Returns how many bytes came.
-    pub fn drain(&self, out: &mut Vec<u8>) -> usize {
+    pub(crate) fn drain(&self, out: &mut Vec<u8>) -> usize {
         let head = self.load(field::DATA_HEAD);
         let tail = self.word(field::DATA_TAIL).load(Ordering::Relaxed);
         // SAFETY: the data area lies within the mapping (checked in `map`).
@@ -156,14 +156,14 @@ impl DataRing {
     }
 
     /// Whether records are waiting.
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         self.load(field::DATA_HEAD) != self.word(field::DATA_TAIL).load(Ordering::Relaxed)
     }
 }
 
 /// Copies ring bytes `[tail, head)` (free-running counters) out of `data`,
 /// in order, at most one ring's worth. Returns how many bytes were taken.
-pub fn copy_ring(data: &[u8], tail: u64, head: u64, out: &mut Vec<u8>) -> usize {
+pub(crate) fn copy_ring(data: &[u8], tail: u64, head: u64, out: &mut Vec<u8>) -> usize {
     let size = data.len();
     if size == 0 {
         return 0;
@@ -179,14 +179,14 @@ pub fn copy_ring(data: &[u8], tail: u64, head: u64, out: &mut Vec<u8>) -> usize 
 /// The AUX area of a PT event. Mapped read-only, which puts the kernel's
 /// PT driver in overwrite (snapshot) mode: it keeps writing round the
 /// buffer and never waits for us.
-pub struct AuxArea {
+pub(crate) struct AuxArea {
     map: Mapping,
 }
 
 impl AuxArea {
     /// Maps `size` bytes (a power-of-two number of pages) of AUX after the
     /// data ring of `ring`, read-only for overwrite mode.
-    pub fn map(event: &Event, ring: &DataRing, size: usize) -> Result<AuxArea, Errno> {
+    pub(crate) fn map(event: &Event, ring: &DataRing, size: usize) -> Result<AuxArea, Errno> {
         if size < page_size() || !(size / page_size()).is_power_of_two() {
             return Err(Errno::EINVAL);
         }
@@ -199,24 +199,16 @@ impl AuxArea {
         Ok(AuxArea { map })
     }
 
-    pub fn len(&self) -> usize {
-        self.map.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.len == 0
-    }
-
     /// The bytes of the area. Read them only while the event is disabled,
     /// or accept that the hardware may be overwriting the oldest ones.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: the area is mapped readable for `len` bytes while `self` lives.
         unsafe { std::slice::from_raw_parts(self.map.base.as_ptr(), self.map.len) }
     }
 }
 
 /// `aux_head` of `ring`: in overwrite mode, where the hardware writes next.
-pub fn aux_head(ring: &DataRing) -> u64 {
+pub(crate) fn aux_head(ring: &DataRing) -> u64 {
     ring.load(field::AUX_HEAD)
 }
 

@@ -6,23 +6,23 @@
 //! backend's slow-call trigger. This file defines [`PerfError`], a
 //! failed open, mmap or ioctl with what to do about it.
 
-pub mod aux;
+pub(crate) mod aux;
 pub mod breakpoint;
 // The ring buffers' mmap: each unsafe block says why it is sound.
 #[allow(unsafe_code)]
-pub mod mmap;
+pub(crate) mod mmap;
 pub mod permissions;
-pub mod sideband;
+pub(crate) mod sideband;
 // The perf_event_open FFI: each unsafe block says why it is sound.
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 
 use nix::errno::Errno;
 
 pub use permissions::{Privileges, Scope};
 pub use sys::Event;
 
-pub use crate::error::PerfError;
+pub(crate) use crate::error::PerfError;
 
 impl PerfError {
     /// An open that failed, explained for a per-thread user-space capture.

@@ -23,12 +23,12 @@ use ptscope_formats::{
 };
 
 /// The sample-id layout of every record we ask for.
-pub const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+pub(crate) const SAMPLE_TYPE: u64 = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
 
 /// The tracking event: a dummy that counts nothing and reports mmap2,
 /// comm (with exec), fork/exit and, for CPU-wide tracing, context switches.
 /// Opened disabled: enable it once its output is set (or at exec).
-pub fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEventAttr {
+pub(crate) fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEventAttr {
     PerfEventAttr {
         kind: perf_data::PERF_TYPE_SOFTWARE,
         config: perf_data::PERF_COUNT_SW_DUMMY,
@@ -55,7 +55,7 @@ pub fn dummy_attr(kernel: bool, switches: bool, enable_on_exec: bool) -> PerfEve
 
 /// What the rings held, besides the sideband events.
 #[derive(Clone, Debug, Default)]
-pub struct Collected {
+pub(crate) struct Collected {
     pub events: Vec<Sideband>,
     /// Records the kernel dropped (LOST records' counts).
     pub lost: u64,
@@ -71,13 +71,13 @@ pub struct Collected {
 
 impl Collected {
     /// Sorts records from several rings into time order.
-    pub fn sort(&mut self) {
+    pub(crate) fn sort(&mut self) {
         self.events.sort_by_key(|e| e.time);
     }
 
     /// Parses the records in `bytes` (whole records, as the kernel wrote
     /// them), appending what matters to `self`.
-    pub fn parse(&mut self, bytes: &[u8], sample_type: u64) {
+    pub(crate) fn parse(&mut self, bytes: &[u8], sample_type: u64) {
         let mut at = 0usize;
         while at + 8 <= bytes.len() {
             let kind_ = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
@@ -256,7 +256,7 @@ impl Collected {
     }
 
     /// Warnings a user should see about this sideband.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         if self.lost > 0 {
             w.push(format!(
@@ -293,7 +293,7 @@ struct Shared {
 }
 
 /// Drains data rings on a thread of its own, every millisecond.
-pub struct Collector {
+pub(crate) struct Collector {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -305,7 +305,7 @@ impl Default for Collector {
 }
 
 impl Collector {
-    pub fn start() -> Collector {
+    pub(crate) fn start() -> Collector {
         let shared = Arc::new(Shared {
             sources: Mutex::new(Vec::new()),
             collected: Mutex::new(Collected::default()),
@@ -325,7 +325,7 @@ impl Collector {
     }
 
     /// Starts draining `ring`, whose records carry `sample_type` ids.
-    pub fn add(&self, ring: Arc<DataRing>, sample_type: u64) {
+    pub(crate) fn add(&self, ring: Arc<DataRing>, sample_type: u64) {
         self.shared
             .sources
             .lock()
@@ -333,7 +333,7 @@ impl Collector {
     }
 
     /// Drains every ring now and returns a copy of all that came so far.
-    pub fn collected(&self) -> Collected {
+    pub(crate) fn collected(&self) -> Collected {
         drain_all(&self.shared);
         let mut c = self.shared.collected.lock().clone();
         c.sort();
@@ -341,7 +341,8 @@ impl Collector {
     }
 
     /// Stops the thread, drains once more and returns everything.
-    pub fn finish(mut self) -> Collected {
+    #[cfg(test)]
+    pub(crate) fn finish(mut self) -> Collected {
         self.stop_thread();
         self.collected()
     }

@@ -108,7 +108,7 @@ impl AsFd for Event {
 /// CPUID leaf `leaf`, subleaf 0: (eax, ebx, ecx, edx); None past the
 /// highest leaf the CPU reports.
 #[cfg(target_arch = "x86_64")]
-pub fn cpuid(leaf: u32) -> Option<[u32; 4]> {
+pub(crate) fn cpuid(leaf: u32) -> Option<[u32; 4]> {
     use std::arch::x86_64::__cpuid_count;
     #[allow(unused_unsafe)]
     // SAFETY: CPUID exists on every x86_64 CPU and has no side effects.
@@ -129,7 +129,7 @@ pub fn cpuid(_leaf: u32) -> Option<[u32; 4]> {
 
 /// The time-stamp counter, in the units PT's TSC packets carry.
 #[cfg(target_arch = "x86_64")]
-pub fn rdtsc() -> u64 {
+pub(crate) fn rdtsc() -> u64 {
     #[allow(unused_unsafe)]
     // SAFETY: RDTSC reads a counter; user space may run it unless the
     // kernel set CR4.TSD, which Linux does not for normal processes.
