@@ -4,7 +4,7 @@
 //! keyed by build id, so that the trace still decodes once the binaries have
 //! changed or on another machine. Beside each stripped binary goes the
 //! debug file the ecosystem's tools find for it ([`Search::system`]), and a
-//! kernel trace takes the kernel's symbols along ([`crate::kernel_symbols`]),
+//! kernel trace takes the kernel's symbols along (`crate::kernel_symbols`),
 //! so that another machine names what this one named. It serves captures
 //! from both backends,
 //! whose [`Capture`] says how the PT unit was set up; the file formats
@@ -50,7 +50,7 @@ pub struct SaveOptions {
     /// Where debug files are looked for ([`Search::system`]).
     pub search: Search,
     /// Where the kernel's symbols and modules are read for a kernel trace
-    /// ([`kernel_symbols::KALLSYMS`], [`kernel_symbols::MODULES`]).
+    /// (`kernel_symbols::KALLSYMS`, `kernel_symbols::MODULES`).
     pub kallsyms: PathBuf,
     pub modules: PathBuf,
 }

@@ -8,10 +8,10 @@
 //!   classifies each instruction by the packets it produces.
 //! - [`filter`] holds the unit's IP filter and the rules of FilterEn.
 //! - [`hardware`] emulates the PT unit that turns retired instructions into packets.
-//! - [`packets`] encodes those packets byte by byte.
-//! - [`ring`] keeps the newest bytes, as an AUX area in snapshot mode does.
+//! - `packets` encodes those packets byte by byte.
+//! - `ring` keeps the newest bytes, as an AUX area in snapshot mode does.
 //! - [`settings`] says which CPU and PT event the trace claims to come from.
-//! - [`ptrace`] wraps the ptrace calls only this backend makes.
+//! - `ptrace` wraps the ptrace calls only this backend makes.
 
 pub mod filter;
 pub mod hardware;

@@ -68,7 +68,7 @@ pub struct Options {
     /// When a trigger on a function may start firing.
     pub arm_after: Option<ArmAfter>,
     /// Range capture: the trace runs only from a thread's entry to START
-    /// to its entry to STOP ([`super::range`]).
+    /// to its entry to STOP (`super::range`).
     pub range: Option<Range>,
 }
 

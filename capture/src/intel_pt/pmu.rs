@@ -155,7 +155,7 @@ fn read_trimmed(path: &Path) -> Result<String, PtSetupError> {
 }
 
 impl Pmu {
-    /// The machine's PMU, under [`SYSFS_PMUS`].
+    /// The machine's PMU, under `SYSFS_PMUS`.
     pub fn discover() -> Result<Pmu, PtSetupError> {
         Pmu::read(&Path::new(SYSFS_PMUS).join("intel_pt"))
     }
