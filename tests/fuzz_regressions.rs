@@ -6,6 +6,7 @@
 
 use crate::fuzz_targets as targets;
 
+use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
@@ -23,8 +24,13 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `tests/fuzz/<kind>/<target>`: a target's seeds, regressions, ...
+fn folder(kind: &str, target: &str) -> PathBuf {
+    targets::root().join("tests/fuzz").join(kind).join(target)
+}
+
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
-    files_in(&targets::root().join("tests/fuzz").join(kind).join(target))
+    files_in(&folder(kind, target))
 }
 
 /// Runs `run` on every file, each on a thread of its own so that a hang
@@ -130,4 +136,119 @@ fn the_fuzzed_corpus_still_runs_clean() {
         n += replay(target, run, &files);
     }
     eprintln!("{n} corpus inputs replayed");
+}
+
+/// The marks seeds are the encoder's (`ptscope_formats::pt::write`), as
+/// every packet a test writes is: each committed file equals what its
+/// builder below writes. With `PTSCOPE_WRITE_SEEDS=1` the test writes
+/// the files instead, after a builder changes.
+#[test]
+fn marks_seeds_are_written_by_the_encoder() {
+    let rewrite = std::env::var("PTSCOPE_WRITE_SEEDS").is_ok_and(|v| v == "1");
+    // (target, file name, builder)
+    type Seed = (&'static str, &'static str, fn() -> Vec<u8>);
+    let seeds: [Seed; 4] = [
+        ("marks", "ptwrites", ptwrites_seed),
+        ("marks", "power-events", power_events_seed),
+        ("marks", "mtc-timed", mtc_timed_seed),
+        ("pt_decode", "marks", pt_decode_marks_seed),
+    ];
+    for (target, name, build) in seeds {
+        let path = folder("seeds", target).join(name);
+        let want = build();
+        if rewrite {
+            std::fs::write(&path, &want).unwrap();
+            continue;
+        }
+        let got = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            got == want,
+            "{} is not what the encoder writes (PTSCOPE_WRITE_SEEDS=1 rewrites it)\n\
+             committed: {got:02x?}\n\
+             encoder:   {want:02x?}",
+            path.display()
+        );
+    }
+}
+
+/// A fuzz input of the `marks` and `pt_decode` targets: the configuration
+/// bytes ([`targets::configure_pt`]), then the PT.
+fn seed(config: [u8; targets::PT_CONFIG_BYTES], pt: &[Vec<u8>]) -> Vec<u8> {
+    let mut input = config.to_vec();
+    for part in pt {
+        input.extend_from_slice(part);
+    }
+    input
+}
+
+/// `marks/ptwrites`: PTWRITEs of both widths, with and without their IP,
+/// under the demo's configuration, so that the scan binds a PTW to its
+/// FUP and places its marks in time by TSC, MTC, CYC and TMA.
+fn ptwrites_seed() -> Vec<u8> {
+    seed(targets::DEMO_PT_CONFIG, &[ptwrites()])
+}
+
+/// `marks/power-events`: the frequency and power packets (CBR, MWAIT,
+/// PWRE, EXSTOP with its IP, PWRX) under the demo's configuration, so
+/// that the marks make frequency steps and a sleep.
+fn power_events_seed() -> Vec<u8> {
+    seed(targets::DEMO_PT_CONFIG, &[power_events()])
+}
+
+/// `marks/mtc-timed`: both traces under another configuration, an MTC
+/// every CTC tick (period 1), no CPU and no nominal ratio stated, and
+/// TSC:CTC 3/2, so that the marks are timed another way.
+fn mtc_timed_seed() -> Vec<u8> {
+    seed([0x11, 0, 3, 2], &[ptwrites(), power_events()])
+}
+
+/// `pt_decode/marks`: both traces under the demo's configuration, read
+/// by the packet parser and decoded by both engines over the demo's
+/// image, so that a flow decode meets every PTW and power packet.
+fn pt_decode_marks_seed() -> Vec<u8> {
+    seed(targets::DEMO_PT_CONFIG, &[ptwrites(), power_events()])
+}
+
+/// PSB+ at TSC 500 (CBR 10); an 8-byte PTW bound to the FUP after it; a
+/// 4-byte PTW without an IP; an MTC; a 4-byte PTW bound to a FUP that
+/// updates 16 bits of the last IP; a CYC and a TMA.
+fn ptwrites() -> Vec<u8> {
+    let mut pt = write::PSB.to_vec();
+    write::tsc(&mut pt, 500);
+    write::cbr(&mut pt, 10);
+    pt.extend(write::PSBEND);
+    write::ptw(&mut pt, 0x1122_3344_5566_7788, 8, true);
+    write::ip_packet(&mut pt, IpPacket::Fup, 0x40_1234, IpCompression::Full);
+    write::ptw(&mut pt, 0x2a, 4, false);
+    write::mtc(&mut pt, 0x10);
+    write::ptw(&mut pt, 7, 4, true);
+    write::ip_packet(&mut pt, IpPacket::Fup, 0x40_1210, IpCompression::Update16);
+    write::cyc(&mut pt, 3);
+    write::tma(&mut pt, 0x10, 0x20);
+    pt
+}
+
+/// PSB+ at TSC 1000 (CBR 10), tracing on at 0x401000 in 64-bit mode;
+/// then, each after a TSC: CBR 24; an MWAIT (hints 0x20: C3.1), a PWRE
+/// (C4.1) and an EXSTOP bound to its FUP; a PWRX (deepest C7, last C4,
+/// woken by an interrupt) and CBR 12; then tracing off.
+fn power_events() -> Vec<u8> {
+    let mut pt = write::PSB.to_vec();
+    write::tsc(&mut pt, 1000);
+    write::cbr(&mut pt, 10);
+    pt.extend(write::PSBEND);
+    write::mode_exec_64(&mut pt);
+    write::ip_packet(&mut pt, IpPacket::TipPge, 0x40_1000, IpCompression::Full);
+    write::tsc(&mut pt, 2000);
+    write::cbr(&mut pt, 24);
+    write::tsc(&mut pt, 3000);
+    write::mwait(&mut pt, 0x20, 1);
+    write::pwre(&mut pt, false, 3, 0);
+    write::exstop(&mut pt, true);
+    write::ip_packet(&mut pt, IpPacket::Fup, 0x40_1000, IpCompression::Full);
+    write::tsc(&mut pt, 9000);
+    write::pwrx(&mut pt, 6, 3, 1);
+    write::cbr(&mut pt, 12);
+    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+    pt
 }

@@ -145,15 +145,15 @@ fn write_power_perf_data(path: &Path) {
     packets::cbr(&mut pt, 24);
     packets::tsc(&mut pt, 3_000);
     // MWAIT hints 0x20 (C3), extensions 1.
-    pt.extend_from_slice(&[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
+    packets::mwait(&mut pt, 0x20, 1);
     // PWRE: C3.0, not by hardware.
-    pt.extend_from_slice(&[0x02, 0x22, 0x00, 0x30]);
+    packets::pwre(&mut pt, false, 3, 0);
     // EXSTOP with its IP, then the FUP.
-    pt.extend_from_slice(&[0x02, 0xe2]);
+    packets::exstop(&mut pt, true);
     packets::ip_packet(&mut pt, IpPacket::Fup, CODE, IpCompression::Full);
     packets::tsc(&mut pt, 9_000);
     // PWRX: deepest C6, last C3, woken by an interrupt.
-    pt.extend_from_slice(&[0x02, 0xa2, 0x36, 0x01, 0, 0, 0]);
+    packets::pwrx(&mut pt, 6, 3, 1);
     packets::cbr(&mut pt, 12);
     packets::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
 
@@ -318,21 +318,19 @@ fn power_events_in_a_capture_equal_perfs_itrace_p() {
     use ptscope_formats::snapshot::{rewrite_aux, Snapshot};
     let dir = tempfile::tempdir().unwrap();
     let snap = Snapshot::open(&demo_snapshot()).unwrap();
-    let power: Vec<u8> = [
-        &[0x02, 0x03, 24, 0][..],
-        &[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0],
-        &[0x02, 0x22, 0x00, 0x20],
-        &[0x02, 0x62],
-        &[0x02, 0xa2, 0x25, 0x01, 0, 0, 0],
-        &[0x02, 0x03, 10, 0],
-    ]
-    .concat();
+    let mut power = Vec::new();
+    packets::cbr(&mut power, 24);
+    packets::mwait(&mut power, 0x20, 1);
+    packets::pwre(&mut power, false, 2, 0);
+    packets::exstop(&mut power, false);
+    packets::pwrx(&mut power, 5, 2, 1);
+    packets::cbr(&mut power, 10);
     let out = dir.path().join("power.ptscope");
     rewrite_aux(&snap, &out, 0, &|_, old| {
-        // After the first PSBEND (02 23): between PSB+ and the flow.
+        // After the first PSBEND: between PSB+ and the flow.
         let at = old
             .windows(2)
-            .position(|w| w == [0x02, 0x23])
+            .position(|w| w == packets::PSBEND)
             .map_or(0, |p| p + 2);
         [&old[..at], &power, &old[at..]].concat()
     })

@@ -270,6 +270,13 @@ fn psb_at(ip: u64, bits: u32) -> Vec<u8> {
     pt
 }
 
+/// FUP `ip` (a 16-bit update) and TIP.PGD without an IP: tracing stops at
+/// `ip`.
+fn fup_and_pgd(pt: &mut Vec<u8>, ip: u64) {
+    write::ip_packet(pt, IpPacket::Fup, ip, IpCompression::Update16);
+    write::ip_packet(pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+}
+
 /// The instruction listing reads what the walk reads: APX's JMPABS, which
 /// the disassembler does not know, and an instruction whose bytes lie in
 /// two raw images mapped back to back. Each was missing from the listing
@@ -284,8 +291,8 @@ fn the_listing_has_jmpabs_and_an_instruction_across_two_images() {
     code.resize(0x10, 0xcc);
     code.push(0x90);
     let mut pt = psb_at_0x1000();
-    pt.extend([0x4d, 0x10, 0x10, 0, 0]);
-    pt.extend([0x3d, 0x11, 0x10, 0x01]);
+    write::ip_packet(&mut pt, IpPacket::Tip, 0x1010, IpCompression::Update32);
+    fup_and_pgd(&mut pt, 0x1011);
     assert_eq!(
         listed(dir.path(), &pt, &[(&code, 0x1000)]),
         [0x1000, 0x1001, 0x1010]
@@ -305,7 +312,7 @@ fn the_listing_has_jmpabs_and_an_instruction_across_two_images() {
     // nop; jmp short 0x1004 (eb | 01: its displacement in the second
     // image); int3; 0x1004: nop. Then FUP 0x1005 and TIP.PGD.
     let mut pt = psb_at_0x1000();
-    pt.extend([0x3d, 0x05, 0x10, 0x01]);
+    fup_and_pgd(&mut pt, 0x1005);
     assert_eq!(
         listed(
             dir.path(),
@@ -329,8 +336,7 @@ fn code_run_in_32_bit_mode_is_decoded_as_32_bit_code() {
     // PSB+ at 0x1000 in 32-bit mode, then FUP 0x1007 and TIP.PGD: tracing
     // stops after the nop.
     let mut pt = psb_at(0x1000, 32);
-    write::ip_packet(&mut pt, IpPacket::Fup, 0x1007, IpCompression::Update16);
-    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+    fup_and_pgd(&mut pt, 0x1007);
     assert_eq!(
         listed(dir.path(), &pt, &[(&code, 0x1000)]),
         [0x1000, 0x1001, 0x1003, 0x1004, 0x1006]
@@ -363,7 +369,7 @@ fn a_listing_without_readable_code_says_why() {
     // 0x1000 until a FUP at 0x1007 and TIP.PGD.
     let code = [0x90; 8];
     let mut pt = psb_at_0x1000();
-    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    fup_and_pgd(&mut pt, 0x1007);
     listed(dir.path(), &pt, &[(&code, 0x1000)]);
     let image = format!("{}:0x9000", dir.path().join("image0.bin").display());
     let out = ptscope()
@@ -454,7 +460,7 @@ fn the_window_lays_an_untimed_raw_dump_on_the_instruction_axis() {
     let dir = tempfile::tempdir().unwrap();
     let code = [0x48, 0x89, 0xe5, 0x48, 0x89, 0xe5, 0x90];
     let mut pt = psb_at_0x1000();
-    pt.extend([0x3d, 0x07, 0x10, 0x01]);
+    fup_and_pgd(&mut pt, 0x1007);
     listed(dir.path(), &pt, &[(&code, 0x1000)]);
     let mut app = App::new(None);
     app.decoding.raw_images = vec![(dir.path().join("image0.bin"), 0x1000)];

@@ -199,7 +199,7 @@ mod tests {
         use ptscope_formats::pt::write;
         let mut buf = write::PSB.to_vec();
         write::tsc(&mut buf, 0x10);
-        buf.push(0x00);
+        write::pad(&mut buf);
         write::tsc(&mut buf, 0xff_ffff_ffff_ffff);
         let orig = buf.clone();
         shift_tsc(&mut buf, 5);

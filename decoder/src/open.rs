@@ -208,6 +208,7 @@ fn model_options(opts: &DecodeOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
 
     fn demo() -> PathBuf {
         crate::testing::demo_path()
@@ -243,8 +244,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pt = dir.path().join("trace.pt");
         // PSB, PSBEND, PAD: the start of any raw dump.
-        let mut bytes = crate::pt::packet::PSB_BYTES.to_vec();
-        bytes.extend([0x02, 0x23, 0x00]);
+        let mut bytes = write::PSB.to_vec();
+        bytes.extend(write::PSBEND);
+        write::pad(&mut bytes);
         std::fs::write(&pt, &bytes).unwrap();
         assert_eq!(input_kind(&pt, false).unwrap(), InputKind::RawPt);
         // Cut anywhere past a few bytes, it is still one.
@@ -392,12 +394,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("code");
         std::fs::write(&image, [0x90u8; 16]).unwrap();
-        let mut pt = crate::pt::packet::PSB_BYTES.to_vec();
+        let mut pt = write::PSB.to_vec();
         // FUP 0x1000, MODE.Exec 64-bit, PSBEND.
-        pt.extend([0xdd, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x99, 0x01, 0x02, 0x23]);
-        // A corrupt TMA and its bogus byte, then FUP 0x1004 and TIP.PGD.
+        write::ip_packet(&mut pt, IpPacket::Fup, 0x1000, IpCompression::Full);
+        write::mode_exec_64(&mut pt);
+        pt.extend(write::PSBEND);
+        // A corrupt TMA and its bogus byte (reserved bits set, as SKZ84
+        // writes it: on purpose, and no encoder writes one), then FUP
+        // 0x1004 and TIP.PGD.
         pt.extend([0x02, 0x73, 1, 1, 1, 1, 0, 0]);
-        pt.extend([0xdd, 0x04, 0x10, 0, 0, 0, 0, 0, 0, 0x01]);
+        write::ip_packet(&mut pt, IpPacket::Fup, 0x1004, IpCompression::Full);
+        write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
         let raw = dir.path().join("raw.pt");
         std::fs::write(&raw, &pt).unwrap();
         let errors = |cpu: Option<&str>| {

@@ -6,6 +6,14 @@ this is how they were made, and how to remake them after the demo changes.
 Small seeds fuzz faster, so the trace is cut to a few PSB segments and the
 snapshot seed carries only the demo's own binary and the vDSO (libc and
 ld.so are left out and so decode as missing).
+
+The marks seeds (seeds/marks/ and seeds/pt_decode/marks) are not made
+here: they are PT built packet by packet with the PT format's encoder
+(ptscope_formats::pt::write), by the e2e test
+marks_seeds_are_written_by_the_encoder (tests/fuzz_regressions.rs), which
+checks the committed files and, with PTSCOPE_WRITE_SEEDS=1, writes them.
+This script empties the seeds folder first, so run that test with
+PTSCOPE_WRITE_SEEDS=1 after it.
 """
 
 import io

@@ -95,6 +95,13 @@ pub fn is_taken_branch(insn: &Insn, ip: u64, next_ip: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emulated::hardware::tests::{encoded, exec_pge};
+    use crate::emulated::packets::{self, IpCompression, IpPacket};
+
+    /// The IP packet of `kind` for `ip` in the form `comp`.
+    fn ip_packet(kind: IpPacket, ip: u64, comp: IpCompression) -> Vec<u8> {
+        encoded(|v| packets::ip_packet(v, kind, ip, comp))
+    }
 
     #[test]
     fn an_unconfigured_filter_traces_everything() {
@@ -192,18 +199,16 @@ mod tests {
         assert!(t.tracing());
         t.finish();
         let bytes = &t.ring().snapshot()[start..];
-        assert_eq!(
-            bytes,
-            &[
-                0x99, 0x01, // MODE.Exec
-                0x71, 0x00, 0x10, 0x40, 0x00, 0x00,
-                0x00, // TIP.PGE 0x401000 (whole, after the PSB)
-                0x61, 0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, // TIP.PGD 0x7f0000001000
-                0x71, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, // TIP.PGE 0x401005
-                0x01, // TIP.PGD, IP suppressed
-                0x31, 0x00, 0x11, // TIP.PGE 0x401100 (16-bit update)
-            ][..]
-        );
+        let want = [
+            // MODE.Exec, TIP.PGE 0x401000 (whole, after the PSB)
+            exec_pge(0x40_1000),
+            ip_packet(IpPacket::TipPgd, 0x7f00_0000_1000, IpCompression::Sext48),
+            ip_packet(IpPacket::TipPge, 0x40_1005, IpCompression::Sext48),
+            ip_packet(IpPacket::TipPgd, 0, IpCompression::Suppressed),
+            ip_packet(IpPacket::TipPge, 0x40_1100, IpCompression::Update16),
+        ]
+        .concat();
+        assert_eq!(bytes, &want[..]);
     }
 
     /// With erratum SKL014 a direct call or jump out of the range writes
@@ -230,17 +235,21 @@ mod tests {
             t.retire(0x40_1100, &i(InsnClass::IndirectJump, 2), 0x50_0000, 5);
             t.ring().snapshot()[start..].to_vec()
         };
-        let pgd_50 = [0x41, 0x00, 0x00, 0x50, 0x00]; // TIP.PGD 0x500000
-        let mut want = vec![0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0x00, 0x00, 0x00];
-        want.extend([0x01]); // the call's TIP.PGD, IP suppressed
-        want.extend([0x31, 0x05, 0x10]); // TIP.PGE 0x401005 (16-bit update)
-        want.extend([0x01]); // the jump's
-        want.extend([0x31, 0x00, 0x11]); // TIP.PGE 0x401100
-        want.extend(pgd_50); // the indirect jump's, with its IP
+        let pgd_50 = ip_packet(IpPacket::TipPgd, 0x50_0000, IpCompression::Update32);
+        let suppressed = ip_packet(IpPacket::TipPgd, 0, IpCompression::Suppressed);
+        let want = [
+            exec_pge(0x40_1000),
+            suppressed.clone(), // the call's TIP.PGD
+            ip_packet(IpPacket::TipPge, 0x40_1005, IpCompression::Update16),
+            suppressed, // the jump's
+            ip_packet(IpPacket::TipPge, 0x40_1100, IpCompression::Update16),
+            pgd_50.clone(), // the indirect jump's, with its IP
+        ]
+        .concat();
         assert_eq!(exits(true), want);
         let plain = exits(false);
         assert_eq!(
-            plain.windows(5).filter(|w| *w == pgd_50).count(),
+            plain.windows(5).filter(|w| *w == &pgd_50[..]).count(),
             3,
             "{plain:x?}"
         );
@@ -288,9 +297,12 @@ mod tests {
             t.finish();
             (t.ring().snapshot()[start..].to_vec(), t.stopped())
         };
-        let mut want = vec![0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0x00, 0x00, 0x00];
-        want.extend([0x41, 0x00, 0x00, 0x50, 0x00]); // TIP.PGD 0x500000
-        want.extend([0x02, 0x83]); // TraceStop
+        let want = [
+            exec_pge(0x40_1000),
+            ip_packet(IpPacket::TipPgd, 0x50_0000, IpCompression::Update32),
+            packets::TRACE_STOP.to_vec(),
+        ]
+        .concat();
         let (sticky, stopped) = stop(true);
         assert_eq!(sticky, want);
         assert!(stopped);
@@ -301,7 +313,7 @@ mod tests {
         assert_eq!(restarted[want.len()], 0x19, "{restarted:x?}");
         assert_eq!(
             restarted[restarted.len() - 5..],
-            [0x51, 0x00, 0x10, 0x40, 0x00]
+            ip_packet(IpPacket::TipPge, 0x40_1000, IpCompression::Update32)[..]
         );
 
         // Packets off outside the filter: the stop is TraceStop alone.
@@ -317,6 +329,6 @@ mod tests {
         t.retire(0x60_0000, &i(jump, 5), 0x50_0000, 1);
         t.retire(0x50_0000, &i(InsnClass::IndirectJump, 2), 0x40_1000, 2);
         t.finish();
-        assert_eq!(t.ring().snapshot()[start..], [0x02, 0x83]);
+        assert_eq!(t.ring().snapshot()[start..], packets::TRACE_STOP);
     }
 }

@@ -788,6 +788,31 @@ pub(crate) mod tests {
         insn(InsnClass::Other, 1)
     }
 
+    /// The bytes `write` writes with the encoder.
+    pub(crate) fn encoded(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut v = Vec::new();
+        write(&mut v);
+        v
+    }
+
+    /// MODE.Exec (64-bit) and TIP.PGE `ip`, whole: how user code starts
+    /// after a PSB+.
+    pub(crate) fn exec_pge(ip: u64) -> Vec<u8> {
+        encoded(|v| {
+            packets::mode_exec_64(v);
+            packets::ip_packet(v, IpPacket::TipPge, ip, IpCompression::Sext48);
+        })
+    }
+
+    /// FUP `ip` (2-byte update) and TIP.PGD without an IP: tracing off
+    /// where the thread left user code.
+    fn fup_pgd(ip: u64) -> Vec<u8> {
+        encoded(|v| {
+            packets::ip_packet(v, IpPacket::Fup, ip, IpCompression::Update16);
+            packets::ip_packet(v, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+        })
+    }
+
     pub(crate) fn insn(class: InsnClass, len: u8) -> Insn {
         Insn {
             len,
@@ -824,33 +849,14 @@ pub(crate) mod tests {
         let bytes = &t.ring().snapshot()[start..];
         // MODE.Exec, PGE, TNT(1) flushed first, PTW (4 bytes, IP bit),
         // FUP 0x401010 (2-byte update).
-        assert_eq!(
-            bytes,
-            &[
-                0x99,
-                0x01,
-                0x71,
-                0x00,
-                0x10,
-                0x40,
-                0,
-                0,
-                0,
-                0b0000_0110,
-                0x02,
-                0x92,
-                0x2a,
-                0,
-                0,
-                0,
-                0x3d,
-                0x10,
-                0x10
-            ]
-        );
+        let mut want = exec_pge(0x401000);
+        packets::tnt(&mut want, 1, 1);
+        packets::ptw(&mut want, 0x2a, 4, true);
+        packets::ip_packet(&mut want, IpPacket::Fup, 0x401010, IpCompression::Update16);
+        assert_eq!(bytes, &want[..]);
         assert_eq!(
             &quiet.ring().snapshot()[quiet_start..],
-            &[0x99, 0x01, 0x71, 0x10, 0x10, 0x40, 0, 0, 0]
+            &exec_pge(0x401010)[..]
         );
     }
 
@@ -877,9 +883,9 @@ pub(crate) mod tests {
         let b = written(&t, start);
         // TSC 200, MODE.Exec, TIP.PGE 0x401001; FUP 0x401002, TIP.PGD.
         assert_eq!(b[0], 0x19);
-        assert_eq!(&b[8..10], &[0x99, 0x01]);
+        assert_eq!(b[8..10], encoded(packets::mode_exec_64)[..]);
         assert_eq!(b[10] & 0x1f, 0x11);
-        assert_eq!(&b[b.len() - 4..], &[0x3d, 0x02, 0x10, 0x01]);
+        assert_eq!(b[b.len() - 4..], fup_pgd(0x401002)[..]);
     }
 
     #[test]
@@ -898,26 +904,12 @@ pub(crate) mod tests {
         t.retire(0x401005, &insn(InsnClass::Return, 1), 0x403000, 103);
         t.finish();
         let bytes = &t.ring().snapshot()[start..];
-        // MODE.Exec, PGE (4-byte update against last IP 0), TNT(1) flushed
-        // before the TIP, TIP 0x403000 (2-byte update).
-        assert_eq!(
-            bytes,
-            &[
-                0x99,
-                0x01,
-                0x71,
-                0x00,
-                0x10,
-                0x40,
-                0,
-                0,
-                0,
-                0b0000_0110,
-                0x2d,
-                0x00,
-                0x30
-            ]
-        );
+        // MODE.Exec, PGE (whole, the first IP after the PSB), TNT(1)
+        // flushed before the TIP, TIP 0x403000 (2-byte update).
+        let mut want = exec_pge(0x401000);
+        packets::tnt(&mut want, 1, 1);
+        packets::ip_packet(&mut want, IpPacket::Tip, 0x403000, IpCompression::Update16);
+        assert_eq!(bytes, &want[..]);
     }
 
     #[test]
@@ -942,7 +934,7 @@ pub(crate) mod tests {
         t.finish();
         let b = t.ring().snapshot();
         // ... TIP.PGD, then TSC + TIP.PGE, then FUP (2-byte update) + PGD.
-        assert_eq!(&b[b.len() - 4..], &[0x3d, 0x02, 0x10, 0x01]);
+        assert_eq!(b[b.len() - 4..], fup_pgd(0x1002)[..]);
         // TSC, MODE.Exec (a PSB came between) and the TIP.PGE's IP whole
         // (the first after the PSB): 8 + 2 + 7 + 4 bytes from the end.
         assert_eq!(b[b.len() - 21], 0x19);
@@ -963,8 +955,8 @@ pub(crate) mod tests {
         let t = ThreadPt::new(mtc.clone(), 1013);
         let b = t.ring().snapshot();
         // PSB, TSC 1013, TMA (CTC 25, FC 13), CBR, PSBEND.
-        assert_eq!(&b[16..24], &[0x19, 0xf5, 0x03, 0, 0, 0, 0, 0]);
-        assert_eq!(&b[24..31], &[0x02, 0x73, 25, 0, 0, 13, 0]);
+        assert_eq!(b[16..24], encoded(|v| packets::tsc(v, 1013))[..]);
+        assert_eq!(b[24..31], encoded(|v| packets::tma(v, 25, 13))[..]);
         let mut t = ThreadPt::new(mtc, 1013);
         let start = t.ring().snapshot().len();
         t.enter_user(0x1000, 1013, false);
@@ -973,7 +965,7 @@ pub(crate) mod tests {
             t.retire(0x1000, &nop(), 0x1001, now);
         }
         let b = written(&t, start);
-        assert_eq!(&b[b.len() - 2..], &[0x59, 26]);
+        assert_eq!(b[b.len() - 2..], encoded(|v| packets::mtc(v, 26))[..]);
         assert_eq!(b.iter().filter(|&&x| x == 0x59).count(), 1);
         // MTC period 3: the payload is CTC[10:3], sent as it changes.
         let mut t = ThreadPt::new(
@@ -1056,11 +1048,16 @@ pub(crate) mod tests {
         // MODE.Exec, PGE, TIP, TIP (the 1st and 2nd jumps); then OVF and
         // FUP 0x401000 against a last IP of zero (decoders reset it at
         // OVF too), then the TIPs of the two jumps after the overflow.
-        let mut want = vec![
-            0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0, 0, 0, 0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10,
-        ];
-        want.extend([0x02, 0xf3, 0x5d, 0x00, 0x10, 0x40, 0]);
-        want.extend([0x2d, 0x00, 0x10, 0x2d, 0x00, 0x10]);
+        let tip = |v: &mut Vec<u8>| {
+            packets::ip_packet(v, IpPacket::Tip, 0x40_1000, IpCompression::Update16);
+        };
+        let mut want = exec_pge(0x40_1000);
+        tip(&mut want);
+        tip(&mut want);
+        want.extend(packets::OVF);
+        packets::ip_packet(&mut want, IpPacket::Fup, 0x40_1000, IpCompression::Update32);
+        tip(&mut want);
+        tip(&mut want);
         assert_eq!(b, want);
         // An overflow that resolves in the kernel: OVF alone, and TIP.PGE
         // (with MODE.Exec) re-enables.
@@ -1078,9 +1075,9 @@ pub(crate) mod tests {
         let start = t.ring().snapshot().len();
         t.retire(0x1000, &insn(InsnClass::KernelEntry, 2), 0x1002, 100);
         t.enter_user(0x1002, 101, false);
-        assert_eq!(
-            written(&t, start),
-            [0x02, 0xf3, 0x99, 0x01, 0x31, 0x02, 0x10]
-        );
+        let mut want = packets::OVF.to_vec();
+        packets::mode_exec_64(&mut want);
+        packets::ip_packet(&mut want, IpPacket::TipPge, 0x1002, IpCompression::Update16);
+        assert_eq!(written(&t, start), want);
     }
 }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use super::*;
 use crate::pt::block::DecoderConfig;
+use ptscope_formats::pt::write::{self, IpCompression, IpPacket, OVF, PSB, PSBEND};
 use ptscope_model::Model;
 
 fn demo() -> Snapshot {
@@ -40,24 +41,20 @@ fn a_block_ending_right_before_a_psb_does_not_take_its_checkpoint() {
     code[0..2].copy_from_slice(&[0xff, 0xe0]);
     code[0x12..0x14].copy_from_slice(&[0xff, 0xe0]);
     std::fs::write(&image, code).unwrap();
-    let ip = |opcode: u8, ip: u64| {
-        let mut p = vec![opcode | (6 << 5)];
-        p.extend(ip.to_le_bytes());
-        p
+    let ip = |pt: &mut Vec<u8>, kind: IpPacket, ip: u64| {
+        write::ip_packet(pt, kind, ip, IpCompression::Full);
     };
-    let psb = crate::pt::packet::PSB_BYTES.to_vec();
-    let psbend = [0x02, 0x23];
     // PSB+ with tracing off; TIP.PGE 0x1000; TIP 0x1010.
-    let mut pt = psb.clone();
-    pt.extend(psbend);
-    pt.extend(ip(0x11, 0x1000));
-    pt.extend(ip(0x0d, 0x1010));
+    let mut pt = PSB.to_vec();
+    pt.extend(PSBEND);
+    ip(&mut pt, IpPacket::TipPge, 0x1000);
+    ip(&mut pt, IpPacket::Tip, 0x1010);
     let second = pt.len() as u64;
     // PSB+ at 0x1010; TIP.PGD, IP suppressed, binds to the jmp.
-    pt.extend(&psb);
-    pt.extend(ip(0x1d, 0x1010));
-    pt.extend(psbend);
-    pt.push(0x01);
+    pt.extend(PSB);
+    ip(&mut pt, IpPacket::Fup, 0x1010);
+    pt.extend(PSBEND);
+    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
     let m = decode_raw(
         Path::new("raw.pt"),
         &pt,
@@ -281,10 +278,10 @@ fn an_overflow_inside_psb_plus_at_a_seam_is_reported_once() {
     let s = &mut trace.streams[0];
     let psbs = psb_offsets(&s.data);
     assert!(psbs.len() > 4);
-    let at = psbs[psbs.len() / 2] + crate::pt::packet::PSB_BYTES.len();
+    let at = psbs[psbs.len() / 2] + PSB.len();
     let (ovf_psb, next_psb) = (psbs[psbs.len() / 2], psbs[psbs.len() / 2 + 1] + 2);
     let mut data = s.data[..at].to_vec();
-    data.extend_from_slice(&[0x02, 0xf3]); // OVF
+    data.extend_from_slice(&OVF);
     data.extend_from_slice(&s.data[at..]);
     s.data = data.into();
     let (one, many) = one_walk_and_chunks(&snap, &trace);
@@ -313,8 +310,8 @@ fn a_psb_plus_cut_short_by_a_psb_at_a_seam_begins_nothing() {
     let at = psbs[psbs.len() / 2];
     let mut data = s.data[..at].to_vec();
     // PSB, PAD (a PSB right after a PSB is where the pattern ends).
-    data.extend_from_slice(&crate::pt::packet::PSB_BYTES);
-    data.push(0);
+    data.extend_from_slice(&PSB);
+    write::pad(&mut data);
     let real = data.len();
     data.extend_from_slice(&s.data[at..]);
     s.data = data.into();
@@ -427,13 +424,11 @@ fn a_decode_that_finds_no_code_says_why() {
     std::fs::write(&image, [0x90u8; 0x20]).unwrap();
     // PSB+, then TIP.PGE to 0x5000, where no image is, and a TIP
     // that only decoding the code there could bind.
-    let mut pt = crate::pt::packet::PSB_BYTES.to_vec();
-    pt.extend([0x02, 0x23]);
-    pt.push(0x11 | (6 << 5));
-    pt.extend(0x5000u64.to_le_bytes());
-    pt.push(0x0d | (6 << 5));
-    pt.extend(0x5010u64.to_le_bytes());
-    pt.push(0x00);
+    let mut pt = PSB.to_vec();
+    pt.extend(PSBEND);
+    write::ip_packet(&mut pt, IpPacket::TipPge, 0x5000, IpCompression::Full);
+    write::ip_packet(&mut pt, IpPacket::Tip, 0x5010, IpCompression::Full);
+    write::pad(&mut pt);
     for engine in [
         Engine::Flow,
         #[cfg(feature = "libipt")]

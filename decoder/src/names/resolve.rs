@@ -999,7 +999,8 @@ mod walk_and_chunks {
     use crate::passes::coarse::{QueueThread, QueueWalk, ThreadBuilders};
     use crate::pt::block::DecoderConfig;
     use crate::pt::memory::{FileCache, Memory};
-    use crate::pt::packet::{psb_offsets, PSB_BYTES};
+    use crate::pt::packet::psb_offsets;
+    use ptscope_formats::pt::write::{self, IpCompression, IpPacket};
     use ptscope_model::{Model, ThreadModel, TimeUnit};
 
     /// Where the binary is mapped.
@@ -1007,10 +1008,10 @@ mod walk_and_chunks {
 
     /// PSB+ with tracing on at `svma`: FUP, MODE.Exec 64-bit, PSBEND.
     fn psb_at(pt: &mut Vec<u8>, svma: u64) {
-        pt.extend_from_slice(&PSB_BYTES);
-        pt.push(0xdd);
-        pt.extend_from_slice(&(BASE + svma).to_le_bytes());
-        pt.extend_from_slice(&[0x99, 0x01, 0x02, 0x23]);
+        pt.extend_from_slice(&write::PSB);
+        write::ip_packet(pt, IpPacket::Fup, BASE + svma, IpCompression::Full);
+        write::mode_exec_64(pt);
+        pt.extend_from_slice(&write::PSBEND);
     }
 
     /// `pt` over `demo` mapped whole at [`BASE`], as one walk and as a
@@ -1100,9 +1101,9 @@ mod walk_and_chunks {
         // and out.
         let mut pt = Vec::new();
         psb_at(&mut pt, 0x1159);
-        pt.push(0b101 << 1);
+        write::tnt(&mut pt, 0b01, 2);
         psb_at(&mut pt, 0x1174);
-        pt.push(0b110 << 1);
+        write::tnt(&mut pt, 0b10, 2);
         let (one, chunks) = one_walk_and_chunks(&demo, &pt);
         assert!(one.iter().any(|l| l.contains("hash_key")), "{one:#?}");
         assert_eq!(one, chunks);
@@ -1125,12 +1126,11 @@ mod walk_and_chunks {
         // to its `je` at 0x1243 (not taken).
         let mut pt = Vec::new();
         psb_at(&mut pt, 0x1159);
-        pt.push(0b101 << 1);
+        write::tnt(&mut pt, 0b01, 2);
         psb_at(&mut pt, 0x1174);
-        pt.push(0b110 << 1);
-        pt.push(0xcd);
-        pt.extend_from_slice(&(BASE + 0x1239).to_le_bytes());
-        pt.push(0b10 << 1);
+        write::tnt(&mut pt, 0b10, 2);
+        write::ip_packet(&mut pt, IpPacket::Tip, BASE + 0x1239, IpCompression::Full);
+        write::tnt(&mut pt, 0, 1);
         let (one, chunks) = one_walk_and_chunks(&demo, &pt);
         assert!(one.iter().any(|l| l.contains("hash_kez")), "{one:#?}");
         assert!(one.iter().any(|l| l.contains("hash_key@")), "{one:#?}");

@@ -158,40 +158,36 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_formats::pt::write::{self, IpCompression, IpPacket, PSB, PSBEND};
     use ptscope_model::{Marks, Sleep};
 
     fn cfg() -> DecoderConfig {
         DecoderConfig::default()
     }
 
-    const PSB: [u8; 16] = packet::PSB_BYTES;
-
-    /// PSB, TSC `tsc`, CBR 10, PSBEND.
-    fn start(tsc: u64) -> Vec<u8> {
+    /// PSB, TSC `time`, CBR 10, PSBEND.
+    fn start(time: u64) -> Vec<u8> {
         let mut t = PSB.to_vec();
-        t.push(0x19);
-        t.extend_from_slice(&tsc.to_le_bytes()[..7]);
-        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
-        t.extend_from_slice(&[0x02, 0x23]);
+        write::tsc(&mut t, time);
+        write::cbr(&mut t, 10);
+        t.extend_from_slice(&PSBEND);
         t
     }
 
-    fn tsc(t: &mut Vec<u8>, v: u64) {
-        t.push(0x19);
-        t.extend_from_slice(&v.to_le_bytes()[..7]);
+    /// A FUP with `ip` in 48 bits, sign-extended.
+    fn fup(t: &mut Vec<u8>, ip: u64) {
+        write::ip_packet(t, IpPacket::Fup, ip, IpCompression::Sext48);
     }
 
     #[test]
     fn a_ptwrite_takes_the_ip_of_its_fup_and_its_width() {
         let mut t = start(1000);
         // PTW, 8 bytes, IP bit; then FUP with a full 6-byte IP.
-        t.extend_from_slice(&[0x02, 0xb2]);
-        t.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
-        t.push(0x1d | (3 << 5));
-        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
-        tsc(&mut t, 2000);
+        write::ptw(&mut t, 0x1122_3344_5566_7788, 8, true);
+        fup(&mut t, 0x40_1234);
+        write::tsc(&mut t, 2000);
         // PTW, 4 bytes, no IP.
-        t.extend_from_slice(&[0x02, 0x12, 0x2a, 0, 0, 0]);
+        write::ptw(&mut t, 0x2a, 4, false);
         let s = scan(&t, &cfg(), &|x| x);
         assert_eq!(s.untimed, 0);
         let m = Marks::new(s.marks);
@@ -217,17 +213,17 @@ mod tests {
     #[test]
     fn frequency_steps_and_sleeps() {
         let mut t = start(1000);
-        t.extend_from_slice(&[0x02, 0x03, 10, 0]);
-        tsc(&mut t, 1100);
-        t.extend_from_slice(&[0x02, 0x03, 24, 0]);
-        tsc(&mut t, 1200);
+        write::cbr(&mut t, 10);
+        write::tsc(&mut t, 1100);
+        write::cbr(&mut t, 24);
+        write::tsc(&mut t, 1200);
         // MWAIT C3 (hints 0x20), PWRE C3 (state 2), EXSTOP (no IP).
-        t.extend_from_slice(&[0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
-        t.extend_from_slice(&[0x02, 0x22, 0, 0x20]);
-        t.extend_from_slice(&[0x02, 0x62]);
-        tsc(&mut t, 5200);
+        write::mwait(&mut t, 0x20, 1);
+        write::pwre(&mut t, false, 2, 0);
+        write::exstop(&mut t, false);
+        write::tsc(&mut t, 5200);
         // PWRX: deepest C6 (5), last C3 (2), woken by an interrupt.
-        t.extend_from_slice(&[0x02, 0xa2, 0x25, 1, 0, 0, 0]);
+        write::pwrx(&mut t, 5, 2, 1);
         let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
         assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
         // The restated CBR 10 is dropped.
@@ -259,15 +255,13 @@ mod tests {
     fn a_ptwrite_whose_fup_does_not_follow_keeps_no_ip() {
         let mut t = start(1000);
         // PTW with its IP bit, then a TNT (not its FUP), then a FUP.
-        t.extend_from_slice(&[0x02, 0x92, 1, 0, 0, 0]);
-        t.push(0b0000_0110);
-        t.push(0x1d | (3 << 5));
-        t.extend_from_slice(&0x40_1234u64.to_le_bytes()[..6]);
+        write::ptw(&mut t, 1, 4, true);
+        write::tnt(&mut t, 1, 1);
+        fup(&mut t, 0x40_1234);
         // And one cut off by the next PSB+, whose FUP is not its.
-        t.extend_from_slice(&[0x02, 0x92, 2, 0, 0, 0]);
+        write::ptw(&mut t, 2, 4, true);
         t.extend(start(2000));
-        t.push(0x1d | (3 << 5));
-        t.extend_from_slice(&0x40_5678u64.to_le_bytes()[..6]);
+        fup(&mut t, 0x40_5678);
         let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
         let ptw: Vec<(u64, Option<u64>)> = m.ptwrites().map(|(m, p)| (p, m.ip)).collect();
         assert_eq!(ptw, [(1, None), (2, None)]);
@@ -276,23 +270,25 @@ mod tests {
     #[test]
     fn marks_before_any_time_are_counted_not_placed() {
         let mut t = PSB.to_vec();
-        t.extend_from_slice(&[0x02, 0x23]);
-        t.extend_from_slice(&[0x02, 0x12, 1, 0, 0, 0]);
+        t.extend_from_slice(&PSBEND);
+        write::ptw(&mut t, 1, 4, false);
         let s = scan(&t, &cfg(), &|x| x);
         assert!(s.marks.is_empty());
         assert_eq!(s.untimed, 1);
         // PSB+'s frequency in a trace without timing is not counted.
         let mut t = PSB.to_vec();
-        t.extend_from_slice(&[0x02, 0x03, 0x0a, 0, 0x02, 0x23]);
+        write::cbr(&mut t, 10);
+        t.extend_from_slice(&PSBEND);
         assert_eq!(scan(&t, &cfg(), &|x| x).untimed, 0);
     }
 
     #[test]
     fn garbage_skips_to_the_next_psb() {
         let mut t = start(10);
+        // No packet starts 02 ff: garbage on purpose, which no encoder writes.
         t.extend_from_slice(&[0x02, 0xff, 0xff]);
         t.extend(start(20));
-        t.extend_from_slice(&[0x02, 0x12, 7, 0, 0, 0]);
+        write::ptw(&mut t, 7, 4, false);
         let s = scan(&t, &cfg(), &|x| x);
         let m = Marks::new(s.marks);
         assert_eq!(

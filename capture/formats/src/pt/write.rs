@@ -170,12 +170,17 @@ pub fn mode_exec_64(out: &mut Vec<u8>) {
 
 /// MODE.Exec for code of `bits` (64: CS.L=1; 32: CS.D=1; 16: neither).
 pub fn mode_exec(out: &mut Vec<u8>, bits: u32) {
+    mode_exec_if(out, bits, false);
+}
+
+/// MODE.Exec for code of `bits`, with the RFLAGS.IF bit that Event Trace adds.
+pub fn mode_exec_if(out: &mut Vec<u8>, bits: u32, iflag: bool) {
     let payload = match bits {
         64 => 0x01,
         32 => 0x02,
         _ => 0x00,
     };
-    out.extend_from_slice(&[0x99, payload]);
+    out.extend_from_slice(&[0x99, payload | ((iflag as u8) << 2)]);
 }
 
 /// MODE.TSX: inside a transaction (`intx`), or one just aborted.
@@ -183,9 +188,83 @@ pub fn mode_tsx(out: &mut Vec<u8>, intx: bool, abort: bool) {
     out.extend_from_slice(&[0x99, 0x20 | intx as u8 | (abort as u8) << 1]);
 }
 
+/// PAD: a byte of padding, which decoders skip.
+pub fn pad(out: &mut Vec<u8>) {
+    out.push(0x00);
+}
+
+/// PIP: a new CR3 (bits 51:5 of it) and NR, set when not in VMX root.
+pub fn pip(out: &mut Vec<u8>, cr3: u64, nr: bool) {
+    let payload = ((cr3 >> 5) << 1) | (nr as u64);
+    out.extend_from_slice(&[0x02, 0x43]);
+    out.extend_from_slice(&payload.to_le_bytes()[..6]);
+}
+
+/// VMCS: the base address VMPTRLD loaded (bits 51:12 of it).
+pub fn vmcs(out: &mut Vec<u8>, base: u64) {
+    out.extend_from_slice(&[0x02, 0xc8]);
+    out.extend_from_slice(&(base >> 12).to_le_bytes()[..5]);
+}
+
+/// MNT: a maintenance packet with its 8-byte model-specific payload.
+pub fn mnt(out: &mut Vec<u8>, payload: u64) {
+    out.extend_from_slice(&[0x02, 0xc3, 0x88]);
+    out.extend_from_slice(&payload.to_le_bytes());
+}
+
+/// MWAIT: its hints (EAX\[7:0\]) and extensions (ECX\[1:0\]), the rest zero.
+pub fn mwait(out: &mut Vec<u8>, hints: u8, ext: u8) {
+    out.extend_from_slice(&[0x02, 0xc2, hints, 0, 0, 0, ext & 0x3, 0, 0, 0]);
+}
+
+/// PWRE: the C-state and sub-state entered, `hw` when the hardware chose it.
+pub fn pwre(out: &mut Vec<u8>, hw: bool, cstate: u8, sub: u8) {
+    let state = (cstate << 4) | (sub & 0xf);
+    out.extend_from_slice(&[0x02, 0x22, (hw as u8) << 7, state]);
+}
+
+/// PWRX: the deepest and the last core C-state of the stay, and the wake reason.
+pub fn pwrx(out: &mut Vec<u8>, deepest: u8, last: u8, wake: u8) {
+    let states = (last << 4) | (deepest & 0xf);
+    out.extend_from_slice(&[0x02, 0xa2, states, wake & 0xf, 0, 0, 0]);
+}
+
+/// EXSTOP: execution stopped; `ip`: a FUP with the IP follows.
+pub fn exstop(out: &mut Vec<u8>, ip: bool) {
+    out.extend_from_slice(&[0x02, 0x62 | ((ip as u8) << 7)]);
+}
+
+/// CFE: Event Trace's control-flow event, `kind` and vector; `ip`: a FUP follows.
+pub fn cfe(out: &mut Vec<u8>, ip: bool, kind: u8, vector: u8) {
+    out.extend_from_slice(&[0x02, 0x13, ((ip as u8) << 7) | (kind & 0x1f), vector]);
+}
+
+/// EVD: Event Trace's event data of `kind` for the CFE after it, 8 bytes.
+pub fn evd(out: &mut Vec<u8>, kind: u8, payload: u64) {
+    out.extend_from_slice(&[0x02, 0x53, kind & 0x1f]);
+    out.extend_from_slice(&payload.to_le_bytes());
+}
+
+/// TRIG: the trigger units that fired, IP and MULT, and the count if valid.
+pub fn trig(out: &mut Vec<u8>, trbv: u8, ip: bool, mult: bool, icnt: Option<u16>) {
+    let flags = ((ip as u8) << 7) | ((icnt.is_some() as u8) << 6) | ((mult as u8) << 5);
+    out.extend_from_slice(&[0xd9, flags, trbv]);
+    if let Some(n) = icnt {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pt::read::{parse, Packet};
+
+    /// `write` writes one packet, which the parser reads back whole as `want`.
+    fn round_trips(write: impl FnOnce(&mut Vec<u8>), want: Packet) {
+        let mut v = Vec::new();
+        write(&mut v);
+        assert_eq!(parse(&v), Ok((want, v.len())), "{v:02x?}");
+    }
 
     #[test]
     fn ip_compression_picks_shortest() {
@@ -233,5 +312,95 @@ mod tests {
         v.clear();
         tsc(&mut v, 0x0102_0304_0506_0708);
         assert_eq!(v, [0x19, 8, 7, 6, 5, 4, 3, 2]);
+    }
+
+    #[test]
+    fn power_and_status_packets_have_the_sdms_layout() {
+        let mut v = Vec::new();
+        mwait(&mut v, 0x20, 1);
+        assert_eq!(v, [0x02, 0xc2, 0x20, 0, 0, 0, 1, 0, 0, 0]);
+        v.clear();
+        pwre(&mut v, true, 2, 1);
+        assert_eq!(v, [0x02, 0x22, 0x80, 0x21]);
+        v.clear();
+        // Last C3 (2) in the high nibble, deepest C6 (5) in the low one.
+        pwrx(&mut v, 5, 2, 1);
+        assert_eq!(v, [0x02, 0xa2, 0x25, 1, 0, 0, 0]);
+        v.clear();
+        exstop(&mut v, true);
+        assert_eq!(v, [0x02, 0xe2]);
+        v.clear();
+        // CR3 0xa000: bits 51:5 from bit 1 of the payload, NR in bit 0.
+        pip(&mut v, 0xa000, true);
+        assert_eq!(v, [0x02, 0x43, 0x01, 0x0a, 0, 0, 0, 0]);
+        v.clear();
+        mode_exec_if(&mut v, 64, true);
+        assert_eq!(v, [0x99, 0x05]);
+    }
+
+    #[test]
+    fn every_packet_the_parser_reads_back_as_written() {
+        round_trips(pad, Packet::Pad);
+        for (cr3, nr) in [
+            (0, false),
+            (0x1234_5000, true),
+            (0x000f_ffff_ffff_ffe0, false),
+        ] {
+            round_trips(|v| pip(v, cr3, nr), Packet::Pip { cr3, nr });
+        }
+        for base in [0, 0x1234_5000, 0x000f_ffff_ffff_f000] {
+            round_trips(|v| vmcs(v, base), Packet::Vmcs(base));
+        }
+        for payload in [0, 0xa000, u64::MAX] {
+            round_trips(|v| mnt(v, payload), Packet::Mnt(payload));
+        }
+        for (hints, ext) in [(0x20, 1), (0, 0), (0xff, 3)] {
+            round_trips(|v| mwait(v, hints, ext), Packet::Mwait { hints, ext });
+        }
+        for (hw, cstate, sub) in [(false, 2, 0), (true, 0, 0xf), (false, 0xf, 0xf)] {
+            round_trips(
+                |v| pwre(v, hw, cstate, sub),
+                Packet::Pwre { hw, cstate, sub },
+            );
+        }
+        for (deepest, last, wake) in [(5, 2, 1), (0, 0, 8), (0xf, 0xf, 4)] {
+            let want = Packet::Pwrx {
+                deepest,
+                last,
+                wake,
+            };
+            round_trips(|v| pwrx(v, deepest, last, wake), want);
+        }
+        for ip in [false, true] {
+            round_trips(|v| exstop(v, ip), Packet::Exstop { ip });
+        }
+        for (bits, csl, csd) in [(64, true, false), (32, false, true), (16, false, false)] {
+            for iflag in [false, true] {
+                let want = Packet::ModeExec { csl, csd, iflag };
+                round_trips(|v| mode_exec_if(v, bits, iflag), want);
+            }
+        }
+        for (ip, kind, vector) in [(true, 1, 14), (false, 2, 0), (true, 0x1f, 0xff)] {
+            round_trips(
+                |v| cfe(v, ip, kind, vector),
+                Packet::Cfe { ip, kind, vector },
+            );
+        }
+        for (kind, payload) in [(0, 0xf00b_baaa), (2, u64::MAX)] {
+            round_trips(|v| evd(v, kind, payload), Packet::Evd { kind, payload });
+        }
+        for (trbv, ip, mult, icnt) in [
+            (3, false, true, None),
+            (1, true, false, Some(0x102)),
+            (0xff, true, true, Some(0)),
+        ] {
+            let want = Packet::Trig {
+                trbv,
+                ip,
+                mult,
+                icnt,
+            };
+            round_trips(|v| trig(v, trbv, ip, mult, icnt), want);
+        }
     }
 }

@@ -226,7 +226,7 @@ fn the_walk_goes_on_to_a_status_event_that_ends_the_trace() {
     // PTWRITE (4-byte payload, IP bit) and its FUP.
     let ptw = T::default()
         .psb_at(0x1000)
-        .raw(&[0x02, 0x92, 1, 2, 3, 4])
+        .with(|out| write::ptw(out, 0x0403_0201, 4, true))
         .fup(0x1002);
     let got = agreed(&ptw, &code, &cfg);
     assert_eq!(
@@ -267,12 +267,12 @@ fn a_call_to_the_next_instruction_is_not_a_call_that_returns() {
 
 /// An EVD (Event Trace's event data) of `kind`.
 fn evd(t: T, kind: u8) -> T {
-    t.raw(&[0x02, 0x53, kind, 0xaa, 0xba, 0x0b, 0xf0, 0, 0, 0, 0])
+    t.with(|out| write::evd(out, kind, 0xf00b_baaa))
 }
 
 /// A CFE (Event Trace's control-flow event) of `kind`.
 fn cfe(t: T, kind: u8, ip: bool, vector: u8) -> T {
-    t.raw(&[0x02, 0x13, kind | (ip as u8) << 7, vector])
+    t.with(|out| write::cfe(out, ip, kind, vector))
 }
 
 #[test]
@@ -287,12 +287,11 @@ fn an_instruction_straddling_two_images_is_read_across_both() {
 
 #[test]
 fn maintenance_between_an_overflow_and_its_fup_is_skipped() {
-    let mnt = [0x02, 0xc3, 0x88, 0, 0xa0, 0, 0, 0, 0, 0, 0];
     let t = T::default()
         .psb_at(0x1000)
         .ovf()
-        .raw(&[0])
-        .raw(&mnt)
+        .with(write::pad)
+        .with(|out| write::mnt(out, 0xa000))
         .fup(0x1001)
         .fup(0x1002)
         .pgd_noip();
@@ -310,7 +309,7 @@ fn a_mode_exec_binds_the_fup_after_it() {
         .psbend()
         .exec64()
         .pge(0x1000)
-        .raw(&[0x99, 0x05])
+        .with(|out| write::mode_exec_if(out, 64, true))
         .fup(0x1002)
         .exec64()
         .fup(0x1004)
@@ -368,10 +367,7 @@ fn a_tip_pgd_without_an_ip_binds_to_a_mov_cr3() {
 fn a_trace_that_ends_after_pips_keeps_their_mov_cr3() {
     // 0x100000: mov cr3, rax; hlt.
     let code: &[u8] = &[0x0f, 0x22, 0xd8, 0xf4];
-    let pip = |t: T, cr3: u64| {
-        t.raw(&[0x02, 0x43])
-            .raw(&(cr3 >> 5 << 1).to_le_bytes()[..6])
-    };
+    let pip = |t: T, cr3: u64| t.with(|out| write::pip(out, cr3, false));
     let want: [&[&str]; 2] = [
         &["block 0x100000..0x100000 1 Other"],
         &["block 0x100000..0x100003 2 Other", "error at None"],
@@ -396,13 +392,14 @@ fn ours(trace: &T, code: &[(u64, &[u8])]) -> Vec<String> {
 fn trig_packets_are_read_and_a_trig_with_ip_binds_its_fup() {
     // 0x1000 jle 0x1003; hlt; 0x1003 call rax; hlt; 0x1006 hlt.
     let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xff, 0xd0, 0xf4, 0xf4];
-    let trig = |t: T, flags: u8, trbv: u8| t.raw(&[0xd9, flags, trbv]);
+    // TRIG without IP or a count; `mult`: more triggers fired.
+    let trig = |t: T, mult: bool, trbv: u8| t.with(|out| write::trig(out, trbv, false, mult, None));
     let t = T::default().psb().exec64().psbend();
-    let t = trig(t, 0, 1).pge(0x1000);
-    let t = trig(t, 0, 2).tnt("t");
-    let t = trig(t, 0x20, 3).tip(0x1006);
-    let t = trig(trig(t, 0, 4), 0x20, 5).fup(0x1006).pgd_noip();
-    let t = trig(trig(t, 0, 6), 0x20, 7);
+    let t = trig(t, false, 1).pge(0x1000);
+    let t = trig(t, false, 2).tnt("t");
+    let t = trig(t, true, 3).tip(0x1006);
+    let t = trig(trig(t, false, 4), true, 5).fup(0x1006).pgd_noip();
+    let t = trig(trig(t, false, 6), true, 7);
     let got = ours(&t, &[(0x1000, code)]);
     assert_eq!(
         got[1..],
@@ -415,8 +412,12 @@ fn trig_packets_are_read_and_a_trig_with_ip_binds_its_fup() {
     );
     // TRIG.IP with a valid count of 0: the FUP after it is its anchor,
     // no interrupt.
-    let t = T::default().psb_at(0x1000).tnt("t");
-    let t = trig(t, 0xc0, 1).raw(&[0, 0]).fup(0x1003).tip(0x1006);
+    let t = T::default()
+        .psb_at(0x1000)
+        .tnt("t")
+        .with(|out| write::trig(out, 1, true, false, Some(0)))
+        .fup(0x1003)
+        .tip(0x1006);
     let got = ours(&t, &[(0x1000, code)]);
     assert_eq!(count(&got, "error"), 0, "{got:#?}");
     assert_eq!(count(&got, "Async"), 0, "{got:#?}");
@@ -588,7 +589,7 @@ fn after_unmapped_code_the_walk_resumes_at_a_bound_fup() {
         .psb_at(0x3000)
         .tip(0x9000)
         .tnt("tnt")
-        .raw(&[0x02, 0x92, 1, 2, 3, 4])
+        .with(|out| write::ptw(out, 0x0403_0201, 4, true))
         .fup(0x1003)
         .fup(0x1005)
         .pgd_noip();
@@ -639,12 +640,15 @@ fn bdm70_a_psb_fup_before_a_tip_pge_is_not_tracing_on() {
 
 #[test]
 fn skd007_a_cyc_cut_by_an_overflow_is_the_overflow() {
-    // CYC(0x3e) whose second byte OVF overwrote: f7 02 f3.
+    // CYC(0x3e) whose second byte OVF overwrote: f7 02 f3, then a PAD.
+    // The cut CYC's first byte is raw on purpose: no encoder writes it.
     let t = T::default()
         .psb()
         .exec64()
         .fup(0x1000)
-        .raw(&[0xf7, 0x02, 0xf3, 0x00])
+        .raw(&[0xf7])
+        .ovf()
+        .with(write::pad)
         .fup(0x1001)
         .fup(0x1002)
         .pgd_noip();
@@ -661,6 +665,8 @@ fn skd007_a_cyc_cut_by_an_overflow_is_the_overflow() {
 fn skz84_a_tma_with_reserved_bits_and_its_bogus_byte_are_skipped() {
     let t = T::default()
         .psb_at(0x1000)
+        // Reserved bits set and a bogus byte after, raw on purpose: the
+        // encoder writes only well-formed TMAs.
         .raw(&[0x02, 0x73, 1, 1, 1, 1, 0, 0])
         .fup(0x1001)
         .pgd_noip();
@@ -842,7 +848,8 @@ fn a_trig_with_ip_binds_its_fup_while_tracing_is_off_too() {
     // hlt; 0x1009 nop; nop. Each TRIG.IP's FUP is its anchor, never
     // an interrupt, with tracing on or off.
     let code: &[u8] = &[0x7e, 0x01, 0xf4, 0xe8, 0x01, 0, 0, 0, 0xf4, 0x90, 0x90];
-    let trig = |t: T| t.raw(&[0xd9, 0xc0, 0x1a, 0, 0]);
+    // TRIG.IP with a valid count of 0.
+    let trig = |t: T| t.with(|out| write::trig(out, 0x1a, true, false, Some(0)));
     let t = T::default().psb_at(0x1000).tnt("t");
     let t = trig(t).fup(0x1003).pgd(0x1009);
     let t = trig(trig(t).fup(0x1009)).fup(0x100a);
