@@ -60,8 +60,7 @@ impl T {
     }
     /// A TNT: `t` taken, `n` not, oldest first.
     pub(super) fn tnt(self, bits: &str) -> T {
-        let taken = bits.chars().fold(0u64, |b, c| b << 1 | (c == 't') as u64);
-        self.with(|out| write::tnt(out, taken, bits.len() as u32))
+        self.with(|out| super::tests::tnt(out, bits))
     }
     /// PSB+ with tracing on at `ip` in 64-bit mode.
     pub(super) fn psb_at(self, ip: u64) -> T {

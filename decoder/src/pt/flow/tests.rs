@@ -41,7 +41,7 @@ fn psb_at(ip: u16) -> Vec<u8> {
 }
 
 /// A TNT: `t` taken, `n` not, oldest first.
-fn tnt(t: &mut Vec<u8>, bits: &str) {
+pub(super) fn tnt(t: &mut Vec<u8>, bits: &str) {
     let taken = bits.chars().fold(0u64, |b, c| b << 1 | (c == 't') as u64);
     write::tnt(t, taken, bits.len() as u32);
 }
