@@ -228,27 +228,7 @@ fn ptwrites() -> Vec<u8> {
     pt
 }
 
-/// PSB+ at TSC 1000 (CBR 10), tracing on at 0x401000 in 64-bit mode;
-/// then, each after a TSC: CBR 24; an MWAIT (hints 0x20: C3.1), a PWRE
-/// (C4.1) and an EXSTOP bound to its FUP; a PWRX (deepest C7, last C4,
-/// woken by an interrupt) and CBR 12; then tracing off.
+/// The marks test's power trace ([`crate::marks::power_events_pt`]).
 fn power_events() -> Vec<u8> {
-    let mut pt = write::PSB.to_vec();
-    write::tsc(&mut pt, 1000);
-    write::cbr(&mut pt, 10);
-    pt.extend(write::PSBEND);
-    write::mode_exec_64(&mut pt);
-    write::ip_packet(&mut pt, IpPacket::TipPge, 0x40_1000, IpCompression::Full);
-    write::tsc(&mut pt, 2000);
-    write::cbr(&mut pt, 24);
-    write::tsc(&mut pt, 3000);
-    write::mwait(&mut pt, 0x20, 1);
-    write::pwre(&mut pt, false, 3, 0);
-    write::exstop(&mut pt, true);
-    write::ip_packet(&mut pt, IpPacket::Fup, 0x40_1000, IpCompression::Full);
-    write::tsc(&mut pt, 9000);
-    write::pwrx(&mut pt, 6, 3, 1);
-    write::cbr(&mut pt, 12);
-    write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
-    pt
+    crate::marks::power_events_pt()
 }

@@ -129,11 +129,11 @@ fn ptwrite_values_equal_perfs_and_the_program_runs_on_a_cpu_without_ptwrite() {
 const PID: u32 = 300;
 const CODE: u64 = 0x40_1000;
 
-/// A perf.data of one thread whose trace holds power and frequency
-/// packets as a CPU with power event trace writes them: CBR changes, an
-/// MWAIT, a PWRE, an EXSTOP bound to its IP, a PWRX, each after a TSC.
-fn write_power_perf_data(path: &Path) {
-    let params = ptscope_capture::emulated::settings::emulated_params();
+/// The power trace both this test and the marks fuzz seeds start from:
+/// PSB+ at TSC 1000 (CBR 10), tracing on at [`CODE`] in 64-bit mode; then,
+/// each after a TSC: CBR 24; an MWAIT, a PWRE and an EXSTOP bound to its
+/// FUP; a PWRX and CBR 12; then tracing off.
+pub(crate) fn power_events_pt() -> Vec<u8> {
     let mut pt = Vec::new();
     pt.extend_from_slice(&packets::PSB);
     packets::tsc(&mut pt, 1_000);
@@ -156,6 +156,15 @@ fn write_power_perf_data(path: &Path) {
     packets::pwrx(&mut pt, 6, 3, 1);
     packets::cbr(&mut pt, 12);
     packets::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
+    pt
+}
+
+/// A perf.data of one thread whose trace holds power and frequency
+/// packets as a CPU with power event trace writes them: CBR changes, an
+/// MWAIT, a PWRE, an EXSTOP bound to its IP, a PWRX, each after a TSC.
+fn write_power_perf_data(path: &Path) {
+    let params = ptscope_capture::emulated::settings::emulated_params();
+    let pt = power_events_pt();
 
     let pt_attr = PerfEventAttr {
         kind: 8,
