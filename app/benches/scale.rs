@@ -8,7 +8,9 @@
 //! (`$PTSCOPE_SCALE_MB`, 256 MiB), to 16 MiB for the peers, whose
 //! decoders are too slow for more, and to a gigabyte
 //! (`$PTSCOPE_SCALE_LARGE_MB`, 1024; 0 skips it); bench_sort (libc's
-//! qsort through a callback) grown to 16 MiB.
+//! qsort through a callback) grown to 16 MiB; and a program no one here
+//! wrote, which does not loop steadily: python3 running a short script
+//! under the QEMU backend, its last 16 MiB of trace.
 //!
 //! - **PSB indexing** over the large trace, GB/s (median of 5).
 //! - **Coarse pass** over the large snapshot, end to end
@@ -57,7 +59,7 @@ mod lines;
 #[path = "../../viewer/benches/frame.rs"]
 mod frame;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -214,6 +216,47 @@ fn first_spans(path: &Path) -> Option<(Duration, usize)> {
 }
 
 /// The rows of a peer comparison on a 16 MiB file, `what` naming it.
+/// What python3 runs for the benchmark: JSON and regular expressions over
+/// a few thousand small objects, code spread over the interpreter, its C
+/// modules and libc, nothing like a steady loop.
+const PYTHON_SCRIPT: &str = r#"
+import json, re
+d = {"k%d" % i: [i, str(i) * 3, {"x": i / 3}] for i in range(2000)}
+for _ in range(20):
+    s = json.dumps(d, sort_keys=True)
+    d = json.loads(s)
+    n = len(re.findall(r'"k(\d+)"', s))
+assert n == 2000
+"#;
+
+/// python3 running [`PYTHON_SCRIPT`] under the QEMU backend, its last
+/// 16 MiB of trace (kept in `dir` once captured).
+fn python_capture(dir: &Path) -> PathBuf {
+    let snap = dir.join("python3-16M.ptscope");
+    if snap.exists() && std::env::var_os("PTSCOPE_BENCH_RECAPTURE").is_none() {
+        return snap;
+    }
+    let t = Instant::now();
+    let out = support::ptscope()
+        .args(["record", "-q", "--backend", "qemu", "--size", "16M", "-o"])
+        .arg(&snap)
+        // Debian's interpreter, an ELF (a PATH's python3 may be a script).
+        .args(["--", "/usr/bin/python3", "-c", PYTHON_SCRIPT])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptscope record python3 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "input: {} (captured in {:.1?})",
+        snap.display(),
+        t.elapsed()
+    );
+    snap
+}
+
 fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
     let mb16 = p.pt_bytes as f64 / 1e6;
     for (name, t) in &p.times {
@@ -571,6 +614,15 @@ fn main() {
         "16 MiB of the qsort loop",
         &child_decode(&sort, 0),
     );
+
+    // A program no one here wrote, which does not loop steadily: Debian's
+    // python3 running a short script, captured whole by the QEMU backend
+    // (the fastest here), its last 16 MiB of PT.
+    eprintln!("python3 under the QEMU backend, 16 MiB, {rounds} rounds…");
+    let py = python_capture(&dir);
+    let p = peers::measure_peers(&py, rounds, true).expect("every variant");
+    peer_rows(&mut table, "16 MiB of python3", &p);
+    peak_row(&mut table, "16 MiB of python3", &child_decode(&py, 0));
 
     // A gigabyte, decoded in processes of their own.
     let large_mb: u64 = std::env::var("PTSCOPE_SCALE_LARGE_MB")
