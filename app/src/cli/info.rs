@@ -217,10 +217,7 @@ pub(super) fn info(path: &Path, names: &NameDirs, kernel_opts: &KernelOpts) -> R
             .build_id
             .as_deref()
             .zip(snap.buildid_dir())
-            .filter(|(id, dir)| {
-                dir.join(ptscope_formats::buildid::debug_cache_path(id))
-                    .is_file()
-            })
+            .filter(|(id, dir)| ptscope_formats::buildid::cached_debug_file(dir, id).is_some())
             .map(|(id, _)| {
                 let hex = ptscope_formats::buildid::to_hex(id);
                 match snap

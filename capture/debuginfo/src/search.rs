@@ -95,10 +95,8 @@ impl Search {
     ) -> Option<Found> {
         let found = |path: PathBuf, origin: Origin| Some(Found { path, origin });
         if let Some(id) = build_id.filter(|id| !id.is_empty()) {
-            let cached = buildid::debug_cache_path(id);
             for root in &self.carried {
-                let p = root.join(&cached);
-                if p.is_file() {
+                if let Some(p) = buildid::cached_debug_file(root, id) {
                     return found(p, Origin::Snapshot);
                 }
             }
@@ -114,11 +112,10 @@ impl Search {
             return found(p, Origin::Debuglink);
         }
         if let Some(id) = build_id.filter(|id| !id.is_empty()) {
-            if let Some(root) = &self.perf_cache {
-                let p = root.join(buildid::debug_cache_path(id));
-                if p.is_file() {
-                    return found(p, Origin::PerfCache);
-                }
+            if let Some(p) =
+                (self.perf_cache.as_deref()).and_then(|root| buildid::cached_debug_file(root, id))
+            {
+                return found(p, Origin::PerfCache);
             }
             if let Some(client) = &self.debuginfod {
                 match client.debuginfo(id) {

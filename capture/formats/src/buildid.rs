@@ -1,5 +1,7 @@
 //! Build ids: how perf names a binary independent of its path.
 
+use std::path::{Path, PathBuf};
+
 use object::Object;
 
 /// The GNU build id of an ELF image, if it has one.
@@ -50,6 +52,16 @@ pub fn debug_cache_path(id: &[u8]) -> String {
     let hex = to_hex(id);
     let (head, tail) = hex.split_at(2.min(hex.len()));
     format!(".build-id/{head}/{tail}/debug")
+}
+
+/// The debug file of build id `id` in the build-id cache at `root`
+/// (perf's `~/.debug`, or one a snapshot carries), if it is there.
+pub fn cached_debug_file(root: &Path, id: &[u8]) -> Option<PathBuf> {
+    if id.is_empty() {
+        return None;
+    }
+    let path = root.join(debug_cache_path(id));
+    path.is_file().then_some(path)
 }
 
 /// The path of a debug file in a debug directory (`/usr/lib/debug`),

@@ -89,15 +89,14 @@ impl Lookup {
         build_id: Option<&[u8]>,
         notes: &mut Vec<String>,
     ) -> Option<DebugFile> {
-        let id = build_id.filter(|id| !id.is_empty());
-        if let (Some(dir), Some(id)) = (&self.carried, id) {
-            let path = dir.join(ptscope_formats::buildid::debug_cache_path(id));
-            if path.is_file() {
-                return Some(DebugFile {
-                    path,
-                    origin: "the snapshot".into(),
-                });
-            }
+        let carried = self.carried.as_deref().zip(build_id);
+        if let Some(path) =
+            carried.and_then(|(dir, id)| ptscope_formats::buildid::cached_debug_file(dir, id))
+        {
+            return Some(DebugFile {
+                path,
+                origin: "the snapshot".into(),
+            });
         }
         self.caller
             .as_ref()?
