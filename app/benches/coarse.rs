@@ -364,6 +364,21 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         }
         n
     };
+    // The same, walking every run: the memo's replays off (`--no-memo`).
+    let flow_plain = || {
+        let mems = memories();
+        let mut n = 0u64;
+        for s in &streams {
+            let mut dec = FlowDecoder::new(&s.data, &cfg);
+            dec.without_memo();
+            dec.set_image(&mems[&pid_of(s.tid.unwrap())]).unwrap();
+            dec.walk(|_, item| {
+                n += matches!(std::hint::black_box(item), BlockItem::Block(_)) as u64;
+                true
+            });
+        }
+        n
+    };
     // One section cache kept across runs: libipt's block cache warm.
     let (warm_cache, warm_ids) = section_cache(&procs);
     // Its blocks are split differently once cached: warm it now so that
@@ -425,6 +440,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         variant("libipt alone, warm block cache", || {
             ipt(&warm_cache, &warm_ids)
         }),
+        variant("ptscope flow decoder alone, no memo", flow_plain),
     ];
     if perf_ok {
         variants.push(variant("perf script --itrace=cr", || {

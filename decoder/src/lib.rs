@@ -68,7 +68,7 @@ pub use pt::block::{decoder_config, Block, BlockEnd, BlockItem, Cpu, DecoderConf
 pub use pt::errata::{of as errata_of, Errata};
 #[cfg(feature = "libipt")]
 pub use pt::ffi as libipt;
-pub use pt::flow::FlowDecoder;
+pub use pt::flow::{FlowDecoder, MemoFigures};
 pub use pt::ip_filter::{IpFilter, IpFilterError, IpRange};
 pub use pt::memory::{FileCache, Memory};
 

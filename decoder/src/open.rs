@@ -153,6 +153,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
             if let Some(f) = d.ip_filter {
                 cfg = cfg.with_filter(f);
             }
+            cfg.no_memo = d.no_memo;
             decode_raw(path, &pt, &opts.raw_images, &cfg, d.engine)
         }
         InputKind::PerfScript => {

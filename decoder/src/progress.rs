@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use ptscope_model::Model;
 
+use crate::pt::flow::MemoFigures;
+
 /// How often a partial model is published at most: cloning it is not free.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
@@ -32,6 +34,8 @@ pub struct DecodeProgress {
     /// What the decode waits on besides decoding, if anything: a debug
     /// file coming from a debuginfod server.
     waiting_on: Mutex<Option<String>>,
+    /// How the flow decoder's memo fared, over every walk so far.
+    memo: Mutex<MemoFigures>,
 }
 
 #[derive(Default)]
@@ -70,6 +74,17 @@ impl DecodeProgress {
 
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Adds one walk's memo figures.
+    pub fn add_memo(&self, figures: &MemoFigures) {
+        self.memo.lock().add(figures);
+    }
+
+    /// How the flow decoder's memo fared over every walk so far: its hit
+    /// rate and memory, for the benchmarks.
+    pub fn memo(&self) -> MemoFigures {
+        *self.memo.lock()
     }
 
     /// Says what the decode waits on now (`None`: nothing).

@@ -119,6 +119,11 @@ def main():
     write("pt_decode", "demo-whole", DEMO_PT_CONFIG + aux)
     write("pt_decode", "demo-first-segments", DEMO_PT_CONFIG + aux[: p[2]])
     write("pt_decode", "demo-middle-segment", DEMO_PT_CONFIG + aux[p[3] : p[4]])
+    # memo_walk takes the same inputs: the memo's replays against the
+    # plain walk, over the same code.
+    write("memo_walk", "demo-whole", DEMO_PT_CONFIG + aux)
+    write("memo_walk", "demo-first-segments", DEMO_PT_CONFIG + aux[: p[2]])
+    write("memo_walk", "demo-middle-segment", DEMO_PT_CONFIG + aux[p[3] : p[4]])
     small = with_aux(perf, aux[: p[2]])
     write("perf_data", "demo", perf)
     write("perf_data", "demo-cut", small)

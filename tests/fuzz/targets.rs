@@ -126,6 +126,25 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         }
     };
     let one = decode(Engine::Flow, Parallel::sequential());
+    // The plain walk, every run walked, is the memo's reference: the two
+    // agree on every input, sound or damaged.
+    let plain = match trace {
+        Some(t) => decode_trace(snap, t, &plain_walk()),
+        None => decode_snapshot(snap, &plain_walk()),
+    };
+    match (&one, &plain) {
+        (Ok(a), Ok(b)) => {
+            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
+                panic!("the memo's replays and the plain walk disagree:\n{diff}");
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => panic!(
+            "the memo's replays and the plain walk disagree: {:?} vs {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
     // 64-byte chunks, so that small inputs still cross seams.
     let tiny_chunks = |in_order| Parallel {
         workers: 2,
@@ -177,6 +196,15 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     let _ = decode(Engine::Libipt, Parallel::sequential());
     if let Ok(model) = one {
         fine_pass(&model);
+    }
+}
+
+/// One walk of our engine without the memo (`--no-memo`).
+fn plain_walk() -> DecodeOptions {
+    DecodeOptions {
+        parallel: Parallel::sequential(),
+        no_memo: true,
+        ..DecodeOptions::default()
     }
 }
 
@@ -375,6 +403,64 @@ pub fn pt_decode(input: &[u8]) {
     decode_all_ways(snap, Some(&trace));
 }
 
+/// The demo's first thread's code, mapped once, for [`memo_walk`].
+fn demo_image() -> &'static ptscope_decoder::Memory {
+    use ptscope_decoder::{sections, FileCache, Memory};
+    static IMAGE: OnceLock<Memory> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let snap = demo();
+        let trace = snap.trace().expect("the demo's trace");
+        let pid = trace.streams[0]
+            .tid
+            .and_then(|t| trace.thread(t))
+            .map(|t| t.pid);
+        let (secs, _) = sections(snap, &trace, pid);
+        Memory::new(&secs, &mut FileCache::default()).expect("the demo's code maps")
+    })
+}
+
+/// Random and mutated PT over the demo's real code, walked by our flow
+/// decoder twice: replaying what its memo recorded, and walking every run
+/// (`--no-memo`). Every item the two report must be the same, in the same
+/// order, with the same decoder state the caller can see (the offset
+/// consumed). The first bytes configure the decoder ([`configure_pt`]);
+/// the walk is also started at every PSB, as a chunk would start it.
+pub fn memo_walk(input: &[u8]) {
+    use ptscope_decoder::{decoder_config, FlowDecoder};
+    let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
+        return;
+    };
+    let mut trace = demo().trace().expect("the demo's trace");
+    configure_pt(&mut trace, *cfg);
+    let dc = decoder_config(&trace);
+    let image = demo_image();
+    let walk = |from: usize, memo: bool| {
+        let mut dec = FlowDecoder::new(&data[from..], &dc);
+        if !memo {
+            dec.without_memo();
+        }
+        dec.set_image(image).expect("an image");
+        let mut out = Vec::new();
+        dec.walk(|dec, item| {
+            out.push(format!(
+                "{item:?} @{}/{}",
+                dec.offset(),
+                dec.status_offset()
+            ));
+            // Long walks of a short input loop: enough to compare.
+            out.len() < 1 << 16
+        });
+        out
+    };
+    let starts = ptscope_formats::pt::read::psb_offsets(data);
+    for from in std::iter::once(0).chain(starts.into_iter().skip(1).take(4)) {
+        let (memo, plain) = (walk(from, true), walk(from, false));
+        if let Some(diff) = first_difference(&memo, &plain) {
+            panic!("from offset {from}, the memo's replays and the plain walk disagree:\n{diff}");
+        }
+    }
+}
+
 /// Any bytes as a trace's marks ([`ptscope_decoder::scan_marks`]): the packet
 /// scan under the configuration the first bytes pick ([`configure_pt`]'s
 /// timing bytes), then everything the window and `decode --level marks`
@@ -494,6 +580,7 @@ pub const AS_FUZZED: &[(&str, Target)] = &[
     ("perf_script", perf_script),
     ("model_cache", model_cache),
     ("marks", marks),
+    ("memo_walk", memo_walk),
 ];
 
 /// Every target by name, going all the ways, for the regression test.
@@ -505,4 +592,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("perf_script", perf_script),
     ("model_cache", model_cache),
     ("marks", marks),
+    ("memo_walk", memo_walk),
 ];

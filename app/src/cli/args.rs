@@ -435,6 +435,12 @@ pub struct InputOpts {
     /// these options kept in ~/.cache/ptscope/models, nor keep one.
     #[arg(long)]
     pub no_cache: bool,
+    /// Walk every run of code: do not replay what ptscope's flow decoder
+    /// remembers of runs it walked before with the same branch outcomes.
+    /// The spans are the same, only slower: the reference the memo is
+    /// tested against, to cross-check.
+    #[arg(long)]
+    pub no_memo: bool,
     /// Decode as on this CPU (FAMILY/MODEL[/STEPPING], decimal or 0x hex,
     /// e.g. 6/0x8e/9): its errata are worked around as libipt does. Over
     /// the cpuid a perf.data or snapshot records; a raw dump records none.

@@ -65,6 +65,7 @@ pub(super) fn load_input(
             decode: ptscope_decoder::DecodeOptions {
                 cpu: input.cpu,
                 ip_filter: input.ip_filter,
+                no_memo: input.no_memo,
                 threads,
                 engine,
                 parallel,

@@ -129,6 +129,7 @@ pub(super) fn prepare(
     if let Some(cpu) = opts.cpu {
         cfg = cfg.with_cpu(cpu);
     }
+    cfg.no_memo = opts.no_memo;
     let mut filter_warning = Vec::new();
     match (
         opts.ip_filter,

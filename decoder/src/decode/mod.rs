@@ -89,6 +89,10 @@ pub struct DecodeOptions {
     pub cpu: Option<crate::pt::block::Cpu>,
     /// The IP filter the trace was written under, over the one it records.
     pub ip_filter: Option<crate::pt::ip_filter::IpFilter>,
+    /// Our flow decoder walks every run instead of replaying what its
+    /// memo recorded (`--no-memo`): the reference the memo is held to. The
+    /// models are the same; a cross-check decodes afresh, as its own key.
+    pub no_memo: bool,
     /// Where names come from beyond the snapshot and the binaries.
     pub names: crate::names::lookup::NameOptions,
 }

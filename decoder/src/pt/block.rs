@@ -95,6 +95,10 @@ pub struct DecoderConfig {
     pub nom_freq: u8,
     /// The IP filter the trace was written under (for SKL014).
     pub filter: IpFilter,
+    /// Our flow decoder walks every run instead of replaying what its
+    /// memo recorded: the reference the memo is tested against
+    /// (`--no-memo`). libipt's decoder ignores it.
+    pub no_memo: bool,
 }
 
 /// A CPU by family, model and stepping, as CPUID gives them: what decides
@@ -260,6 +264,7 @@ pub fn decoder_config(trace: &Trace) -> DecoderConfig {
         // A filter that cannot be placed is as none: SKL014 is then not
         // worked around, as libipt does without a filter configuration.
         filter: IpFilter::recorded(trace).unwrap_or_default(),
+        no_memo: false,
     }
 }
 

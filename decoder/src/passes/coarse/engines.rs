@@ -5,7 +5,7 @@
 use crate::pt::block::{BlockItem, PtError};
 #[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
-use crate::pt::flow::FlowDecoder;
+use crate::pt::flow::{FlowDecoder, MemoFigures};
 use crate::pt::memory::Memory;
 
 /// A block walk over one AUX queue: libipt's block decoder, or our own
@@ -33,6 +33,10 @@ pub trait Blocks<'i> {
     }
     /// Walks the whole buffer; `on_item` returns false to stop.
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool);
+    /// How the flow decoder's memo fared (nothing for libipt's).
+    fn memo_figures(&self) -> MemoFigures {
+        MemoFigures::default()
+    }
 }
 
 #[cfg(feature = "libipt")]
@@ -70,5 +74,8 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
     }
     fn walk(&mut self, on_item: impl FnMut(&mut Self, BlockItem) -> bool) {
         FlowDecoder::walk(self, on_item)
+    }
+    fn memo_figures(&self) -> MemoFigures {
+        FlowDecoder::memo_figures(self)
     }
 }

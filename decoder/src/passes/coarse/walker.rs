@@ -167,6 +167,9 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     if !w.stopped {
         w.flush_branch(None);
     }
+    if let Some(p) = w.progress {
+        p.add_memo(&dec.memo_figures());
+    }
     if let Some(rec) = &mut w.record {
         // A chunk that still owes only its sync's trace-begin has not told
         // whether one walk owes one: as the chunk before left it.

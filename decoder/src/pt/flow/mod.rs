@@ -7,8 +7,9 @@
 //! The speed comes from what the coarse pass does not need: it follows
 //! *runs* (the instructions from an address up to the next branch),
 //! decoded once with iced-x86 and cached by address, so a loop costs one
-//! table lookup per branch; and it reads packets with our bounds-checked
-//! parser ([`crate::pt::packet`]).
+//! table lookup per branch; it replays what it did before from the same
+//! address with the same TNT bits ahead (`memo`); and it reads packets
+//! with our bounds-checked parser ([`crate::pt::packet`]).
 //!
 //! The rules are the SDM's, as libipt implements them, so both decoders
 //! report the same blocks and events (checked by the tests against libipt
@@ -55,13 +56,19 @@
 //!   TIP.PGD's instruction, a PSB's IP, a PIP's MOV CR3);
 //! - `walk`: the walk itself, the state machine that follows runs from
 //!   event to event, builds the blocks and resumes after an error;
+//! - `memo`: what the walk did from an address with the same TNT bits
+//!   ahead, recorded once and replayed after, so that a repeat costs one
+//!   lookup per TNT packet instead of one per run;
 //! - here: [`FlowDecoder`], its state and its public API;
 //! - `tests` and `conformance` (tests only): hand-encoded traces checked
 //!   against the blocks they must give and against libipt's decoders.
 
 mod binding;
+mod memo;
 mod run_cache;
 mod walk;
+
+pub use memo::MemoFigures;
 
 pub(crate) use run_cache::{disassemble, next_ip};
 
@@ -110,6 +117,9 @@ pub struct FlowDecoder<'a> {
     /// After a flow error, resume at the next IP the trace gives (as perf
     /// does), not at the next PSB (as libipt does).
     resume_at_ip: bool,
+    /// Replay what the memo recorded ([`memo`]), or walk every run.
+    memo: bool,
+    memo_figures: MemoFigures,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -139,6 +149,8 @@ impl<'a> FlowDecoder<'a> {
             ev_abort: false,
             after_branch: false,
             resume_at_ip: true,
+            memo: !cfg.no_memo,
+            memo_figures: MemoFigures::default(),
         }
     }
 
@@ -246,6 +258,17 @@ impl<'a> FlowDecoder<'a> {
     /// resumes at the next packet that gives the flow's IP, as perf does.
     pub fn resync_at_psb_only(&mut self) {
         self.resume_at_ip = false;
+    }
+
+    /// Walks every run, as the reference for the memo's replays (what
+    /// `--no-memo` and [`DecoderConfig::no_memo`] ask for).
+    pub fn without_memo(&mut self) {
+        self.memo = false;
+    }
+
+    /// How the memo fared so far.
+    pub fn memo_figures(&self) -> MemoFigures {
+        self.memo_figures
     }
 }
 

@@ -10,6 +10,7 @@ use iced_x86::{
     Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, Register,
 };
 
+use super::memo::Memo;
 use crate::pt::block::{BlockEnd, PtError};
 use crate::pt::memory::Memory;
 
@@ -128,6 +129,8 @@ pub(super) struct RunCache {
     /// The mode its runs were decoded in: the same bytes are other
     /// instructions in 32- or 16-bit mode.
     pub(super) bitness: u32,
+    /// What the walk did across these runs, dropped with them.
+    pub(super) memo: Memo,
 }
 
 const EMPTY: u64 = u64::MAX;
@@ -142,6 +145,7 @@ impl RunCache {
             runs: vec![NO_RUN; 1024],
             len: 0,
             bitness: 64,
+            memo: Memo::default(),
         }
     }
 
@@ -152,6 +156,7 @@ impl RunCache {
         self.keys.fill(EMPTY);
         self.len = 0;
         self.bitness = bitness;
+        self.memo.clear();
     }
 
     #[inline]

@@ -56,8 +56,13 @@ fn ip16(t: &mut Vec<u8>, kind: IpPacket, ip: u64) {
     write::ip_packet(t, kind, ip, IpCompression::Update16);
 }
 
-fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
-    let mut dec = FlowDecoder::new(trace, &DecoderConfig::default());
+/// Every item of a walk of `trace` over `mem`, as text; with the memo
+/// (`memo`) or walking every run.
+fn walk_items(trace: &[u8], mem: &Memory, cfg: &DecoderConfig, memo: bool) -> Vec<String> {
+    let mut dec = FlowDecoder::new(trace, cfg);
+    if !memo {
+        dec.without_memo();
+    }
     dec.set_image(mem).unwrap();
     let mut out = Vec::new();
     dec.walk(|_, item| {
@@ -70,6 +75,19 @@ fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
         true
     });
     out
+}
+
+/// The items of a walk, which the memo's replays must not change: every
+/// test here checks that too.
+fn items(trace: &[u8], mem: &Memory) -> Vec<String> {
+    let cfg = DecoderConfig::default();
+    let memo = walk_items(trace, mem, &cfg, true);
+    assert_eq!(
+        memo,
+        walk_items(trace, mem, &cfg, false),
+        "memo and plain walk"
+    );
+    memo
 }
 
 #[test]
@@ -336,6 +354,147 @@ fn a_timing_packet_before_a_tnt_gives_a_tick_after_its_first_branch() {
     assert_eq!(got[3], "Tick { ip: Some(4114), tsc: 200 }");
     // The return has nothing to pop: the trace and the code disagree.
     assert!(got[5].starts_with("Error"), "{got:?}");
+}
+
+/// A loop at 0x1000 that calls a function at 0x1100, whose own loop runs
+/// a conditional branch and a call of a leaf at 0x1200:
+///   0x1000: call 0x1100 ; dec ecx ; jnz 0x1000 ; jmp [rax]
+///   0x1100: call 0x1200 ; test eax,eax ; jz 0x1100 ; ret
+///   0x1200: nop ; ret
+fn loops() -> Memory {
+    let mut code = vec![0x90u8; 0x300];
+    // 0x1000: call rel32 0x1100; dec ecx; jnz rel8 0x1000; jmp [rax]
+    code[0..5].copy_from_slice(&[0xe8, 0xfb, 0x00, 0, 0]);
+    code[5..7].copy_from_slice(&[0xff, 0xc9]);
+    code[7..9].copy_from_slice(&[0x75, 0xf7]);
+    code[9..11].copy_from_slice(&[0xff, 0x20]);
+    // 0x1100: call rel32 0x1200; test eax,eax; jz rel8 0x1100; ret
+    code[0x100..0x105].copy_from_slice(&[0xe8, 0xfb, 0x00, 0, 0]);
+    code[0x105..0x107].copy_from_slice(&[0x85, 0xc0]);
+    code[0x107..0x109].copy_from_slice(&[0x74, 0xf7]);
+    code[0x109] = 0xc3;
+    // 0x1200: nop; ret
+    code[0x201] = 0xc3;
+    let mut m = Memory::default();
+    m.map(0x1000, code.len() as u64, Arc::new(code), 0);
+    m
+}
+
+/// The loops' trace: `iterations` of the outer loop, each taking the
+/// inner one `inner` times, its TNT bits cut into packets of `per_packet`
+/// with a TSC (new time) before every one when `cyc`; a TIP at the end.
+fn loops_trace(iterations: usize, inner: usize, per_packet: usize, cyc: bool) -> Vec<u8> {
+    let mut t = psb();
+    write::tsc(&mut t, 100);
+    write::ip_packet(&mut t, IpPacket::Fup, 0x1000, IpCompression::Full);
+    t.extend(write::PSBEND);
+    // Oldest first: the leaf's return, the inner jz, … then the callee's
+    // return and the outer jnz.
+    let mut bits = String::new();
+    for i in 0..iterations {
+        for j in 0..inner {
+            bits.push('t'); // the leaf's ret
+            bits.push(if j + 1 < inner { 't' } else { 'n' }); // jz
+        }
+        bits.push('t'); // ret to the loop
+        bits.push(if i + 1 < iterations { 't' } else { 'n' }); // jnz
+    }
+    let chars: Vec<char> = bits.chars().collect();
+    for (i, chunk) in chars.chunks(per_packet).enumerate() {
+        if cyc {
+            write::tsc(&mut t, 1000 + 10 * i as u64);
+        }
+        tnt(&mut t, &chunk.iter().collect::<String>());
+    }
+    write::ip_packet(&mut t, IpPacket::Tip, 0x1000, IpCompression::Full);
+    t
+}
+
+#[test]
+fn the_memo_replays_the_walk_exactly_and_hits_on_repeats() {
+    let mem = loops();
+    for per_packet in [1, 2, 3, 5, 6, 47] {
+        for cyc in [false, true] {
+            for inner in [1, 2, 3] {
+                let t = loops_trace(40, inner, per_packet, cyc);
+                let got = items(&t, &mem);
+                assert!(got.len() > 40, "{got:?}");
+                assert!(!got.iter().any(|i| i.starts_with("Error")), "{got:?}");
+                if cyc {
+                    assert!(got.iter().any(|i| i.starts_with("Tick")), "{got:?}");
+                }
+            }
+        }
+    }
+    // With six bits a packet, most blocks come from entries recorded once.
+    let t = loops_trace(200, 2, 6, true);
+    let mut dec = FlowDecoder::new(&t, &DecoderConfig::default());
+    dec.set_image(&mem).unwrap();
+    let mut blocks = 0u64;
+    dec.walk(|_, item| {
+        blocks += matches!(item, BlockItem::Block(_)) as u64;
+        true
+    });
+    let f = dec.memo_figures();
+    assert!(f.hits * 10 > f.lookups * 9, "{f:?}");
+    assert!(f.blocks * 2 > blocks, "{f:?}, {blocks} blocks");
+    assert!(f.peak_bytes > 0);
+}
+
+#[test]
+fn a_return_into_frames_older_than_the_entry_is_walked_not_replayed() {
+    // The walk starts inside the callee: its return pops nothing pushed
+    // since, so the trace and the code disagree there, memo or not.
+    let mem = loops();
+    let mut t = psb_at(0x1105);
+    tnt(&mut t, "tntntnt");
+    let got = items(&t, &mem);
+    assert!(got.iter().any(|i| i.starts_with("Error")), "{got:?}");
+}
+
+#[test]
+fn another_image_at_the_same_address_is_never_replayed_from_the_first() {
+    // The same trace over two programs at the same address: an entry
+    // recorded over one must not stand for the other's code.
+    let a = loops();
+    let mut b_code = vec![0x90u8; 0x300];
+    // 0x1000: four nops, then call 0x1100 …: the blocks are longer.
+    b_code[4..9].copy_from_slice(&[0xe8, 0xf7, 0x00, 0, 0]);
+    b_code[9..11].copy_from_slice(&[0xff, 0xc9]);
+    b_code[11..13].copy_from_slice(&[0x75, 0xf3]);
+    b_code[0x100..0x10a].copy_from_slice(&[0xe8, 0xfb, 0x00, 0, 0, 0x85, 0xc0, 0x74, 0xf7, 0xc3]);
+    b_code[0x201] = 0xc3;
+    let mut b = Memory::default();
+    b.map(0x1000, b_code.len() as u64, Arc::new(b_code), 0);
+    let t = loops_trace(20, 2, 6, false);
+    let cfg = DecoderConfig::default();
+    // The other program is switched in after item `at` (a context switch,
+    // which may fall inside an entry being replayed).
+    let walk = |at: usize, memo: bool| {
+        let mut dec = FlowDecoder::new(&t, &cfg);
+        if !memo {
+            dec.without_memo();
+        }
+        dec.set_image(&a).unwrap();
+        let mut out = Vec::new();
+        dec.walk(|dec, item| {
+            out.push(format!("{item:?}"));
+            if out.len() == at {
+                dec.set_image(&b).unwrap();
+            }
+            true
+        });
+        out
+    };
+    for at in 1..80 {
+        let memo = walk(at, true);
+        assert_eq!(memo, walk(at, false), "switched after item {at}");
+        assert!(memo.iter().any(|i| i.contains("ninsn: 5")), "{memo:?}");
+    }
+    assert_ne!(
+        walk_items(&t, &a, &cfg, false),
+        walk_items(&t, &b, &cfg, false)
+    );
 }
 
 /// Every block and event of `trace`, in a form both decoders share:

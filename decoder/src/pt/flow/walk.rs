@@ -40,12 +40,12 @@ pub(super) enum Halt {
 /// The block being built.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Acc {
-    ip: u64,
+    pub(super) ip: u64,
     pub(super) ninsn: u32,
-    last: u64,
-    end: Option<Class>,
+    pub(super) last: u64,
+    pub(super) end: Option<Class>,
     /// The mode its instructions were decoded in.
-    bitness: u8,
+    pub(super) bitness: u8,
 }
 
 /// Consecutive runs without trace before we call it an endless loop: real
@@ -53,7 +53,7 @@ pub(super) struct Acc {
 /// Each such stretch ends in a resync at the next PSB, so a damaged trace
 /// can cost this much per PSB (16 bytes): small enough that a crafted
 /// file of thousands of PSBs still decodes in seconds.
-const MAX_IDLE_RUNS: u32 = 1 << 16;
+pub(super) const MAX_IDLE_RUNS: u32 = 1 << 16;
 
 impl FlowDecoder<'_> {
     /// After a flow error (the packets are sound: code that cannot be read,
@@ -236,7 +236,7 @@ impl FlowDecoder<'_> {
         self.acc.end = None;
     }
 
-    fn push_ret(&mut self, ip: u64) {
+    pub(super) fn push_ret(&mut self, ip: u64) {
         self.ret[self.ret_top] = ip;
         self.ret_top = (self.ret_top + 1) % self.ret.len();
         self.ret_len = (self.ret_len + 1).min(self.ret.len());
@@ -253,7 +253,7 @@ impl FlowDecoder<'_> {
         self.ret_len = 0;
     }
 
-    fn pop_ret(&mut self) -> Option<u64> {
+    pub(super) fn pop_ret(&mut self) -> Option<u64> {
         if self.ret_len == 0 {
             return None;
         }
@@ -352,7 +352,12 @@ impl FlowDecoder<'_> {
                     self.ip = ip;
                     self.consume()?;
                 }
-                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) => self.proceed(f)?,
+                Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) => {
+                    if self.memo {
+                        self.replay(f)?;
+                    }
+                    self.proceed(f)?
+                }
                 // The trace is used up: the walk stops here, as libipt's
                 // decoders do (they report the end of the trace as soon as
                 // the last packet is consumed), not at the next instruction
