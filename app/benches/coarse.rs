@@ -214,6 +214,13 @@ pub struct Peers {
     pub ipt: Duration,
     pub ipt_warm: Duration,
     pub perf: Option<Duration>,
+    /// End to end on one core with the memo off (`--no-memo`).
+    pub no_memo: Duration,
+    /// Our flow decoder alone, with the memo and without.
+    pub flow: Duration,
+    pub flow_no_memo: Duration,
+    /// How the memo fared on one decode.
+    pub memo: ptscope_decoder::MemoFigures,
 }
 
 fn run(input: &Path) {
@@ -248,7 +255,14 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         ..DecodeOptions::default()
     };
 
-    let model = decode_snapshot(&snap, &one_core()).unwrap();
+    // How the memo fares: counted on a decode of its own.
+    let progress = ptscope_decoder::DecodeProgress::counting();
+    let counted = DecodeOptions {
+        progress: Some(progress.clone()),
+        ..one_core()
+    };
+    let model = decode_snapshot(&snap, &counted).unwrap();
+    let memo = progress.memo();
     let spans = model.span_count();
     let events: u64 = model.threads.iter().map(|t| t.stack.events).sum();
     let blocks: u64 = model.threads.iter().map(|t| t.walk.blocks).sum();
@@ -440,7 +454,14 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         variant("libipt alone, warm block cache", || {
             ipt(&warm_cache, &warm_ids)
         }),
-        variant("ptscope flow decoder alone, no memo", flow_plain),
+        variant("ptscope end to end, no memo", || {
+            let opts = DecodeOptions {
+                no_memo: true,
+                ..one_core()
+            };
+            decode_snapshot(&snap, &opts).unwrap().span_count() as u64
+        }),
+        variant("  of which: flow decoder alone, no memo", flow_plain),
     ];
     if perf_ok {
         variants.push(variant("perf script --itrace=cr", || {
@@ -476,6 +497,12 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         "the coarse pass over libipt made other spans than over our decoder"
     );
     let t: Vec<Duration> = variants.iter().map(|v| median(v.samples.clone())).collect();
+    let time_of = |name: &str| t[variants.iter().position(|v| v.name == name).unwrap()];
+    let plain = variants
+        .iter()
+        .find(|v| v.name == "ptscope end to end, no memo")
+        .unwrap();
+    assert_eq!(plain.count, spans as u64, "the plain walk made other spans");
     if all_cores {
         assert_eq!(variants.last().unwrap().count, spans as u64);
     }
@@ -499,7 +526,11 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         pass: t[4],
         ipt: t[7],
         ipt_warm: t[8],
-        perf: perf_ok.then(|| t[9]),
+        perf: perf_ok.then(|| time_of("perf script --itrace=cr")),
+        no_memo: time_of("ptscope end to end, no memo"),
+        flow: time_of("  of which: ptscope flow decoder alone"),
+        flow_no_memo: time_of("  of which: flow decoder alone, no memo"),
+        memo,
     })
 }
 
@@ -563,4 +594,14 @@ fn print_peers(input: &Path, p: &Peers) {
     println!("libipt alone with its block cache warm / ptscope coarse pass: {r:.2}x");
     let r = t_ipt.as_secs_f64() / t_full.as_secs_f64();
     println!("libipt alone / ptscope end to end:  {r:.2}x");
+    let m = &p.memo;
+    println!(
+        "memo: {} lookups, {:.2}% hits, {} of {} blocks replayed, {} KB at most, {} flushes",
+        m.lookups,
+        m.hits as f64 * 100.0 / m.lookups.max(1) as f64,
+        m.blocks,
+        p.blocks,
+        m.peak_bytes >> 10,
+        m.flushes
+    );
 }

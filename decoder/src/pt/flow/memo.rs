@@ -15,9 +15,10 @@
 //!   PSB, an event) is the walk's to read;
 //! - a tick can only bind to the first bit of a packet whose time is news
 //!   (the key says whether it is), so the ticks inside an entry are known;
-//! - a compressed return inside it pops only what a call inside it pushed,
-//!   so its target is known; a return into older frames ends the entry
-//!   before it, as does every branch that needs a TIP;
+//! - a compressed return inside it pops what a call inside it pushed, so
+//!   its target is known; a return into older frames pops the walk's own
+//!   return stack and ends the entry (where it goes is not the entry's to
+//!   know), and a branch that needs a TIP ends it before that branch;
 //! - the return stack, the idle count and the block under construction
 //!   are updated as the walk would update them, so the walk takes over
 //!   where an entry ends as if it had walked there itself.
@@ -25,8 +26,10 @@
 //! Entries live with the image's runs ([`super::run_cache::RunCache`]), so
 //! they are dropped exactly when runs are: a new mode drops both, and
 //! another image (another process, after a context switch or an exec)
-//! has its own. The table is direct-mapped and its steps bounded: when
-//! they fill up, everything is dropped and recorded anew.
+//! has its own, and a caller that switches images while an entry is
+//! replayed stops the replay at that block. The table is direct-mapped
+//! (24 bytes a slot, so that it stays in cache) and its steps bounded:
+//! when they fill up, everything is dropped and recorded anew.
 //!
 //! The plain walk stays the reference ([`super::FlowDecoder::without_memo`],
 //! `--no-memo`): the tests and a fuzz target hold the two to the same
@@ -38,83 +41,74 @@ use super::{binding::Ev, FlowDecoder};
 use crate::pt::block::{Block, BlockItem};
 
 /// Slots of the direct-mapped table (a power of two).
-const SLOTS: usize = 1 << 14;
+const SLOTS: usize = 1 << 12;
 /// Steps kept in all before the memo starts over (48 bytes each).
-const MAX_STEPS: usize = 1 << 16;
+const MAX_STEPS: usize = 1 << 14;
 /// Runs one entry follows at most: bounds the return addresses it can
-/// push, and keeps a replay short enough to undo nothing.
-const MAX_ENTRY_RUNS: u32 = 64;
+/// push (fewer than the walk's 64-entry return stack holds).
+const MAX_ENTRY_RUNS: u32 = 48;
 
-/// Where the walk is, as far as the memo tells places apart.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Key {
+/// An entry: its key (the address and the TNT bits it may take, with how
+/// many there are and whether the first ticks, packed by [`pack`]), and
+/// its `len` steps from `first`, followed by its tail.
+#[derive(Clone, Copy)]
+struct Entry {
     ip: u64,
-    /// The bits an entry may take, oldest first from bit `avail - 1`.
     bits: u64,
-    avail: u8,
-    /// The first bit taken ticks: the packet's time is news.
-    tick: bool,
+    first: u32,
+    len: u8,
+    /// Its last step returns into frames older than the entry: the walk's
+    /// return stack must hold one.
+    older: bool,
 }
 
-const NO_KEY: Key = Key {
+const NO_ENTRY: Entry = Entry {
     ip: u64::MAX,
     bits: 0,
-    avail: 0,
-    tick: false,
+    first: 0,
+    len: 0,
+    older: false,
 };
 
-/// One block an entry reports.
+/// The bits an entry may take (oldest first from bit `avail - 1`), how
+/// many, and whether the first ticks, as one key: TNT packets hold at most
+/// 47 bits.
+fn pack(bits: u64, avail: u8, tick: bool) -> u64 {
+    bits | (avail as u64) << 56 | (tick as u64) << 63
+}
+
+/// One block an entry reports; after its blocks, its tail: the block
+/// still under construction (`ninsn` 0: none) and where the flow goes.
 #[derive(Clone, Copy)]
 struct Step {
     ip: u64,
     last: u64,
     /// The return address its call pushes (0: none).
     push: u64,
-    /// Where the flow goes after it.
+    /// Where the flow goes after it, unless it pops a return address.
     next: u64,
     ninsn: u32,
     class: Class,
     /// A tick binds to its last instruction.
     tick: bool,
-    /// Its return pops the address a call of the same entry pushed.
+    /// Its return pops the walk's return stack, and goes there.
     pop: bool,
-    /// TNT bits taken, runs followed, and runs since the last bit, from
-    /// the entry's start to its end: the walk's state after it, should
-    /// the replay stop there.
+    /// TNT bits taken, runs followed, and runs since the last bit taken,
+    /// from the entry's start to its end: the walk's state after it.
     bits: u8,
     runs: u8,
     runs_since_bit: u8,
 }
 
-/// What the walk did from a key: `len` steps from `first`, then the block
-/// still under construction (`acc_*`, none if `acc_ninsn` is 0) and where
-/// the flow goes next.
-#[derive(Clone, Copy)]
-struct Entry {
-    key: Key,
-    first: u32,
-    len: u32,
-    next_ip: u64,
-    acc_ip: u64,
-    acc_last: u64,
-    acc_ninsn: u32,
-    acc_class: Class,
-    /// TNT bits taken.
-    bits: u8,
-    /// Runs followed in all, and since the last bit taken.
-    runs: u32,
-    runs_since_bit: u32,
-}
-
-const NO_ENTRY: Entry = Entry {
-    key: NO_KEY,
-    first: 0,
-    len: 0,
-    next_ip: 0,
-    acc_ip: 0,
-    acc_last: 0,
-    acc_ninsn: 0,
-    acc_class: Class::Other,
+const NO_STEP: Step = Step {
+    ip: 0,
+    last: 0,
+    push: 0,
+    next: 0,
+    ninsn: 0,
+    class: Class::Other,
+    tick: false,
+    pop: false,
     bits: 0,
     runs: 0,
     runs_since_bit: 0,
@@ -166,20 +160,10 @@ impl Memo {
     }
 
     #[inline]
-    fn slot(key: &Key) -> usize {
-        let h = key.ip.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ key.bits.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
-            ^ ((key.avail as u64) << 1 | key.tick as u64);
+    fn slot(ip: u64, bits: u64) -> usize {
+        let h = ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ bits.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
         (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (SLOTS - 1)
     }
-}
-
-/// Where the walk stands, for an entry being recorded.
-struct Building {
-    acc_ip: u64,
-    acc_last: u64,
-    acc_ninsn: u32,
-    acc_class: Class,
 }
 
 impl FlowDecoder<'_> {
@@ -201,41 +185,41 @@ impl FlowDecoder<'_> {
             return Ok(());
         }
         let avail = count - 1;
-        let key = Key {
-            ip: self.ip,
-            bits: (bits & ((1u64 << count) - 1)) >> 1,
-            avail,
-            tick: avail > 0 && self.ev_tsc.is_some() && self.ev_tsc != self.told_tsc,
-        };
+        let tick = avail > 0 && self.ev_tsc.is_some() && self.ev_tsc != self.told_tsc;
+        let key = pack((bits & ((1u64 << count) - 1)) >> 1, avail, tick);
         self.memo_figures.lookups += 1;
-        let slot = Memo::slot(&key);
+        let slot = Memo::slot(self.ip, key);
         if self.cache.memo.slots.is_empty() {
             self.cache.memo.slots = vec![NO_ENTRY; SLOTS];
         }
         let mut e = self.cache.memo.slots[slot];
-        if e.key == key {
+        if e.ip == self.ip && e.bits == key {
             self.memo_figures.hits += 1;
         } else {
-            e = self.record(key);
+            e = self.record(self.ip, key);
             self.cache.memo.slots[slot] = e;
             self.memo_figures.peak_bytes =
                 self.memo_figures.peak_bytes.max(self.cache.memo.bytes());
         }
-        if self.idle + e.runs > MAX_IDLE_RUNS {
+        let end = (e.first + e.len as u32) as usize;
+        let tail = self.cache.memo.steps[end];
+        if self.idle + tail.runs as u32 > MAX_IDLE_RUNS || (e.older && self.ret_len == 0) {
             // The walk fails somewhere inside: it finds where.
             return Ok(());
         }
         self.memo_figures.blocks += e.len as u64;
         let bitness = self.rd.bitness as u8;
         let (image, idle) = (self.cur, self.idle);
-        for i in e.first..e.first + e.len {
-            let s = self.cache.memo.steps[i as usize];
+        let mut ip = self.ip;
+        for i in e.first as usize..end {
+            let s = self.cache.memo.steps[i];
             if s.push != 0 {
                 self.push_ret(s.push);
             }
-            if s.pop {
-                self.pop_ret();
-            }
+            ip = match s.pop {
+                true => self.pop_ret().expect("checked before the replay"),
+                false => s.next,
+            };
             self.after_branch = !matches!(s.class, Class::Other | Class::MovCr3);
             self.emit(
                 f,
@@ -261,44 +245,37 @@ impl FlowDecoder<'_> {
             if self.cur != image {
                 // The caller switched images (a context switch): the rest
                 // of the entry is the other code's to walk, from here.
-                self.replayed(
-                    bits,
-                    count,
-                    s.bits,
-                    idle,
-                    s.runs as u32,
-                    s.runs_since_bit as u32,
-                );
-                self.ip = s.next;
+                self.replayed(bits, count, &s, idle);
+                self.ip = ip;
                 return Ok(());
             }
         }
-        self.replayed(bits, count, e.bits, idle, e.runs, e.runs_since_bit);
-        self.ip = e.next_ip;
-        if e.acc_ninsn > 0 {
+        self.replayed(bits, count, &tail, idle);
+        self.ip = if e.older { ip } else { tail.next };
+        if tail.ninsn > 0 {
             self.acc = Acc {
-                ip: e.acc_ip,
-                ninsn: e.acc_ninsn,
-                last: e.acc_last,
-                end: Some(e.acc_class),
+                ip: tail.ip,
+                ninsn: tail.ninsn,
+                last: tail.last,
+                end: Some(tail.class),
                 bitness,
             };
         }
         Ok(())
     }
 
-    /// The walk's state after a replay that took `taken` of the TNT bits
-    /// and followed `runs` runs, `since_bit` of them since its last bit;
-    /// the walk was `idle` runs without trace before it.
-    fn replayed(&mut self, bits: u64, count: u8, taken: u8, idle: u32, runs: u32, since_bit: u32) {
-        if taken > 0 {
+    /// The walk's state after a replay up to `s` (a step, or the tail),
+    /// from a TNT packet's `bits` with `count` left before it; the walk
+    /// was `idle` runs without trace before it.
+    fn replayed(&mut self, bits: u64, count: u8, s: &Step, idle: u32) {
+        if s.bits > 0 {
             self.ev = Ev::Tnt {
                 bits,
-                count: count - taken,
+                count: count - s.bits,
             };
-            self.idle = since_bit;
+            self.idle = s.runs_since_bit as u32;
         } else {
-            self.idle = idle + runs;
+            self.idle = idle + s.runs as u32;
         }
     }
 
@@ -313,64 +290,51 @@ impl FlowDecoder<'_> {
         Some(r)
     }
 
-    /// Follows runs from `key` as the walk would, into a new entry.
+    /// Follows runs from `ip` with the TNT bits of `key`, as the walk
+    /// would, into a new entry.
     #[cold]
-    fn record(&mut self, key: Key) -> Entry {
-        if self.cache.memo.steps.len() + MAX_ENTRY_RUNS as usize > MAX_STEPS {
+    fn record(&mut self, ip: u64, key: u64) -> Entry {
+        if self.cache.memo.steps.len() + MAX_ENTRY_RUNS as usize + 1 > MAX_STEPS {
             self.cache.memo.clear();
             self.cache.memo.slots = vec![NO_ENTRY; SLOTS];
             self.memo_figures.flushes += 1;
         }
-        let first = self.cache.memo.steps.len() as u32;
+        let avail = (key >> 56 & 0x7f) as u8;
+        let tick = key >> 63 != 0;
+        let first = self.cache.memo.steps.len();
         let mut e = Entry {
-            key,
-            first,
+            ip,
+            bits: key,
+            first: first as u32,
             ..NO_ENTRY
         };
-        let mut b = Building {
-            acc_ip: 0,
-            acc_last: 0,
-            acc_ninsn: 0,
-            acc_class: Class::Other,
-        };
+        // The block under construction, and the state after it.
+        let mut b = NO_STEP;
         // The return addresses pushed by this entry's calls.
         let mut pushed = [0u64; MAX_ENTRY_RUNS as usize];
         let mut depth = 0;
-        let mut ip = key.ip;
-        let next_bit = |taken: u8| (key.bits >> (key.avail - 1 - taken)) & 1 != 0;
-        while e.runs < MAX_ENTRY_RUNS {
+        let mut ip = ip;
+        let next_bit = |taken: u8| (key >> (avail - 1 - taken)) & 1 != 0;
+        while (b.runs as u32) < MAX_ENTRY_RUNS && !e.older {
             let Some(r) = self.memo_run(ip) else { break };
             let takes = match r.class {
                 Class::Other | Class::MovCr3 | Class::Call | Class::Jump => true,
-                Class::CondJump => e.bits < key.avail,
-                // A return the walk fails on, or one into older frames.
-                Class::Return => e.bits < key.avail && depth > 0 && next_bit(e.bits),
+                Class::CondJump => b.bits < avail,
+                // Not one the walk fails on.
+                Class::Return => b.bits < avail && next_bit(b.bits),
                 _ => false,
             };
             if !takes {
                 break;
             }
-            e.runs += 1;
-            e.runs_since_bit += 1;
-            if b.acc_ninsn == 0 {
-                b.acc_ip = ip;
+            b.runs += 1;
+            b.runs_since_bit += 1;
+            if b.ninsn == 0 {
+                b.ip = ip;
             }
-            b.acc_ninsn += r.ninsn;
-            b.acc_last = r.last;
-            b.acc_class = r.class;
-            let mut step = Step {
-                ip: b.acc_ip,
-                last: r.last,
-                push: 0,
-                next: 0,
-                ninsn: b.acc_ninsn,
-                class: r.class,
-                tick: false,
-                pop: false,
-                bits: 0,
-                runs: 0,
-                runs_since_bit: 0,
-            };
+            b.ninsn += r.ninsn;
+            b.last = r.last;
+            b.class = r.class;
             let ends = match r.class {
                 Class::Other | Class::MovCr3 => {
                     ip = r.next;
@@ -378,7 +342,7 @@ impl FlowDecoder<'_> {
                 }
                 Class::Call => {
                     if r.target != r.next {
-                        step.push = r.next;
+                        b.push = r.next;
                         pushed[depth] = r.next;
                         depth += 1;
                     }
@@ -390,39 +354,45 @@ impl FlowDecoder<'_> {
                     true
                 }
                 Class::CondJump => {
-                    let taken = next_bit(e.bits);
-                    step.tick = key.tick && e.bits == 0;
-                    e.bits += 1;
-                    e.runs_since_bit = 0;
+                    let taken = next_bit(b.bits);
+                    b.tick = tick && b.bits == 0;
+                    b.bits += 1;
+                    b.runs_since_bit = 0;
                     ip = if taken { r.target } else { r.next };
-                    taken || step.tick
+                    taken || b.tick
                 }
                 Class::Return => {
-                    step.tick = key.tick && e.bits == 0;
-                    e.bits += 1;
-                    e.runs_since_bit = 0;
-                    depth -= 1;
-                    step.pop = true;
-                    ip = pushed[depth];
+                    b.tick = tick && b.bits == 0;
+                    b.bits += 1;
+                    b.runs_since_bit = 0;
+                    b.pop = true;
+                    match depth {
+                        0 => e.older = true,
+                        _ => {
+                            depth -= 1;
+                            ip = pushed[depth];
+                        }
+                    }
                     true
                 }
                 _ => unreachable!("not taken by an entry"),
             };
             if ends {
-                step.next = ip;
-                step.bits = e.bits;
-                step.runs = e.runs as u8;
-                step.runs_since_bit = e.runs_since_bit as u8;
-                self.cache.memo.steps.push(step);
-                b.acc_ninsn = 0;
+                b.next = ip;
+                self.cache.memo.steps.push(b);
+                b = Step {
+                    ip: 0,
+                    ninsn: 0,
+                    push: 0,
+                    pop: false,
+                    tick: false,
+                    ..b
+                };
             }
         }
-        e.len = self.cache.memo.steps.len() as u32 - first;
-        e.next_ip = ip;
-        e.acc_ip = b.acc_ip;
-        e.acc_last = b.acc_last;
-        e.acc_ninsn = b.acc_ninsn;
-        e.acc_class = b.acc_class;
+        e.len = (self.cache.memo.steps.len() - first) as u8;
+        b.next = ip;
+        self.cache.memo.steps.push(b);
         e
     }
 }
