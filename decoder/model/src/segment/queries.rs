@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use super::{Chain, LineFrame, Segment};
 
 /// A line span with its frame, from one or more segments.
@@ -27,10 +29,10 @@ pub fn window_lines(segs: &[&Segment], from: u64, to: u64) -> Vec<WindowLine> {
     let mut out: Vec<WindowLine> = Vec::new();
     // Per depth: the last span of the previous segment, if it ran to its
     // last instruction, as an index into `out`.
-    let mut open_at_end: HashMap<u32, usize> = HashMap::new();
+    let mut open_at_end: FxHashMap<u32, usize> = FxHashMap::default();
     for seg in segs {
         let n = seg.insns.len() as u32;
-        let mut next_open = HashMap::new();
+        let mut next_open = FxHashMap::default();
         for l in &seg.lines {
             let Some(frame) = seg.frame(l) else { continue };
             if l.first == 0 {
@@ -81,7 +83,17 @@ pub fn insn_heat<'s>(
     from: u64,
     to: u64,
 ) -> HashMap<u64, (InsnHeat, Option<Chain>)> {
-    let mut out: HashMap<u64, (InsnHeat, Option<Chain>)> = HashMap::new();
+    heat_by_address(segs, from, to).into_iter().collect()
+}
+
+/// [`insn_heat`] in a table hashed for speed: one lookup per instruction
+/// retired, which SipHash made the bulk of a zoom's heat.
+fn heat_by_address<'s>(
+    segs: impl IntoIterator<Item = &'s Segment>,
+    from: u64,
+    to: u64,
+) -> FxHashMap<u64, (InsnHeat, Option<Chain>)> {
+    let mut out: FxHashMap<u64, (InsnHeat, Option<Chain>)> = FxHashMap::default();
     for seg in segs {
         for i in seg.insns_in(from, to) {
             let (h, _) = out.entry(i.ip).or_insert_with(|| {
@@ -116,7 +128,7 @@ pub fn line_heat<'s>(
     to: u64,
 ) -> HashMap<(Arc<str>, u32), LineHeat> {
     let mut out: HashMap<(Arc<str>, u32), LineHeat> = HashMap::new();
-    for (_, (h, chain)) in insn_heat(segs, from, to) {
+    for (_, (h, chain)) in heat_by_address(segs, from, to) {
         let Some(chain) = chain else { continue };
         for (k, f) in chain.iter().enumerate() {
             // A recursive inline chain names a line once.

@@ -4,8 +4,9 @@
 //! inline level. It is separate from the walk because it needs only the
 //! instructions' addresses, depths and times, not the trace.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use super::line_source::State;
 use super::{Chain, LineFrame, LineSource, LineSpan, Segment, NO_CHAIN};
@@ -21,7 +22,7 @@ impl LineSource {
             ..
         } = state;
         let resolver = &resolvers[proc];
-        let mut by_ip: HashMap<u64, u32> = HashMap::new();
+        let mut by_ip: FxHashMap<u64, u32> = FxHashMap::default();
         let mut intern = |s: &str| -> Arc<str> {
             if let Some((k, _)) = strings.get_key_value(s) {
                 return k.clone();
@@ -124,6 +125,11 @@ pub(super) fn build_lines(seg: &mut Segment) {
         let mut same = 0;
         while same < open.len() && same < chain.len() {
             let o = &open[same];
+            if o.chain == insn.chain {
+                // The same chain: the same frame at every level.
+                same += 1;
+                continue;
+            }
             let of = &seg.chains[o.chain as usize][same];
             if of != &chain[same] {
                 break;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 
 use crate::names::resolve::ProcessSymbols;
 use crate::passes::coarse::{walk_queue, NoSink, Observe, QueueWalk};
@@ -50,7 +51,7 @@ pub(crate) struct CpuSlots {
 pub(super) struct State {
     funcs: FuncTable,
     pub(super) resolvers: Vec<ProcessSymbols>,
-    pub(super) frames: HashMap<(usize, u64), Option<Chain>>,
+    pub(super) frames: FxHashMap<(usize, u64), Option<Chain>>,
     pub(super) strings: HashMap<Arc<str>, ()>,
 }
 
@@ -190,7 +191,7 @@ impl LineSource {
             state: Mutex::new(State {
                 funcs,
                 resolvers,
-                frames: HashMap::new(),
+                frames: FxHashMap::default(),
                 strings: HashMap::new(),
             }),
             sources: Vec::new(),

@@ -7,6 +7,7 @@
 //! [`LineSource`]: super::LineSource
 
 use iced_x86::{Decoder, DecoderOptions, Instruction};
+use rustc_hash::FxHashMap;
 
 use crate::passes::coarse::{Checkpoint, Observe};
 use crate::passes::event::{Event, EventKind, FuncTable};
@@ -81,6 +82,60 @@ impl Observe for Recorder {
 /// coarse pass read the PSB while in the middle of a block.
 const HEAD_BLOCKS: usize = 4;
 
+/// The fine pass's memo: the instruction addresses of every block a
+/// segment runs, decoded once per block start and mode, so that a loop's
+/// body is decoded once rather than once per iteration. A block that ran
+/// further than before from the same start decodes it again, whole.
+#[derive(Default)]
+struct Boundaries {
+    /// Per (start, mode): where its addresses are in `ips`, and how many.
+    by_start: FxHashMap<(u64, u8), (u32, u32)>,
+    ips: Vec<u64>,
+}
+
+impl Boundaries {
+    /// The addresses of `b`'s instructions, decoded in the mode it ran in
+    /// (MODE.Exec), as the coarse pass did; fewer where the code cannot be
+    /// read.
+    fn of(&mut self, memory: &Memory, b: &Block) -> &[u64] {
+        let key = (b.ip, b.bitness);
+        let n = b.ninsn as usize;
+        if let Some(&(at, len)) = self.by_start.get(&key) {
+            if len as usize >= n {
+                return &self.ips[at as usize..at as usize + n];
+            }
+        }
+        let at = self.ips.len();
+        let bitness = u32::from(b.bitness);
+        let mut ip = b.ip;
+        let mut d: Option<Decoder> = None;
+        let mut decoded = Instruction::default();
+        for _ in 0..n {
+            if d.as_ref().is_none_or(|d| !d.can_decode()) {
+                d = memory
+                    .bytes_at(ip)
+                    .map(|bytes| Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE));
+            }
+            let mut next = d.as_mut().and_then(|d| {
+                d.decode_out(&mut decoded);
+                (!decoded.is_invalid()).then(|| decoded.next_ip())
+            });
+            if next.is_none() {
+                // iced stops at an image's end and at what it does not
+                // know (APX's JMPABS): read it as the walk did.
+                next = crate::pt::flow::next_ip(memory, ip, bitness);
+                d = None;
+            }
+            let Some(next) = next else { break };
+            self.ips.push(ip);
+            ip = next;
+        }
+        let len = self.ips.len() - at;
+        self.by_start.insert(key, (at as u32, len as u32));
+        &self.ips[at..]
+    }
+}
+
 impl Recorder {
     /// `ends`: the time at the segment's first instruction and, when known,
     /// after its last (instruction count, TSC), from the coarse pass.
@@ -150,7 +205,7 @@ impl Recorder {
         let mut clock: crate::pt::timing::Clock<u32> = crate::pt::timing::Clock::for_unit(unit);
         let mut times: Vec<u64> = Vec::new();
         let mut lvl = 0usize;
-        let mut decoded = Instruction::default();
+        let mut bounds = Boundaries::default();
         clock.anchor(head + ends.0 .0, ends.0 .1, |_, _| {});
         for step in &self.steps {
             match *step {
@@ -162,29 +217,8 @@ impl Recorder {
                     if pos < head {
                         continue;
                     }
-                    let mut ip = b.ip;
-                    // Decoded in the mode it ran in (MODE.Exec), as the
-                    // coarse pass did.
-                    let bitness = u32::from(b.bitness);
-                    let mut d: Option<Decoder> = None;
-                    for k in 0..b.ninsn as u64 {
-                        if d.as_ref().is_none_or(|d| !d.can_decode()) {
-                            d = memory.bytes_at(ip).map(|bytes| {
-                                Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE)
-                            });
-                        }
-                        let mut next = d.as_mut().and_then(|d| {
-                            d.decode_out(&mut decoded);
-                            (!decoded.is_invalid()).then(|| decoded.next_ip())
-                        });
-                        if next.is_none() {
-                            // iced stops at an image's end and at what it
-                            // does not know (APX's JMPABS): read it as the
-                            // walk did.
-                            next = crate::pt::flow::next_ip(memory, ip, bitness);
-                            d = None;
-                        }
-                        let Some(next) = next else { break };
+                    for (k, &ip) in bounds.of(memory, &b).iter().enumerate() {
+                        let k = k as u64;
                         let p = pos + k;
                         while lvl + 1 < levels.len() && levels[lvl + 1].0 <= p {
                             lvl += 1;
@@ -201,7 +235,6 @@ impl Recorder {
                             bitness: b.bitness,
                         });
                         positions.push(p);
-                        ip = next;
                     }
                 }
             }
