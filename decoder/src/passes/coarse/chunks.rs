@@ -159,6 +159,16 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             cv.wait(&mut g);
         }
     };
+    // The replay's own claim: never waits (only the replay makes room).
+    let try_claim = |gate: &(Mutex<(usize, usize, bool)>, Condvar)| -> Option<usize> {
+        let mut g = gate.0.lock();
+        let (next, replayed, stop) = *g;
+        if stop || next >= bounds.len() || next >= replayed + window {
+            return None;
+        }
+        g.0 += 1;
+        Some(next)
+    };
     let set_gate = |f: &dyn Fn(&mut (usize, usize, bool))| {
         let (lock, cv) = &gate;
         f(&mut lock.lock());
@@ -168,7 +178,12 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Result<Walked, PtError>)>();
         // In order, no workers: the replay walks each chunk itself.
-        let workers = if par.in_order { 0 } else { par.workers };
+        // Otherwise one thread fewer than asked: the replay walks chunks
+        // too while the next one it needs is being walked, so that as
+        // many threads run as there are cores. A walker more would share
+        // a core with the replay, which then falls behind: it is the one
+        // part that runs in order.
+        let workers = if par.in_order { 0 } else { par.workers - 1 };
         for _ in 0..workers.min(bounds.len()) {
             let tx = tx.clone();
             let (gate, walk_one, claim, set_gate) = (&gate, &walk_one, &claim, &set_gate);
@@ -208,6 +223,19 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                     ready[i] = Some(walk_one(i));
                 }
                 while ready[i].is_none() {
+                    // What the workers finished, first.
+                    while let Ok((j, r)) = rx.try_recv() {
+                        ready[j] = Some(r);
+                    }
+                    if ready[i].is_some() {
+                        break;
+                    }
+                    // Then a chunk no one has claimed (this one, if no
+                    // worker took it yet); else wait for a worker's.
+                    if let Some(j) = try_claim(&gate) {
+                        ready[j] = Some(walk_one(j));
+                        continue;
+                    }
                     match rx.recv() {
                         Ok((j, r)) => ready[j] = Some(r),
                         // Every worker stopped early: cancelled, or one
