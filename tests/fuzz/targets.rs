@@ -132,19 +132,7 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         Some(t) => decode_trace(snap, t, &plain_walk()),
         None => decode_snapshot(snap, &plain_walk()),
     };
-    match (&one, &plain) {
-        (Ok(a), Ok(b)) => {
-            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
-                panic!("the memo's replays and the plain walk disagree:\n{diff}");
-            }
-        }
-        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-        (a, b) => panic!(
-            "the memo's replays and the plain walk disagree: {:?} vs {:?}",
-            a.as_ref().err(),
-            b.as_ref().err()
-        ),
-    }
+    agree(("the memo's replays", "the plain walk"), &one, &plain);
     // 64-byte chunks, so that small inputs still cross seams.
     let tiny_chunks = |in_order| Parallel {
         workers: 2,
@@ -155,44 +143,18 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
     };
     // In order on this thread: no thread timing in the fuzzer's coverage.
     let chunked = decode(Engine::Flow, tiny_chunks(true));
-    match (&one, &chunked) {
-        _ if !comparable => {}
-        (Ok(a), Ok(b)) => {
-            let (a, b) = (a.canonical(), b.canonical());
-            if let Some(diff) = first_difference(&a, &b) {
-                // Both whole, to compare with `diff`.
-                if let Some(dir) = std::env::var_os("PTSCOPE_FUZZ_DIFF_DIR") {
-                    let dir = std::path::Path::new(&dir);
-                    let _ = std::fs::write(dir.join("walk.txt"), a.join("\n"));
-                    let _ = std::fs::write(dir.join("chunks.txt"), b.join("\n"));
-                }
-                panic!("one walk and chunks disagree:\n{diff}");
-            }
-        }
-        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-        (a, b) => panic!(
-            "one walk and chunks disagree: {:?} vs {:?}",
-            a.as_ref().err(),
-            b.as_ref().err()
-        ),
+    if comparable {
+        agree(("one walk", "chunks"), &one, &chunked);
     }
     // The same chunks walked on two threads give the very same model by
     // construction, damaged trace or not: only the order they finish in
     // differs, and the replay takes them in trace order.
     let threaded = decode(Engine::Flow, tiny_chunks(false));
-    match (&chunked, &threaded) {
-        (Ok(a), Ok(b)) => {
-            if let Some(diff) = first_difference(&a.canonical(), &b.canonical()) {
-                panic!("chunks in order and on threads disagree:\n{diff}");
-            }
-        }
-        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-        (a, b) => panic!(
-            "chunks in order and on threads disagree: {:?} vs {:?}",
-            a.as_ref().err(),
-            b.as_ref().err()
-        ),
-    }
+    agree(
+        ("chunks in order", "chunks on threads"),
+        &chunked,
+        &threaded,
+    );
     let _ = decode(Engine::Libipt, Parallel::sequential());
     if let Ok(model) = one {
         fine_pass(&model);
@@ -256,8 +218,42 @@ fn decode_to(depth: Depth, snap: &Snapshot, trace: Option<&Trace>) {
     }
 }
 
-/// Where two canonical models first differ, with a little context.
-fn first_difference(a: &[String], b: &[String]) -> Option<String> {
+/// Two decodes of one input that must give the same model, or the same
+/// error: `names` says which two, for the panic (and, with
+/// `PTSCOPE_FUZZ_DIFF_DIR`, the files both models are written to whole,
+/// `one_walk.txt` and `chunks.txt` say).
+fn agree(
+    names: (&str, &str),
+    a: &Result<Decoded, ptscope_decoder::DecodeError>,
+    b: &Result<Decoded, ptscope_decoder::DecodeError>,
+) {
+    let (x, y) = names;
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            let (a, b) = (a.canonical(), b.canonical());
+            if let Some(diff) = first_difference(names, &a, &b) {
+                // Both whole, to compare with `diff`.
+                if let Some(dir) = std::env::var_os("PTSCOPE_FUZZ_DIFF_DIR") {
+                    let dir = std::path::Path::new(&dir);
+                    let file = |n: &str| dir.join(format!("{}.txt", n.replace(' ', "_")));
+                    let _ = std::fs::write(file(x), a.join("\n"));
+                    let _ = std::fs::write(file(y), b.join("\n"));
+                }
+                panic!("{x} and {y} disagree:\n{diff}");
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => panic!(
+            "{x} and {y} disagree: {:?} vs {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
+}
+
+/// Where two canonical models (or walks) first differ, with a little
+/// context; `names` says whose each is.
+fn first_difference(names: (&str, &str), a: &[String], b: &[String]) -> Option<String> {
     let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
     let around = |v: &[String]| {
         let lo = i.saturating_sub(2).min(v.len());
@@ -265,10 +261,12 @@ fn first_difference(a: &[String], b: &[String]) -> Option<String> {
         v[lo..hi].join("\n")
     };
     Some(format!(
-        "line {i} of {}/{}\n-- one walk:\n{}\n-- chunks:\n{}",
+        "line {i} of {}/{}\n-- {}:\n{}\n-- {}:\n{}",
         a.len(),
         b.len(),
+        names.0,
         around(a),
+        names.1,
         around(b)
     ))
 }
@@ -455,7 +453,7 @@ pub fn memo_walk(input: &[u8]) {
     let starts = ptscope_formats::pt::read::psb_offsets(data);
     for from in std::iter::once(0).chain(starts.into_iter().skip(1).take(4)) {
         let (memo, plain) = (walk(from, true), walk(from, false));
-        if let Some(diff) = first_difference(&memo, &plain) {
+        if let Some(diff) = first_difference(("the memo", "the plain walk"), &memo, &plain) {
             panic!("from offset {from}, the memo's replays and the plain walk disagree:\n{diff}");
         }
     }

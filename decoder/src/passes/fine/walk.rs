@@ -3,6 +3,9 @@
 //! each with its time (on the coarse pass's clock) and the store depth of
 //! the function span it ran in. It is kept apart from [`LineSource`] so the
 //! timing and depth rules that must match the coarse pass sit together.
+//! Each block's instruction addresses are decoded once per segment and
+//! remembered by its start (a loop's body is not decoded again on every
+//! trip), so a re-decode costs little more than the walk itself.
 //!
 //! [`LineSource`]: super::LineSource
 
