@@ -437,8 +437,8 @@ pub struct InputOpts {
     pub no_cache: bool,
     /// Walk every run of code: do not replay what ptscope's flow decoder
     /// remembers of runs it walked before with the same branch outcomes.
-    /// The spans are the same, only slower: the reference the memo is
-    /// tested against, to cross-check.
+    /// The spans are the same: this is the reference the memo is tested
+    /// against, to cross-check.
     #[arg(long)]
     pub no_memo: bool,
     /// Decode as on this CPU (FAMILY/MODEL[/STEPPING], decimal or 0x hex,

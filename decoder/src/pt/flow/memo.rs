@@ -10,11 +10,14 @@
 //!
 //! What an entry may cover is what makes replaying it exact. It depends on
 //! nothing but its key and the image's code:
-//! - it stays inside one TNT packet and never takes the packet's last bit:
-//!   that bit consumes the packet, and what follows (a timing packet, a
-//!   PSB, an event) is the walk's to read;
-//! - a tick can only bind to the first bit of a packet whose time is news
-//!   (the key says whether it is), so the ticks inside an entry are known;
+//! - it stays inside one TNT packet: the branch that takes the packet's
+//!   last bit ends it, and the replay takes that bit as the walk does,
+//!   consuming the packet, so that what follows (a timing packet, a PSB,
+//!   an event) is read as the walk reads it, and ends the block where the
+//!   walk would;
+//! - inside the packet a tick can only bind to its first bit, when its
+//!   time is news (the key says whether it is), so the ticks inside an
+//!   entry are known;
 //! - a compressed return inside it pops what a call inside it pushed, so
 //!   its target is known; a return into older frames pops the walk's own
 //!   return stack and ends the entry (where it goes is not the entry's to
@@ -70,9 +73,9 @@ const NO_ENTRY: Entry = Entry {
     older: false,
 };
 
-/// The bits an entry may take (oldest first from bit `avail - 1`), how
-/// many, and whether the first ticks, as one key: TNT packets hold at most
-/// 47 bits.
+/// The bits of the TNT packet still to take (oldest first from bit
+/// `avail - 1`), how many, and whether the first ticks, as one key: TNT
+/// packets hold at most 47 bits.
 fn pack(bits: u64, avail: u8, tick: bool) -> u64 {
     bits | (avail as u64) << 56 | (tick as u64) << 63
 }
@@ -98,6 +101,10 @@ struct Step {
     bits: u8,
     runs: u8,
     runs_since_bit: u8,
+    /// In a tail: its last run is a branch that takes the packet's last
+    /// bit (not counted in `bits`). A conditional one goes to `push` if
+    /// taken, to `next` if not.
+    last_bit: bool,
 }
 
 const NO_STEP: Step = Step {
@@ -112,6 +119,7 @@ const NO_STEP: Step = Step {
     bits: 0,
     runs: 0,
     runs_since_bit: 0,
+    last_bit: false,
 };
 
 /// How the memo fared over one walk.
@@ -171,22 +179,24 @@ impl FlowDecoder<'_> {
     /// recorded for where the flow is and the TNT bits ahead, recording it
     /// first if it is new. The walk then goes on from where the entry
     /// ends, at a run the entry could not take.
+    ///
+    /// True if the entry took the packet's last bit, and so consumed it:
+    /// the walk must look at the event after it before it goes on.
     #[inline]
     pub(super) fn replay<F: FnMut(&mut Self, BlockItem) -> bool>(
         &mut self,
         f: &mut F,
-    ) -> Result<(), Halt> {
+    ) -> Result<bool, Halt> {
         let (bits, count) = match self.ev {
             Ev::Tnt { bits, count } => (bits, count),
-            Ev::Tip(Some(_)) => (0, 1),
-            _ => return Ok(()),
+            Ev::Tip(Some(_)) => (0, 0),
+            _ => return Ok(false),
         };
         if self.acc.ninsn != 0 || self.tick.is_some() || self.cache.bitness != self.rd.bitness {
-            return Ok(());
+            return Ok(false);
         }
-        let avail = count - 1;
-        let tick = avail > 0 && self.ev_tsc.is_some() && self.ev_tsc != self.told_tsc;
-        let key = pack((bits & ((1u64 << count) - 1)) >> 1, avail, tick);
+        let tick = count > 0 && self.ev_tsc.is_some() && self.ev_tsc != self.told_tsc;
+        let key = pack(bits & ((1u64 << count) - 1), count, tick);
         self.memo_figures.lookups += 1;
         let slot = Memo::slot(self.ip, key);
         if self.cache.memo.slots.is_empty() {
@@ -205,7 +215,7 @@ impl FlowDecoder<'_> {
         let tail = self.cache.memo.steps[end];
         if self.idle + tail.runs as u32 > MAX_IDLE_RUNS || (e.older && self.ret_len == 0) {
             // The walk fails somewhere inside: it finds where.
-            return Ok(());
+            return Ok(false);
         }
         self.memo_figures.blocks += e.len as u64;
         let bitness = self.rd.bitness as u8;
@@ -247,11 +257,10 @@ impl FlowDecoder<'_> {
                 // of the entry is the other code's to walk, from here.
                 self.replayed(bits, count, &s, idle);
                 self.ip = ip;
-                return Ok(());
+                return Ok(false);
             }
         }
         self.replayed(bits, count, &tail, idle);
-        self.ip = if e.older { ip } else { tail.next };
         if tail.ninsn > 0 {
             self.acc = Acc {
                 ip: tail.ip,
@@ -261,7 +270,33 @@ impl FlowDecoder<'_> {
                 bitness,
             };
         }
-        Ok(())
+        if !tail.last_bit {
+            self.ip = if e.older { ip } else { tail.next };
+            return Ok(false);
+        }
+        // The branch that takes the packet's last bit ends the entry: it is
+        // in the block under construction; the bit is taken as the walk
+        // takes it (consuming the packet, and a tick if the next one's
+        // time is news), and the block ends where the walk ends it.
+        let bit = self.take_bit()?;
+        match tail.class {
+            Class::Return => {
+                self.ip = self.pop_ret().expect("checked before the replay");
+                self.end_block(f)?;
+            }
+            _ if bit => {
+                self.ip = tail.push;
+                self.end_block(f)?;
+            }
+            _ => {
+                self.ip = tail.next;
+                let more = matches!(self.ev, Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None));
+                if self.tick.is_some() || !more {
+                    self.end_block(f)?;
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// The walk's state after a replay up to `s` (a step, or the tail),
@@ -291,7 +326,9 @@ impl FlowDecoder<'_> {
     }
 
     /// Follows runs from `ip` with the TNT bits of `key`, as the walk
-    /// would, into a new entry.
+    /// would, into a new entry: up to a branch it cannot take (one that
+    /// needs a TIP, or a return the walk fails on) or the one that takes
+    /// the packet's last bit, which its tail holds.
     #[cold]
     fn record(&mut self, ip: u64, key: u64) -> Entry {
         if self.cache.memo.steps.len() + MAX_ENTRY_RUNS as usize + 1 > MAX_STEPS {
@@ -335,6 +372,16 @@ impl FlowDecoder<'_> {
             b.ninsn += r.ninsn;
             b.last = r.last;
             b.class = r.class;
+            if matches!(r.class, Class::CondJump | Class::Return) && b.bits + 1 == avail {
+                // The packet's last bit: the replay takes it as the walk
+                // does, and the entry ends with this run.
+                b.last_bit = true;
+                match r.class {
+                    Class::CondJump => (b.push, b.next) = (r.target, r.next),
+                    _ => e.older = depth == 0,
+                }
+                break;
+            }
             let ends = match r.class {
                 Class::Other | Class::MovCr3 => {
                     ip = r.next;
@@ -391,7 +438,9 @@ impl FlowDecoder<'_> {
             }
         }
         e.len = (self.cache.memo.steps.len() - first) as u8;
-        b.next = ip;
+        if !b.last_bit {
+            b.next = ip;
+        }
         self.cache.memo.steps.push(b);
         e
     }

@@ -353,8 +353,10 @@ impl FlowDecoder<'_> {
                     self.consume()?;
                 }
                 Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None) => {
-                    if self.memo {
-                        self.replay(f)?;
+                    // An entry that consumed its packet leaves the event
+                    // after it to this loop.
+                    if self.memo && self.replay(f)? {
+                        continue;
                     }
                     self.proceed(f)?
                 }
@@ -457,7 +459,7 @@ impl FlowDecoder<'_> {
     /// Takes the next TNT bit. A tick is due when this TNT came after a
     /// timing packet (its first bit), or when the TNT that follows it did
     /// (its last bit): either way it binds to this branch, as in libipt.
-    fn take_bit(&mut self) -> Result<bool, Halt> {
+    pub(super) fn take_bit(&mut self) -> Result<bool, Halt> {
         let Ev::Tnt { bits, count } = self.ev else {
             unreachable!("checked by the caller")
         };
