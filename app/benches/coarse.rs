@@ -351,11 +351,15 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         n
     };
     // Our flow decoder alone, discarding what it reports.
-    let flow = || {
+    // With `memo` false, walking every run (`--no-memo`).
+    let flow_walk = |memo: bool| {
         let mems = memories();
         let mut n = 0u64;
         for s in &streams {
             let mut dec = FlowDecoder::new(&s.data, &cfg);
+            if !memo {
+                dec.without_memo();
+            }
             dec.set_image(&mems[&pid_of(s.tid.unwrap())]).unwrap();
             dec.walk(|_, item| {
                 n += matches!(std::hint::black_box(item), BlockItem::Block(_)) as u64;
@@ -371,21 +375,6 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
             let image = image(cache, &ids[&pid_of(s.tid.unwrap())]);
             let mut dec = BlockDecoder::new(&s.data, &cfg).unwrap();
             dec.set_image(&image).unwrap();
-            dec.walk(|_, item| {
-                n += matches!(std::hint::black_box(item), BlockItem::Block(_)) as u64;
-                true
-            });
-        }
-        n
-    };
-    // The same, walking every run: the memo's replays off (`--no-memo`).
-    let flow_plain = || {
-        let mems = memories();
-        let mut n = 0u64;
-        for s in &streams {
-            let mut dec = FlowDecoder::new(&s.data, &cfg);
-            dec.without_memo();
-            dec.set_image(&mems[&pid_of(s.tid.unwrap())]).unwrap();
             dec.walk(|_, item| {
                 n += matches!(std::hint::black_box(item), BlockItem::Block(_)) as u64;
                 true
@@ -442,7 +431,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         }),
         variant("  of which: reading the code", || memories().len() as u64),
         variant("ptscope coarse pass (symbols loaded)", coarse),
-        variant("  of which: ptscope flow decoder alone", flow),
+        variant("  of which: ptscope flow decoder alone", || flow_walk(true)),
         variant("ptscope coarse pass over libipt", || {
             let (cache, ids) = section_cache(&procs);
             coarse_libipt(&cache, &ids)
@@ -461,7 +450,9 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
             };
             decode_snapshot(&snap, &opts).unwrap().span_count() as u64
         }),
-        variant("  of which: flow decoder alone, no memo", flow_plain),
+        variant("  of which: flow decoder alone, no memo", || {
+            flow_walk(false)
+        }),
     ];
     if perf_ok {
         variants.push(variant("perf script --itrace=cr", || {

@@ -332,8 +332,9 @@ impl FlowDecoder<'_> {
     #[cold]
     fn record(&mut self, ip: u64, key: u64) -> Entry {
         if self.cache.memo.steps.len() + MAX_ENTRY_RUNS as usize + 1 > MAX_STEPS {
-            self.cache.memo.clear();
-            self.cache.memo.slots = vec![NO_ENTRY; SLOTS];
+            // The table stays allocated: only its entries go.
+            self.cache.memo.slots.fill(NO_ENTRY);
+            self.cache.memo.steps.clear();
             self.memo_figures.flushes += 1;
         }
         let avail = (key >> 56 & 0x7f) as u8;
