@@ -138,7 +138,6 @@ fn decode_all_ways(snap: &Snapshot, trace: Option<&Trace>) {
         workers: 2,
         chunk_bytes: 64,
         first_chunk_bytes: 64,
-        retime: false,
         in_order,
     };
     // In order on this thread: no thread timing in the fuzzer's coverage.

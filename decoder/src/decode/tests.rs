@@ -196,9 +196,9 @@ fn chunks_on_two_cores_give_what_one_walk_gives() {
     )
     .unwrap();
     assert!(one.threads.iter().all(|t| t.checkpoints.len() > 3));
-    // A chunk per PSB: every seam there is; timed by the chunks, and
-    // by the replay alone; on threads, and in order on this one.
-    for (retime, in_order) in [(false, false), (true, false), (false, true)] {
+    // A chunk per PSB: every seam there is; on threads, and in order on
+    // this one.
+    for in_order in [false, true] {
         let many = decode_snapshot(
             &snap,
             &DecodeOptions {
@@ -206,7 +206,6 @@ fn chunks_on_two_cores_give_what_one_walk_gives() {
                     workers: 2,
                     chunk_bytes: 1,
                     first_chunk_bytes: 1,
-                    retime,
                     in_order,
                 },
                 ..DecodeOptions::default()
@@ -234,7 +233,6 @@ fn one_walk_and_chunks(snap: &Snapshot, trace: &Trace) -> (Model, Model) {
         workers: 2,
         chunk_bytes: 1,
         first_chunk_bytes: 1,
-        retime: false,
         in_order: false,
     };
     (decode(Parallel::sequential()), decode(chunks))
@@ -336,7 +334,6 @@ fn a_psb_plus_cut_short_by_a_psb_at_a_seam_begins_nothing() {
             workers: 2,
             chunk_bytes: bytes,
             first_chunk_bytes: bytes,
-            retime: false,
             in_order: true,
         });
         assert_same(&one.canonical(), &many.canonical());

@@ -108,9 +108,33 @@ pub fn decode_trace(
     opts: &DecodeOptions,
 ) -> Result<Decoded, DecodeError> {
     let mut run = Run::new(snap, trace, opts)?;
-    run.thread_queues()?;
-    let cpu = run.cpu_queues()?;
-    Ok(run.finish(cpu))
+    if opts.parallel.workers <= 1 {
+        run.thread_queues()?;
+        let cpu = run.cpu_queues()?;
+        return Ok(run.finish(cpu, Vec::new()));
+    }
+    // The marks need the packets alone, not the flow: on more than one
+    // core they are read while the flow is decoded, rather than after it
+    // on one core.
+    let (cfg, clock) = (run.cfg, run.clock.clone());
+    std::thread::scope(|s| {
+        let scans = s.spawn(move || {
+            trace
+                .streams
+                .iter()
+                .map(|st| {
+                    st.tid
+                        .is_none_or(|t| wanted(opts, t))
+                        .then(|| mark_scan::scan(&st.data, &cfg, &*clock))
+                })
+                .collect::<Vec<_>>()
+        });
+        let decoded = run.thread_queues().and_then(|()| run.cpu_queues());
+        let scans = scans
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok(run.finish(decoded?, scans))
+    })
 }
 
 impl<'a> Run<'a> {
@@ -510,15 +534,16 @@ impl<'a> Run<'a> {
 
     /// Stage three: what needs every thread decoded: the marks and CPU
     /// lanes, the fine pass's source, and the warnings.
-    fn finish(mut self, cpu: CpuQueues) -> Decoded {
+    /// `scans`: the queues' marks, by stream, where they were read already.
+    fn finish(mut self, cpu: CpuQueues, scans: Vec<Option<mark_scan::Scan>>) -> Decoded {
         let (snap, trace, opts) = (self.snap, self.trace, self.opts);
         self.threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
         let (cpus, untimed) = add_marks(
             trace,
-            &self.cfg,
-            &*self.clock,
+            (&self.cfg, &*self.clock),
             &mut self.threads,
             (&cpu.schedules, &cpu.slot_tids),
+            scans,
         );
         let marks_warning = (untimed > 0).then(|| {
             format!(
@@ -613,13 +638,14 @@ fn fallback(trace: &Trace, cpu: u32) -> Option<i32> {
 /// Reads every queue's marks ([`crate::marks`]): a per-thread queue's go
 /// to its thread; a per-CPU queue's to its CPU's track and, by its
 /// schedule, to the thread that ran (`slot_tids` names each slot's
-/// thread). Returns the CPU tracks, and how many marks had no time.
+/// thread). `scans` has the marks of the streams read already, by stream.
+/// Returns the CPU tracks, and how many marks had no time.
 pub(super) fn add_marks(
     trace: &Trace,
-    cfg: &DecoderConfig,
-    to_ns: &dyn Fn(u64) -> u64,
+    (cfg, to_ns): (&DecoderConfig, &dyn Fn(u64) -> u64),
     threads: &mut [ThreadModel],
     (schedules, slot_tids): (&Schedules, &[i32]),
+    mut scans: Vec<Option<mark_scan::Scan>>,
 ) -> (Vec<CpuTrack>, u64) {
     let mut untimed = 0;
     let mut per_tid: HashMap<i32, Vec<Mark>> = HashMap::new();
@@ -630,18 +656,24 @@ pub(super) fn add_marks(
         .map(|r| r.1)
         .max()
         .unwrap_or(0);
-    for s in &trace.streams {
+    for (i, s) in trace.streams.iter().enumerate() {
+        let mut scan = || {
+            scans
+                .get_mut(i)
+                .and_then(Option::take)
+                .unwrap_or_else(|| mark_scan::scan(&s.data, cfg, to_ns))
+        };
         if let Some(tid) = s.tid {
             if !threads.iter().any(|t| t.spans.tid == tid) {
                 continue;
             }
-            let scan = mark_scan::scan(&s.data, cfg, to_ns);
+            let scan = scan();
             untimed += scan.untimed;
             per_tid.entry(tid).or_default().extend(scan.marks);
             continue;
         }
         let cpu = s.cpu.unwrap_or(0);
-        let scan = mark_scan::scan(&s.data, cfg, to_ns);
+        let scan = scan();
         untimed += scan.untimed;
         let schedule = schedules.get(&s.idx).map(Vec::as_slice).unwrap_or(&[]);
         for m in &scan.marks {

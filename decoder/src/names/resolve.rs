@@ -1076,7 +1076,6 @@ mod walk_and_chunks {
             workers: 2,
             chunk_bytes: 1,
             first_chunk_bytes: 1,
-            retime: false,
             in_order: true,
         };
         (decode(Parallel::sequential()), decode(chunks))

@@ -75,7 +75,22 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
                 push(&mut out, b);
             }
         }
-        let now = time.tsc().map(to_ns);
+        // The time, for a packet that makes a mark: converting it is most of
+        // a scan's cost, and nearly every packet makes none.
+        let makes_mark = matches!(
+            p,
+            Packet::Cbr(_)
+                | Packet::Ptw { .. }
+                | Packet::Mwait { .. }
+                | Packet::Pwre { .. }
+                | Packet::Exstop { .. }
+                | Packet::Pwrx { .. }
+        );
+        let now = if makes_mark {
+            time.tsc().map(to_ns)
+        } else {
+            None
+        };
         let mut mark = |out: &mut Scan, ip_follows: bool, kind: MarkKind| {
             let Some(t) = now else {
                 // A frequency before any time (every PSB+ of a trace without

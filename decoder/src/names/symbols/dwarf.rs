@@ -5,7 +5,9 @@
 //! source need its lookups.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use gimli::Reader as _;
 use object::read::elf::{ElfFile, FileHeader, SectionHeader};
@@ -27,12 +29,52 @@ const MAX_RANGES_PER_DIE: usize = 4096;
 const MAX_INLINE_DEPTH: usize = 256;
 const MAX_NAME_INDIRECTIONS: usize = 8;
 
+/// A module's DWARF and addr2line's index of it, which is built when a
+/// source lookup first needs it. Building it parses every unit's
+/// abbreviations and line program header: for a distribution's
+/// libpython, some 20 MB held and tens of milliseconds of every decode,
+/// when only the views that show source ever look anything up.
+pub(super) struct SourceIndex {
+    dwarf: Arc<gimli::Dwarf<DwarfReader>>,
+    /// addr2line's context caches parsed units in cells that are not
+    /// `Sync`; the mutex lets one module be shared by decoding threads.
+    context: OnceLock<Result<Mutex<addr2line::Context<DwarfReader>>, String>>,
+}
+
+impl SourceIndex {
+    pub(super) fn new(dwarf: gimli::Dwarf<DwarfReader>) -> SourceIndex {
+        SourceIndex {
+            dwarf: Arc::new(dwarf),
+            context: OnceLock::new(),
+        }
+    }
+
+    /// The index, built now if it is not yet; `None` if its units could
+    /// not be read.
+    fn context(&self) -> Option<MutexGuard<'_, addr2line::Context<DwarfReader>>> {
+        self.context
+            .get_or_init(|| {
+                addr2line::Context::from_arc_dwarf(Arc::clone(&self.dwarf))
+                    .map(Mutex::new)
+                    .map_err(|e| format!("reading DWARF units: {e}"))
+            })
+            .as_ref()
+            .ok()
+            .map(|c| c.lock())
+    }
+
+    /// Why the index could not be built, if it was tried and failed.
+    pub(super) fn failed(&self) -> Option<&str> {
+        self.context.get()?.as_ref().err().map(String::as_str)
+    }
+}
+
 // The source lookups of `ModuleSymbols`, through addr2line's context; the
 // function and file-offset lookups are in `mod.rs`.
 impl ModuleSymbols {
     /// Source file and line of `svma` (DWARF), if any.
     pub fn location(&self, svma: u64) -> Option<SourceLocation> {
-        let ctx = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.lock();
+        let ctx = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.context()?;
         let loc = ctx.find_location(svma).ok()??;
         Some(SourceLocation {
             file: loc.file?.to_string(),
@@ -45,10 +87,14 @@ impl ModuleSymbols {
     /// innermost first: the last frame is the real function, at the line
     /// that contains the inlined calls. Empty without line info.
     pub fn source_frames(&self, svma: u64) -> Vec<SourceFrame> {
-        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
+        let Some(ctx) = self
+            .dwarf
+            .as_ref()
+            .filter(|_| svma < NO_CODE)
+            .and_then(|d| d.context())
+        else {
             return Vec::new();
         };
-        let ctx = dwarf.lock();
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
             return Vec::new();
         };
@@ -79,10 +125,14 @@ impl ModuleSymbols {
     /// where it was inlined. Empty outside inlined code. The outermost
     /// (real) function is not included: that is [`function`](Self::function).
     pub fn inline_frames(&self, svma: u64) -> Vec<InlineFrame> {
-        let Some(dwarf) = self.dwarf.as_ref().filter(|_| svma < NO_CODE) else {
+        let Some(ctx) = self
+            .dwarf
+            .as_ref()
+            .filter(|_| svma < NO_CODE)
+            .and_then(|d| d.context())
+        else {
             return Vec::new();
         };
-        let ctx = dwarf.lock();
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
             return Vec::new();
         };

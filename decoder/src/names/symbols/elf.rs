@@ -4,7 +4,6 @@
 //! to their own files and the ranges to the interval helpers, then builds
 //! the lookup table; it lives here because the ELF file is what it walks.
 
-use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -12,7 +11,7 @@ use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
 
-use super::dwarf::{dwarf_functions, load_dwarf};
+use super::dwarf::{dwarf_functions, load_dwarf, SourceIndex};
 use super::intervals::{flatten, subtract, Interval};
 use super::plt::plt_candidates;
 use super::{build, ModuleSymbols, PendingFunc, Segment, SymbolError, SymbolSource};
@@ -157,10 +156,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         let dw_pieces = flatten(dw_intervals);
         pieces.extend(subtract(&dw_pieces, &sym_pieces));
         pieces.sort_by_key(|p| p.start);
-        match addr2line::Context::from_dwarf(dwarf) {
-            Ok(ctx) => context = Some(Mutex::new(ctx)),
-            Err(e) => dwarf_problem = Some(format!("reading DWARF units: {e}")),
-        }
+        context = Some(SourceIndex::new(dwarf));
     }
 
     // Unwind tables cover every function of a stripped binary: its FDEs

@@ -42,7 +42,6 @@
 //! - `testutil` (tests only): compiling the test program and asking GNU
 //!   binutils about it.
 
-use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -58,6 +57,7 @@ mod plt;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+use self::dwarf::SourceIndex;
 use self::elf::parse_elf;
 use self::intervals::Interval;
 
@@ -270,9 +270,8 @@ pub struct ModuleSymbols {
     names: String,
     segments: Vec<Segment>,
     has_symtab: bool,
-    /// addr2line's context caches parsed units in cells that are not `Sync`;
-    /// the mutex lets one module be shared by decoding threads.
-    dwarf: Option<Mutex<addr2line::Context<DwarfReader>>>,
+    /// The DWARF behind source lookups, its index built on first use.
+    dwarf: Option<SourceIndex>,
     dwarf_problem: Option<String>,
     /// The separate debug file its symbol table or DWARF came from.
     debug_file: Option<PathBuf>,
@@ -403,15 +402,20 @@ impl ModuleSymbols {
         self.has_symtab
     }
 
-    /// Whether DWARF line and function info was found and parsed.
+    /// Whether DWARF line and function info was found and read: its
+    /// functions at load, its lines when first asked for (a unit that
+    /// fails then takes the lines away, and
+    /// [`debug_info_problem`](Self::debug_info_problem) says why).
     pub fn has_debug_info(&self) -> bool {
-        self.dwarf.is_some()
+        self.dwarf.as_ref().is_some_and(|d| d.failed().is_none())
     }
 
     /// The first problem met reading the file's debug info, if any: why it
     /// is not used at all, or why some of its functions were skipped.
     pub fn debug_info_problem(&self) -> Option<&str> {
-        self.dwarf_problem.as_deref()
+        self.dwarf_problem
+            .as_deref()
+            .or_else(|| self.dwarf.as_ref()?.failed())
     }
 
     /// Maps a file offset (as in an MMAP2 record's pgoff + (addr - start))
@@ -563,10 +567,7 @@ fn build(
     pieces: Vec<Interval>,
     segments: Vec<Segment>,
     has_symtab: bool,
-    (dwarf, dwarf_problem): (
-        Option<Mutex<addr2line::Context<DwarfReader>>>,
-        Option<String>,
-    ),
+    (dwarf, dwarf_problem): (Option<SourceIndex>, Option<String>),
     debug_file: Option<PathBuf>,
 ) -> Result<ModuleSymbols, SymbolError> {
     // Only functions some piece still points at keep their name.

@@ -11,14 +11,14 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::names::resolve::Resolve;
 use crate::passes::coarse::{
-    release, seam, walk_chunk, Entry, Held, Item, NoSink, QueueWalk, Recording, Sink,
+    release, seam, walk_chunk, Held, Item, NoSink, QueueWalk, Rec, Recording, Sink, Tag,
 };
 use crate::passes::coarse::{walk_queue, WalkFigures};
-use crate::passes::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
+use crate::passes::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
 use crate::pt::block::{DecoderConfig, PtError};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::Memory;
-use crate::pt::timing::{Clock, Stamp};
+use crate::pt::timing::Clock;
 
 /// How the coarse pass spreads over cores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,11 +30,6 @@ pub struct Parallel {
     /// The first chunk's size (at most `chunk_bytes`): what the first
     /// partial model waits for.
     pub first_chunk_bytes: usize,
-    /// Time every chunk in the replay instead of taking the times each
-    /// chunk gave itself (the same, barring a TSC that runs backwards at
-    /// a seam): for tests of that path.
-    #[doc(hidden)]
-    pub retime: bool,
     /// With `workers` above 1, walk the chunks one after another on the
     /// calling thread: the same result with no scheduling in it, for
     /// fuzzing (whose coverage would otherwise count thread timing as
@@ -58,7 +53,6 @@ impl Parallel {
             // Small enough that a chunk's record stays in cache.
             chunk_bytes: 128 << 10,
             first_chunk_bytes: 128 << 10,
-            retime: false,
             in_order: false,
         }
     }
@@ -87,18 +81,61 @@ impl Parallel {
     }
 }
 
-/// A walked chunk: its counters, clock input and function table.
-type Walked = (Vec<WalkFigures>, Recording, FuncTable);
+/// A walked chunk: its counters, its clock input, and the functions its
+/// walker met first in it (after those it sent with its earlier chunks).
+type Walked = (Vec<WalkFigures>, Recording, NewFuncs);
+
+/// Functions a walker added to its table, which the replay adopts into
+/// the caller's when an event first names them.
+struct NewFuncs {
+    /// Which walker's table (0: the replay's own).
+    walker: usize,
+    funcs: Vec<Func>,
+}
+
+/// What a walking thread keeps from one chunk to its next: the flow
+/// decoder's caches of the code, and the resolvers with the function table
+/// their lookups interned into. None of it depends on where the chunk
+/// lies: chunks do not learn functions (what needs learning is resolved by
+/// the replay), so an address resolves alike in every chunk.
+struct Warm<'a, R> {
+    dec: Option<FlowDecoder<'a>>,
+    procs: Vec<R>,
+    funcs: FuncTable,
+    /// Functions of `funcs` already sent with a chunk.
+    sent: usize,
+    walker: usize,
+}
+
+impl<'a, R: Clone> Warm<'a, R> {
+    fn new(walker: usize, procs: &[R], funcs: &FuncTable) -> Warm<'a, R> {
+        Warm {
+            dec: None,
+            procs: procs.to_vec(),
+            funcs: funcs.clone(),
+            sent: funcs.len(),
+            walker,
+        }
+    }
+}
+
+/// Per walker, the functions it sent (after the shared ones) and what each
+/// became in the caller's table, once an event named it.
+#[derive(Default)]
+struct Adopted {
+    funcs: Vec<Func>,
+    ids: Vec<Option<FuncId>>,
+}
 
 /// Runs the coarse pass over one queue with our flow decoder, on
 /// `par.workers` threads. Timed events go to `sink` in the order one walk
 /// would give them; `on_chunk` sees the sink after each chunk (for partial
 /// models). Returns each thread slot's walk counters.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
-    data: &[u8],
+pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync>(
+    data: &'d [u8],
     cfg: &DecoderConfig,
-    q: QueueWalk<'_, '_, Memory>,
+    q: QueueWalk<'_, 'd, Memory>,
     procs: &mut [R],
     funcs: &mut FuncTable,
     sink: &mut S,
@@ -113,10 +150,10 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
     }
     let base: &FuncTable = &funcs.clone();
     // Replayed chunks hand their buffers back: no fresh pages per chunk.
-    let pool: Mutex<Vec<Vec<Entry>>> = Mutex::new(Vec::new());
+    let pool: Mutex<Vec<Vec<Rec>>> = Mutex::new(Vec::new());
     let base_procs: Vec<R> = procs.to_vec();
     let base_procs: &[R] = &base_procs;
-    let walk_one = |i: usize| -> Result<Walked, PtError> {
+    let walk_one = |i: usize, warm: &mut Warm<'d, R>| -> Result<Walked, PtError> {
         let (start, end) = bounds[i];
         let from = q.psbs.partition_point(|&p| (p as usize) < start);
         let to = q.psbs.partition_point(|&p| (p as usize) < end);
@@ -126,23 +163,45 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         } else {
             u64::MAX
         };
-        let mut procs = base_procs.to_vec();
-        let mut funcs = base.clone();
         let walk = QueueWalk {
             psbs: &psbs,
             stop_at_psb: false,
             ..q
         };
-        let dec = FlowDecoder::new(&data[start..], cfg);
+        let trace = &data[start..];
+        let mut dec = match warm.dec.take() {
+            Some(dec) => dec.recycle(trace),
+            None => FlowDecoder::new(trace, cfg),
+        };
         let body = pool.lock().pop().unwrap_or_default();
         let rec = Recording::with_body(body);
-        let (figures, rec) = walk_chunk(dec, walk, (end_at, rec), &mut procs, &mut funcs)?;
-        Ok((figures, rec, funcs))
+        let walked = walk_chunk(
+            &mut dec,
+            walk,
+            (end_at, rec),
+            &mut warm.procs,
+            &mut warm.funcs,
+        );
+        warm.dec = Some(dec);
+        let (figures, rec) = walked?;
+        let new = (warm.sent..warm.funcs.len())
+            .map(|id| warm.funcs.get(id as FuncId).clone())
+            .collect();
+        warm.sent = warm.funcs.len();
+        let new = NewFuncs {
+            walker: warm.walker,
+            funcs: new,
+        };
+        Ok((figures, rec, new))
     };
 
     // Workers run at most `window` chunks ahead of the replay, which bounds
-    // the memory of recorded chunks.
-    let window = par.workers + 1;
+    // the memory of recorded chunks. Two chunks more than there are
+    // walkers: a walker that finishes while the replay is still on the
+    // chunk before its own goes on with the next, instead of waiting
+    // (on two cores, one more than the walkers left the walker idle for
+    // a fifth of the decode).
+    let window = par.workers + 3;
     let gate = (Mutex::new((0usize, 0usize, false)), Condvar::new());
     let claim = |gate: &(Mutex<(usize, usize, bool)>, Condvar)| -> Option<usize> {
         let (lock, cv) = gate;
@@ -184,15 +243,16 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
         // a core with the replay, which then falls behind: it is the one
         // part that runs in order.
         let workers = if par.in_order { 0 } else { par.workers - 1 };
-        for _ in 0..workers.min(bounds.len()) {
+        for walker in 1..=workers.min(bounds.len()) {
             let tx = tx.clone();
             let (gate, walk_one, claim, set_gate) = (&gate, &walk_one, &claim, &set_gate);
             s.spawn(move || {
                 // A worker that panics stops everyone: nobody waits for the
                 // chunk it held (the panic surfaces when the scope ends).
                 let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
+                let mut warm = Warm::new(walker, base_procs, base);
                 while let Some(i) = claim(gate) {
-                    if tx.send((i, walk_one(i))).is_err() {
+                    if tx.send((i, walk_one(i, &mut warm))).is_err() {
                         break;
                     }
                 }
@@ -213,14 +273,16 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
             tracing: false,
             orphans: Vec::new(),
             figures: Vec::new(),
-            retime: par.retime,
         };
         let mut ready: Vec<Option<Result<Walked, PtError>>> =
             (0..bounds.len()).map(|_| None).collect();
+        // The replay's own walker is walker 0.
+        let mut warm = Warm::new(0, base_procs, base);
+        let mut adopted: Vec<Adopted> = (0..=workers).map(|_| Adopted::default()).collect();
         let result = (|| {
             for (i, &(start, _)) in bounds.iter().enumerate() {
                 if par.in_order {
-                    ready[i] = Some(walk_one(i));
+                    ready[i] = Some(walk_one(i, &mut warm));
                 }
                 while ready[i].is_none() {
                     // What the workers finished, first.
@@ -233,7 +295,7 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                     // Then a chunk no one has claimed (this one, if no
                     // worker took it yet); else wait for a worker's.
                     if let Some(j) = try_claim(&gate) {
-                        ready[j] = Some(walk_one(j));
+                        ready[j] = Some(walk_one(j, &mut warm));
                         continue;
                     }
                     match rx.recv() {
@@ -243,11 +305,14 @@ pub(crate) fn decode_queue_chunked<S: Sink, R: Resolve + Clone + Send + Sync>(
                         Err(_) => return Ok(false),
                     }
                 }
-                let walked = ready[i].take().expect("received above")?;
+                let (figures, rec, new) = ready[i].take().expect("received above")?;
+                let walker = &mut adopted[new.walker];
+                walker.funcs.extend(new.funcs);
+                walker.ids.resize(walker.funcs.len(), None);
                 let body = replay.chunk(
                     i,
                     (start as u64, base.len()),
-                    walked,
+                    (figures, rec, walker),
                     &q,
                     (&mut *procs, &mut *funcs),
                     &mut *sink,
@@ -295,8 +360,6 @@ struct Replay {
     /// The last chunk's PSBs that take the next chunk's first checkpoint.
     orphans: Vec<u64>,
     figures: Vec<WalkFigures>,
-    /// Time every chunk's body here rather than take the chunk's times.
-    retime: bool,
 }
 
 impl Replay {
@@ -319,15 +382,14 @@ impl Replay {
         &mut self,
         index: usize,
         (start, shared): (u64, usize),
-        (figures, rec, local): Walked,
+        (figures, rec, adopted): (Vec<WalkFigures>, Recording, &mut Adopted),
         q: &QueueWalk<'_, '_, Memory>,
         (procs, funcs): (&mut [R], &mut FuncTable),
         sink: &mut dyn Sink,
-    ) -> Vec<Entry> {
+    ) -> Vec<Rec> {
         let base = self.pos;
         let mut fix = Fix {
-            map: vec![None; local.len().saturating_sub(shared)],
-            local,
+            adopted,
             shared,
             // A whole walk reached this PSB with tracing on: no trace-begin.
             mend: index > 0 && self.tracing,
@@ -337,90 +399,37 @@ impl Replay {
             extra: Vec::new(),
         };
         let Recording {
-            head,
-            first_anchor,
             mut body,
-            tail,
-            end_anchor,
-            end_rate,
+            mut others,
             end_pos,
             end_need_begin,
             orphans: orphans_next,
             ..
         } = rec;
-        // The chunk timed its body from its first anchor on, as one walk
-        // would, unless time ran backwards across the seam (one walk keeps
-        // it still there) or we are told to check.
-        let own_times = !self.retime
-            && match (first_anchor, self.clock.state().0) {
-                (Some((_, t)), Some((_, t0))) => t >= t0,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
         let (queue, to_ns) = (q.queue, q.to_ns);
-        for e in head {
-            let item = fix.apply(e, q, procs, funcs);
-            for (pos, _, held) in fix.extra.drain(..).chain(item) {
-                self.clock.push(pos, held);
-            }
-        }
-        if let Some((p, tsc)) = first_anchor {
-            self.clock.anchor(p + base, tsc, |st, h| {
-                release(sink, queue, funcs, to_ns, st, h)
-            });
-        }
-        let put = |clock: &mut Clock<Held>,
-                   sink: &mut dyn Sink,
-                   funcs: &FuncTable,
-                   (pos, stamp, held): (u64, Stamp, Held)| {
-            if own_times {
-                release(sink, queue, funcs, to_ns, stamp, held);
-            } else {
-                clock.push(pos, held);
-            }
-        };
-        for e in body.drain(..) {
-            match e.item {
-                Item::Anchor(tsc) => {
-                    if !own_times {
-                        self.clock.anchor(e.pos + base, tsc, |st, h| {
-                            release(sink, queue, funcs, to_ns, st, h)
-                        });
-                    }
-                }
+        for rec in body.drain(..) {
+            let pos = rec.pos + base;
+            match rec.tag {
+                Tag::Anchor => self.clock.anchor(pos, rec.ev.time, |st, h| {
+                    release(sink, queue, funcs, to_ns, st, h)
+                }),
                 // Nearly every item: an event away from the seam, which
-                // only needs its function ids mapped. Moved once, not
-                // through the general path's tuples.
-                Item::Held(Held::Event(mut ev, slot)) if e.seam == 0 => {
+                // only needs its function ids mapped.
+                Tag::Event if rec.seam == 0 => {
+                    let mut ev = rec.ev;
                     ev.from_fn = fix.remap(ev.from_fn, funcs);
                     ev.to_fn = fix.remap(ev.to_fn, funcs);
-                    put(
-                        &mut self.clock,
-                        sink,
-                        funcs,
-                        (e.pos + base, e.stamp, Held::Event(ev, slot)),
-                    );
+                    self.clock.push(pos, Held::Event(ev, rec.slot as usize));
                 }
                 _ => {
-                    let item = fix.apply(e, q, procs, funcs);
-                    for x in fix.extra.drain(..) {
-                        put(&mut self.clock, sink, funcs, x);
-                    }
-                    if let Some(x) = item {
-                        put(&mut self.clock, sink, funcs, x);
+                    let Some(item) = rec.item(&mut others) else {
+                        continue;
+                    };
+                    let item = fix.apply((rec.pos, item, rec.seam), q, procs, funcs);
+                    for (pos, held) in fix.extra.drain(..).chain(item) {
+                        self.clock.push(pos, held);
                     }
                 }
-            }
-        }
-        if own_times {
-            if let Some((p, tsc)) = end_anchor {
-                self.clock.restore((p + base, tsc), end_rate);
-            }
-        }
-        for e in tail {
-            let item = fix.apply(e, q, procs, funcs);
-            for (pos, _, held) in fix.extra.drain(..).chain(item) {
-                self.clock.push(pos, held);
             }
         }
         // Any not taken (no checkpoint in this chunk) still wait.
@@ -448,11 +457,10 @@ impl Replay {
 
 /// What turns a chunk's recorded items into the caller's: function ids,
 /// offsets and positions, the seam's mends, deferred resolution.
-struct Fix {
-    /// The chunk's own table; its ids from `shared` on are mapped into the
-    /// caller's table when first used.
-    local: FuncTable,
-    map: Vec<Option<FuncId>>,
+struct Fix<'w> {
+    /// The functions of the walker's own table from `shared` on, mapped
+    /// into the caller's table when first used.
+    adopted: &'w mut Adopted,
     shared: usize,
     mend: bool,
     start: u64,
@@ -460,21 +468,23 @@ struct Fix {
     /// Earlier chunks' PSBs still to checkpoint, at this chunk's first.
     orphans: Vec<u64>,
     /// Items one walk held just before the one [`Fix::apply`] returns.
-    extra: Vec<(u64, Stamp, Held)>,
+    extra: Vec<(u64, Held)>,
 }
 
-impl Fix {
+impl Fix<'_> {
     fn remap(&mut self, id: FuncId, funcs: &mut FuncTable) -> FuncId {
         let Some(i) = (id as usize).checked_sub(self.shared) else {
             return id;
         };
-        if let Some(Some(g)) = self.map.get(i) {
+        let a = &mut *self.adopted;
+        if let Some(Some(g)) = a.ids.get(i) {
             return *g;
         }
-        let g = funcs.adopt(self.local.get(id));
-        if let Some(slot) = self.map.get_mut(i) {
-            *slot = Some(g);
-        }
+        let Some(f) = a.funcs.get(i) else {
+            return id;
+        };
+        let g = funcs.adopt(f);
+        a.ids[i] = Some(g);
         g
     }
 
@@ -483,16 +493,16 @@ impl Fix {
     /// PSBs' checkpoints, the same but for their offsets, in `extra`.
     fn apply<R: Resolve>(
         &mut self,
-        e: Entry,
+        (pos, item, marks): (u64, Item, u8),
         q: &QueueWalk<'_, '_, Memory>,
         procs: &mut [R],
         funcs: &mut FuncTable,
-    ) -> Option<(u64, Stamp, Held)> {
-        if self.mend && e.seam & seam::SYNC_BEGIN != 0 {
+    ) -> Option<(u64, Held)> {
+        if self.mend && marks & seam::SYNC_BEGIN != 0 {
             return None;
         }
-        let pos = e.pos + self.base;
-        let held = match e.item {
+        let pos = pos + self.base;
+        let held = match item {
             Item::Held(Held::Event(mut ev, slot)) => {
                 ev.from_fn = self.remap(ev.from_fn, funcs);
                 ev.to_fn = self.remap(ev.to_fn, funcs);
@@ -505,20 +515,20 @@ impl Fix {
                 slot,
                 begins,
             }) => {
-                let first = e.seam & seam::FIRST_CHECKPOINT != 0;
+                let first = marks & seam::FIRST_CHECKPOINT != 0;
                 let at = |offset| Held::Checkpoint {
                     offset,
                     ip,
                     insn: insn + self.base,
                     slot,
-                    begins: begins && !(self.mend && e.seam & seam::SYNC_CHECKPOINT != 0),
+                    begins: begins && !(self.mend && marks & seam::SYNC_CHECKPOINT != 0),
                 };
                 if first && !self.orphans.is_empty() {
                     for o in std::mem::take(&mut self.orphans) {
                         if let Some(p) = q.progress {
                             p.segment_done();
                         }
-                        self.extra.push((pos, e.stamp, at(o)));
+                        self.extra.push((pos, at(o)));
                     }
                 }
                 at(offset + self.start)
@@ -531,9 +541,8 @@ impl Fix {
                 }
                 Held::Event(ev, slot)
             }
-            Item::Anchor(_) => return None,
         };
-        Some((pos, e.stamp, held))
+        Some((pos, held))
     }
 }
 
@@ -571,7 +580,6 @@ mod tests {
             workers: 2,
             chunk_bytes: 100,
             first_chunk_bytes: 30,
-            retime: false,
             in_order: false,
         };
         let psbs = [0, 20, 40, 90, 150, 260, 300];

@@ -23,7 +23,7 @@ mod engines;
 mod sink;
 mod walker;
 
-pub(crate) use chunk_log::{seam, Entry, Item, Recording};
+pub(crate) use chunk_log::{seam, Item, Rec, Recording, Tag};
 pub(crate) use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
 pub(crate) use sink::{Sink, ThreadBuilders, TimedItems};
@@ -170,21 +170,21 @@ pub(crate) struct QueueWalk<'a, 'i, I> {
 /// segment this way (`stop_at_psb`, `psbs` holding the segment's end)
 /// and sees every block and event at its instruction position.
 pub(crate) fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
-    dec: D,
+    mut dec: D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
     funcs: &mut FuncTable,
     sink: &mut dyn Sink,
     obs: &mut O,
 ) -> Result<Vec<WalkFigures>, PtError> {
-    run(dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)
+    run(&mut dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)
 }
 
 /// A chunk of a queue walked on its own into `rec`, for [`crate::passes::coarse::chunks`]
 /// to replay, with its walk counters. It stops at the PSB at `end_at`
 /// (relative to its trace), where the next chunk starts.
 pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
-    dec: D,
+    dec: &mut D,
     q: QueueWalk<'_, 'i, D::Image>,
     (end_at, rec): (u64, Recording),
     procs: &mut [R],

@@ -14,7 +14,7 @@ use crate::names::resolve::{Resolve, Resolved};
 use crate::passes::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, BlockEnd, BlockItem, PtError};
-use crate::pt::timing::{Clock, Stamp};
+use crate::pt::timing::Clock;
 
 /// Slots of the walker's direct-mapped caches.
 const RECENT: usize = 1024;
@@ -87,13 +87,8 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     from_sync: bool,
 }
 
-pub(super) const NO_STAMP: Stamp = Stamp {
-    tsc: 0,
-    exact: false,
-};
-
 pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
-    mut dec: D,
+    dec: &mut D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
     funcs: &mut FuncTable,

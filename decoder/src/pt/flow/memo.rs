@@ -192,7 +192,12 @@ impl FlowDecoder<'_> {
             Ev::Tip(Some(_)) => (0, 0),
             _ => return Ok(false),
         };
-        if self.acc.ninsn != 0 || self.tick.is_some() || self.cache.bitness != self.rd.bitness {
+        // The last address marks an empty slot: it is never remembered.
+        if self.acc.ninsn != 0
+            || self.tick.is_some()
+            || self.cache.bitness != self.rd.bitness
+            || self.ip == NO_ENTRY.ip
+        {
             return Ok(false);
         }
         let tick = count > 0 && self.ev_tsc.is_some() && self.ev_tsc != self.told_tsc;

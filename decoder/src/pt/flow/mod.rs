@@ -154,6 +154,28 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
+    /// A decoder over `trace` that keeps this one's images with the runs
+    /// and memo entries it cached for them, and its options: the next
+    /// chunk of a queue, walked by the same thread, does not decode the
+    /// same code again. The caches hold only what the code does, so the
+    /// walk gives what a fresh decoder's would.
+    ///
+    /// No image is current, as in a fresh decoder: a walk that sets none
+    /// fails where a fresh one would, rather than reading the last chunk's.
+    pub fn recycle(mut self, trace: &'a [u8]) -> FlowDecoder<'a> {
+        let mut caches = std::mem::take(&mut self.caches);
+        if let Some(cur) = self.cur {
+            caches[cur] = self.cache;
+        }
+        FlowDecoder {
+            images: self.images,
+            caches,
+            resume_at_ip: self.resume_at_ip,
+            memo: self.memo,
+            ..FlowDecoder::new(trace, &self.cfg)
+        }
+    }
+
     /// Decodes against `image` from now on; its runs stay cached for when
     /// it comes back.
     pub fn set_image(&mut self, image: &'a Memory) -> Result<(), PtError> {

@@ -164,8 +164,13 @@ impl RunCache {
         (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
     }
 
+    /// The run cached at `ip`. The last address is never cached: it is
+    /// the mark of an empty slot, whose run is stale.
     #[inline]
     pub(super) fn get(&self, ip: u64) -> Option<Run> {
+        if ip == EMPTY {
+            return None;
+        }
         let mask = self.keys.len() - 1;
         let mut i = self.slot(ip);
         loop {
@@ -181,6 +186,9 @@ impl RunCache {
     }
 
     pub(super) fn insert(&mut self, ip: u64, run: Run) {
+        if ip == EMPTY {
+            return;
+        }
         if (self.len + 1) * 2 > self.keys.len() {
             let size = self.keys.len() * 2;
             let keys = std::mem::replace(&mut self.keys, vec![EMPTY; size]);
@@ -340,4 +348,34 @@ pub(super) fn decode_run(mem: &Memory, ip: u64, bitness: u32) -> Result<Run, PtE
         return decode_one(mem, ip, bitness);
     }
     Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last address marks an empty slot. After the cache starts over
+    /// (a mode switch), a lookup there must find nothing, not the run that
+    /// slot held before, and a walk that gets there must read the code, as
+    /// a fresh cache's does (a damaged trace's IP can be anything).
+    #[test]
+    fn the_last_address_is_never_a_cached_run() {
+        let mut cache = RunCache::new();
+        let run = Run {
+            ninsn: 7,
+            last: 0x1000,
+            next: 0x1002,
+            target: 0x2000,
+            class: Class::CondJump,
+        };
+        for ip in 0..4096 {
+            cache.insert(0x1000 + 16 * ip, run);
+        }
+        cache.switch_mode(64);
+        assert_eq!(cache.get(EMPTY), None);
+        cache.insert(EMPTY, run);
+        assert_eq!(cache.get(EMPTY), None);
+        cache.insert(0x1000, run);
+        assert_eq!(cache.get(0x1000), Some(run));
+    }
 }

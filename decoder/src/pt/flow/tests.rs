@@ -660,3 +660,36 @@ fn garbage_never_panics() {
         let _ = items(&t, &mem);
     }
 }
+
+/// A decoder recycled for the next chunk walks it as a fresh one does:
+/// with its image set again, it gives the same items (from its cached
+/// runs and memo); with none set, it reads no code, rather than the last
+/// chunk's image.
+#[test]
+fn a_recycled_decoder_walks_the_next_chunk_as_a_fresh_one() {
+    let mem = program();
+    let mut t = psb_at(0x1000);
+    tnt(&mut t, "nt");
+    pgd(&mut t);
+    let cfg = DecoderConfig::default();
+    fn walk<'a>(dec: &mut FlowDecoder<'a>, image: Option<&'a Memory>) -> Vec<String> {
+        if let Some(m) = image {
+            dec.set_image(m).unwrap();
+        }
+        let mut out = Vec::new();
+        dec.walk(|_, item| {
+            out.push(format!("{item:?}"));
+            true
+        });
+        out
+    }
+    let fresh = walk(&mut FlowDecoder::new(&t, &cfg), Some(&mem));
+    assert!(fresh.iter().any(|i| i.contains("Block")), "{fresh:?}");
+    for image in [Some(&mem), None] {
+        let mut used = FlowDecoder::new(&t, &cfg);
+        walk(&mut used, Some(&mem));
+        let got = walk(&mut used.recycle(&t), image);
+        let want = walk(&mut FlowDecoder::new(&t, &cfg), image);
+        assert_eq!(got, want, "image set: {}", image.is_some());
+    }
+}

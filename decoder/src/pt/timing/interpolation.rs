@@ -34,9 +34,6 @@ impl<T> Default for Clock<T> {
     }
 }
 
-/// Two counts: (instructions, TSC) or (TSC ticks, instructions).
-pub(crate) type Point = (u64, u64);
-
 /// A released item's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
@@ -119,26 +116,6 @@ impl<T> Clock<T> {
         }
         if self.anchor.is_none_or(|(p0, _)| pos >= p0) {
             self.anchor = Some((pos, tsc));
-        }
-    }
-
-    /// Takes the held items without timing them.
-    pub(crate) fn take_pending(&mut self) -> Vec<(u64, T)> {
-        std::mem::take(&mut self.pending)
-    }
-
-    /// The last anchor (position, TSC), and the TSC ticks and instructions
-    /// between it and the one before.
-    pub(crate) fn state(&self) -> (Option<Point>, Option<Point>) {
-        (self.anchor, self.rate_from)
-    }
-
-    /// Continues from the state another clock ended in (a later stretch of
-    /// the same trace, timed on its own); its rate if it had one.
-    pub(crate) fn restore(&mut self, anchor: (u64, u64), rate_from: Option<(u64, u64)>) {
-        self.anchor = Some(anchor);
-        if rate_from.is_some() {
-            self.rate_from = rate_from;
         }
     }
 
