@@ -60,8 +60,6 @@ use ptscope_model::TimeUnit;
 const PINNED: &str = "PTSCOPE_BENCH_PINNED";
 
 fn main() {
-    // As the `ptscope` binary does: what it measures is what a user gets.
-    ptscope::allocator::tune();
     // `cargo bench` passes `--bench`; `cargo test --all-targets` does not,
     // and a filter argument means another benchmark was asked for.
     let args: Vec<String> = std::env::args().skip(1).collect();

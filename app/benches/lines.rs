@@ -39,8 +39,6 @@ use ptscope_model::{Model, ThreadModel};
 use ptscope_viewer::{bench::median, bench::rss_bytes};
 
 fn main() {
-    // As the `ptscope` binary does: what it measures is what a user gets.
-    ptscope::allocator::tune();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
         println!("lines: skipped (run it with `cargo bench -p ptscope --bench lines`)");

@@ -517,8 +517,6 @@ fn peak_row(table: &mut Table, what: &str, c: &ChildDecode) {
 }
 
 fn main() {
-    // As the `ptscope` binary does: what it measures is what a user gets.
-    ptscope::allocator::tune();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(spec) = args.iter().find_map(|a| a.strip_prefix("--decode-child=")) {
         decode_child(spec);

@@ -20,15 +20,11 @@
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
 //! - [`demo`]: the demo snapshot, and [`qemu_plugin`]: the QEMU backend's
 //!   plugin, both built into the binary;
-//! - [`size`]: byte sizes as users type them, and [`durations`]: durations;
-//! - [`allocator`]: glibc's allocator set up for decoding.
+//! - [`size`]: byte sizes as users type them, and [`durations`]: durations.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.
 
-// FFI: glibc's allocator parameters.
-#[allow(unsafe_code)]
-pub mod allocator;
 pub mod capture_panel;
 pub mod demo;
 pub mod durations;
