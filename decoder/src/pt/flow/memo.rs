@@ -284,22 +284,25 @@ impl FlowDecoder<'_> {
         // takes it (consuming the packet, and a tick if the next one's
         // time is news), and the block ends where the walk ends it.
         let bit = self.take_bit()?;
-        match tail.class {
+        let ended = match tail.class {
             Class::Return => {
                 self.ip = self.pop_ret().expect("checked before the replay");
-                self.end_block(f)?;
+                true
             }
             _ if bit => {
                 self.ip = tail.push;
-                self.end_block(f)?;
+                true
             }
             _ => {
                 self.ip = tail.next;
                 let more = matches!(self.ev, Ev::Tnt { .. } | Ev::Tip(_) | Ev::Pgd(None));
-                if self.tick.is_some() || !more {
-                    self.end_block(f)?;
-                }
+                self.tick.is_some() || !more
             }
+        };
+        if ended {
+            // The entry built this block: it counts as one it reports.
+            self.memo_figures.blocks += 1;
+            self.end_block(f)?;
         }
         Ok(true)
     }
