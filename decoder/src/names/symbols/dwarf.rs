@@ -72,9 +72,14 @@ impl SourceIndex {
 // The source lookups of `ModuleSymbols`, through addr2line's context; the
 // function and file-offset lookups are in `mod.rs`.
 impl ModuleSymbols {
+    /// addr2line's index of the module's DWARF, to look `svma` up in.
+    fn source_index(&self, svma: u64) -> Option<MutexGuard<'_, addr2line::Context<DwarfReader>>> {
+        self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.context()
+    }
+
     /// Source file and line of `svma` (DWARF), if any.
     pub fn location(&self, svma: u64) -> Option<SourceLocation> {
-        let ctx = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.context()?;
+        let ctx = self.source_index(svma)?;
         let loc = ctx.find_location(svma).ok()??;
         Some(SourceLocation {
             file: loc.file?.to_string(),
@@ -87,12 +92,7 @@ impl ModuleSymbols {
     /// innermost first: the last frame is the real function, at the line
     /// that contains the inlined calls. Empty without line info.
     pub fn source_frames(&self, svma: u64) -> Vec<SourceFrame> {
-        let Some(ctx) = self
-            .dwarf
-            .as_ref()
-            .filter(|_| svma < NO_CODE)
-            .and_then(|d| d.context())
-        else {
+        let Some(ctx) = self.source_index(svma) else {
             return Vec::new();
         };
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
@@ -125,12 +125,7 @@ impl ModuleSymbols {
     /// where it was inlined. Empty outside inlined code. The outermost
     /// (real) function is not included: that is [`function`](Self::function).
     pub fn inline_frames(&self, svma: u64) -> Vec<InlineFrame> {
-        let Some(ctx) = self
-            .dwarf
-            .as_ref()
-            .filter(|_| svma < NO_CODE)
-            .and_then(|d| d.context())
-        else {
+        let Some(ctx) = self.source_index(svma) else {
             return Vec::new();
         };
         let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() else {
