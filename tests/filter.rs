@@ -384,7 +384,14 @@ fn a_tracestop_range_stops_the_trace_until_the_thread_is_scheduled_again() {
         .unwrap();
     let spin = runtime_range(&snap, &exe, off, size);
     let truth = read_ip_log(&log);
-    let main_tid = *truth.keys().min().unwrap();
+    // The process's id, which its main thread's tid is: not the smallest
+    // of them, once thread ids wrap around.
+    let main_tid = snapshot
+        .trace()
+        .unwrap()
+        .thread(*truth.keys().next().unwrap())
+        .unwrap()
+        .pid;
     for (tid, ran) in &truth {
         let packets = ptscope()
             .args(["packets", "--thread", &tid.to_string()])

@@ -139,7 +139,10 @@ fn threads_migrating_between_two_cpus_decode_exactly_as_perf_and_libipt_do() {
     // thread switched in on both CPUs.
     let snapshot = Snapshot::open(&snap).unwrap();
     let trace = snapshot.trace().unwrap();
-    let pid = *truth.keys().min().unwrap();
+    // The process's id, which its main thread's tid is: not the smallest
+    // of the two, once thread ids wrap around.
+    let pid = trace.thread(*truth.keys().next().unwrap()).unwrap().pid;
+    assert!(truth.contains_key(&pid), "the main thread logs too");
     let cpus: Vec<Option<u32>> = trace.streams.iter().map(|s| s.cpu).collect();
     assert_eq!(cpus, [Some(0), Some(1)]);
     assert!(trace
