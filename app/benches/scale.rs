@@ -264,18 +264,13 @@ fn python_capture(dir: &Path) -> PathBuf {
         return snap;
     }
     let t = Instant::now();
-    let out = support::ptscope()
+    let mut record = support::ptscope();
+    record
         .args(["record", "-q", "--backend", "qemu", "--size", "16M", "-o"])
         .arg(&snap)
         // Debian's interpreter, an ELF (a PATH's python3 may be a script).
-        .args(["--", "/usr/bin/python3", "-c", PYTHON_SCRIPT])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ptscope record python3 failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(["--", "/usr/bin/python3", "-c", PYTHON_SCRIPT]);
+    support::run_ok(&mut record, "ptscope record python3");
     eprintln!(
         "input: {} (captured in {:.1?})",
         snap.display(),
