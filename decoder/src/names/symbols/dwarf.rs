@@ -32,8 +32,9 @@ const MAX_NAME_INDIRECTIONS: usize = 8;
 /// A module's DWARF and addr2line's index of it, which is built when a
 /// source lookup first needs it. Building it parses every unit's
 /// abbreviations and line program header: for a distribution's
-/// libpython, some 20 MB held and tens of milliseconds of every decode,
-/// when only the views that show source ever look anything up.
+/// libpython, some 20 MB held. The coarse pass looks up the line of each
+/// function it names, so a module whose code ran builds it during the
+/// decode; a module that is only mapped never does.
 pub(super) struct SourceIndex {
     dwarf: Arc<gimli::Dwarf<DwarfReader>>,
     /// addr2line's context caches parsed units in cells that are not

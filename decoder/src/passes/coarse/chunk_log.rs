@@ -46,7 +46,7 @@ pub(crate) enum Tag {
 /// A recorded item at its instruction position, laid out for the replay,
 /// which reads each one once, from another core: nearly every item is an
 /// event or an anchor, kept inline, and the rare others aside. 56 bytes
-/// (the enum of every item would take 64), and a 16 MiB trace records
+/// (an item with its time took 88 before), and a 16 MiB trace records
 /// some 20 million.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rec {
@@ -56,6 +56,8 @@ pub(crate) struct Rec {
     pub seam: u8,
     pub tag: Tag,
 }
+
+const _: () = assert!(std::mem::size_of::<Rec>() == 56);
 
 impl Rec {
     /// The item it holds, taken out of `others` if it is one of them;
