@@ -613,13 +613,22 @@ pub fn stats(
         SortKey::Max => s.max_ns,
         SortKey::Name => 0,
     };
+    // Functions of one name in several modules (`__cxa_finalize@plt`)
+    // are told apart by id, so that the table is the same every run: the
+    // statistics come out of a hash map.
     if sort == SortKey::Name {
-        rows.sort_by(|a, b| m.funcs.name(a.0).cmp(m.funcs.name(b.0)));
+        rows.sort_by(|a, b| {
+            m.funcs
+                .name(a.0)
+                .cmp(m.funcs.name(b.0))
+                .then(a.0.cmp(&b.0))
+        });
     } else {
         rows.sort_by(|a, b| {
             key(&b.1, b.2)
                 .cmp(&key(&a.1, a.2))
                 .then_with(|| m.funcs.name(a.0).cmp(m.funcs.name(b.0)))
+                .then(a.0.cmp(&b.0))
         });
     }
     if m.unit == TimeUnit::Insns {
@@ -761,5 +770,30 @@ mod tests {
             text.lines().nth(1).unwrap().ends_with(" f  (prog)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn functions_of_one_name_in_several_modules_keep_one_order() {
+        // Eight `__cxa_finalize@plt`s, one per library, alike in every
+        // figure: only their ids order them, whatever the hash map gave.
+        let mut funcs = FuncTable::default();
+        let libs: Vec<String> = (0..8).map(|i| format!("/lib/lib{i}.so")).collect();
+        let ids: Vec<u32> = libs
+            .iter()
+            .map(|l| funcs.intern("__cxa_finalize@plt", l, 0x1000, SpanKind::Call))
+            .collect();
+        let mut t = ThreadSpans::new(7, 7, "prog".into());
+        for (k, &id) in ids.iter().enumerate() {
+            t.push(0, k as u64 * 10, k as u64 * 10 + 5, id, 0);
+        }
+        let m = Model::of(funcs, [t]);
+        for sort in [SortKey::Calls, SortKey::Name] {
+            let mut out = Vec::new();
+            stats(&m, sort, None, None, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let modules: Vec<&str> = text.lines().skip(1).map(|l| l.rsplit(' ').next().unwrap()).collect();
+            let wanted: Vec<String> = (0..8).map(|i| format!("(lib{i}.so)")).collect();
+            assert_eq!(modules, wanted, "{text}");
+        }
     }
 }

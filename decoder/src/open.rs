@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions};
+use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Reopened};
 use crate::decoded::Decoded;
 use crate::inputs::perf_script;
 use crate::pt::block::DecoderConfig;
@@ -169,7 +169,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
             Ok(Decoded::without_lines(m))
         }
         InputKind::Snapshot | InputKind::PerfData => {
-            let snap = Snapshot::open(path).map_err(DecodeError::File)?;
+            let mut snap = Snapshot::open(path).map_err(DecodeError::File)?;
             let dopts = &opts.decode;
             let cache = opts
                 .cache
@@ -177,13 +177,14 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
                 .and_then(|c| Some((c, c.key(path, &model_options(dopts))?)));
             if let Some((c, key)) = &cache {
                 match c.load(key, dopts.progress.as_deref()) {
-                    Some(Ok(cached)) => {
-                        if let Some(model) = crate::decode::reopen(&snap, dopts, cached)? {
+                    Some(Ok(cached)) => match crate::decode::reopen(snap, dopts, cached)? {
+                        Reopened::Model(model) => {
                             c.used(key);
                             return Ok(model);
                         }
                         // Stale: its names came from files that changed.
-                    }
+                        Reopened::Stale(s) => snap = *s,
+                    },
                     // Never trusted: decoded afresh and written anew.
                     Some(Err(_)) => c.forget(key),
                     None => {}

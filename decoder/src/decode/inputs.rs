@@ -120,6 +120,21 @@ pub(super) struct Prepared {
     pub(super) kernel_warning: Option<String>,
 }
 
+/// The code loaders of a decode by `engine` of `snap`.
+pub(super) fn loaders(snap: &Snapshot, engine: Engine) -> Result<Loaders, DecodeError> {
+    #[cfg(not(feature = "libipt"))]
+    let _ = snap;
+    Ok(Loaders {
+        engine,
+        #[cfg(feature = "libipt")]
+        cache: SectionCache::new().map_err(|error| DecodeError::Setup {
+            path: snap.path.clone(),
+            error,
+        })?,
+        files: FileCache::default(),
+    })
+}
+
 pub(super) fn prepare(
     snap: &Snapshot,
     trace: &Trace,
@@ -141,15 +156,7 @@ pub(super) fn prepare(
         )),
         (None, Ok(_)) => {}
     }
-    let loaders = Loaders {
-        engine: opts.engine,
-        #[cfg(feature = "libipt")]
-        cache: SectionCache::new().map_err(|error| DecodeError::Setup {
-            path: snap.path.clone(),
-            error,
-        })?,
-        files: FileCache::default(),
-    };
+    let loaders = loaders(snap, opts.engine)?;
     let lookup = crate::names::lookup::Lookup::new(Some(snap), opts.names.lookup.clone());
     let mut symbols = SymbolCache::new(lookup);
     let (kernel, kernel_warning) = crate::names::symbols::kallsyms::for_trace(

@@ -364,7 +364,7 @@ impl ModelCache {
     /// used entries until the cache fits its bound. A model larger than
     /// the whole bound is not kept.
     pub(crate) fn store(&self, key: &str, model: &Decoded) -> Result<(), CacheError> {
-        let Some(lines) = &model.lines else {
+        let Some(recipe) = model.lines.as_ref().and_then(|l| l.recipe()) else {
             return Ok(());
         };
         let io = |path: &Path| {
@@ -373,7 +373,7 @@ impl ModelCache {
         };
         let mut lanes: Vec<&[Span]> = Vec::new();
         let mut data_len = 0u64;
-        let entry = EntryRef::of(model, lines.recipe(), &mut |spans| {
+        let entry = EntryRef::of(model, recipe, &mut |spans| {
             let at = LaneRef::of(data_len, spans);
             data_len += std::mem::size_of_val(spans) as u64;
             lanes.push(spans);

@@ -75,6 +75,9 @@ pub struct SymbolCache {
     /// that of the debug file its names came from: what a cached model's
     /// names depend on ([`SymbolCache::sources`]).
     sources: std::collections::BTreeSet<String>,
+    /// Binaries found by [`SymbolCache::locate_mapped`] whose symbols are
+    /// not read yet; `None`: the binary cannot be opened.
+    located: HashMap<PathBuf, Option<Located>>,
     /// The kernel's functions (kallsyms or vmlinux), which name kernel
     /// code; `None`: it is `[kernel]`.
     pub kernel: Option<Arc<KernelSymbols>>,
@@ -105,30 +108,58 @@ impl SymbolCache {
         if let Some(m) = self.modules.get(file) {
             return m.clone();
         }
-        let m = shared_symbols(file, mapped_path, &self.lookup, &mut self.notes);
+        self.locate_mapped(file, mapped_path);
+        let found = self.located.remove(file).flatten();
+        let m = found.and_then(|found| shared_symbols(found, mapped_path, &mut self.notes));
         self.modules.insert(file.to_path_buf(), m.clone());
+        m
+    }
+
+    /// Finds the binary `file` (mapped as `mapped_path`) and the separate
+    /// debug file its names would come from, and adds both to
+    /// [`SymbolCache::sources`], without reading their symbols: what a
+    /// cached model is checked against before it is trusted. A later
+    /// [`SymbolCache::get_mapped`] reads the files found here.
+    pub fn locate_mapped(&mut self, file: &Path, mapped_path: &str) {
+        if self.modules.contains_key(file) || self.located.contains_key(file) {
+            return;
+        }
+        let found = std::fs::File::open(file).ok().map(|f| {
+            let debug = debug_file(file, &f, mapped_path, &self.lookup, &mut self.notes);
+            Located {
+                path: file.to_path_buf(),
+                file: f,
+                debug,
+            }
+        });
         // What the snapshot carries is named by its place in it: the
         // snapshot, whose identity keys the cache, is unpacked afresh
         // (somewhere else) each time it is opened.
         let carried = self.lookup.carried();
-        let identity = |p: &Path| {
+        let identity = |p: &Path, f: Option<&std::fs::File>| {
             if let Some(rel) = carried.and_then(|d| p.strip_prefix(d).ok()) {
                 return format!("in the snapshot: {}", rel.display());
             }
-            let id = std::fs::File::open(p).ok().and_then(|f| file_id(&f));
+            let id = f.and_then(file_id);
             format!(
                 "{} {}",
                 p.display(),
                 id.map_or_else(|| "unreadable".to_string(), |id| format!("{id:?}"))
             )
         };
-        let debug = m
+        // The debug file found is a source whether or not it names
+        // anything: one that is replaced by a better one makes the names
+        // stale as surely as a changed binary.
+        let debug = found
             .as_ref()
-            .and_then(|m| m.debug_file())
-            .map(|d| format!(", debug file {}", identity(d)));
-        self.sources
-            .insert(format!("{}{}", identity(file), debug.unwrap_or_default()));
-        m
+            .and_then(|l| l.debug.as_ref())
+            .map(|(d, f)| format!(", debug file {}", identity(d, Some(f))));
+        self.sources.insert(format!(
+            "{}{}",
+            identity(file, found.as_ref().map(|l| &l.file)),
+            debug.unwrap_or_default()
+        ));
+        self.located.insert(file.to_path_buf(), found);
     }
 
     /// The files this cache read names from, each with its identity
@@ -190,25 +221,32 @@ fn debug_file(
     }
 }
 
+/// A binary found on disk, open, with the separate debug file its names
+/// come from when it lacks its own.
+struct Located {
+    path: PathBuf,
+    file: std::fs::File,
+    debug: Option<(PathBuf, std::fs::File)>,
+}
+
 /// Symbols any live model in the process already loaded from the same
 /// unchanged file (and debug file): a re-decode (another engine, other
 /// threads) or a second model of the same snapshot shares them instead of
 /// parsing libc again. Weak, so they go with the last model that uses
 /// them.
 fn shared_symbols(
-    path: &Path,
+    found: Located,
     mapped_path: &str,
-    lookup: &Lookup,
     notes: &mut Vec<String>,
 ) -> Option<Arc<ModuleSymbols>> {
     use parking_lot::Mutex;
     use std::sync::Weak;
     type Key = (FileId, Option<FileId>);
     static SHARED: Mutex<Option<HashMap<Key, Weak<ModuleSymbols>>>> = Mutex::new(None);
-    // Identified and read through one open file: a file replaced in
-    // between cannot be cached under the other's identity.
-    let file = std::fs::File::open(path).ok()?;
-    let debug = debug_file(path, &file, mapped_path, lookup, notes);
+    // Identified and read through the files opened when they were found:
+    // a file replaced in between cannot be cached under the other's
+    // identity.
+    let Located { path, file, debug } = found;
     let id = (
         file_id(&file)?,
         debug.as_ref().and_then(|(_, f)| file_id(f)),
@@ -221,7 +259,7 @@ fn shared_symbols(
     map.retain(|_, w| w.strong_count() > 0);
     drop(shared);
     let debug_ref = debug.as_ref().map(|(p, f)| (p.as_path(), f));
-    let m = Arc::new(ModuleSymbols::load_split(path, &file, debug_ref).ok()?);
+    let m = Arc::new(ModuleSymbols::load_split(&path, &file, debug_ref).ok()?);
     if let (Some((dpath, _)), None) = (&debug, m.debug_file()) {
         let why = m
             .debug_info_problem()

@@ -35,6 +35,10 @@ pub enum FineError {
     Cancelled,
     #[error("no thread could be started to re-decode on: {0}")]
     NoThread(String),
+    /// The code and symbols to re-decode from could not be read again
+    /// (a model re-opened from the model cache builds them afresh).
+    #[error("the code to re-decode could not be read: {0}")]
+    Unavailable(String),
 }
 
 /// One frame of an instruction's source position: a function and the line

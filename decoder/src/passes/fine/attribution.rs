@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::line_source::State;
-use super::{Chain, LineFrame, LineSource, LineSpan, Segment, NO_CHAIN};
+use super::line_source::{LineEngine, State};
+use super::{Chain, LineFrame, LineSpan, Segment, NO_CHAIN};
 
 // Line frames for the instructions of a segment, from the symbols.
-impl LineSource {
+impl LineEngine {
     /// Gives every instruction its chain of source frames.
     pub(super) fn attach_lines(&self, state: &mut State, proc: usize, seg: &mut Segment) {
         let State {

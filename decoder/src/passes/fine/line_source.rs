@@ -1,11 +1,17 @@
-//! The [`LineSource`] engine: what a decoded snapshot keeps for the fine
-//! pass (the trace queues, the process code and symbols, the per-CPU
-//! slots), and [`LineSource::decode_segment`], which re-walks one segment
-//! and hands the result to the walk's replay and the line attribution. It
-//! is separate because it owns the shared state the other parts borrow.
+//! The [`LineSource`] and its engine: what a decoded snapshot keeps for
+//! the fine pass (the trace queues, the process code and symbols, the
+//! per-CPU slots), and [`LineSource::decode_segment`], which re-walks one
+//! segment and hands the result to the walk's replay and the line
+//! attribution. It is separate because it owns the shared state the other
+//! parts borrow.
+//!
+//! A decode builds the engine as it walks. A model re-opened from the
+//! model cache has its engine built on a thread of its own, since reading
+//! every binary's symbols again took most of a re-open: the model is
+//! shown at once, and the first request for lines waits for the engine.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
@@ -56,8 +62,133 @@ pub(super) struct State {
 }
 
 /// What the fine pass re-decodes from: the trace, the code and the symbols
-/// of a decoded snapshot, kept by the [`Model`](ptscope_model::Model).
+/// of a decoded snapshot, kept beside its [`Model`](ptscope_model::Model).
+/// Built at once, or still being built on a thread of its own (a model
+/// re-opened from the model cache): what needs it then waits for it.
 pub struct LineSource {
+    engine: OnceLock<Result<LineEngine, String>>,
+    building: Mutex<Option<std::thread::JoinHandle<Result<LineEngine, String>>>>,
+}
+
+impl std::fmt::Debug for LineSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.engine.get() {
+            Some(Ok(e)) => e.fmt(f),
+            Some(Err(e)) => write!(f, "LineSource(unavailable: {e})"),
+            None => f.write_str("LineSource(being built)"),
+        }
+    }
+}
+
+impl LineSource {
+    /// The source of a decode, built from what its walk set up.
+    pub(crate) fn new(
+        cfg: DecoderConfig,
+        clock: (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+        queues: Vec<QueueParts>,
+        procs: Vec<(i32, Memory, ProcessSymbols)>,
+        cpu: CpuSlots,
+        funcs: FuncTable,
+    ) -> LineSource {
+        LineSource {
+            engine: OnceLock::from(Ok(LineEngine::new(cfg, clock, queues, procs, cpu, funcs))),
+            building: Mutex::new(None),
+        }
+    }
+
+    /// The same source, knowing the files its names came from.
+    pub(crate) fn with_sources(mut self, sources: Vec<String>) -> LineSource {
+        if let Some(Ok(e)) = self.engine.get_mut() {
+            e.sources = sources;
+        }
+        self
+    }
+
+    /// A source that `build` makes on a thread of its own, started now;
+    /// an error it returns is what every request for lines gets.
+    pub(crate) fn later(
+        build: impl FnOnce() -> Result<LineSource, String> + Send + 'static,
+    ) -> LineSource {
+        let thread = std::thread::Builder::new()
+            .name("ptscope-line-source".into())
+            .spawn(move || build().and_then(LineSource::into_engine));
+        match thread {
+            Ok(t) => LineSource {
+                engine: OnceLock::new(),
+                building: Mutex::new(Some(t)),
+            },
+            Err(e) => LineSource {
+                engine: OnceLock::from(Err(format!("no thread could be started: {e}"))),
+                building: Mutex::new(None),
+            },
+        }
+    }
+
+    fn into_engine(self) -> Result<LineEngine, String> {
+        let _ = self.engine();
+        self.engine
+            .into_inner()
+            .unwrap_or_else(|| Err("never built".into()))
+    }
+
+    /// The engine, waiting for it if it is still being built.
+    fn engine(&self) -> Result<&LineEngine, FineError> {
+        let built = self.engine.get_or_init(|| {
+            let thread = self.building.lock().take();
+            match thread.map(std::thread::JoinHandle::join) {
+                Some(Ok(built)) => built,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => Err("never built".into()),
+            }
+        });
+        built
+            .as_ref()
+            .map_err(|e| FineError::Unavailable(e.clone()))
+    }
+
+    /// Waits until the source is built; whether it could be.
+    pub fn wait(&self) -> Result<(), FineError> {
+        self.engine().map(|_| ())
+    }
+
+    /// What this source was built from besides the snapshot, for the
+    /// model cache (`FineRecipe`); `None` if it could not be built.
+    pub fn recipe(&self) -> Option<FineRecipe> {
+        self.engine().ok().map(LineEngine::recipe)
+    }
+
+    /// Re-decodes the segment of `thread` that starts at its checkpoint
+    /// `index`. `cancel` stops it early.
+    pub fn decode_segment(
+        &self,
+        thread: &ThreadModel,
+        index: usize,
+        cancel: Option<&DecodeProgress>,
+    ) -> Result<Segment, FineError> {
+        self.engine()?.decode_segment(thread, index, cancel)
+    }
+
+    /// Re-decodes calls `a` and `b` of `model` (the model this source came
+    /// with) and counts every line that ran under each, here and now.
+    pub fn compare_lines(
+        &self,
+        model: &Model,
+        a: &Call,
+        b: &Call,
+    ) -> Result<LineComparison, FineError> {
+        let decode = |t: usize, i: usize| self.decode_segment(&model.threads[t], i, None);
+        ptscope_model::compare_lines(&decode, model, a, b)
+    }
+
+    /// Intel-syntax disassembly of the instruction at `ip` in process
+    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
+    pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
+        self.engine().ok()?.disassemble(pid, ip, bitness)
+    }
+}
+
+/// The engine of a [`LineSource`].
+pub(crate) struct LineEngine {
     cfg: DecoderConfig,
     /// TSC to perf time.
     to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
@@ -73,9 +204,9 @@ pub struct LineSource {
     sources: Vec<String>,
 }
 
-impl std::fmt::Debug for LineSource {
+impl std::fmt::Debug for LineEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LineSource")
+        f.debug_struct("LineEngine")
             .field("queues", &self.queues.len())
             .field("pids", &self.pids)
             .finish_non_exhaustive()
@@ -154,7 +285,7 @@ pub(crate) struct QueueParts {
     pub schedule: Vec<(u64, usize)>,
 }
 
-impl LineSource {
+impl LineEngine {
     pub(crate) fn new(
         cfg: DecoderConfig,
         (to_ns, unit): (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
@@ -162,7 +293,7 @@ impl LineSource {
         procs: Vec<(i32, Memory, ProcessSymbols)>,
         cpu: CpuSlots,
         funcs: FuncTable,
-    ) -> LineSource {
+    ) -> LineEngine {
         let mut pids = Vec::new();
         let mut memories = Vec::new();
         let mut resolvers = Vec::new();
@@ -171,7 +302,7 @@ impl LineSource {
             memories.push(mem);
             resolvers.push(res);
         }
-        LineSource {
+        LineEngine {
             cfg,
             to_ns,
             unit,
@@ -198,14 +329,7 @@ impl LineSource {
         }
     }
 
-    /// The same source, knowing the files its names came from.
-    pub(crate) fn with_sources(self, sources: Vec<String>) -> LineSource {
-        LineSource { sources, ..self }
-    }
-
-    /// What this source was built from besides the snapshot, for the
-    /// model cache (`FineRecipe`).
-    pub fn recipe(&self) -> FineRecipe {
+    fn recipe(&self) -> FineRecipe {
         let state = self.state.lock();
         let mut slot_of: Vec<(i32, u64)> = self
             .cpu
@@ -242,9 +366,7 @@ impl LineSource {
         self.pids.iter().position(|&p| p == pid)
     }
 
-    /// Re-decodes the segment of `thread` that starts at its checkpoint
-    /// `index`. `cancel` stops it early.
-    pub fn decode_segment(
+    fn decode_segment(
         &self,
         thread: &ThreadModel,
         index: usize,
@@ -367,21 +489,7 @@ impl LineSource {
         Ok(seg)
     }
 
-    /// Re-decodes calls `a` and `b` of `model` (the model this source came
-    /// with) and counts every line that ran under each, here and now.
-    pub fn compare_lines(
-        &self,
-        model: &Model,
-        a: &Call,
-        b: &Call,
-    ) -> Result<LineComparison, FineError> {
-        let decode = |t: usize, i: usize| self.decode_segment(&model.threads[t], i, None);
-        ptscope_model::compare_lines(&decode, model, a, b)
-    }
-
-    /// Intel-syntax disassembly of the instruction at `ip` in process
-    /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
-    pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
+    fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
         let mem = &self.memories[self.proc_of(pid)?];
         crate::pt::flow::disassemble(mem, ip, u32::from(bitness))
     }
@@ -466,5 +574,46 @@ mod tests {
             let seg = src.decode_segment(&t, i, None).unwrap();
             assert_eq!(seg.insns.first().map(|x| x.ip), Some(t.checkpoints[i].ip));
         }
+    }
+
+    #[test]
+    fn a_source_built_later_decodes_as_one_built_at_once() {
+        use super::LineSource;
+        let model = demo();
+        let at_once = model.lines.clone().unwrap();
+        let t = &model.threads[0];
+        let want = at_once.decode_segment(t, 0, None).unwrap();
+        // The same engine, handed over by a thread of its own.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let fresh = demo().lines.unwrap();
+        let later = LineSource::later(move || {
+            // Not ready until the test says so: requests wait for it.
+            rx.recv().unwrap();
+            Ok(std::sync::Arc::into_inner(fresh).expect("the only handle"))
+        });
+        assert!(format!("{later:?}").contains("being built"));
+        tx.send(()).unwrap();
+        let got = later.decode_segment(t, 0, None).unwrap();
+        assert_eq!(got.insns, want.insns);
+        assert_eq!(later.recipe(), at_once.recipe());
+        assert!(later.disassemble(t.spans.pid, want.insns[0].ip, 64).is_some());
+    }
+
+    #[test]
+    fn a_source_that_could_not_be_built_says_why_to_every_request() {
+        use super::LineSource;
+        use ptscope_model::FineError;
+        let model = demo();
+        let later = LineSource::later(|| Err("/bin/prog: gone".into()));
+        let t = &model.threads[0];
+        for _ in 0..2 {
+            match later.decode_segment(t, 0, None) {
+                Err(FineError::Unavailable(why)) => assert_eq!(why, "/bin/prog: gone"),
+                other => panic!("{:?}", other.map(|s| s.insns.len())),
+            }
+        }
+        assert!(later.wait().is_err());
+        assert_eq!(later.recipe(), None);
+        assert_eq!(later.disassemble(t.spans.pid, 0x1000, 64), None);
     }
 }
