@@ -617,12 +617,7 @@ pub fn stats(
     // are told apart by id, so that the table is the same every run: the
     // statistics come out of a hash map.
     if sort == SortKey::Name {
-        rows.sort_by(|a, b| {
-            m.funcs
-                .name(a.0)
-                .cmp(m.funcs.name(b.0))
-                .then(a.0.cmp(&b.0))
-        });
+        rows.sort_by(|a, b| m.funcs.name(a.0).cmp(m.funcs.name(b.0)).then(a.0.cmp(&b.0)));
     } else {
         rows.sort_by(|a, b| {
             key(&b.1, b.2)
@@ -791,7 +786,11 @@ mod tests {
             let mut out = Vec::new();
             stats(&m, sort, None, None, &mut out).unwrap();
             let text = String::from_utf8(out).unwrap();
-            let modules: Vec<&str> = text.lines().skip(1).map(|l| l.rsplit(' ').next().unwrap()).collect();
+            let modules: Vec<&str> = text
+                .lines()
+                .skip(1)
+                .map(|l| l.rsplit(' ').next().unwrap())
+                .collect();
             let wanted: Vec<String> = (0..8).map(|i| format!("(lib{i}.so)")).collect();
             assert_eq!(modules, wanted, "{text}");
         }

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
-use crate::decode::{decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Reopened};
+use crate::decode::{
+    decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Reopened,
+};
 use crate::decoded::Decoded;
 use crate::inputs::perf_script;
 use crate::pt::block::DecoderConfig;

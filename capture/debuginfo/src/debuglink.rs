@@ -15,8 +15,15 @@ pub(crate) struct Debuglink {
     pub crc: u32,
 }
 
-/// The debuglink of the ELF image `data`, if it has a sound one.
-pub(crate) fn read(data: &[u8]) -> Option<Debuglink> {
+/// The debuglink of the ELF file at `path`, if it has a sound one. Only
+/// its headers and the section are read, not the whole binary: a large
+/// program read whole for a few bytes was a tenth of a re-open.
+pub(crate) fn read_file(path: &Path) -> Option<Debuglink> {
+    let file = std::fs::File::open(path).ok()?;
+    read_from(&object::read::ReadCache::new(file))
+}
+
+fn read_from<'d, R: object::ReadRef<'d>>(data: R) -> Option<Debuglink> {
     let file = object::File::parse(data).ok()?;
     let section = file.section_by_name(".gnu_debuglink")?;
     let bytes = section.data().ok()?;
@@ -88,6 +95,33 @@ mod tests {
         let mut s = b"../../etc/x\0".to_vec();
         s.extend(0u32.to_le_bytes());
         assert_eq!(parse(&s, true), None);
+    }
+
+    #[test]
+    fn a_binarys_link_is_read_from_its_headers_and_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let debug = dir.path().join("prog.debug");
+        std::fs::write(&debug, b"the debug file's bytes").unwrap();
+        // /bin/true has a link of its own: it is replaced.
+        let linked = dir.path().join("prog");
+        let out = std::process::Command::new("objcopy")
+            .arg("--remove-section=.gnu_debuglink")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg("/bin/true")
+            .arg(&linked)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let link = read_file(&linked).unwrap();
+        assert_eq!(link.name, "prog.debug");
+        assert_eq!(link.crc, file_crc(&debug).unwrap());
+        // Not ELF, cut short, or not there: none.
+        assert_eq!(read_file(&debug), None);
+        let bytes = std::fs::read(&linked).unwrap();
+        let cut = dir.path().join("cut");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        assert_eq!(read_file(&cut), None);
+        assert_eq!(read_file(&dir.path().join("gone")), None);
     }
 
     #[test]

@@ -132,8 +132,7 @@ impl Search {
     /// its `.debug/`, and under each debug directory at the binary's path;
     /// only a file whose CRC is the one the link records.
     fn by_debuglink(&self, binary: &Path, mapped_path: &str) -> Option<PathBuf> {
-        let data = std::fs::read(binary).ok()?;
-        let link = debuglink::read(&data)?;
+        let link = debuglink::read_file(binary)?;
         let dir = Path::new(mapped_path).parent()?;
         let mut candidates = vec![dir.join(&link.name), dir.join(".debug").join(&link.name)];
         let relative = dir.strip_prefix("/").unwrap_or(dir);

@@ -46,8 +46,13 @@ pub(crate) fn reopen(
     let mut missing_binaries = Vec::new();
     let mut notes = Vec::new();
     for &pid in &recipe.pids {
-        let (secs, missing) =
-            crate::names::image::sections_noting(&snap, &trace, Some(pid), symbols.lookup(), &mut notes);
+        let (secs, missing) = crate::names::image::sections_noting(
+            &snap,
+            &trace,
+            Some(pid),
+            symbols.lookup(),
+            &mut notes,
+        );
         for s in &secs {
             symbols.locate_mapped(&s.file, &s.mapped_path);
         }

@@ -20,7 +20,7 @@ mod rewrite;
 mod trace;
 mod write;
 
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
 pub use metadata::{Metadata, TriggerCall, FILE_NAME as METADATA_FILE, FORMAT_VERSION};
@@ -216,17 +216,18 @@ impl Snapshot {
                     format!("member `{}` claims {size} bytes", name.display()),
                 ));
             }
+            // The size the archive reads by (a PAX record can set it)
+            // must be the header's: the members below are read in place,
+            // by the header's.
+            if entry.size() != size {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("member `{}` has two sizes", name.display()),
+                ));
+            }
             if name.as_os_str() == "perf.data" {
                 // The trace, by far the largest member: mapped in place.
-                // Its size is the one the archive reads by (a PAX record
-                // can set it), which must be the header's.
-                if entry.size() != size {
-                    return Err(bad(
-                        path,
-                        kind,
-                        format!("member `{}` has two sizes", name.display()),
-                    ));
-                }
                 let at = entry.raw_file_position();
                 let data = FileBytes::map(&file, at, size).map_err(|e| {
                     bad(
@@ -236,6 +237,39 @@ impl Snapshot {
                     )
                 })?;
                 perf_data = Some(data);
+                continue;
+            }
+            let name_str = name.to_string_lossy();
+            if name_str.starts_with(".build-id/") {
+                // A binary or debug file, by far most of the rest: copied
+                // from the archive to its file by the kernel, through a
+                // handle of its own (the archive reads through `file`).
+                // Read and written through this process, these were most
+                // of a re-open's time.
+                let dest = cache.path().join(&name);
+                if let Some(parent) = dest.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
+                }
+                let truncated = |e: std::io::Error| {
+                    bad(
+                        path,
+                        kind,
+                        format!("member `{}` is truncated ({e})", name.display()),
+                    )
+                };
+                let mut from = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
+                from.seek(std::io::SeekFrom::Start(entry.raw_file_position()))
+                    .map_err(truncated)?;
+                let mut to = std::fs::File::create(&dest).map_err(|e| FileError::io(&dest, e))?;
+                let copied = std::io::copy(&mut (&from).take(size), &mut to)
+                    .map_err(|e| FileError::io(&dest, e))?;
+                if copied != size {
+                    return Err(bad(
+                        path,
+                        kind,
+                        format!("member `{}` is truncated", name.display()),
+                    ));
+                }
                 continue;
             }
             let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
@@ -256,7 +290,6 @@ impl Snapshot {
                     format!("member `{}` is truncated", name.display()),
                 ));
             }
-            let name_str = name.to_string_lossy();
             if name_str == metadata::FILE_NAME {
                 metadata = Some(serde_json::from_slice(&data).map_err(|e| {
                     bad(
@@ -269,12 +302,6 @@ impl Snapshot {
                 kallsyms = Some(data);
             } else if name_str == MODULES_MEMBER {
                 modules = Some(data);
-            } else if name_str.starts_with(".build-id/") {
-                let dest = cache.path().join(&name);
-                if let Some(parent) = dest.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
-                }
-                std::fs::write(&dest, &data).map_err(|e| FileError::io(&dest, e))?;
             }
         }
         if members == 0 {

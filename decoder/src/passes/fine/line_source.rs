@@ -596,7 +596,9 @@ mod tests {
         let got = later.decode_segment(t, 0, None).unwrap();
         assert_eq!(got.insns, want.insns);
         assert_eq!(later.recipe(), at_once.recipe());
-        assert!(later.disassemble(t.spans.pid, want.insns[0].ip, 64).is_some());
+        assert!(later
+            .disassemble(t.spans.pid, want.insns[0].ip, 64)
+            .is_some());
     }
 
     #[test]
