@@ -73,6 +73,9 @@ pub struct Insn {
     pub exact: bool,
     /// The execution mode it ran in: 16, 32 or 64-bit.
     pub bitness: u8,
+    /// Which of its segment's [`Segment::addrs`] its address is, so that
+    /// sums per address need no hashing (it fits in what the struct pads).
+    pub addr: u32,
 }
 
 /// Consecutive instructions on one source line, at one inline level.
@@ -111,6 +114,9 @@ pub struct Segment {
     /// Where each depth's run starts in `lines`: (depth, start index).
     depth_runs: Vec<(u32, u32)>,
     pub chains: Vec<Chain>,
+    /// Its instructions' distinct addresses, in the order first met
+    /// ([`Insn::addr`] indexes it).
+    pub addrs: Vec<u64>,
     /// Decode errors: trace offset (from the segment's PSB) and message.
     pub errors: Vec<(u64, String)>,
     /// Cut at [`MAX_SEGMENT_INSNS`]: the rest of it is not here.

@@ -19,10 +19,14 @@ impl LineEngine {
             resolvers,
             frames,
             strings,
+            chains,
             ..
         } = state;
         let resolver = &resolvers[proc];
-        let mut by_ip: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut by_ip: FxHashMap<u64, (u32, u32)> = FxHashMap::default();
+        // The segment's index of each chain: the instructions of one line
+        // share it, which is what `build_lines` checks first.
+        let mut by_chain: FxHashMap<usize, u32> = FxHashMap::default();
         let mut intern = |s: &str| -> Arc<str> {
             if let Some((k, _)) = strings.get_key_value(s) {
                 return k.clone();
@@ -32,8 +36,9 @@ impl LineEngine {
             k
         };
         for insn in &mut seg.insns {
-            if let Some(&c) = by_ip.get(&insn.ip) {
+            if let Some(&(c, a)) = by_ip.get(&insn.ip) {
                 insn.chain = c;
+                insn.addr = a;
                 continue;
             }
             let chain = frames
@@ -66,18 +71,29 @@ impl LineEngine {
                             }
                         })
                         .collect();
-                    Some(Chain::from(chain))
+                    // One chain per content, as for the names in it.
+                    let chain = Chain::from(chain);
+                    if let Some((k, _)) = chains.get_key_value(&chain) {
+                        return Some(k.clone());
+                    }
+                    chains.insert(chain.clone(), ());
+                    Some(chain)
                 })
                 .clone();
             let c = match chain {
-                Some(chain) => {
-                    seg.chains.push(chain);
-                    (seg.chains.len() - 1) as u32
-                }
+                Some(chain) => *by_chain
+                    .entry(Arc::as_ptr(&chain) as *const LineFrame as usize)
+                    .or_insert_with(|| {
+                        seg.chains.push(chain);
+                        (seg.chains.len() - 1) as u32
+                    }),
                 None => NO_CHAIN,
             };
-            by_ip.insert(insn.ip, c);
+            let a = seg.addrs.len() as u32;
+            seg.addrs.push(insn.ip);
+            by_ip.insert(insn.ip, (c, a));
             insn.chain = c;
+            insn.addr = a;
         }
     }
 }
@@ -130,8 +146,7 @@ pub(super) fn build_lines(seg: &mut Segment) {
                 same += 1;
                 continue;
             }
-            let of = &seg.chains[o.chain as usize][same];
-            if of != &chain[same] {
+            if !same_frame(&seg.chains[o.chain as usize][same], &chain[same]) {
                 break;
             }
             same += 1;
@@ -152,8 +167,46 @@ pub(super) fn build_lines(seg: &mut Segment) {
         }
     }
     close(&mut open, 0, depth, &mut lines);
-    lines.sort_by_key(|l| (l.depth, l.start, l.first));
-    seg.set_lines(lines);
+    seg.set_lines(by_depth(lines));
+}
+
+/// Whether two frames are the same: by the line first, which differs most
+/// often, then by the names, which are interned (one `Arc` per text), so
+/// that equal ones are one pointer and the texts are compared only where
+/// they differ.
+#[inline]
+fn same_frame(a: &LineFrame, b: &LineFrame) -> bool {
+    let same = |x: &Arc<str>, y: &Arc<str>| Arc::ptr_eq(x, y) || x == y;
+    a.line == b.line && same(&a.function, &b.function) && same(&a.file, &b.file)
+}
+
+/// `lines` ordered by depth, then start, then first instruction. At one
+/// depth at most one line span is open at a time, so each depth's spans
+/// are closed, and pushed, in that order already: a stable counting sort
+/// by depth orders the whole. Checked, and sorted outright where it does
+/// not hold, so the result is the same either way.
+fn by_depth(lines: Vec<LineSpan>) -> Vec<LineSpan> {
+    let key = |l: &LineSpan| (l.depth, l.start, l.first);
+    let Some(deepest) = lines.iter().map(|l| l.depth).max() else {
+        return lines;
+    };
+    let mut at = vec![0usize; deepest as usize + 2];
+    for l in &lines {
+        at[l.depth as usize + 1] += 1;
+    }
+    for d in 1..at.len() {
+        at[d] += at[d - 1];
+    }
+    let mut sorted = lines.clone();
+    for l in &lines {
+        let slot = &mut at[l.depth as usize];
+        sorted[*slot] = *l;
+        *slot += 1;
+    }
+    if !sorted.is_sorted_by_key(key) {
+        sorted.sort_by_key(key);
+    }
+    sorted
 }
 
 #[cfg(test)]
@@ -180,6 +233,7 @@ mod tests {
             chain,
             exact: false,
             bitness: 64,
+            addr: 0,
         }
     }
 

@@ -54,11 +54,14 @@ pub(crate) struct CpuSlots {
 
 /// Resolvers and the function table a walk interns into; line frames by
 /// address, looked up once.
+#[derive(Clone)]
 pub(super) struct State {
     funcs: FuncTable,
     pub(super) resolvers: Vec<ProcessSymbols>,
     pub(super) frames: FxHashMap<(usize, u64), Option<Chain>>,
     pub(super) strings: HashMap<Arc<str>, ()>,
+    /// Every chain met, one `Arc` per content.
+    pub(super) chains: HashMap<Chain, ()>,
 }
 
 /// What the fine pass re-decodes from: the trace, the code and the symbols
@@ -199,9 +202,58 @@ pub(crate) struct LineEngine {
     pids: Vec<i32>,
     memories: Vec<Memory>,
     cpu: CpuSlots,
+    /// The state of the decode: what its walk learned, kept in the model
+    /// cache's recipe.
     state: Mutex<State>,
+    /// States for segments decoded while `state` is busy with another
+    /// (segments are decoded on every core), made from `fresh` when none
+    /// is free and kept for the next. What a segment gives does not depend
+    /// on the state it was decoded with: its frames are looked up by
+    /// address, its depths from its checkpoint.
+    spares: Mutex<Vec<State>>,
+    fresh: State,
     /// The files the names came from, for the model cache.
     sources: Vec<String>,
+}
+
+/// A [`State`] lent to one segment's decode; a spare goes back to the
+/// pool when the decode is done.
+enum Lease<'a> {
+    Own(parking_lot::MutexGuard<'a, State>),
+    Spare {
+        state: Option<Box<State>>,
+        pool: &'a Mutex<Vec<State>>,
+    },
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        match self {
+            Lease::Own(s) => s,
+            Lease::Spare { state, .. } => state.as_ref().expect("held until dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        match self {
+            Lease::Own(s) => s,
+            Lease::Spare { state, .. } => state.as_mut().expect("held until dropped"),
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Lease::Spare { state, pool } = self {
+            if let Some(s) = state.take() {
+                pool.lock().push(*s);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for LineEngine {
@@ -302,6 +354,13 @@ impl LineEngine {
             memories.push(mem);
             resolvers.push(res);
         }
+        let fresh = State {
+            funcs,
+            resolvers,
+            frames: FxHashMap::default(),
+            strings: HashMap::new(),
+            chains: HashMap::new(),
+        };
         LineEngine {
             cfg,
             to_ns,
@@ -319,12 +378,9 @@ impl LineEngine {
             pids,
             memories,
             cpu,
-            state: Mutex::new(State {
-                funcs,
-                resolvers,
-                frames: FxHashMap::default(),
-                strings: HashMap::new(),
-            }),
+            state: Mutex::new(fresh.clone()),
+            spares: Mutex::new(Vec::new()),
+            fresh,
             sources: Vec::new(),
         }
     }
@@ -359,6 +415,19 @@ impl LineEngine {
             slot_of,
             thread_procs: self.cpu.thread_procs.iter().map(|&p| p as u64).collect(),
             sources: self.sources.clone(),
+        }
+    }
+
+    /// A state to decode a segment with: the decode's own if it is free,
+    /// else a spare one.
+    fn lease(&self) -> Lease<'_> {
+        if let Some(own) = self.state.try_lock() {
+            return Lease::Own(own);
+        }
+        let spare = self.spares.lock().pop();
+        Lease::Spare {
+            state: Some(Box::new(spare.unwrap_or_else(|| self.fresh.clone()))),
+            pool: &self.spares,
         }
     }
 
@@ -400,7 +469,7 @@ impl LineEngine {
             thread.checkpoint_frames.get(s..e).unwrap_or(&[])
         };
         let to_ns = |tsc: u64| (self.to_ns)(tsc);
-        let mut state = self.state.lock();
+        let mut state = self.lease();
         let State {
             funcs, resolvers, ..
         } = &mut *state;

@@ -202,11 +202,21 @@ impl Recorder {
         }
 
         // Instructions, timed by the same clock as the coarse pass's events.
-        let mut insns: Vec<Insn> = Vec::new();
-        let mut positions: Vec<u64> = Vec::new();
+        // Sized for them at once: grown by doubling, they were copied and
+        // their pages faulted in again and again.
+        let count: usize = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Block(pos, b) if *pos >= head => b.ninsn as usize,
+                _ => 0,
+            })
+            .sum();
+        let mut insns: Vec<Insn> = Vec::with_capacity(count);
+        let mut positions: Vec<u64> = Vec::with_capacity(count);
         let mut exact: Vec<(u64, u64)> = Vec::new();
         let mut clock: crate::pt::timing::Clock<u32> = crate::pt::timing::Clock::for_unit(unit);
-        let mut times: Vec<u64> = Vec::new();
+        let mut times: Vec<u64> = Vec::with_capacity(count);
         let mut lvl = 0usize;
         let mut bounds = Boundaries::default();
         clock.anchor(head + ends.0 .0, ends.0 .1, |_, _| {});
@@ -236,6 +246,7 @@ impl Recorder {
                             chain: NO_CHAIN,
                             exact: false,
                             bitness: b.bitness,
+                            addr: 0,
                         });
                         positions.push(p);
                     }

@@ -2,9 +2,10 @@
 //! bounded cache.
 //!
 //! The viewer says which segments it would like to draw ([`SegmentWorker::want`])
-//! every frame, and draws whatever is ready ([`SegmentWorker::get`]). A worker
-//! decodes the wanted segments in order; a decode the user has zoomed or
-//! panned away from is cancelled. Decoded segments stay in a
+//! every frame, and draws whatever is ready ([`SegmentWorker::get`]). Workers,
+//! one per core, decode the wanted segments in order, each taking the next
+//! one no other has; a decode the user has zoomed or panned away from is
+//! cancelled. Decoded segments stay in a
 //! least-recently-used cache held under a byte budget, so exploring for
 //! hours never grows memory past it.
 
@@ -37,7 +38,7 @@ struct State {
     wanted: Vec<SegmentKey>,
     cache: HashMap<SegmentKey, Entry>,
     failed: HashMap<SegmentKey, FineError>,
-    in_flight: Option<(SegmentKey, Arc<DecodeProgress>)>,
+    in_flight: Vec<(SegmentKey, Arc<DecodeProgress>)>,
     shutdown: bool,
     figures: WorkerFigures,
 }
@@ -66,13 +67,17 @@ impl Shared {
 /// The background fine pass of one model.
 pub struct SegmentWorker {
     shared: Arc<Shared>,
-    worker: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
 }
 
+/// The most workers one model gets: a window wants a handful of segments.
+const MAX_WORKERS: usize = 4;
+
 impl SegmentWorker {
-    /// A worker re-decoding `model`'s segments from `source`, caching up
-    /// to `budget` bytes; `notify` runs whenever a segment is ready (to
-    /// repaint). `None` if no thread could be had for it.
+    /// Workers re-decoding `model`'s segments from `source`, one per core
+    /// (at most [`MAX_WORKERS`]), caching up to `budget` bytes; `notify`
+    /// runs whenever a segment is ready (to repaint). `None` if no thread
+    /// could be had for it.
     pub fn new(
         model: Arc<Model>,
         source: Arc<LineSource>,
@@ -89,15 +94,23 @@ impl SegmentWorker {
             clock: AtomicU64::new(0),
             notify: Box::new(notify),
         });
-        let s = shared.clone();
-        let worker = std::thread::Builder::new()
-            .name("ptscope-lines".into())
-            .spawn(move || work(&s))
-            .ok()?;
-        Some(SegmentWorker {
-            shared,
-            worker: Some(worker),
-        })
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut workers = Vec::new();
+        for _ in 0..cores.clamp(1, MAX_WORKERS) {
+            let s = shared.clone();
+            match std::thread::Builder::new()
+                .name("ptscope-lines".into())
+                .spawn(move || work(&s))
+            {
+                Ok(w) => workers.push(w),
+                // Fewer workers than cores still decode every segment.
+                Err(_) => break,
+            }
+        }
+        if workers.is_empty() {
+            return None;
+        }
+        Some(SegmentWorker { shared, workers })
     }
 
     pub fn source(&self) -> &Arc<LineSource> {
@@ -118,7 +131,7 @@ impl DetailSource for SegmentWorker {
             return;
         }
         st.wanted = keys.to_vec();
-        if let Some((k, p)) = &st.in_flight {
+        for (k, p) in &st.in_flight {
             if !keys.contains(k) {
                 p.cancel();
             }
@@ -204,18 +217,19 @@ impl Drop for SegmentWorker {
         {
             let mut st = self.shared.lock();
             st.shutdown = true;
-            if let Some((_, p)) = &st.in_flight {
+            for (_, p) in &st.in_flight {
                 p.cancel();
             }
         }
         self.shared.work.notify_all();
-        if let Some(w) = self.worker.take() {
+        for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
 }
 
-/// The worker: decodes the first wanted segment not yet cached, forever.
+/// A worker: decodes the first wanted segment not yet cached nor taken by
+/// another worker, until the model is closed.
 fn work(s: &Shared) {
     loop {
         let (key, progress) = {
@@ -227,12 +241,16 @@ fn work(s: &Shared) {
                 let next = st
                     .wanted
                     .iter()
-                    .find(|k| !st.cache.contains_key(k) && !st.failed.contains_key(k))
+                    .find(|k| {
+                        !st.cache.contains_key(k)
+                            && !st.failed.contains_key(k)
+                            && !st.in_flight.iter().any(|(f, _)| f == *k)
+                    })
                     .copied();
                 match next {
                     Some(k) => {
                         let p = DecodeProgress::new();
-                        st.in_flight = Some((k, p.clone()));
+                        st.in_flight.push((k, p.clone()));
                         break (k, p);
                     }
                     None => {
@@ -252,7 +270,7 @@ fn work(s: &Shared) {
         };
         let took = t0.elapsed().as_nanos() as u64;
         let mut st = s.lock();
-        st.in_flight = None;
+        st.in_flight.retain(|(k, _)| *k != key);
         match result {
             Ok(seg) => {
                 st.figures.decoded += 1;
