@@ -126,8 +126,29 @@ pub(super) fn build_lines(seg: &mut Segment) {
         }
     };
     let mut prev_end = None;
+    // Instructions with the chain of the one before go on every open
+    // level and change nothing else: they are counted here, and added to
+    // the levels when something else comes (most instructions, in loops).
+    let mut same_chain: Option<u32> = None;
+    let mut held = 0u32;
+    let flush = |open: &mut Vec<Open>, held: &mut u32, end: Option<u64>| {
+        if *held > 0 {
+            for o in open.iter_mut() {
+                o.end = end.expect("held instructions ended");
+                o.count += *held;
+            }
+            *held = 0;
+        }
+    };
     for (i, insn) in seg.insns.iter().enumerate() {
         let contiguous = prev_end == Some(insn.start) || prev_end.is_some_and(|e| e >= insn.start);
+        if contiguous && insn.depth == depth && same_chain == Some(insn.chain) {
+            held += 1;
+            prev_end = Some(insn.end);
+            continue;
+        }
+        flush(&mut open, &mut held, prev_end);
+        same_chain = None;
         if insn.depth != depth || insn.chain == NO_CHAIN || !contiguous {
             close(&mut open, 0, depth, &mut lines);
             depth = insn.depth;
@@ -165,7 +186,12 @@ pub(super) fn build_lines(seg: &mut Segment) {
                 count: 1,
             });
         }
+        // Every open level is now this chain's frame at that level.
+        if open.len() == chain.len() {
+            same_chain = Some(insn.chain);
+        }
     }
+    flush(&mut open, &mut held, prev_end);
     close(&mut open, 0, depth, &mut lines);
     seg.set_lines(by_depth(lines));
 }
@@ -214,7 +240,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::build_lines;
-    use ptscope_model::{line_heat, Insn, LineFrame, Segment, NO_CHAIN};
+    use ptscope_model::{line_heat, Chain, Insn, LineFrame, LineSpan, Segment, NO_CHAIN};
 
     fn frame(f: &str, file: &str, line: u32) -> LineFrame {
         LineFrame {
@@ -291,5 +317,135 @@ mod tests {
         let at2: Vec<(u64, u64)> = seg.lines_at(2).iter().map(|l| (l.start, l.end)).collect();
         assert_eq!(at2, vec![(1, 2), (10, 11), (12, 13)]);
         assert_eq!(seg.insns_in(10, 12).len(), 2);
+    }
+
+    /// `build_lines` as it was before it ordered by depth without a sort
+    /// and held instructions of an unchanged chain: the reference.
+    fn reference(seg: &mut Segment) {
+        struct Open {
+            chain: u32,
+            start: u64,
+            end: u64,
+            first: u32,
+            count: u32,
+        }
+        let mut lines: Vec<LineSpan> = Vec::new();
+        let mut open: Vec<Open> = Vec::new();
+        let mut depth = u32::MAX;
+        let close = |open: &mut Vec<Open>, from: usize, depth: u32, lines: &mut Vec<LineSpan>| {
+            while open.len() > from {
+                let level = open.len() - 1;
+                let o = open.pop().expect("len > from");
+                lines.push(LineSpan {
+                    start: o.start,
+                    end: o.end,
+                    depth: depth + 1 + level as u32,
+                    chain: o.chain,
+                    level: level as u32,
+                    first: o.first,
+                    count: o.count,
+                });
+            }
+        };
+        let mut prev_end = None;
+        for (i, insn) in seg.insns.iter().enumerate() {
+            let contiguous =
+                prev_end == Some(insn.start) || prev_end.is_some_and(|e| e >= insn.start);
+            if insn.depth != depth || insn.chain == NO_CHAIN || !contiguous {
+                close(&mut open, 0, depth, &mut lines);
+                depth = insn.depth;
+            }
+            prev_end = Some(insn.end);
+            if insn.chain == NO_CHAIN {
+                continue;
+            }
+            let chain = &seg.chains[insn.chain as usize];
+            // The levels whose frame is unchanged stay open.
+            let mut same = 0;
+            while same < open.len() && same < chain.len() {
+                let o = &open[same];
+                if o.chain == insn.chain {
+                    // The same chain: the same frame at every level.
+                    same += 1;
+                    continue;
+                }
+                let of = &seg.chains[o.chain as usize][same];
+                if of != &chain[same] {
+                    break;
+                }
+                same += 1;
+            }
+            close(&mut open, same, depth, &mut lines);
+            for o in &mut open {
+                o.end = insn.end;
+                o.count += 1;
+            }
+            for _ in same..chain.len() {
+                open.push(Open {
+                    chain: insn.chain,
+                    start: insn.start,
+                    end: insn.end,
+                    first: i as u32,
+                    count: 1,
+                });
+            }
+        }
+        close(&mut open, 0, depth, &mut lines);
+        lines.sort_by_key(|l| (l.depth, l.start, l.first));
+        seg.set_lines(lines);
+    }
+
+    #[test]
+    fn lines_are_what_the_reference_gives() {
+        let mut x = 0x1234_5678u32;
+        let mut rng = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        // Chains that share their outer frames, some of one level.
+        let f = |name: &str, line: u32| frame(name, "a.c", line);
+        let chains: Vec<Chain> = vec![
+            Arc::from(vec![f("main", 1)]),
+            Arc::from(vec![f("main", 1), f("g", 10)]),
+            Arc::from(vec![f("main", 1), f("g", 11)]),
+            Arc::from(vec![f("main", 2), f("g", 11)]),
+            Arc::from(vec![f("main", 2)]),
+        ];
+        for round in 0..500 {
+            let n = 1 + rng() % 80;
+            let mut t = 100;
+            let mut depth = 3;
+            let insns: Vec<Insn> = (0..n)
+                .map(|k| {
+                    match rng() % 16 {
+                        0 => depth += 1,
+                        1 if depth > 0 => depth -= 1,
+                        // A gap: trace stopped between two instructions.
+                        2 => t += 50,
+                        _ => {}
+                    }
+                    let chain = match rng() % 8 {
+                        0 => NO_CHAIN,
+                        c => c % 5,
+                    };
+                    let mut i = insn(0x1000 + u64::from(k), t, depth, chain);
+                    t += u64::from(rng() % 2);
+                    i.end = t;
+                    i
+                })
+                .collect();
+            let make = || {
+                let mut s = Segment::default();
+                s.insns = insns.clone();
+                s.chains = chains.clone();
+                s
+            };
+            let (mut got, mut want) = (make(), make());
+            build_lines(&mut got);
+            reference(&mut want);
+            assert_eq!(got.lines, want.lines, "round {round}");
+        }
     }
 }

@@ -215,8 +215,8 @@ impl Recorder {
         let mut insns: Vec<Insn> = Vec::with_capacity(count);
         let mut positions: Vec<u64> = Vec::with_capacity(count);
         let mut exact: Vec<(u64, u64)> = Vec::new();
+        // Each instruction's start holds its TSC until it is converted.
         let mut clock: crate::pt::timing::Clock<u32> = crate::pt::timing::Clock::for_unit(unit);
-        let mut times: Vec<u64> = Vec::with_capacity(count);
         let mut lvl = 0usize;
         let mut bounds = Boundaries::default();
         clock.anchor(head + ends.0 .0, ends.0 .1, |_, _| {});
@@ -224,7 +224,7 @@ impl Recorder {
             match *step {
                 Step::Anchor(pos, tsc) => {
                     exact.push((pos, tsc));
-                    clock.anchor(pos, tsc, |s, i| times[i as usize] = s.tsc);
+                    clock.anchor(pos, tsc, |s, i| insns[i as usize].start = s.tsc);
                 }
                 Step::Block(pos, b) => {
                     if pos < head {
@@ -237,7 +237,6 @@ impl Recorder {
                             lvl += 1;
                         }
                         clock.push(p, insns.len() as u32);
-                        times.push(0);
                         insns.push(Insn {
                             ip,
                             start: 0,
@@ -254,13 +253,13 @@ impl Recorder {
             }
         }
         if let Some((n, tsc)) = ends.1 {
-            clock.anchor(head + n, tsc, |s, i| times[i as usize] = s.tsc);
+            clock.anchor(head + n, tsc, |s, i| insns[i as usize].start = s.tsc);
         }
-        clock.finish(|s, i| times[i as usize] = s.tsc);
+        clock.finish(|s, i| insns[i as usize].start = s.tsc);
 
         let mut e = 0;
         for (i, insn) in insns.iter_mut().enumerate() {
-            insn.start = to_ns(times[i]);
+            insn.start = to_ns(insn.start);
             while e < exact.len() && exact[e].0 < positions[i] {
                 e += 1;
             }
