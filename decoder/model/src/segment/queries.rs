@@ -406,13 +406,8 @@ mod tests {
 
     #[test]
     fn windows_join_segments_and_keep_what_overlaps_them() {
-        let mut x = 0x2545_f491u32;
-        let mut rng = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut r = fastrand::Rng::with_seed(0x2545_f491);
+        let mut rng = move || r.u32(..);
         for round in 0..400 {
             let nsegs = 1 + rng() % 4;
             let mut t0 = 1000;
@@ -467,13 +462,8 @@ mod tests {
 
     #[test]
     fn heat_by_address_index_is_heat_by_hashing() {
-        let mut x = 0x9e37_79b9u32;
-        let mut rng = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut r = fastrand::Rng::with_seed(0x9e37_79b9);
+        let mut rng = move || r.u32(..);
         for round in 0..50 {
             // Segments whose instructions come back to a few addresses,
             // indexed as the fine pass indexes them.
