@@ -28,8 +28,9 @@
 //!   line spans per inline level;
 //! - the line comparison of two calls ([`LineSource::compare_lines`]), which re-decodes
 //!   both;
-//! - [`worker`]: the fine pass on a background thread behind a bounded
-//!   cache, which the viewer asks for the segments it wants to draw.
+//! - [`worker`]: the fine pass on background threads (one per core)
+//!   behind a bounded cache, which the viewer asks for the segments it
+//!   wants to draw.
 //!
 //! [`Checkpoint`]: crate::passes::coarse::Checkpoint
 
