@@ -577,14 +577,21 @@ fn long_random_exploring_alone() {
     let (lo, hi) = view(&h).bounds().expect("spans");
     let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
     let mut rnd = move |n: u64| rng.u64(..n.max(1));
-    // PTSCOPE_SOAK_STEPS for a longer soak.
+    // PTSCOPE_SOAK_STEPS for a longer soak. The run goes on past it until
+    // the line cache has been full for two samples: when it fills depends
+    // on the capture and on how small segments are (a third smaller since
+    // chains are shared), up to a bound.
     let steps: usize = std::env::var("PTSCOPE_SOAK_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
-    let mut rss_at = Vec::new();
+    let bound = steps.max(15_000);
+    let budget = ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
+    let mut rss_at: Vec<(u64, usize)> = Vec::new();
+    let mut full: Option<usize> = None;
     let mut peak_cache = 0;
-    for i in 0..steps {
+    let mut i = 0;
+    while i < steps || (i < bound && full.is_none_or(|f| rss_at.len() < f + 3)) {
         let tab = h.state_mut().active_tab_mut().unwrap();
         let v = tab.view_mut().unwrap();
         match rnd(4) {
@@ -614,12 +621,15 @@ fn long_random_exploring_alone() {
                 .line_detail()
                 .map_or(0, |d| d.figures().cached_bytes);
             rss_at.push((ptscope_viewer::bench::rss_bytes(), cached));
+            if full.is_none() && cached >= budget / 10 * 9 {
+                full = Some(rss_at.len() - 1);
+            }
         }
+        i += 1;
     }
-    let budget = ptscope_decoder::DEFAULT_SEGMENT_BUDGET;
     let figures = view(&h).line_detail().map(|d| d.figures());
     println!(
-        "{steps} steps; line cache peak {} MiB of {} MiB; {:?}; RSS every 500 steps (MiB): {:?}",
+        "{i} steps; line cache peak {} MiB of {} MiB; {:?}; RSS every 500 steps (MiB): {:?}",
         peak_cache >> 20,
         budget >> 20,
         figures,
@@ -629,14 +639,10 @@ fn long_random_exploring_alone() {
     let f = figures.expect("line-level detail");
     assert!(f.decoded > 100, "went down to lines: {f:?}");
     assert!(f.evicted > 0, "filled the cache: {f:?}");
-    // Once the line cache is full (when that is depends on the capture),
-    // the rest of the run adds at most 64 MiB; it is full a sample before
-    // the end.
-    let full = rss_at
-        .iter()
-        .position(|&(_, cached)| cached >= budget / 10 * 9)
-        .expect("the line cache filled");
-    assert!(full + 1 < rss_at.len(), "the cache filled too late: {full}");
+    // Once the line cache is full, the rest of the run adds at most
+    // 64 MiB; it is full two samples before the end.
+    let full = full.expect("the line cache filled");
+    assert!(full + 2 < rss_at.len(), "the cache filled too late: {full}");
     let (warm, last) = (rss_at[full].0, rss_at.last().unwrap().0);
     assert!(
         last <= warm + (64 << 20),
