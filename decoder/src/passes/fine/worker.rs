@@ -75,7 +75,7 @@ const MAX_WORKERS: usize = 4;
 
 impl SegmentWorker {
     /// Workers re-decoding `model`'s segments from `source`, one per core
-    /// (at most [`MAX_WORKERS`]), caching up to `budget` bytes; `notify`
+    /// (at most four), caching up to `budget` bytes; `notify`
     /// runs whenever a segment is ready (to repaint). `None` if no thread
     /// could be had for it.
     pub fn new(
