@@ -609,7 +609,7 @@ impl ProcessSymbols {
                         let id = funcs.intern(f.name, &m.path, entry, SpanKind::Call);
                         // Once per function, so the tooltip can say where
                         // it is without a lookup per frame.
-                        if let Some(loc) = md.location(f.entry) {
+                        if let Some(loc) = md.entry_location(f.entry) {
                             let line = loc.line.map(|l| format!(":{l}")).unwrap_or_default();
                             funcs.set_source(id, format!("{}{line}", loc.file));
                         }

@@ -16,6 +16,7 @@ use ptscope_formats::demangle;
 
 use super::elf::region_containing;
 use super::intervals::{has_gap, Interval};
+use super::unit_lines::UnitLines;
 use super::{
     DwarfReader, InlineFrame, ModuleSymbols, PendingFunc, SourceFrame, SourceLocation, SymbolSource,
 };
@@ -29,17 +30,20 @@ const MAX_RANGES_PER_DIE: usize = 4096;
 const MAX_INLINE_DEPTH: usize = 256;
 const MAX_NAME_INDIRECTIONS: usize = 8;
 
-/// A module's DWARF and addr2line's index of it, which is built when a
-/// source lookup first needs it. Building it parses every unit's
-/// abbreviations and line program header: for a distribution's
-/// libpython, some 20 MB held. The coarse pass looks up the line of each
-/// function it names, so a module whose code ran builds it during the
-/// decode; a module that is only mapped never does.
+/// A module's DWARF and two indexes of it, each built when a lookup
+/// first needs it:
+/// - addr2line's, for the fine pass's lines and inlined calls. Building
+///   it parses every unit's abbreviations and line program header, and
+///   keeps them: for a distribution's libpython, some 20 MB;
+/// - the units' address ranges alone ([`UnitLines`]), for the line of each
+///   function the coarse pass names: the decode holds no more than that
+///   beside its spans.
 pub(super) struct SourceIndex {
-    dwarf: Arc<gimli::Dwarf<DwarfReader>>,
+    pub(super) dwarf: Arc<gimli::Dwarf<DwarfReader>>,
     /// addr2line's context caches parsed units in cells that are not
     /// `Sync`; the mutex lets one module be shared by decoding threads.
     context: OnceLock<Result<Mutex<addr2line::Context<DwarfReader>>, String>>,
+    units: OnceLock<Result<UnitLines, String>>,
 }
 
 impl SourceIndex {
@@ -47,6 +51,7 @@ impl SourceIndex {
         SourceIndex {
             dwarf: Arc::new(dwarf),
             context: OnceLock::new(),
+            units: OnceLock::new(),
         }
     }
 
@@ -64,9 +69,22 @@ impl SourceIndex {
             .map(|c| c.lock())
     }
 
-    /// Why the index could not be built, if it was tried and failed.
+    /// The units' ranges, found now if they are not yet; `None` if the
+    /// units could not be read.
+    fn units(&self) -> Option<&UnitLines> {
+        self.units
+            .get_or_init(|| {
+                UnitLines::new(&self.dwarf).map_err(|e| format!("reading DWARF units: {e}"))
+            })
+            .as_ref()
+            .ok()
+    }
+
+    /// Why an index could not be built, if one was tried and failed.
     pub(super) fn failed(&self) -> Option<&str> {
-        self.context.get()?.as_ref().err().map(String::as_str)
+        let context = self.context.get().and_then(|r| r.as_ref().err());
+        let units = self.units.get().and_then(|r| r.as_ref().err());
+        context.or(units).map(String::as_str)
     }
 }
 
@@ -76,6 +94,15 @@ impl ModuleSymbols {
     /// addr2line's index of the module's DWARF, to look `svma` up in.
     fn source_index(&self, svma: u64) -> Option<MutexGuard<'_, addr2line::Context<DwarfReader>>> {
         self.dwarf.as_ref().filter(|_| svma < NO_CODE)?.context()
+    }
+
+    /// Source file and line of a function's entry `svma`: what
+    /// [`location`](Self::location) says, without its column, found by
+    /// reading only the unit that holds it (not building addr2line's index
+    /// of every unit, which a decode would hold to the end).
+    pub fn entry_location(&self, svma: u64) -> Option<SourceLocation> {
+        let index = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?;
+        index.units()?.location(&index.dwarf, svma)
     }
 
     /// Source file and line of `svma` (DWARF), if any.

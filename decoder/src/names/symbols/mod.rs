@@ -56,6 +56,7 @@ pub(crate) mod kallsyms;
 mod plt;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod unit_lines;
 
 use self::dwarf::SourceIndex;
 use self::elf::parse_elf;
