@@ -521,6 +521,8 @@ fn peak_row(table: &mut Table, what: &str, c: &ChildDecode) {
 }
 
 fn main() {
+    // As the app does: decodes are measured with the allocator it runs.
+    ptscope::allocator::tune();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(spec) = args.iter().find_map(|a| a.strip_prefix("--decode-child=")) {
         decode_child(spec);

@@ -20,11 +20,16 @@
 //! - [`scale`]: `ptscope grow`, large genuine snapshots for benchmarks;
 //! - [`demo`]: the demo snapshot, and [`qemu_plugin`]: the QEMU backend's
 //!   plugin, both built into the binary;
-//! - [`size`]: byte sizes as users type them, and [`durations`]: durations.
+//! - [`size`]: byte sizes as users type them, and [`durations`]: durations;
+//! - [`allocator`]: the one setting made of glibc's malloc, so that a
+//!   decode's growing buffers leave no resident holes.
 //!
 //! It is a library as well as the `ptscope` binary so that the GUI tests
 //! (`tests/gui.rs`) drive the real application state.
 
+// FFI: `mallopt`, one call.
+#[allow(unsafe_code)]
+pub mod allocator;
 pub mod capture_panel;
 pub mod demo;
 pub mod durations;

@@ -12,6 +12,7 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    ptscope::allocator::tune();
     let args = cli::Args::parse();
     match cli::run(args) {
         Ok(code) => code,

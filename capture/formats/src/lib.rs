@@ -21,7 +21,8 @@
 //! - [`demangle()`]: mangled symbol names (Rust, C++, OCaml) made readable;
 //!   the one demangler of ptscope, so a name shown is a name a trigger takes.
 //! - `mapped`: file bytes read in place ([`FileBytes`]) (a snapshot's perf.data is
-//!   mapped, not copied); the crate's one module allowed `unsafe`.
+//!   mapped, not copied), and parts of them shared ([`SharedBytes`]); the
+//!   crate's one module allowed `unsafe`.
 //! - [`FileError`]: what can go wrong, naming the file.
 //!
 //! [`Metadata`]: snapshot::Metadata
@@ -48,5 +49,5 @@ pub mod snapshot;
 pub use demangle::demangle;
 pub use error::FileError;
 pub use lookup::{DebugFile, FileLookup};
-pub use mapped::FileBytes;
+pub use mapped::{FileBytes, SharedBytes};
 pub use snapshot::Snapshot;

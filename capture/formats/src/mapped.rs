@@ -10,7 +10,9 @@ use std::sync::Arc;
 /// Bytes of a file: read into memory, or mapped from it.
 #[derive(Clone)]
 pub enum FileBytes {
-    Read(Vec<u8>),
+    /// Shared, so that a part of them can outlive a borrow
+    /// ([`FileBytes::share`]) without a copy.
+    Read(Arc<Vec<u8>>),
     Mapped {
         map: Arc<memmap2::Mmap>,
         start: usize,
@@ -25,7 +27,7 @@ impl FileBytes {
         let short = || io::Error::new(io::ErrorKind::UnexpectedEof, "the file ends early");
         let end = start.checked_add(len).ok_or_else(short)?;
         if len == 0 {
-            return Ok(FileBytes::Read(Vec::new()));
+            return Ok(FileBytes::Read(Arc::new(Vec::new())));
         }
         if file.metadata()?.len() < end {
             return Err(short());
@@ -50,6 +52,73 @@ impl FileBytes {
     }
 }
 
+impl FileBytes {
+    /// `part` of these bytes, held by what holds them (the map, or the
+    /// bytes read), not copied; `None` if `part` does not lie within them.
+    /// What a decode hands to a pass that outlives its borrow of the file,
+    /// as the line zoom does the trace: a gigabyte of it is not copied.
+    pub fn share(&self, part: &[u8]) -> Option<SharedBytes> {
+        let whole: &[u8] = self;
+        // Where `part` starts, as addresses: no pointer is made from them.
+        let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+        if start.checked_add(part.len())? > whole.len() {
+            return None;
+        }
+        let (owner, base) = match self {
+            FileBytes::Read(v) => (Owner::Read(Arc::clone(v)), 0),
+            FileBytes::Mapped { map, start, .. } => (Owner::Mapped(Arc::clone(map)), *start),
+        };
+        Some(SharedBytes {
+            owner,
+            start: base + start,
+            len: part.len(),
+        })
+    }
+}
+
+/// A part of a file's bytes that shares them ([`FileBytes::share`]), or
+/// bytes of its own.
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Owner,
+    start: usize,
+    len: usize,
+}
+
+#[derive(Clone)]
+enum Owner {
+    Read(Arc<Vec<u8>>),
+    Mapped(Arc<memmap2::Mmap>),
+}
+
+impl From<Vec<u8>> for SharedBytes {
+    fn from(v: Vec<u8>) -> Self {
+        SharedBytes {
+            start: 0,
+            len: v.len(),
+            owner: Owner::Read(Arc::new(v)),
+        }
+    }
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        let all: &[u8] = match &self.owner {
+            Owner::Read(v) => v,
+            Owner::Mapped(m) => m,
+        };
+        &all[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.len)
+    }
+}
+
 impl std::ops::Deref for FileBytes {
     type Target = [u8];
 
@@ -69,7 +138,7 @@ impl AsRef<[u8]> for FileBytes {
 
 impl From<Vec<u8>> for FileBytes {
     fn from(v: Vec<u8>) -> Self {
-        FileBytes::Read(v)
+        FileBytes::Read(Arc::new(v))
     }
 }
 
@@ -102,5 +171,29 @@ mod tests {
         assert_eq!(&*FileBytes::map(&f, 10, 0).unwrap(), b"");
         assert!(FileBytes::map(&f, 8, 5).is_err());
         assert!(FileBytes::map(&f, u64::MAX, 2).is_err());
+    }
+
+    /// A part of the bytes, mapped or read, is shared as those bytes; a
+    /// slice from elsewhere, or reaching past them, is not theirs.
+    #[test]
+    fn a_part_is_shared_and_a_slice_from_elsewhere_is_not() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"0123456789").unwrap();
+        let mapped = FileBytes::map(&f, 2, 6).unwrap();
+        let read = FileBytes::from(b"23456789".to_vec());
+        for bytes in [&mapped, &read] {
+            let shared = bytes.share(&bytes[1..4]).unwrap();
+            assert_eq!(&*shared, b"345");
+            assert_eq!(&*bytes.share(&bytes[6..]).unwrap(), b"");
+            let other = b"345".to_vec();
+            assert!(bytes.share(&other).is_none());
+        }
+        // A slice of the map beyond the bytes' range is not theirs.
+        let FileBytes::Mapped { map, .. } = &mapped else {
+            panic!("not mapped");
+        };
+        assert!(mapped.share(&map[7..10]).is_none());
+        assert!(mapped.share(&map[0..3]).is_none());
+        assert_eq!(&*SharedBytes::from(b"ab".to_vec()), b"ab");
     }
 }

@@ -127,7 +127,7 @@ pub fn decode_raw(
         vec![QueueParts {
             idx: 0,
             tid: Some(0),
-            data: pt.to_vec(),
+            data: pt.to_vec().into(),
             psbs,
             schedule: Vec::new(),
         }],

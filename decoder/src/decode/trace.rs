@@ -755,7 +755,13 @@ pub(super) fn line_source(
         .map(|(s, psbs)| QueueParts {
             idx: s.idx,
             tid: s.tid,
-            data: s.data.to_vec(),
+            // The trace as the snapshot holds it (mapped), not a copy,
+            // unless the queue joined several buffers into bytes of its
+            // own.
+            data: snap
+                .perf_data
+                .share(&s.data)
+                .unwrap_or_else(|| s.data.to_vec().into()),
             psbs,
             schedule: schedules.remove(&s.idx).unwrap_or_default(),
         })

@@ -36,7 +36,7 @@ use super::{Chain, FineError, Segment};
 struct Queue {
     idx: u32,
     tid: Option<i32>,
-    data: Vec<u8>,
+    data: ptscope_formats::SharedBytes,
     /// Its PSB offsets, ascending.
     psbs: Vec<u64>,
     /// Per-CPU queues: who runs when, as (perf ns, slot).
@@ -332,7 +332,7 @@ impl FineRecipe {
 pub(crate) struct QueueParts {
     pub idx: u32,
     pub tid: Option<i32>,
-    pub data: Vec<u8>,
+    pub data: ptscope_formats::SharedBytes,
     pub psbs: Vec<u64>,
     pub schedule: Vec<(u64, usize)>,
 }

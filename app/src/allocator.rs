@@ -1,0 +1,85 @@
+//! How the process's allocator hands out large blocks: the one setting
+//! ptscope makes of glibc's malloc, at start-up, before any thread runs.
+//! The module is FFI (`mallopt`), the one `unsafe` of the application.
+//!
+//! A decode's memory is a few large buffers grown as it goes (a thread's
+//! spans by depth, a chunk's events), beside many small ones. glibc serves
+//! a block from its heap unless it is larger than a threshold that it
+//! raises each time a mapped block is freed, up to 32 MiB. Blocks that
+//! were once mapped then come from the heap, where a buffer that grows
+//! leaves its old block as a hole that stays resident and cannot be
+//! returned to the system while smaller blocks live above it. Measured on
+//! 16 MiB of the qsort loop, one core: the decode's peak was 78 MB with
+//! the moving threshold and 65 MB with it fixed at 1 MiB, as fast (see
+//! BENCHMARKS.md). A fixed threshold maps every block of 1 MiB or more on
+//! its own: growing one moves no bytes (the kernel remaps its pages), and
+//! freeing one gives its memory back at once.
+
+/// Blocks of this many bytes or more are mapped on their own. Small
+/// enough for a decode's growing buffers; large enough that a frame of
+/// the window, which frees and allocates its meshes each time, rarely maps
+/// anything.
+const MAP_FROM: usize = 1 << 20;
+
+/// Fixes glibc's threshold for mapping a block at [`MAP_FROM`]. Call it
+/// first in `main` (and in a benchmark that measures a decode as the app
+/// runs it). Elsewhere than glibc it does nothing.
+pub fn tune() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` takes two integers and only sets a parameter
+        // of the allocator; glibc serialises it with its own lock. A
+        // threshold of 1 MiB is within the range it accepts (up to 32 MiB
+        // on 64-bit), so it cannot fail; a 0 return would only leave the
+        // default in place.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_FROM as libc::c_int);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// After [`tune`](super::tune), a block of the threshold's size is
+    /// mapped on its own: `/proc/self/maps` gains a mapping for it, which
+    /// goes when it is freed. Without the call, glibc's threshold (128 KiB
+    /// at start, but raised by every mapped block freed) decides.
+    #[test]
+    fn a_large_block_is_mapped_on_its_own_and_returned_when_freed() {
+        super::tune();
+        let maps = || std::fs::read_to_string("/proc/self/maps").unwrap();
+        // Raise glibc's moving threshold as a decode does: free a large
+        // mapped block. Untuned, the next blocks below 8 MiB would come
+        // from the heap.
+        drop(std::hint::black_box(vec![1u8; 8 << 20]));
+        let size = 2 << 20;
+        let block = std::hint::black_box(vec![1u8; size]);
+        let at = block.as_ptr() as usize;
+        let own = |text: &str| {
+            text.lines().any(|l| {
+                let range = l.split_whitespace().next().unwrap();
+                let (lo, hi) = range.split_once('-').unwrap();
+                let lo = usize::from_str_radix(lo, 16).unwrap();
+                let hi = usize::from_str_radix(hi, 16).unwrap();
+                // glibc's header sits in the mapping's first page.
+                lo <= at && at < lo + 4096 && hi - lo >= size && hi - lo < size + (1 << 16)
+            })
+        };
+        assert!(
+            own(&maps()),
+            "a {size}-byte block is not a mapping of its own"
+        );
+        drop(block);
+        // Gone from the address space: not a hole in a heap.
+        let held = maps().lines().any(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).unwrap(),
+                usize::from_str_radix(hi, 16).unwrap(),
+            );
+            lo <= at && at < hi
+        });
+        assert!(!held, "a freed {size}-byte block is still mapped");
+    }
+}
