@@ -512,7 +512,13 @@ pub fn symbols(data: &[u8]) {
         if let Some(f) = m.function(a) {
             let _ = demangle(f.name);
         }
-        let _ = m.location(a);
+        // A function's line, read from its unit alone, is addr2line's.
+        let line = m.location(a).map(|l| (l.file, l.line));
+        let entry = m.entry_location(a).map(|l| (l.file, l.line));
+        assert_eq!(
+            entry, line,
+            "the line of {a:#x} from its unit is not addr2line's"
+        );
         let _ = m.source_frames(a);
         let _ = m.inline_frames(a);
         let _ = m.svma_to_file_offset(a);

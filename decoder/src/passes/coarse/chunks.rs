@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::names::resolve::Resolve;
 use crate::passes::coarse::{
-    release, seam, walk_chunk, Held, Item, NoSink, QueueWalk, Rec, Recording, Sink, Tag,
+    read_back, release, seam, walk_chunk, Held, Item, NoSink, QueueWalk, Rec, Recording, Sink, Tag,
 };
 use crate::passes::coarse::{walk_queue, WalkFigures};
 use crate::passes::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
@@ -407,25 +407,25 @@ impl Replay {
             ..
         } = rec;
         let (queue, to_ns) = (q.queue, q.to_ns);
-        for rec in body.drain(..) {
-            let pos = rec.pos + base;
-            match rec.tag {
-                Tag::Anchor => self.clock.anchor(pos, rec.ev.time, |st, h| {
+        for (at, rec) in read_back(&mut body) {
+            let pos = at + base;
+            match rec.tag() {
+                Tag::Anchor => self.clock.anchor(pos, rec.value(), |st, h| {
                     release(sink, queue, funcs, to_ns, st, h)
                 }),
                 // Nearly every item: an event away from the seam, which
                 // only needs its function ids mapped.
-                Tag::Event if rec.seam == 0 => {
-                    let mut ev = rec.ev;
+                Tag::Event if rec.seam() == 0 => {
+                    let (mut ev, slot) = rec.event();
                     ev.from_fn = fix.remap(ev.from_fn, funcs);
                     ev.to_fn = fix.remap(ev.to_fn, funcs);
-                    self.clock.push(pos, Held::Event(ev, rec.slot as usize));
+                    self.clock.push(pos, Held::Event(ev, slot));
                 }
                 _ => {
                     let Some(item) = rec.item(&mut others) else {
                         continue;
                     };
-                    let item = fix.apply((rec.pos, item, rec.seam), q, procs, funcs);
+                    let item = fix.apply((at, item, rec.seam()), q, procs, funcs);
                     for (pos, held) in fix.extra.drain(..).chain(item) {
                         self.clock.push(pos, held);
                     }

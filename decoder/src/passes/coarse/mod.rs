@@ -23,7 +23,7 @@ mod engines;
 mod sink;
 mod walker;
 
-pub(crate) use chunk_log::{seam, Item, Rec, Recording, Tag};
+pub(crate) use chunk_log::{read_back, seam, Item, Rec, Recording, Tag};
 pub(crate) use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
 pub(crate) use sink::{Sink, ThreadBuilders, TimedItems};
