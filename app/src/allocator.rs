@@ -21,7 +21,7 @@
 /// anything.
 const MAP_FROM: usize = 1 << 20;
 
-/// Fixes glibc's threshold for mapping a block at [`MAP_FROM`]. Call it
+/// Fixes glibc's threshold for mapping a block at 1 MiB. Call it
 /// first in `main` (and in a benchmark that measures a decode as the app
 /// runs it). Elsewhere than glibc it does nothing.
 pub fn tune() {

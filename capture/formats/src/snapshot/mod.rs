@@ -184,6 +184,9 @@ impl Snapshot {
         let mut kallsyms = None;
         let mut modules = None;
         let mut members = 0usize;
+        // The handle carried members are copied out through, opened for
+        // the first.
+        let mut copier: Option<std::fs::File> = None;
         for entry in entries {
             let mut entry = entry.map_err(|e| {
                 if members == 0 {
@@ -257,11 +260,15 @@ impl Snapshot {
                         format!("member `{}` is truncated ({e})", name.display()),
                     )
                 };
-                let mut from = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
+                let from = match &mut copier {
+                    Some(from) => from,
+                    None => copier
+                        .insert(std::fs::File::open(path).map_err(|e| FileError::io(path, e))?),
+                };
                 from.seek(std::io::SeekFrom::Start(entry.raw_file_position()))
                     .map_err(truncated)?;
                 let mut to = std::fs::File::create(&dest).map_err(|e| FileError::io(&dest, e))?;
-                let copied = std::io::copy(&mut (&from).take(size), &mut to)
+                let copied = std::io::copy(&mut (&*from).take(size), &mut to)
                     .map_err(|e| FileError::io(&dest, e))?;
                 if copied != size {
                     return Err(bad(
