@@ -12,7 +12,9 @@
 //! do), and DWARF `DW_TAG_subprogram` ranges for code no symbol covers (a
 //! stripped symbol table with debug info kept). Line numbers and inline
 //! chains come from DWARF through `addr2line`, lazily, since only the views
-//! that show source need them. A stripped binary's `.symtab` and DWARF come
+//! that show source need them; the line of each function the coarse pass
+//! names ([`ModuleSymbols::entry_location`]) is read from its own unit,
+//! without addr2line's index of every unit. A stripped binary's `.symtab` and DWARF come
 //! from its separate debug file ([`ModuleSymbols::load_split`]; which file,
 //! [`crate::names`] decides), at the binary's addresses; code, `.dynsym`,
 //! the PLT and `.eh_frame` always from the binary. Among aliases at one
@@ -35,6 +37,8 @@
 //! - `dwarf`: DWARF functions, DIE ranges and subprogram names, and the
 //!   source-line and inline-frame lookups ([`ModuleSymbols::location`],
 //!   [`ModuleSymbols::source_frames`], [`ModuleSymbols::inline_frames`]);
+//! - `unit_lines`: a function's line from the one unit that holds it, the
+//!   units' ranges found as addr2line finds them;
 //! - `intervals`: flattening, subtracting and gap-finding over the address
 //!   ranges the sources give, to decide which function owns each byte;
 //! - [`kallsyms`]: the kernel's functions, from a kallsyms listing or a
