@@ -64,13 +64,9 @@ impl FileBytes {
         if start.checked_add(part.len())? > whole.len() {
             return None;
         }
-        let (owner, base) = match self {
-            FileBytes::Read(v) => (Owner::Read(Arc::clone(v)), 0),
-            FileBytes::Mapped { map, start, .. } => (Owner::Mapped(Arc::clone(map)), *start),
-        };
         Some(SharedBytes {
-            owner,
-            start: base + start,
+            bytes: self.clone(),
+            start,
             len: part.len(),
         })
     }
@@ -80,15 +76,10 @@ impl FileBytes {
 /// bytes of its own.
 #[derive(Clone)]
 pub struct SharedBytes {
-    owner: Owner,
+    /// A handle on the whole (a clone shares the map or the bytes read).
+    bytes: FileBytes,
     start: usize,
     len: usize,
-}
-
-#[derive(Clone)]
-enum Owner {
-    Read(Arc<Vec<u8>>),
-    Mapped(Arc<memmap2::Mmap>),
 }
 
 impl From<Vec<u8>> for SharedBytes {
@@ -96,7 +87,7 @@ impl From<Vec<u8>> for SharedBytes {
         SharedBytes {
             start: 0,
             len: v.len(),
-            owner: Owner::Read(Arc::new(v)),
+            bytes: FileBytes::from(v),
         }
     }
 }
@@ -105,11 +96,7 @@ impl std::ops::Deref for SharedBytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        let all: &[u8] = match &self.owner {
-            Owner::Read(v) => v,
-            Owner::Mapped(m) => m,
-        };
-        &all[self.start..self.start + self.len]
+        &self.bytes[self.start..self.start + self.len]
     }
 }
 

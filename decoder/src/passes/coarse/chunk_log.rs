@@ -236,7 +236,6 @@ impl Recording {
                 Rec {
                     // `others` can outgrow 16 bits: its index goes in
                     // `from_fn`'s place.
-                    slot: 0,
                     from_fn: (self.others.len() - 1) as u32,
                     ..Rec::bare(pos, Tag::Other, seam)
                 }
