@@ -428,7 +428,7 @@ pub struct InputOpts {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
     /// PT bytes per chunk of the parallel coarse pass (K, M suffixes;
-    /// default 128K).
+    /// default 16K).
     #[arg(long, value_name = "SIZE", value_parser = parse_chunk)]
     pub chunk: Option<usize>,
     /// Decode afresh: neither read the model a decode of this file with

@@ -30,37 +30,93 @@ const MAX_RANGES_PER_DIE: usize = 4096;
 const MAX_INLINE_DEPTH: usize = 256;
 const MAX_NAME_INDIRECTIONS: usize = 8;
 
-/// A module's DWARF and two indexes of it, each built when a lookup
-/// first needs it:
-/// - addr2line's, for the fine pass's lines and inlined calls. Building
-///   it parses every unit's abbreviations and line program header, and
-///   keeps them: for a distribution's libpython, some 20 MB;
-/// - the units' address ranges alone ([`UnitLines`]), for the line of each
-///   function the coarse pass names: the decode holds no more than that
-///   beside its spans.
+/// A module's DWARF and two indexes of it:
+/// - the units' address ranges ([`UnitLines`]), built at load, for the
+///   line of each function the coarse pass names. A lookup reads the unit's
+///   line program and strings alone, so the decode holds no more than
+///   those sections beside its spans;
+/// - addr2line's, for the fine pass's lines and inlined calls, built when
+///   a lookup first needs it. Building it parses every unit's
+///   abbreviations and line program header, and keeps them: for a
+///   distribution's libpython, some 20 MB.
+///
+/// The sections only addr2line reads (the entries, their abbreviations
+/// and ranges) are kept as the file holds them when it compresses them,
+/// as distributions' debug files do: a third of their inflated size, which
+/// the coarse pass never reads. They are inflated again for addr2line.
 pub(super) struct SourceIndex {
-    pub(super) dwarf: Arc<gimli::Dwarf<DwarfReader>>,
+    /// The sections a function's line is read from, inflated.
+    lines: gimli::Dwarf<DwarfReader>,
+    units: Result<UnitLines, String>,
+    /// Every section but the packed ones, inflated.
+    inflated: Vec<(gimli::SectionId, DwarfReader)>,
+    /// The sections only addr2line reads, as the file held them; taken
+    /// when its index is built.
+    packed: Mutex<Vec<Packed>>,
+    endian: gimli::RunTimeEndian,
     /// addr2line's context caches parsed units in cells that are not
     /// `Sync`; the mutex lets one module be shared by decoding threads.
     context: OnceLock<Result<Mutex<addr2line::Context<DwarfReader>>, String>>,
-    units: OnceLock<Result<UnitLines, String>>,
 }
 
+/// Sections a function's line is read from ([`UnitLines::location`]):
+/// never packed.
+const LINE_SECTIONS: [gimli::SectionId; 4] = [
+    gimli::SectionId::DebugLine,
+    gimli::SectionId::DebugLineStr,
+    gimli::SectionId::DebugStr,
+    gimli::SectionId::DebugStrOffsets,
+];
+
 impl SourceIndex {
-    pub(super) fn new(dwarf: gimli::Dwarf<DwarfReader>) -> SourceIndex {
+    /// Indexes the units of `loaded` (whose sections `dwarf` reads), and
+    /// packs what only addr2line reads.
+    pub(super) fn new(loaded: LoadedDwarf, dwarf: gimli::Dwarf<DwarfReader>) -> SourceIndex {
+        let units = UnitLines::new(&dwarf).map_err(|e| format!("reading DWARF units: {e}"));
+        drop(dwarf);
+        let LoadedDwarf {
+            sections,
+            mut compressed,
+            endian,
+        } = loaded;
+        let mut inflated = Vec::new();
+        let mut packed = Vec::new();
+        for (id, bytes) in sections {
+            match compressed.iter().position(|p| p.id == id) {
+                Some(at) if !LINE_SECTIONS.contains(&id) => packed.push(compressed.swap_remove(at)),
+                _ => inflated.push((id, bytes)),
+            }
+        }
         SourceIndex {
-            dwarf: Arc::new(dwarf),
+            lines: build(&inflated, endian, |_| None),
+            units,
+            inflated,
+            packed: Mutex::new(packed),
+            endian,
             context: OnceLock::new(),
-            units: OnceLock::new(),
         }
     }
 
-    /// The index, built now if it is not yet; `None` if its units could
-    /// not be read.
+    /// The index, built now if it is not yet (its packed sections
+    /// inflated again); `None` if its units could not be read.
     fn context(&self) -> Option<MutexGuard<'_, addr2line::Context<DwarfReader>>> {
         self.context
             .get_or_init(|| {
-                addr2line::Context::from_arc_dwarf(Arc::clone(&self.dwarf))
+                let packed = std::mem::take(&mut *self.packed.lock());
+                let mut unpacked = Vec::with_capacity(packed.len());
+                for p in &packed {
+                    let bytes = p
+                        .inflate(self.endian)
+                        .map_err(|e| format!("{}: {e}", p.id.name()))?;
+                    unpacked.push((p.id, bytes));
+                }
+                let dwarf = build(&self.inflated, self.endian, |id| {
+                    unpacked
+                        .iter()
+                        .find(|(u, _)| *u == id)
+                        .map(|(_, b)| b.clone())
+                });
+                addr2line::Context::from_arc_dwarf(Arc::new(dwarf))
                     .map(Mutex::new)
                     .map_err(|e| format!("reading DWARF units: {e}"))
             })
@@ -69,22 +125,46 @@ impl SourceIndex {
             .map(|c| c.lock())
     }
 
-    /// The units' ranges, found now if they are not yet; `None` if the
-    /// units could not be read.
+    /// The units' ranges; `None` if the units could not be read.
     fn units(&self) -> Option<&UnitLines> {
-        self.units
-            .get_or_init(|| {
-                UnitLines::new(&self.dwarf).map_err(|e| format!("reading DWARF units: {e}"))
-            })
-            .as_ref()
-            .ok()
+        self.units.as_ref().ok()
+    }
+
+    /// The sections lines are read from, and the units' index.
+    #[cfg(test)]
+    pub(super) fn parts_mut(&mut self) -> (&gimli::Dwarf<DwarfReader>, Option<&mut UnitLines>) {
+        (&self.lines, self.units.as_mut().ok())
     }
 
     /// Why an index could not be built, if one was tried and failed.
     pub(super) fn failed(&self) -> Option<&str> {
         let context = self.context.get().and_then(|r| r.as_ref().err());
-        let units = self.units.get().and_then(|r| r.as_ref().err());
+        let units = self.units.as_ref().err();
         context.or(units).map(String::as_str)
+    }
+}
+
+/// A `gimli::Dwarf` over `sections`, and what `more` gives for the others
+/// (empty if nothing).
+fn build(
+    sections: &[(gimli::SectionId, DwarfReader)],
+    endian: gimli::RunTimeEndian,
+    more: impl Fn(gimli::SectionId) -> Option<DwarfReader>,
+) -> gimli::Dwarf<DwarfReader> {
+    let found = |id| {
+        let known = sections
+            .iter()
+            .find(|(s, _)| *s == id)
+            .map(|(_, b)| b.clone());
+        Ok::<_, std::convert::Infallible>(
+            known
+                .or_else(|| more(id))
+                .unwrap_or_else(|| gimli::EndianArcSlice::new(Arc::from(&[][..]), endian)),
+        )
+    };
+    match gimli::Dwarf::load(found) {
+        Ok(dwarf) => dwarf,
+        Err(never) => match never {},
     }
 }
 
@@ -102,7 +182,7 @@ impl ModuleSymbols {
     /// of every unit, which a decode would hold to the end).
     pub fn entry_location(&self, svma: u64) -> Option<SourceLocation> {
         let index = self.dwarf.as_ref().filter(|_| svma < NO_CODE)?;
-        index.units()?.location(&index.dwarf, svma)
+        index.units()?.location(&index.lines, svma)
     }
 
     /// Source file and line of `svma` (DWARF), if any.
@@ -193,13 +273,50 @@ impl ModuleSymbols {
     }
 }
 
+/// A module's DWARF sections as loaded: each inflated, and those the file
+/// compresses also as it holds them.
+pub(super) struct LoadedDwarf {
+    sections: Vec<(gimli::SectionId, DwarfReader)>,
+    compressed: Vec<Packed>,
+    endian: gimli::RunTimeEndian,
+}
+
+impl LoadedDwarf {
+    /// gimli's view of every section.
+    pub(super) fn dwarf(&self) -> gimli::Dwarf<DwarfReader> {
+        build(&self.sections, self.endian, |_| None)
+    }
+}
+
+/// A section as the file holds it, compressed.
+struct Packed {
+    id: gimli::SectionId,
+    format: object::CompressionFormat,
+    bytes: Box<[u8]>,
+    size: u64,
+}
+
+impl Packed {
+    fn inflate(&self, endian: gimli::RunTimeEndian) -> Result<DwarfReader, String> {
+        let data = object::CompressedData {
+            format: self.format,
+            data: &self.bytes,
+            uncompressed_size: self.size,
+        };
+        let bytes = data.decompress().map_err(|e| e.to_string())?;
+        Ok(gimli::EndianArcSlice::new(Arc::from(bytes), endian))
+    }
+}
+
 /// The DWARF sections, copied out of the file: the map does not outlive
 /// `load`, and owned sections keep `ModuleSymbols` free of borrows (their
 /// size in memory is the price). `Ok(None)` without `.debug_info`.
 pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     sections: &object::read::elf::SectionTable<'d, Elf, &'d [u8]>,
-) -> Result<Option<gimli::Dwarf<DwarfReader>>, String> {
+) -> Result<Option<LoadedDwarf>, String> {
+    use gimli::SectionId as S;
+    use object::CompressionFormat;
     let endian = file.endian();
     let gimli_endian = if file.elf_header().is_little_endian() {
         gimli::RunTimeEndian::Little
@@ -212,35 +329,44 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
     if !has_info {
         return Ok(None);
     }
-    let dwarf = gimli::Dwarf::load(|id| -> Result<DwarfReader, String> {
-        use gimli::SectionId as S;
-        // What lines, functions and inlines need; not the variable
-        // locations, macros or type units, which can be as large.
-        let needed = matches!(
-            id,
-            S::DebugAbbrev
-                | S::DebugAddr
-                | S::DebugAranges
-                | S::DebugInfo
-                | S::DebugLine
-                | S::DebugLineStr
-                | S::DebugRanges
-                | S::DebugRngLists
-                | S::DebugStr
-                | S::DebugStrOffsets
-        );
-        let found = needed
-            .then(|| sections.section_by_name(endian, id.name().as_bytes()))
-            .flatten();
-        let bytes: Cow<'_, [u8]> = match found {
-            Some((index, _)) => {
-                section_bytes(file, index).map_err(|e| format!("{}: {e}", id.name()))?
-            }
-            None => Cow::Borrowed(&[]),
+    // What lines, functions and inlines need; not the variable locations,
+    // macros or type units, which can be as large.
+    let needed = [
+        S::DebugAbbrev,
+        S::DebugAddr,
+        S::DebugAranges,
+        S::DebugInfo,
+        S::DebugLine,
+        S::DebugLineStr,
+        S::DebugRanges,
+        S::DebugRngLists,
+        S::DebugStr,
+        S::DebugStrOffsets,
+    ];
+    let mut loaded = LoadedDwarf {
+        sections: Vec::new(),
+        compressed: Vec::new(),
+        endian: gimli_endian,
+    };
+    for id in needed {
+        let Some((index, _)) = sections.section_by_name(endian, id.name().as_bytes()) else {
+            continue;
         };
-        Ok(gimli::EndianArcSlice::new(Arc::from(bytes), gimli_endian))
-    })?;
-    Ok(Some(dwarf))
+        let (bytes, c) = section_bytes(file, index).map_err(|e| format!("{}: {e}", id.name()))?;
+        if c.format != CompressionFormat::None {
+            loaded.compressed.push(Packed {
+                id,
+                format: c.format,
+                bytes: c.data.into(),
+                size: c.uncompressed_size,
+            });
+        }
+        loaded.sections.push((
+            id,
+            gimli::EndianArcSlice::new(Arc::from(bytes), gimli_endian),
+        ));
+    }
+    Ok(Some(loaded))
 }
 
 /// The most a compressed section may claim to inflate to, per byte it
@@ -249,11 +375,12 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
 const MAX_INFLATION: u64 = 1100;
 
 /// The contents of section `index`, inflated if it is compressed
-/// (`SHF_COMPRESSED`, zlib or zstd, as distributions ship debug files).
+/// (`SHF_COMPRESSED`, zlib or zstd, as distributions ship debug files),
+/// and its bytes as the file holds them.
 fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     index: object::SectionIndex,
-) -> Result<Cow<'d, [u8]>, String> {
+) -> Result<(Cow<'d, [u8]>, object::CompressedData<'d>), String> {
     use object::{CompressionFormat, Object, ObjectSection};
     let section = file.section_by_index(index).map_err(|e| e.to_string())?;
     let compressed = section.compressed_data().map_err(|e| e.to_string())?;
@@ -267,7 +394,8 @@ fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
             ));
         }
     }
-    compressed.decompress().map_err(|e| e.to_string())
+    let bytes = compressed.decompress().map_err(|e| e.to_string())?;
+    Ok((bytes, compressed))
 }
 
 /// Padding between functions is under 16 bytes at the usual alignment: a

@@ -148,7 +148,8 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     let mut pieces = sym_pieces.clone();
     let mut context = None;
     let mut dwarf_problem = dwarf_problem;
-    if let Some(dwarf) = dwarf {
+    if let Some(loaded) = dwarf {
+        let dwarf = loaded.dwarf();
         let mut dw_intervals = Vec::new();
         if let Err(e) = dwarf_functions(&dwarf, &code, &sym_pieces, &mut funcs, &mut dw_intervals) {
             dwarf_problem = Some(format!("reading DWARF functions: {e}"));
@@ -156,7 +157,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
         let dw_pieces = flatten(dw_intervals);
         pieces.extend(subtract(&dw_pieces, &sym_pieces));
         pieces.sort_by_key(|p| p.start);
-        context = Some(SourceIndex::new(dwarf));
+        context = Some(SourceIndex::new(loaded, dwarf));
     }
 
     // Unwind tables cover every function of a stripped binary: its FDEs

@@ -28,7 +28,8 @@ const ROW_BUDGET: usize = 1 << 18;
 struct UnitRange {
     begin: u64,
     end: u64,
-    unit: gimli::DebugInfoOffset<usize>,
+    /// Which of [`UnitLines::units`].
+    unit: u32,
     /// The lowest `begin` of this and every later range in the table.
     min_begin: u64,
 }
@@ -50,16 +51,64 @@ struct Sequence {
 
 /// One unit's rows, and what names its files.
 struct Lines {
-    unit: gimli::DebugInfoOffset<usize>,
+    /// Which of [`UnitLines::units`].
+    unit: u32,
     sequences: Box<[Sequence]>,
     rows: usize,
     /// Its files' paths, by index.
     files: Box<[Box<str>]>,
 }
 
+/// What reading a unit's line program takes, from its first entry: a
+/// lookup then reads `.debug_line` and the strings alone, never the
+/// entries, which a module need not keep inflated for it.
+struct UnitSource {
+    line_program: Option<gimli::DebugLineOffset<usize>>,
+    address_size: u8,
+    format: gimli::Format,
+    str_offsets_base: gimli::DebugStrOffsetsBase<usize>,
+    comp_dir: Option<DwarfReader>,
+    name: Option<DwarfReader>,
+}
+
+impl UnitSource {
+    fn of(unit: &gimli::Unit<DwarfReader>) -> UnitSource {
+        UnitSource {
+            line_program: unit.line_program.as_ref().map(|p| p.header().offset()),
+            address_size: unit.header.address_size(),
+            format: unit.header.format(),
+            str_offsets_base: unit.str_offsets_base,
+            comp_dir: unit.comp_dir.clone(),
+            name: unit.name.clone(),
+        }
+    }
+
+    /// A string attribute of the unit's line program, as gimli's
+    /// `attr_string` reads it for the unit.
+    fn string(
+        &self,
+        dwarf: &gimli::Dwarf<DwarfReader>,
+        value: gimli::AttributeValue<DwarfReader>,
+    ) -> Result<DwarfReader, gimli::Error> {
+        match value {
+            gimli::AttributeValue::DebugStrOffsetsIndex(index) => {
+                let offset = dwarf.debug_str_offsets.get_str_offset(
+                    self.format,
+                    self.str_offsets_base,
+                    index,
+                )?;
+                dwarf.string(offset)
+            }
+            other => dwarf.attr_line_string(other),
+        }
+    }
+}
+
 /// The index of a module's units by address.
 pub(super) struct UnitLines {
     ranges: Box<[UnitRange]>,
+    /// The units that have ranges.
+    units: Box<[UnitSource]>,
     /// Units read, the most recent last.
     read: Mutex<VecDeque<Lines>>,
     /// Rows kept at most, but for the last unit read.
@@ -79,6 +128,7 @@ impl UnitLines {
         aranges.sort_unstable_by_key(|a| a.0);
 
         let mut ranges = Vec::new();
+        let mut sources = Vec::new();
         let mut units = dwarf.units();
         while let Some(header) = units.next()? {
             let Some(offset) = header.debug_info_offset() else {
@@ -94,15 +144,20 @@ impl UnitLines {
             let Ok(unit) = dwarf.unit(header) else {
                 continue;
             };
+            let source = UnitSource::of(&unit);
             let unit = gimli::UnitRef::new(dwarf, &unit);
             let Some(found) = RootRanges::read(unit)? else {
                 continue;
+            };
+            // Four billion units cannot fit in a file this reads.
+            let Ok(index) = u32::try_from(sources.len()) else {
+                break;
             };
             let mut add = |begin: u64, end: u64| {
                 ranges.push(UnitRange {
                     begin,
                     end,
-                    unit: offset,
+                    unit: index,
                     min_begin: 0,
                 })
             };
@@ -131,11 +186,15 @@ impl UnitLines {
                 found_any = found.each_range(unit, &mut add)?;
             }
             if !found_any {
-                if let Ok(lines) = read_lines(unit, offset) {
+                if let Ok(lines) = read_lines(dwarf, &source, index) {
                     for s in lines.sequences.iter() {
                         add(s.start, s.end);
+                        found_any = true;
                     }
                 }
+            }
+            if found_any {
+                sources.push(source);
             }
         }
         ranges.sort_unstable_by_key(|r| (r.end, r.unit));
@@ -146,6 +205,7 @@ impl UnitLines {
         }
         Ok(UnitLines {
             ranges: ranges.into_boxed_slice(),
+            units: sources.into_boxed_slice(),
             read: Mutex::new(VecDeque::new()),
             budget: ROW_BUDGET,
         })
@@ -153,7 +213,8 @@ impl UnitLines {
 
     /// The file and line of `probe`: addr2line's `find_location`, without
     /// the column. `None` where it has none, or where a unit it would read
-    /// cannot be.
+    /// cannot be. `dwarf` need hold only the line program and string
+    /// sections.
     pub(super) fn location(
         &self,
         dwarf: &gimli::Dwarf<DwarfReader>,
@@ -173,9 +234,8 @@ impl UnitLines {
             let at = match read.iter().position(|l| l.unit == unit) {
                 Some(at) => at,
                 None => {
-                    let header = dwarf.debug_info.header_from_offset(unit).ok()?;
-                    let dw_unit = dwarf.unit(header).ok()?;
-                    let lines = read_lines(gimli::UnitRef::new(dwarf, &dw_unit), unit).ok()?;
+                    let source = self.units.get(unit as usize)?;
+                    let lines = read_lines(dwarf, source, unit).ok()?;
                     let mut kept: usize = read.iter().map(|l| l.rows).sum();
                     while kept + lines.rows > self.budget && !read.is_empty() {
                         kept -= read.pop_front().map_or(0, |l| l.rows);
@@ -228,17 +288,25 @@ impl Lines {
 /// A unit's line program as rows, kept as addr2line keeps them: a row at
 /// the address of the one before replaces it, and empty sequences go.
 fn read_lines(
-    unit: gimli::UnitRef<'_, DwarfReader>,
-    offset: gimli::DebugInfoOffset<usize>,
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    unit: &UnitSource,
+    index: u32,
 ) -> Result<Lines, gimli::Error> {
-    let Some(program) = unit.line_program.clone() else {
+    let Some(offset) = unit.line_program else {
         return Ok(Lines {
-            unit: offset,
+            unit: index,
             sequences: Box::new([]),
             rows: 0,
             files: Box::new([]),
         });
     };
+    // As gimli reads it for the unit (`Unit::new`).
+    let program = dwarf.debug_line.program(
+        offset,
+        unit.address_size,
+        unit.comp_dir.clone(),
+        unit.name.clone(),
+    )?;
     let mut sequences = Vec::new();
     let mut current: Vec<Row> = Vec::new();
     let mut total = 0;
@@ -281,17 +349,17 @@ fn read_lines(
     let header = rows.header();
     let mut files = Vec::new();
     match header.file(0) {
-        Some(file) => files.push(file_name(unit, file, header)?),
+        Some(file) => files.push(file_name(dwarf, unit, file, header)?),
         // DWARF before 5 may have no file 0.
         None => files.push(Box::from("")),
     }
-    let mut index = 1;
-    while let Some(file) = header.file(index) {
-        files.push(file_name(unit, file, header)?);
-        index += 1;
+    let mut at = 1;
+    while let Some(file) = header.file(at) {
+        files.push(file_name(dwarf, unit, file, header)?);
+        at += 1;
     }
     Ok(Lines {
-        unit: offset,
+        unit: index,
         sequences: sequences.into_boxed_slice(),
         rows: total,
         files: files.into_boxed_slice(),
@@ -300,7 +368,8 @@ fn read_lines(
 
 /// A file's path, rendered as addr2line renders it.
 fn file_name(
-    unit: gimli::UnitRef<'_, DwarfReader>,
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    unit: &UnitSource,
     file: &gimli::FileEntry<DwarfReader>,
     header: &gimli::LineProgramHeader<DwarfReader>,
 ) -> Result<Box<str>, gimli::Error> {
@@ -311,12 +380,12 @@ fn file_name(
     // Directory 0 is the unit's own directory.
     if file.directory_index() != 0 {
         if let Some(dir) = file.directory(header) {
-            path_push(&mut path, &unit.attr_string(dir)?.to_string_lossy()?);
+            path_push(&mut path, &unit.string(dwarf, dir)?.to_string_lossy()?);
         }
     }
     path_push(
         &mut path,
-        &unit.attr_string(file.path_name())?.to_string_lossy()?,
+        &unit.string(dwarf, file.path_name())?.to_string_lossy()?,
     );
     Ok(path.into_boxed_str())
 }
@@ -405,7 +474,6 @@ mod tests {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    use super::UnitLines;
     use crate::names::symbols::testutil::{compile, run, tempdir};
     use crate::names::symbols::ModuleSymbols;
 
@@ -477,8 +545,13 @@ mod tests {
 
         // Again with room for a few units only: units are dropped and read
         // again, with the same answers.
-        let index = syms.dwarf.as_ref().unwrap();
-        let mut units = UnitLines::new(&index.dwarf).unwrap();
+        let mut small = ModuleSymbols::load_split(libc, &file, Some((&debug, &dfile))).unwrap();
+        let (dwarf, units) = small.dwarf.as_mut().unwrap().parts_mut();
+        // libc's debug file compresses its sections: the entries are kept
+        // packed, and lines are read without them.
+        assert!(gimli::Section::reader(&dwarf.debug_info).is_empty());
+        assert!(!gimli::Section::reader(&dwarf.debug_line).is_empty());
+        let units = units.unwrap();
         units.budget = 2000;
         let mut dropped = 0;
         for f in syms.functions() {
@@ -486,9 +559,7 @@ mod tests {
                 let read = units.read.lock();
                 (read.len(), read.back().map(|l| l.unit))
             };
-            let loc = units
-                .location(&index.dwarf, f.entry)
-                .map(|l| (l.file, l.line));
+            let loc = units.location(dwarf, f.entry).map(|l| (l.file, l.line));
             assert_eq!(
                 loc,
                 expected(&syms, f.entry),

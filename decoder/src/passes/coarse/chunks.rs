@@ -50,9 +50,13 @@ impl Parallel {
     pub fn on(workers: usize) -> Parallel {
         Parallel {
             workers,
-            // Small enough that a chunk's record stays in cache.
-            chunk_bytes: 128 << 10,
-            first_chunk_bytes: 128 << 10,
+            // Small enough that a chunk's records (some 300-600 KB for
+            // 16 KiB of trace) stay in the core's cache on their way to the
+            // replay, and that the chunks in flight hold little memory: at
+            // 128 KiB they held 6-8 B per span of the two-core peak, and
+            // decoded no faster (BENCHMARKS.md, issue 41's fifth part).
+            chunk_bytes: 16 << 10,
+            first_chunk_bytes: 16 << 10,
             in_order: false,
         }
     }
