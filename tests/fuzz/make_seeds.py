@@ -146,6 +146,13 @@ def main():
         ["gcc", "-O2", "-g", "-o", out, os.path.join(ROOT, "tests", "programs", "inline.c")],
         check=True,
     )
+    # Its DWARF compressed, as distributions ship it: what the line zoom
+    # reads is kept packed and inflated again.
+    out = os.path.join(SEEDS, "symbols", "inline-O2-gz")
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-gz=zlib", "-o", out, os.path.join(ROOT, "tests", "programs", "inline.c")],
+        check=True,
+    )
     rules = os.path.join(ROOT, "tests", "fixtures", "script-rules")
     for f in sorted(os.listdir(rules)):
         if f.endswith(".perf"):

@@ -508,9 +508,17 @@ mod tests {
     #[test]
     fn lines_are_addr2lines_in_our_test_programs() {
         let dir = tempdir();
-        for (name, flags) in [("v5", &["-gdwarf-5"][..]), ("v4", &["-gdwarf-4"][..])] {
+        for (name, flags) in [
+            ("v5", &["-gdwarf-5"][..]),
+            ("v4", &["-gdwarf-4"][..]),
+            // Compressed: the entries are packed, the lines read without.
+            ("v5-gz", &["-gdwarf-5", "-gz=zlib"][..]),
+        ] {
             let bin = compile(dir.path(), name, flags);
-            let syms = ModuleSymbols::load(&bin).unwrap();
+            let mut syms = ModuleSymbols::load(&bin).unwrap();
+            let (dwarf, _) = syms.dwarf.as_mut().unwrap().parts_mut();
+            let packed = gimli::Section::reader(&dwarf.debug_info).is_empty();
+            assert_eq!(packed, name.ends_with("gz"), "{name}: entries packed");
             let lines = compare(&syms, usize::MAX);
             assert!(lines > 20, "{name}: only {lines} addresses had lines");
         }
