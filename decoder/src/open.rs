@@ -156,7 +156,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
                 cfg = cfg.with_filter(f);
             }
             cfg.no_memo = d.no_memo;
-            decode_raw(path, &pt, &opts.raw_images, &cfg, d.engine)
+            decode_raw(path, pt.into(), &opts.raw_images, &cfg, d.engine)
         }
         InputKind::PerfScript => {
             let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {

@@ -19,17 +19,21 @@ use ptscope_model::{Model, ThreadModel, TimeUnit};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ptscope_formats::SharedBytes;
+
 use super::*;
 
 /// Decodes a raw PT dump against raw binary images loaded at fixed
-/// addresses, like ptxed's `--raw FILE:ADDR`. Times are TSC ticks.
+/// addresses, like ptxed's `--raw FILE:ADDR`. Times are TSC ticks. The
+/// dump's bytes are kept, not copied, for the line zoom.
 pub fn decode_raw(
     pt_path: &Path,
-    pt: &[u8],
+    bytes: SharedBytes,
     images: &[(PathBuf, u64)],
     cfg: &DecoderConfig,
     engine: Engine,
 ) -> Result<Decoded, DecodeError> {
+    let pt: &[u8] = &bytes;
     let setup = |error| DecodeError::Setup {
         path: pt_path.to_path_buf(),
         error,
@@ -127,7 +131,7 @@ pub fn decode_raw(
         vec![QueueParts {
             idx: 0,
             tid: Some(0),
-            data: pt.to_vec().into(),
+            data: bytes.clone(),
             psbs,
             schedule: Vec::new(),
         }],

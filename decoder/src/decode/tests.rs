@@ -57,7 +57,7 @@ fn a_block_ending_right_before_a_psb_does_not_take_its_checkpoint() {
     write::ip_packet(&mut pt, IpPacket::TipPgd, 0, IpCompression::Suppressed);
     let m = decode_raw(
         Path::new("raw.pt"),
-        &pt,
+        pt.clone().into(),
         &[(image.clone(), 0x1000)],
         &DecoderConfig::default(),
         Engine::Flow,
@@ -433,7 +433,7 @@ fn a_decode_that_finds_no_code_says_why() {
     ] {
         let m = decode_raw(
             std::path::Path::new("raw.pt"),
-            &pt,
+            pt.clone().into(),
             &[(image.clone(), 0x1000)],
             &DecoderConfig::default(),
             engine,
