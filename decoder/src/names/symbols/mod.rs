@@ -34,11 +34,14 @@
 //!   regions to `.symtab`/`.dynsym` candidates, their deduplication and
 //!   `.eh_frame` functions;
 //! - `plt`: PLT entries decoded and named after their GOT relocations;
-//! - `dwarf`: DWARF functions, DIE ranges and subprogram names, and the
-//!   source-line and inline-frame lookups ([`ModuleSymbols::location`],
-//!   [`ModuleSymbols::source_frames`], [`ModuleSymbols::inline_frames`]);
+//! - `dwarf`: the sections loaded (those only addr2line reads kept
+//!   compressed when the file compresses them), DWARF functions, DIE
+//!   ranges and subprogram names, and the source-line and inline-frame
+//!   lookups ([`ModuleSymbols::location`], [`ModuleSymbols::source_frames`],
+//!   [`ModuleSymbols::inline_frames`]);
 //! - `unit_lines`: a function's line from the one unit that holds it, the
-//!   units' ranges found as addr2line finds them;
+//!   units' ranges found as addr2line finds them, read from the line
+//!   programs and strings alone;
 //! - `intervals`: flattening, subtracting and gap-finding over the address
 //!   ranges the sources give, to decide which function owns each byte;
 //! - [`kallsyms`]: the kernel's functions, from a kallsyms listing or a
@@ -408,9 +411,10 @@ impl ModuleSymbols {
     }
 
     /// Whether DWARF line and function info was found and read: its
-    /// functions at load, its lines when first asked for (a unit that
-    /// fails then takes the lines away, and
-    /// [`debug_info_problem`](Self::debug_info_problem) says why).
+    /// functions and its units' ranges at load, addr2line's index when the
+    /// fine pass first asks for a line (a failure either time takes the
+    /// lines away, and [`debug_info_problem`](Self::debug_info_problem)
+    /// says why).
     pub fn has_debug_info(&self) -> bool {
         self.dwarf.as_ref().is_some_and(|d| d.failed().is_none())
     }
