@@ -75,18 +75,13 @@ impl SourceIndex {
         let units = UnitLines::new(&dwarf).map_err(|e| format!("reading DWARF units: {e}"));
         drop(dwarf);
         let LoadedDwarf {
-            sections,
-            mut compressed,
+            mut sections,
+            packed,
             endian,
         } = loaded;
-        let mut inflated = Vec::new();
-        let mut packed = Vec::new();
-        for (id, bytes) in sections {
-            match compressed.iter().position(|p| p.id == id) {
-                Some(at) if !LINE_SECTIONS.contains(&id) => packed.push(compressed.swap_remove(at)),
-                _ => inflated.push((id, bytes)),
-            }
-        }
+        // The packed sections' inflated bytes go now.
+        sections.retain(|(id, _)| packed.iter().all(|p| p.id != *id));
+        let inflated = sections;
         SourceIndex {
             lines: build(&inflated, endian, |_| None),
             units,
@@ -273,11 +268,11 @@ impl ModuleSymbols {
     }
 }
 
-/// A module's DWARF sections as loaded: each inflated, and those the file
-/// compresses also as it holds them.
+/// A module's DWARF sections as loaded: each inflated, and those only
+/// addr2line reads also as the file holds them, if it compresses them.
 pub(super) struct LoadedDwarf {
     sections: Vec<(gimli::SectionId, DwarfReader)>,
-    compressed: Vec<Packed>,
+    packed: Vec<Packed>,
     endian: gimli::RunTimeEndian,
 }
 
@@ -288,7 +283,7 @@ impl LoadedDwarf {
     }
 }
 
-/// A section as the file holds it, compressed.
+/// A section as the file holds it, compressed, to be inflated again.
 struct Packed {
     id: gimli::SectionId,
     format: object::CompressionFormat,
@@ -310,7 +305,8 @@ impl Packed {
 
 /// The DWARF sections, copied out of the file: the map does not outlive
 /// `load`, and owned sections keep `ModuleSymbols` free of borrows (their
-/// size in memory is the price). `Ok(None)` without `.debug_info`.
+/// size in memory is the price, which [`SourceIndex`] lowers by keeping
+/// the packed ones only). `Ok(None)` without `.debug_info`.
 pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     sections: &object::read::elf::SectionTable<'d, Elf, &'d [u8]>,
@@ -345,7 +341,7 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
     ];
     let mut loaded = LoadedDwarf {
         sections: Vec::new(),
-        compressed: Vec::new(),
+        packed: Vec::new(),
         endian: gimli_endian,
     };
     for id in needed {
@@ -353,8 +349,8 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
             continue;
         };
         let (bytes, c) = section_bytes(file, index).map_err(|e| format!("{}: {e}", id.name()))?;
-        if c.format != CompressionFormat::None {
-            loaded.compressed.push(Packed {
+        if c.format != CompressionFormat::None && !LINE_SECTIONS.contains(&id) {
+            loaded.packed.push(Packed {
                 id,
                 format: c.format,
                 bytes: c.data.into(),
