@@ -45,7 +45,8 @@ const MAX_NAME_INDIRECTIONS: usize = 8;
 /// as distributions' debug files do: a third of their inflated size, which
 /// the coarse pass never reads. They are inflated again for addr2line.
 pub(super) struct SourceIndex {
-    /// The sections a function's line is read from, inflated.
+    /// gimli's view of the inflated sections (the packed ones empty in
+    /// it), which a function's line is read from.
     lines: gimli::Dwarf<DwarfReader>,
     units: Result<UnitLines, String>,
     /// Every section but the packed ones, inflated.
