@@ -1,6 +1,7 @@
 //! How the process's allocator hands out large blocks: the one setting
 //! ptscope makes of glibc's malloc, at start-up, before any thread runs.
-//! The module is FFI (`mallopt`), the one `unsafe` of the application.
+//! The module is FFI (`mallopt`, and `mallinfo2` in its test), the one
+//! `unsafe` of the application.
 //!
 //! A decode's memory is a few large buffers grown as it goes (a thread's
 //! spans by depth, a chunk's events), beside many small ones. glibc serves
