@@ -123,14 +123,68 @@ pub(super) struct Run {
 
 /// Runs of one image, by start address: open addressing, linear probing.
 pub(super) struct RunCache {
-    keys: Vec<u64>,
-    runs: Vec<Run>,
+    /// Each run with its address in one slot, so that a lookup reads one
+    /// place: a third of a cache line, where a key and a [`Run`] side by
+    /// side in two tables took two lines and 40 bytes.
+    slots: Vec<Slot>,
     len: usize,
     /// The mode its runs were decoded in: the same bytes are other
     /// instructions in 32- or 16-bit mode.
     pub(super) bitness: u32,
     /// What the walk did across these runs, dropped with them.
     pub(super) memo: Memo,
+}
+
+/// A cached [`Run`] and its start address, packed: the last instruction
+/// as an offset from the start (a run is at most [`MAX_RUN`] instructions
+/// of at most 15 bytes), and the address after it as that instruction's
+/// length. A run that does not pack so is not cached.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    key: u64,
+    target: u64,
+    last_off: u32,
+    ninsn: u16,
+    len: u8,
+    class: Class,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 24);
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        key: EMPTY,
+        target: 0,
+        last_off: 0,
+        ninsn: 0,
+        len: 0,
+        class: Class::Other,
+    };
+
+    /// `run` at `ip`, if it packs exactly.
+    fn pack(ip: u64, run: Run) -> Option<Slot> {
+        let slot = Slot {
+            key: ip,
+            target: run.target,
+            last_off: u32::try_from(run.last.wrapping_sub(ip)).ok()?,
+            ninsn: u16::try_from(run.ninsn).ok()?,
+            len: u8::try_from(run.next.wrapping_sub(run.last)).ok()?,
+            class: run.class,
+        };
+        (slot.run() == run).then_some(slot)
+    }
+
+    #[inline]
+    fn run(&self) -> Run {
+        let last = self.key.wrapping_add(u64::from(self.last_off));
+        Run {
+            ninsn: u32::from(self.ninsn),
+            last,
+            next: last.wrapping_add(u64::from(self.len)),
+            target: self.target,
+            class: self.class,
+        }
+    }
 }
 
 const EMPTY: u64 = u64::MAX;
@@ -141,8 +195,7 @@ const MAX_RUN: u32 = 4096;
 impl RunCache {
     pub(super) fn new() -> RunCache {
         RunCache {
-            keys: vec![EMPTY; 1024],
-            runs: vec![NO_RUN; 1024],
+            slots: vec![Slot::EMPTY; 1024],
             len: 0,
             bitness: 64,
             memo: Memo::default(),
@@ -153,7 +206,7 @@ impl RunCache {
     /// compatibility code, or a damaged trace).
     #[cold]
     pub(super) fn switch_mode(&mut self, bitness: u32) {
-        self.keys.fill(EMPTY);
+        self.slots.fill(Slot::EMPTY);
         self.len = 0;
         self.bitness = bitness;
         self.memo.clear();
@@ -161,7 +214,7 @@ impl RunCache {
 
     #[inline]
     fn slot(&self, ip: u64) -> usize {
-        (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
+        (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
     }
 
     /// The run cached at `ip`. The last address is never cached: it is
@@ -171,14 +224,14 @@ impl RunCache {
         if ip == EMPTY {
             return None;
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.slot(ip);
         loop {
-            let k = self.keys[i];
-            if k == ip {
-                return Some(self.runs[i]);
+            let s = &self.slots[i];
+            if s.key == ip {
+                return Some(s.run());
             }
-            if k == EMPTY {
+            if s.key == EMPTY {
                 return None;
             }
             i = (i + 1) & mask;
@@ -189,27 +242,34 @@ impl RunCache {
         if ip == EMPTY {
             return;
         }
-        if (self.len + 1) * 2 > self.keys.len() {
-            let size = self.keys.len() * 2;
-            let keys = std::mem::replace(&mut self.keys, vec![EMPTY; size]);
-            let runs = std::mem::replace(&mut self.runs, vec![NO_RUN; size]);
+        // Every run the walk decodes packs; one that did not would only be
+        // decoded again when next met.
+        let Some(slot) = Slot::pack(ip, run) else {
+            return;
+        };
+        if (self.len + 1) * 2 > self.slots.len() {
+            let size = self.slots.len() * 2;
+            let old = std::mem::replace(&mut self.slots, vec![Slot::EMPTY; size]);
             self.len = 0;
-            for (k, r) in keys.into_iter().zip(runs) {
-                if k != EMPTY {
-                    self.insert(k, r);
+            for s in old {
+                if s.key != EMPTY {
+                    self.put(s);
                 }
             }
         }
-        let mask = self.keys.len() - 1;
-        let mut i = self.slot(ip);
-        while self.keys[i] != EMPTY && self.keys[i] != ip {
+        self.put(slot);
+    }
+
+    fn put(&mut self, slot: Slot) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot(slot.key);
+        while self.slots[i].key != EMPTY && self.slots[i].key != slot.key {
             i = (i + 1) & mask;
         }
-        if self.keys[i] == EMPTY {
+        if self.slots[i].key == EMPTY {
             self.len += 1;
         }
-        self.keys[i] = ip;
-        self.runs[i] = run;
+        self.slots[i] = slot;
     }
 }
 
@@ -361,21 +421,80 @@ mod tests {
     #[test]
     fn the_last_address_is_never_a_cached_run() {
         let mut cache = RunCache::new();
-        let run = Run {
+        let run_at = |ip: u64| Run {
             ninsn: 7,
-            last: 0x1000,
-            next: 0x1002,
+            last: ip + 12,
+            next: ip + 14,
             target: 0x2000,
             class: Class::CondJump,
         };
         for ip in 0..4096 {
-            cache.insert(0x1000 + 16 * ip, run);
+            let ip = 0x1000 + 16 * ip;
+            cache.insert(ip, run_at(ip));
+            assert_eq!(cache.get(ip), Some(run_at(ip)));
         }
+        assert_eq!(cache.len, 4096);
         cache.switch_mode(64);
+        let run = run_at(0x1000);
         assert_eq!(cache.get(EMPTY), None);
         cache.insert(EMPTY, run);
         assert_eq!(cache.get(EMPTY), None);
         cache.insert(0x1000, run);
         assert_eq!(cache.get(0x1000), Some(run));
+    }
+
+    /// A slot gives back the very run put in it: runs as the walk decodes
+    /// them, up to the longest, one wrapping past the top of the address
+    /// space, and JMPABS. A run that would not pack is not cached at all,
+    /// never cached as another.
+    #[test]
+    fn runs_come_back_as_cached() {
+        let mut cache = RunCache::new();
+        let runs = [
+            (
+                0x40_1000,
+                one_run(7, 0x40_1010, 2, 0x40_0ff0, Class::CondJump),
+            ),
+            (
+                0x40_2000,
+                one_run(MAX_RUN, 0x40_2000 + 15 * 4095, 15, 0, Class::Other),
+            ),
+            (u64::MAX - 4, one_run(2, u64::MAX - 1, 5, 0, Class::Return)),
+            (0x7fff_0000, jmpabs(0x7fff_0000)),
+            (
+                0xffff_ffff_8100_0000,
+                one_run(
+                    1,
+                    0xffff_ffff_8100_0000,
+                    5,
+                    0xffff_ffff_8000_0000,
+                    Class::Call,
+                ),
+            ),
+        ];
+        for &(ip, run) in &runs {
+            cache.insert(ip, run);
+        }
+        for &(ip, run) in &runs {
+            assert_eq!(cache.get(ip), Some(run), "{ip:#x}");
+        }
+        // Its last instruction 4 GiB away, or 300 bytes long: not a run the
+        // walk makes, and not one a slot can hold.
+        cache.insert(0x9000, one_run(3, 0x9000 + (1 << 32), 2, 0, Class::Jump));
+        cache.insert(0xa000, one_run(3, 0xa004, 300, 0, Class::Jump));
+        cache.insert(0xb000, one_run(70_000, 0xb004, 3, 0, Class::Jump));
+        assert_eq!(cache.get(0x9000), None);
+        assert_eq!(cache.get(0xa000), None);
+        assert_eq!(cache.get(0xb000), None);
+    }
+
+    fn one_run(ninsn: u32, last: u64, len: u64, target: u64, class: Class) -> Run {
+        Run {
+            ninsn,
+            last,
+            next: last.wrapping_add(len),
+            target,
+            class,
+        }
     }
 }
