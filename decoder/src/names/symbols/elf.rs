@@ -11,7 +11,7 @@ use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
 
-use super::dwarf::{dwarf_functions, load_dwarf, SourceIndex};
+use super::dwarf::{dwarf_functions, load_dwarf, Origin, SourceIndex};
 use super::intervals::{flatten, subtract, Interval};
 use super::plt::plt_candidates;
 use super::{build, ModuleSymbols, PendingFunc, Segment, SymbolError, SymbolSource};
@@ -49,11 +49,14 @@ pub(super) fn own_names<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Op
 /// debug file (named, and its bytes): the symbol table and DWARF the
 /// binary lacks are read from there, at the same addresses; code, program
 /// headers, `.dynsym`, the PLT and `.eh_frame` always from the binary,
-/// since the debug file holds no bytes for them.
+/// since the debug file holds no bytes for them. `origins`: the open files
+/// the binary's and the debug file's bytes are mapped from, if they are,
+/// which the DWARF sections kept compressed are read from again.
 pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     data: &[u8],
     debug: Option<(&Path, &[u8])>,
+    (origin, debug_origin): (Option<Origin>, Option<Origin>),
 ) -> Result<ModuleSymbols, SymbolError> {
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| SymbolError::malformed(path, e))?;
     let endian = file.endian();
@@ -62,7 +65,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     // A debug file that is not an ELF file of the binary's kind names
     // nothing: it is set aside, and says why.
     let mut debug_problem = None;
-    let debug_file = debug.and_then(|(dpath, ddata)| {
+    let debug_file = debug.and_then(|(dpath, ddata): (&Path, &[u8])| {
         let parsed = ElfFile::<Elf, &[u8]>::parse(ddata)
             .map_err(|e| e.to_string())
             .and_then(|d| {
@@ -74,7 +77,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
                 }
             });
         match parsed {
-            Ok(d) => Some((dpath, d)),
+            Ok(d) => Some((dpath, d, ddata)),
             Err(e) => {
                 debug_problem = Some(format!("{}: not a usable debug file: {e}", dpath.display()));
                 None
@@ -99,7 +102,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     symbol_candidates(&file, symtab, SymbolSource::Symtab, &mut candidates);
     let mut has_symtab = !candidates.is_empty();
     let mut names_from_debug = false;
-    if let (false, Some((_, d))) = (has_symtab, &debug_file) {
+    if let (false, Some((_, d, _))) = (has_symtab, &debug_file) {
         symbol_candidates(
             d,
             d.elf_symbol_table(),
@@ -126,10 +129,10 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     // DWARF: for functions with no symbol, and for lines and inlines;
     // the debug file's when the binary has none.
     let mut dwarf_from_debug = false;
-    let own = match (load_dwarf(&file, sections), &debug_file) {
-        (Ok(None), Some((dpath, d))) => {
+    let own = match (load_dwarf(&file, sections, (origin, data)), &debug_file) {
+        (Ok(None), Some((dpath, d, ddata))) => {
             dwarf_from_debug = true;
-            load_dwarf(d, d.elf_section_table())
+            load_dwarf(d, d.elf_section_table(), (debug_origin, ddata))
                 .map_err(|problem| format!("{}: {problem}", dpath.display()))
         }
         (own, _) => own,
@@ -172,7 +175,7 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     // The debug file counts only where it gave something.
     let debug_used = debug_file
         .filter(|_| names_from_debug || (dwarf_from_debug && context.is_some()))
-        .map(|(p, _)| p.to_path_buf());
+        .map(|(p, _, _)| p.to_path_buf());
     build(
         path,
         funcs,

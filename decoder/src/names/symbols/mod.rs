@@ -333,6 +333,13 @@ impl ModuleSymbols {
         // The maps are dropped before returning: everything kept is copied
         // out of them.
         let map = crate::pt::memory::map_binary(file).map_err(|e| SymbolError::io(path, e))?;
+        // The sections kept as the file compresses them are read from the
+        // open files again when needed, not copied out of the maps.
+        let origin = |f: &std::fs::File, p: &Path| dwarf::Origin::of(f, p).ok();
+        let origins = (
+            origin(file, path),
+            debug.and_then(|(dpath, dfile)| origin(dfile, dpath)),
+        );
         let debug_map = debug.map(|(dpath, dfile)| {
             let map = dfile
                 .metadata()
@@ -348,7 +355,7 @@ impl ModuleSymbols {
             Some((_, Err(e))) => (None, Some(e.clone())),
             None => (None, None),
         };
-        let mut syms = ModuleSymbols::from_bytes_split(path, &map, debug)?;
+        let mut syms = ModuleSymbols::from_parts(path, &map, debug, origins)?;
         if syms.dwarf_problem.is_none() {
             syms.dwarf_problem = problem;
         }
@@ -368,13 +375,28 @@ impl ModuleSymbols {
         data: &[u8],
         debug: Option<(&Path, &[u8])>,
     ) -> Result<ModuleSymbols, SymbolError> {
+        ModuleSymbols::from_parts(path, data, debug, (None, None))
+    }
+
+    /// [`from_bytes_split`](Self::from_bytes_split), with the open files
+    /// the binary's and the debug file's bytes were mapped from, if any.
+    fn from_parts(
+        path: &Path,
+        data: &[u8],
+        debug: Option<(&Path, &[u8])>,
+        origins: (Option<dwarf::Origin>, Option<dwarf::Origin>),
+    ) -> Result<ModuleSymbols, SymbolError> {
         use object::elf::{FileHeader32, FileHeader64};
         if data.is_empty() {
             return Err(SymbolError::not_elf(path, "empty file"));
         }
         match FileKind::parse(data) {
-            Ok(FileKind::Elf32) => parse_elf::<FileHeader32<Endianness>>(path, data, debug),
-            Ok(FileKind::Elf64) => parse_elf::<FileHeader64<Endianness>>(path, data, debug),
+            Ok(FileKind::Elf32) => {
+                parse_elf::<FileHeader32<Endianness>>(path, data, debug, origins)
+            }
+            Ok(FileKind::Elf64) => {
+                parse_elf::<FileHeader64<Endianness>>(path, data, debug, origins)
+            }
             Ok(other) => Err(SymbolError::not_elf(path, format!("{other:?} file"))),
             Err(e) => Err(SymbolError::not_elf(path, e)),
         }
