@@ -39,6 +39,16 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
     // The packet-level errata, worked around as the walk does.
     let errata = crate::pt::errata::of(cfg);
     while pos < trace.len() {
+        if bound.is_none() {
+            // A run of one-byte packets (short TNTs, PADs): nearly every
+            // packet of a trace, and none of them makes a mark, moves the
+            // time or sets an IP. Only a mark waiting for its FUP would
+            // need them (a TNT tells it the FUP is not coming).
+            pos += one_byte_run(&trace[pos..]);
+            if pos >= trace.len() {
+                break;
+            }
+        }
         let (p, n) = match packet::parse_with(&trace[pos..], &errata) {
             Ok(x) => x,
             Err(PacketError::Truncated) => break,
@@ -170,6 +180,15 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
     out
 }
 
+/// How many of the first bytes of `trace` are one-byte packets: PAD
+/// (zero) and short TNT (bit 0 clear, any byte but the extended opcode 02).
+fn one_byte_run(trace: &[u8]) -> usize {
+    trace
+        .iter()
+        .position(|&b| b & 1 != 0 || b == 0x02)
+        .unwrap_or(trace.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +299,24 @@ mod tests {
         let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
         let ptw: Vec<(u64, Option<u64>)> = m.ptwrites().map(|(m, p)| (p, m.ip)).collect();
         assert_eq!(ptw, [(1, None), (2, None)]);
+    }
+
+    /// The bytes the scan steps over unparsed are exactly those the
+    /// parser reads as a one-byte PAD or short TNT.
+    #[test]
+    fn one_byte_runs_are_pads_and_short_tnts() {
+        for b in 0..=255u8 {
+            let one = matches!(
+                packet::parse(&[b, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+                Ok((Packet::Pad | Packet::Tnt { long: false, .. }, 1))
+            );
+            assert_eq!(
+                one_byte_run(&[b, b, 0x02]),
+                if one { 2 } else { 0 },
+                "{b:#04x}"
+            );
+        }
+        assert_eq!(one_byte_run(&[]), 0);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! durations. Items are held until the next anchor is known, then released
 //! in order with their times.
 
+use super::mul_div;
+
 /// Anything that needs a time, with its position in retired instructions.
 pub(crate) struct Clock<T> {
     pending: Vec<(u64, T)>,
@@ -102,7 +104,7 @@ impl<T> Clock<T> {
                 Stamp { tsc, exact: false }
             } else {
                 Stamp {
-                    tsc: t0 + spread(tsc - t0, p.saturating_sub(p0), pos - p0),
+                    tsc: t0 + mul_div(tsc - t0, p.saturating_sub(p0), pos - p0),
                     exact: false,
                 }
             };
@@ -138,16 +140,6 @@ impl<T> Clock<T> {
                 item,
             );
         }
-    }
-}
-
-/// `span * num / den`, in 64 bits when it fits (almost always: anchors are
-/// close), since 128-bit division is a slow library call.
-#[inline]
-fn spread(span: u64, num: u64, den: u64) -> u64 {
-    match span.checked_mul(num) {
-        Some(x) => x / den,
-        None => (span as u128 * num as u128 / den as u128) as u64,
     }
 }
 

@@ -11,3 +11,45 @@ pub(crate) mod packets;
 
 pub(crate) use interpolation::{Clock, Stamp};
 pub(crate) use packets::Time;
+
+/// `a * b / c`, rounded down, in 64 bits when the product fits (almost
+/// always: the operands are short spans of ticks, instructions and
+/// cycles), since 128-bit division is a slow library call. `c` is not 0.
+#[inline]
+pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    match a.checked_mul(b) {
+        Some(x) => x / c,
+        None => (a as u128 * b as u128 / c as u128) as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mul_div;
+
+    /// The same as the division in 128 bits, whether or not the product
+    /// fits in 64.
+    #[test]
+    fn mul_div_is_the_128_bit_quotient() {
+        let values = [
+            0,
+            1,
+            3,
+            255,
+            1 << 20,
+            (1 << 32) - 1,
+            1 << 32,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &a in &values {
+            for &b in &values {
+                for &c in values.iter().filter(|&&c| c != 0) {
+                    let want = (a as u128 * b as u128 / c as u128) as u64;
+                    assert_eq!(mul_div(a, b, c), want, "{a} * {b} / {c}");
+                }
+            }
+        }
+    }
+}

@@ -139,7 +139,7 @@ impl Time {
             return;
         }
         let ticks = if self.cbr != 0 && cfg.nom_freq != 0 {
-            (cycles as u128 * cfg.nom_freq as u128 / self.cbr as u128) as u64
+            super::mul_div(cycles, cfg.nom_freq as u64, self.cbr as u64)
         } else if self.per_cycle != 0 {
             ((cycles as u128 * self.per_cycle as u128) >> 32) as u64
         } else {
