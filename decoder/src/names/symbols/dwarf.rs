@@ -333,6 +333,8 @@ impl Packed {
 /// again: held open, so that it is the same inode whatever its path names
 /// later (a snapshot's unpacked copy removed, a package upgraded), with
 /// the length and modification time it had, to tell that it is unchanged.
+/// A module keeps one only if its file compresses its DWARF: one open
+/// file per such module, for as long as its symbols live.
 #[derive(Clone)]
 pub(super) struct Origin {
     file: Arc<std::fs::File>,
@@ -421,8 +423,11 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
         if c.format != CompressionFormat::None && !LINE_SECTIONS.contains(&id) {
             // `c.data` lies inside `data`, the file's bytes as mapped.
             let offset = (c.data.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+            let inside = offset
+                .checked_add(c.data.len())
+                .is_some_and(|end| end <= data.len());
             let bytes = match &origin {
-                Some(origin) if offset <= data.len() => PackedBytes::InFile {
+                Some(origin) if inside => PackedBytes::InFile {
                     origin: origin.clone(),
                     offset: offset as u64,
                     len: c.data.len(),
