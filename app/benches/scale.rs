@@ -15,7 +15,8 @@
 //! - **PSB indexing** over the large trace, GB/s (median of 5).
 //! - **Coarse pass** over the large snapshot, end to end
 //!   (`decode_snapshot`: parse, symbols, walk, timing, stacks), on one core
-//!   (one walk) and on every core (chunks cut at PSBs); MB/s, M
+//!   (one walk) and on every core (chunks cut at PSBs), each decode in a
+//!   process of its own, the fastest of the rounds; MB/s, M
 //!   instructions/s, M spans/s, and the speed-up.
 //! - **First spans**: from opening the large snapshot until the background
 //!   decode publishes its first partial model with spans (the GUI draws it
@@ -598,19 +599,24 @@ fn main() {
         let m = decode_snapshot(&snap, &opts).unwrap();
         (t.elapsed(), m)
     };
+    // Each timed decode in a process of its own, as the gigabyte's rows
+    // and the peak-memory rows are: decoded one after another in this
+    // process, the same decodes took 5.9 s and 2.8 s on 64 MiB where
+    // separate processes took 4.5 s and 2.8 s, so that the ratio between
+    // them said 2.11x where it is 1.6x. And the fastest of the rounds: on
+    // this project's VM a two-core decode now and then takes a third
+    // longer, with as much more CPU time (the host's doing, not the
+    // decode's: 2.8 s or 3.8 s, nothing between), and a median of three
+    // then reports the slow one.
     let mut one = Vec::new();
     let mut all = Vec::new();
-    let mut model = None;
     for _ in 0..rounds.min(3) {
-        let (t, m) = decode(Parallel::sequential());
-        one.push(t);
-        drop(m);
-        let (t, m) = decode(Parallel::default());
-        all.push(t);
-        model = Some(m);
+        one.push(child_decode(&big, 1).time);
+        all.push(child_decode(&big, 0).time);
     }
-    let (one, all) = (median(one), median(all));
-    let model = model.unwrap();
+    let one = one.into_iter().min().expect("a round");
+    let all = all.into_iter().min().expect("a round");
+    let (_, model) = decode(Parallel::default());
     let spans = model.span_count() as f64;
     let insns: u64 = model.threads.iter().map(|t| t.walk.instructions).sum();
     let errors: usize = model.threads.iter().map(|t| t.walk.errors.len()).sum();
