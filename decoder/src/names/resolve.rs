@@ -182,10 +182,12 @@ impl SymbolCache {
     }
 }
 
-/// A file's identity: the same inode, unchanged.
-type FileId = (u64, u64, u64, i64, i64);
+/// A file's identity: the same inode, unchanged (device, inode, size,
+/// modification time).
+pub(crate) type FileId = (u64, u64, u64, i64, i64);
 
-fn file_id(file: &std::fs::File) -> Option<FileId> {
+/// `file`'s identity now; `None` if its metadata cannot be read.
+pub(crate) fn file_id(file: &std::fs::File) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().ok()?;
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))

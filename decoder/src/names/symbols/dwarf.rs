@@ -20,6 +20,7 @@ use super::unit_lines::UnitLines;
 use super::{
     DwarfReader, InlineFrame, ModuleSymbols, PendingFunc, SourceFrame, SourceLocation, SymbolSource,
 };
+use crate::names::resolve::{file_id, FileId};
 
 /// The last byte of the address space, where no code can start; addr2line
 /// overflows probing it.
@@ -339,19 +340,19 @@ impl Packed {
 pub(super) struct Origin {
     file: Arc<std::fs::File>,
     path: Arc<std::path::Path>,
-    len: u64,
-    modified: Option<std::time::SystemTime>,
+    id: FileId,
 }
 
+/// An open file and its name, which a module's bytes were mapped from.
+pub(super) type Opened<'a> = (&'a std::fs::File, &'a std::path::Path);
+
 impl Origin {
-    /// `file` (named `path`), as it is now.
-    pub(super) fn of(file: &std::fs::File, path: &std::path::Path) -> std::io::Result<Origin> {
-        let meta = file.metadata()?;
-        Ok(Origin {
-            file: Arc::new(file.try_clone()?),
+    /// `file` (named `path`), as it is now; `None` if it cannot be told.
+    fn of((file, path): Opened<'_>) -> Option<Origin> {
+        Some(Origin {
+            id: file_id(file)?,
+            file: Arc::new(file.try_clone().ok()?),
             path: path.into(),
-            len: meta.len(),
-            modified: meta.modified().ok(),
         })
     }
 
@@ -359,9 +360,10 @@ impl Origin {
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         use std::os::unix::fs::FileExt;
         let problem = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
-        let meta = self.file.metadata().map_err(|e| problem(&e))?;
-        if meta.len() != self.len || meta.modified().ok() != self.modified {
-            return Err(problem(&"it changed after its symbols were read"));
+        match file_id(&self.file) {
+            Some(id) if id == self.id => {}
+            Some(_) => return Err(problem(&"it changed after its symbols were read")),
+            None => return Err(problem(&"its metadata cannot be read")),
         }
         let mut bytes = vec![0; len];
         self.file
@@ -372,15 +374,15 @@ impl Origin {
 }
 
 /// The DWARF sections, copied out of the file `data` (mapped from
-/// `origin`, if a file): the map does not outlive `load`, and owned
+/// `opened`, if a file): the map does not outlive `load`, and owned
 /// sections keep `ModuleSymbols` free of borrows. Their size in memory is
 /// the price, which [`SourceIndex`] lowers: the sections it packs are
-/// read from `origin` again when needed, and copied as compressed only
+/// read from the file again when needed, and copied as compressed only
 /// when no file stands behind `data`. `Ok(None)` without `.debug_info`.
 pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'d, Elf, &'d [u8]>,
     sections: &object::read::elf::SectionTable<'d, Elf, &'d [u8]>,
-    (origin, data): (Option<Origin>, &'d [u8]),
+    (opened, data): (Option<Opened<'_>>, &'d [u8]),
 ) -> Result<Option<LoadedDwarf>, String> {
     use gimli::SectionId as S;
     use object::CompressionFormat;
@@ -415,6 +417,7 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
         packed: Vec::new(),
         endian: gimli_endian,
     };
+    let mut origin: Option<Option<Origin>> = None;
     for id in needed {
         let Some((index, _)) = sections.section_by_name(endian, id.name().as_bytes()) else {
             continue;
@@ -426,7 +429,11 @@ pub(super) fn load_dwarf<'d, Elf: FileHeader<Endian = Endianness>>(
             let inside = offset
                 .checked_add(c.data.len())
                 .is_some_and(|end| end <= data.len());
-            let bytes = match &origin {
+            // Told once, at the first section that needs it.
+            if origin.is_none() {
+                origin = Some(opened.and_then(Origin::of));
+            }
+            let bytes = match origin.as_ref().and_then(Option::as_ref) {
                 Some(origin) if inside => PackedBytes::InFile {
                     origin: origin.clone(),
                     offset: offset as u64,

@@ -11,7 +11,7 @@ use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
 
-use super::dwarf::{dwarf_functions, load_dwarf, Origin, SourceIndex};
+use super::dwarf::{dwarf_functions, load_dwarf, Opened, SourceIndex};
 use super::intervals::{flatten, subtract, Interval};
 use super::plt::plt_candidates;
 use super::{build, ModuleSymbols, PendingFunc, Segment, SymbolError, SymbolSource};
@@ -49,14 +49,14 @@ pub(super) fn own_names<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Op
 /// debug file (named, and its bytes): the symbol table and DWARF the
 /// binary lacks are read from there, at the same addresses; code, program
 /// headers, `.dynsym`, the PLT and `.eh_frame` always from the binary,
-/// since the debug file holds no bytes for them. `origins`: the open files
+/// since the debug file holds no bytes for them. `opened`: the open files
 /// the binary's and the debug file's bytes are mapped from, if they are,
 /// which the DWARF sections kept compressed are read from again.
 pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     data: &[u8],
     debug: Option<(&Path, &[u8])>,
-    (origin, debug_origin): (Option<Origin>, Option<Origin>),
+    (opened, debug_opened): (Option<Opened<'_>>, Option<Opened<'_>>),
 ) -> Result<ModuleSymbols, SymbolError> {
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| SymbolError::malformed(path, e))?;
     let endian = file.endian();
@@ -129,10 +129,10 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     // DWARF: for functions with no symbol, and for lines and inlines;
     // the debug file's when the binary has none.
     let mut dwarf_from_debug = false;
-    let own = match (load_dwarf(&file, sections, (origin, data)), &debug_file) {
+    let own = match (load_dwarf(&file, sections, (opened, data)), &debug_file) {
         (Ok(None), Some((dpath, d, ddata))) => {
             dwarf_from_debug = true;
-            load_dwarf(d, d.elf_section_table(), (debug_origin, ddata))
+            load_dwarf(d, d.elf_section_table(), (debug_opened, ddata))
                 .map_err(|problem| format!("{}: {problem}", dpath.display()))
         }
         (own, _) => own,

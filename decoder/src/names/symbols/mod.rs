@@ -335,10 +335,9 @@ impl ModuleSymbols {
         let map = crate::pt::memory::map_binary(file).map_err(|e| SymbolError::io(path, e))?;
         // The sections kept as the file compresses them are read from the
         // open files again when needed, not copied out of the maps.
-        let origin = |f: &std::fs::File, p: &Path| dwarf::Origin::of(f, p).ok();
-        let origins = (
-            origin(file, path),
-            debug.and_then(|(dpath, dfile)| origin(dfile, dpath)),
+        let opened = (
+            Some((file, path)),
+            debug.map(|(dpath, dfile)| (dfile, dpath)),
         );
         let debug_map = debug.map(|(dpath, dfile)| {
             let map = dfile
@@ -355,7 +354,7 @@ impl ModuleSymbols {
             Some((_, Err(e))) => (None, Some(e.clone())),
             None => (None, None),
         };
-        let mut syms = ModuleSymbols::from_parts(path, &map, debug, origins)?;
+        let mut syms = ModuleSymbols::from_parts(path, &map, debug, opened)?;
         if syms.dwarf_problem.is_none() {
             syms.dwarf_problem = problem;
         }
@@ -384,19 +383,15 @@ impl ModuleSymbols {
         path: &Path,
         data: &[u8],
         debug: Option<(&Path, &[u8])>,
-        origins: (Option<dwarf::Origin>, Option<dwarf::Origin>),
+        opened: (Option<dwarf::Opened<'_>>, Option<dwarf::Opened<'_>>),
     ) -> Result<ModuleSymbols, SymbolError> {
         use object::elf::{FileHeader32, FileHeader64};
         if data.is_empty() {
             return Err(SymbolError::not_elf(path, "empty file"));
         }
         match FileKind::parse(data) {
-            Ok(FileKind::Elf32) => {
-                parse_elf::<FileHeader32<Endianness>>(path, data, debug, origins)
-            }
-            Ok(FileKind::Elf64) => {
-                parse_elf::<FileHeader64<Endianness>>(path, data, debug, origins)
-            }
+            Ok(FileKind::Elf32) => parse_elf::<FileHeader32<Endianness>>(path, data, debug, opened),
+            Ok(FileKind::Elf64) => parse_elf::<FileHeader64<Endianness>>(path, data, debug, opened),
             Ok(other) => Err(SymbolError::not_elf(path, format!("{other:?} file"))),
             Err(e) => Err(SymbolError::not_elf(path, e)),
         }
