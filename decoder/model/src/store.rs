@@ -79,6 +79,14 @@ impl Span {
         self.func_flags & !flag::ALL
     }
 
+    /// The same span, of function `func`.
+    pub fn with_func(self, func: FuncId) -> Span {
+        Span {
+            func_flags: (func & !flag::ALL) | self.flags(),
+            ..self
+        }
+    }
+
     pub fn flags(&self) -> u32 {
         self.func_flags & flag::ALL
     }

@@ -61,6 +61,9 @@ use crate::passes::event::{
 use ptscope_model::{flag, Span, ThreadSpans};
 pub(crate) use ptscope_model::{OpenFrame, StackStats};
 
+mod speculate;
+pub(crate) use speculate::{Guessed, Stitch};
+
 /// The deepest call stack kept. Far beyond real code (a stack overflow at
 /// 8 MiB is some 100k frames, and 16k rows are already unreadable), and
 /// it bounds the lanes of a thread and the cost of searching the stack.
@@ -168,6 +171,9 @@ pub(crate) struct StackBuilder {
     /// The final base of every closed segment, in order.
     closed_bases: Vec<i32>,
     pub stats: StackStats,
+    /// A builder of one chunk whose stack below is not known yet: what it
+    /// guessed of it (see [`speculate`]).
+    guess: Option<Box<speculate::Guesses>>,
 }
 
 impl StackBuilder {
@@ -187,6 +193,7 @@ impl StackBuilder {
             last_time: 0,
             closed_bases: Vec::new(),
             stats: StackStats::default(),
+            guess: None,
         }
     }
 
@@ -234,6 +241,14 @@ impl StackBuilder {
     }
 
     pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
+        if let Some(g) = &mut self.guess {
+            if g.failed || ev.kind == EventKind::Error {
+                // An error's resume can close the stack it cannot see.
+                g.failed = true;
+                return;
+            }
+            g.first_time.get_or_insert(ev.time);
+        }
         self.stats.events += 1;
         let first = !self.opened;
         self.begin(ev.time);
@@ -262,14 +277,20 @@ impl StackBuilder {
             // as the iret or sysret it is (kernel code decoded as a jump,
             // say): the same return to user space.
             self.leave_kernel(ev, t, est);
-            self.stats.max_depth = self.stats.max_depth.max(self.stack.len());
+            self.note_depth();
             return;
         }
+        // What the first thing to read the top expects it to be (for a
+        // chunk's builder, what to guess is below it).
+        let hint = match ev.kind {
+            EventKind::TraceBegin => ev.to_fn,
+            _ => ev.from_fn,
+        };
         let left_kernel = match ev.kind {
             EventKind::Call | EventKind::Return | EventKind::TraceBegin | EventKind::Interrupt => {
-                self.user_resumes(ev.to, t, est)
+                self.user_resumes(ev.to, t, est, hint)
             }
-            EventKind::Jump if ev.from_fn != ev.to_fn => self.user_resumes(ev.to, t, est),
+            EventKind::Jump if ev.from_fn != ev.to_fn => self.user_resumes(ev.to, t, est, hint),
             _ => false,
         };
         match ev.kind {
@@ -308,6 +329,11 @@ impl StackBuilder {
             }
             EventKind::TraceBegin => {
                 if self.tracing && !first {
+                    if self.guessing_top() {
+                        // Its call site is not known.
+                        self.fail();
+                        return;
+                    }
                     // Kernel code entered but not decoded (perf 5.x's `hw
                     // int`/`syscall` then `tr strt`): this enable is the
                     // return to user space, not a second enable.
@@ -317,7 +343,7 @@ impl StackBuilder {
                             .last()
                             .is_some_and(|f| f.call_site == KERNEL_ENTRY)
                     {
-                        self.pop_pseudo(t, est, funcs);
+                        self.pop_pseudo(t, est, funcs, ev.to_fn);
                         self.land(ev, t, est);
                         return;
                     }
@@ -325,7 +351,7 @@ impl StackBuilder {
                     return;
                 }
                 self.tracing = true;
-                self.pop_pseudo(t, est, funcs);
+                self.pop_pseudo(t, est, funcs, ev.to_fn);
                 self.land(ev, t, est);
             }
             EventKind::Syscall | EventKind::Interrupt => {
@@ -350,7 +376,15 @@ impl StackBuilder {
                 self.tracing = false;
             }
         }
+        self.note_depth();
+    }
+
+    /// Keeps the deepest stack seen.
+    fn note_depth(&mut self) {
         self.stats.max_depth = self.stats.max_depth.max(self.stack.len());
+        if let Some(g) = &mut self.guess {
+            g.note_depth(self.stack.len());
+        }
     }
 
     /// Where the builder is: (segment, level of `stack[0]`). With the bases
@@ -396,6 +430,9 @@ impl StackBuilder {
         let level = self.level(self.stack.len());
         if level > self.seg_top {
             if self.lanes() >= MAX_DEPTH {
+                if self.guess.is_some() {
+                    return self.fail();
+                }
                 self.restart_deep(t);
             }
             self.seg_top = self.level(self.stack.len());
@@ -411,6 +448,9 @@ impl StackBuilder {
     }
 
     fn pop(&mut self, t: u64, end_flags: u32) {
+        if self.guess.is_some() {
+            return self.pop_guessing(t, end_flags);
+        }
         if let Some(f) = self.stack.pop() {
             let index = self.stack.len();
             if self.closed.len() <= index {
@@ -456,11 +496,16 @@ impl StackBuilder {
     }
 
     /// The nearest frame below the top that runs `func`.
-    fn find_below(&self, func: FuncId) -> Option<usize> {
+    fn find_below(&mut self, func: FuncId) -> Option<usize> {
         let n = self.stack.len();
-        (0..n.saturating_sub(1))
+        let found = (0..n.saturating_sub(1))
             .rev()
-            .find(|&i| self.stack[i].func == func)
+            .find(|&i| self.stack[i].func == func);
+        if let (None, Some(g)) = (found, &mut self.guess) {
+            // Nor is it in the frames below the chunk's start.
+            g.not_below(func);
+        }
+        found
     }
 
     /// Lanes the current segment spans.
@@ -478,6 +523,11 @@ impl StackBuilder {
 
     /// Synthesizes a caller below every frame and span of this segment.
     fn synthesize_below(&mut self, func: FuncId, addr: u64) {
+        if self.guess.is_some() {
+            // Only if the real stack is empty here, which a chunk's
+            // builder cannot know.
+            return self.fail();
+        }
         if self.lanes() >= MAX_DEPTH {
             self.restart_deep(self.last_time);
         }
@@ -510,8 +560,8 @@ impl StackBuilder {
         matches!(funcs.kind(f), SpanKind::Untraced | SpanKind::Syscall)
     }
 
-    fn pop_pseudo(&mut self, t: u64, est: u32, funcs: &FuncTable) {
-        while self.top().is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
+    fn pop_pseudo(&mut self, t: u64, est: u32, funcs: &FuncTable, hint: FuncId) {
+        while self.reach(hint).is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
             self.pop(t, est & flag::END_ESTIMATED);
         }
     }
@@ -521,13 +571,16 @@ impl StackBuilder {
         if ev.from == 0 && ev.from_fn == UNKNOWN {
             return;
         }
-        if self.top().is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
+        let from = ev.from_fn;
+        if self
+            .reach(from)
+            .is_some_and(|f| Self::is_trace_pseudo(funcs, f))
+        {
             // A branch while we thought tracing was off: believe the branch.
-            self.pop_pseudo(t, 0, funcs);
+            self.pop_pseudo(t, 0, funcs, from);
             self.tracing = true;
         }
-        let from = ev.from_fn;
-        match self.top() {
+        match self.reach(from) {
             None => self.synthesize_below(from, ev.from),
             Some(top) if top == from => {}
             Some(_) => {
@@ -546,19 +599,29 @@ impl StackBuilder {
 
     fn ret(&mut self, ev: &Event, t: u64, est: u32) {
         let to = ev.to_fn;
+        // A chunk's builder does not know a call site below its start.
+        let site_known = !self.guessing_top();
         let call_site = self.stack.last().map_or(0, |f| f.call_site);
         self.pop(t, est & flag::END_ESTIMATED);
         // A return the trace gives no target for went back into untraced
         // code (it left the IP filter's ranges): its caller is the frame
         // below, if any, and nothing is known to make another.
-        if ev.to == 0 || to == UNKNOWN && self.stack.is_empty() {
+        if ev.to == 0 {
             return;
         }
-        match self.top() {
+        if to == UNKNOWN && self.stack.is_empty() {
+            if self.guess.is_some() {
+                // Whether the real stack is empty.
+                self.fail();
+            }
+            return;
+        }
+        match self.reach(to) {
             None => self.synthesize_below(to, ev.to),
             Some(top) if top == to => {}
             Some(_) => match self.find_below(to) {
                 Some(i) => self.pop_to(i, t, est),
+                None if !site_known => self.fail(),
                 // Back to just after the call, but under another name: the
                 // caller continues past a label (`_start` into
                 // `_dl_start_user`). Same frame, new name.
@@ -585,7 +648,7 @@ impl StackBuilder {
 
     fn jump(&mut self, ev: &Event, t: u64, est: u32) {
         let to = ev.to_fn;
-        let from = self.top().unwrap_or(UNKNOWN);
+        let from = self.reach(ev.from_fn).unwrap_or(UNKNOWN);
         if !ev.to_is_entry {
             // Back from a function's cold part into the function: it goes
             // on at this level, not at an earlier call of it further down
@@ -640,7 +703,7 @@ impl StackBuilder {
         } else {
             flag::INFERRED_START
         };
-        match self.top() {
+        match self.reach(to) {
             None => self.push(to, ev.to, t, flags),
             Some(top) if top == to => {}
             Some(_) => match self.find_below(to) {
@@ -654,12 +717,12 @@ impl StackBuilder {
 
     /// User code runs at `to`: the kernel frames on top end at `t`.
     /// Whether there were any.
-    fn user_resumes(&mut self, to: u64, t: u64, est: u32) -> bool {
+    fn user_resumes(&mut self, to: u64, t: u64, est: u32, hint: FuncId) -> bool {
         if to == 0 || is_kernel_addr(to) {
             return false;
         }
         let mut left = false;
-        while self.stack.last().is_some_and(|f| f.kernel) {
+        while self.reach(hint).is_some() && self.stack.last().is_some_and(|f| f.kernel) {
             self.pop(t, est & flag::END_ESTIMATED);
             left = true;
         }
@@ -676,7 +739,7 @@ impl StackBuilder {
         // Kernel code never calls user code, so the kernel's frames are the
         // top of the stack, however the kernel was entered.
         let mut left = false;
-        while self.stack.last().is_some_and(|f| f.kernel) {
+        while self.reach(ev.to_fn).is_some() && self.stack.last().is_some_and(|f| f.kernel) {
             self.pop(t, est & flag::END_ESTIMATED);
             left = true;
         }
@@ -728,6 +791,9 @@ impl StackBuilder {
     /// Closes all open frames at `t` and files the segment's spans into
     /// lanes, now that no caller can be synthesized below them any more.
     fn close_segment(&mut self, t: u64, end_flags: u32) {
+        if self.guess.is_some() {
+            return self.fail();
+        }
         while !self.stack.is_empty() {
             self.pop(t, end_flags);
         }
