@@ -163,16 +163,23 @@ fn decode_child(spec: &str) {
         "0" => Parallel::default(),
         n => Parallel::on(n.parse().unwrap()),
     };
+    // Counting chunks' fates costs the walk its cancel checks: only when
+    // asked.
+    let progress = std::env::var_os("PTSCOPE_CHUNK_FIGURES").map(|_| DecodeProgress::counting());
     let t = Instant::now();
     let m = decode_snapshot(
         &snap,
         &DecodeOptions {
             parallel,
+            progress: progress.clone(),
             ..DecodeOptions::default()
         },
     )
     .unwrap();
     let time = t.elapsed();
+    if let Some(p) = &progress {
+        eprintln!("{:?}", p.chunks());
+    }
     let peak = status_bytes("VmHWM:").saturating_sub(before);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let peak_anon = sampler.join().unwrap().saturating_sub(anon_before);

@@ -60,7 +60,7 @@ pub use decoded::Decoded;
 pub use open::{
     input_kind, open, open_snapshot, read_raw, InputKind, OpenOptions, RAW_NEEDS_IMAGES,
 };
-pub use progress::{DecodeProgress, Rate};
+pub use progress::{ChunkFigures, DecodeProgress, Rate};
 
 // Reading PT: the decoder's configuration, the CPU's errata, the IP
 // filter, and the engines (ours over its memory image, and libipt's).

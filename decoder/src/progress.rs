@@ -36,6 +36,29 @@ pub struct DecodeProgress {
     waiting_on: Mutex<Option<String>>,
     /// How the flow decoder's memo fared, over every walk so far.
     memo: Mutex<MemoFigures>,
+    /// Chunks whose walkers built their own stacks, by how it went.
+    chunks: [AtomicU64; 3],
+}
+
+/// How the chunks of a decode on several cores built their stacks (see
+/// `passes::stack::speculate`), for the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkFigures {
+    /// Chunks whose walker built their stacks, and the replay filed them.
+    pub stitched: u64,
+    /// Chunks whose walker could not, and walked again, recording.
+    pub gave_up: u64,
+    /// Chunks whose stacks did not fit the stack before them: walked again
+    /// by the replay.
+    pub refused: u64,
+}
+
+/// What became of one chunk's own stacks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ChunkFate {
+    Stitched,
+    GaveUp,
+    Refused,
 }
 
 #[derive(Default)]
@@ -87,6 +110,20 @@ impl DecodeProgress {
         *self.memo.lock()
     }
 
+    pub(crate) fn chunk(&self, fate: ChunkFate) {
+        self.chunks[fate as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How the chunks built their stacks, over every decode so far.
+    pub fn chunks(&self) -> ChunkFigures {
+        let [stitched, gave_up, refused] = &self.chunks;
+        ChunkFigures {
+            stitched: stitched.load(Ordering::Relaxed),
+            gave_up: gave_up.load(Ordering::Relaxed),
+            refused: refused.load(Ordering::Relaxed),
+        }
+    }
+
     /// Says what the decode waits on now (`None`: nothing).
     pub fn set_waiting_on(&self, what: Option<String>) {
         *self.waiting_on.lock() = what;
@@ -135,7 +172,12 @@ impl DecodeProgress {
     }
 
     pub(crate) fn segment_done(&self) {
-        self.segments_done.fetch_add(1, Ordering::Relaxed);
+        self.segments_walked(1);
+    }
+
+    /// `n` more PSB segments decoded.
+    pub(crate) fn segments_walked(&self, n: u64) {
+        self.segments_done.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Whether anyone takes partial models: building one is wasted on the

@@ -10,6 +10,9 @@
 
 use super::Held;
 use crate::passes::event::{EndReason, Event, EventKind};
+use crate::passes::stack::{Guessed, Stitch};
+use crate::pt::timing::ClockState;
+use ptscope_model::Checkpoint;
 
 /// What a chunk walk records in place of an event or checkpoint.
 #[derive(Clone, Debug)]
@@ -19,6 +22,20 @@ pub(crate) enum Item {
     /// resolved, filtered and learned from by the replay, in order, as one
     /// walk would have (chunks do not learn).
     Raw(Event, usize),
+    /// Where the chunk's own stacks go ([`Recording::built`]), after its
+    /// first anchor.
+    Built,
+}
+
+/// A chunk whose walker built its stacks from its first anchor to its last
+/// (see `passes::stack::speculate`).
+pub(crate) struct Built {
+    pub stitch: Stitch,
+    pub checkpoints: Vec<Guessed<Checkpoint>>,
+    /// Its first anchor (position, TSC): the record before [`Item::Built`].
+    pub first: (u64, u64),
+    /// Its clock after its last anchor.
+    pub clock: ClockState,
 }
 
 /// Marks on the items at a chunk's start that the replay mends.
@@ -174,12 +191,16 @@ impl Rec {
     }
 }
 
-/// Reads a chunk's records back in order, emptying `body`: each record
-/// with its position in the chunk, the high half put back from the
-/// [`Tag::High`] records (which are not yielded).
-pub(crate) fn read_back(body: &mut Vec<Rec>) -> impl Iterator<Item = (u64, Rec)> + '_ {
-    let mut high = 0u64;
-    body.drain(..).filter_map(move |rec| {
+/// Reads a chunk's records back in order from the `skip`th, emptying
+/// `body`: each record with its position in the chunk, the high half put
+/// back from the [`Tag::High`] records (which are not yielded).
+pub(crate) fn read_back(body: &mut Vec<Rec>, skip: usize) -> impl Iterator<Item = (u64, Rec)> + '_ {
+    let skip = skip.min(body.len());
+    let mut high = body[..skip]
+        .iter()
+        .rfind(|r| r.tag() == Tag::High)
+        .map_or(0, |r| r.value());
+    body.drain(..).skip(skip).filter_map(move |rec| {
         if rec.tag() == Tag::High {
             high = rec.value();
             return None;
@@ -201,6 +222,16 @@ pub(crate) struct Recording {
     pub end_need_begin: Option<bool>,
     /// Its PSBs that wait for the next chunk's first checkpoint.
     pub orphans: Vec<u64>,
+    /// Its own stacks, if its walker built them.
+    pub built: Option<Box<Built>>,
+    /// Its walker tried to build its stacks and could not: the recording
+    /// is cut short, and the chunk is walked again.
+    pub gave_up: bool,
+    /// Where [`Item::Built`] is in `body` (records before it are the
+    /// chunk's head, which a walk of it without `built` records alike).
+    pub built_at: usize,
+    /// PSB segments it checkpointed, for the progress.
+    pub segments: u64,
     pub(super) any_checkpoint: bool,
     /// The high 32 bits of the positions recorded so far.
     high: u64,
@@ -333,7 +364,7 @@ mod tests {
             mut others,
             ..
         } = rec;
-        let got: Vec<_> = read_back(&mut body)
+        let got: Vec<_> = read_back(&mut body, 0)
             .map(|(pos, r)| match r.tag() {
                 Tag::Anchor => (pos, None, Some(r.value())),
                 _ => {

@@ -11,10 +11,12 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::names::resolve::Resolve;
 use crate::passes::coarse::{
-    read_back, release, seam, walk_chunk, Held, Item, NoSink, QueueWalk, Rec, Recording, Sink, Tag,
+    read_back, release, seam, walk_chunk, Built, ChunkWalk, Held, Item, NoSink, QueueWalk, Rec,
+    Recent, Recording, Sink, Tag,
 };
 use crate::passes::coarse::{walk_queue, WalkFigures};
 use crate::passes::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
+use crate::progress::ChunkFate;
 use crate::pt::block::{DecoderConfig, PtError};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::Memory;
@@ -104,6 +106,8 @@ struct NewFuncs {
 /// the replay), so an address resolves alike in every chunk.
 struct Warm<'a, R> {
     dec: Option<FlowDecoder<'a>>,
+    /// The walker's cache of resolved ranges.
+    recent: Option<Box<Recent>>,
     procs: Vec<R>,
     funcs: FuncTable,
     /// Functions of `funcs` already sent with a chunk.
@@ -115,6 +119,7 @@ impl<'a, R: Clone> Warm<'a, R> {
     fn new(walker: usize, procs: &[R], funcs: &FuncTable) -> Warm<'a, R> {
         Warm {
             dec: None,
+            recent: None,
             procs: procs.to_vec(),
             funcs: funcs.clone(),
             sent: funcs.len(),
@@ -157,7 +162,10 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
     let pool: Mutex<Vec<Vec<Rec>>> = Mutex::new(Vec::new());
     let base_procs: Vec<R> = procs.to_vec();
     let base_procs: &[R] = &base_procs;
-    let walk_one = |i: usize, warm: &mut Warm<'d, R>| -> Result<Walked, PtError> {
+    // Walkers build their chunks' stacks when the sink can take them (one
+    // thread's), past the first chunk (whose stack below is known: none).
+    let stitches = sink.can_stitch();
+    let walk_one = |i: usize, warm: &mut Warm<'d, R>, speculate: bool| -> Result<Walked, PtError> {
         let (start, end) = bounds[i];
         let from = q.psbs.partition_point(|&p| (p as usize) < start);
         let to = q.psbs.partition_point(|&p| (p as usize) < end);
@@ -167,27 +175,39 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
         } else {
             u64::MAX
         };
-        let walk = QueueWalk {
-            psbs: &psbs,
-            stop_at_psb: false,
-            ..q
-        };
         let trace = &data[start..];
-        let mut dec = match warm.dec.take() {
-            Some(dec) => dec.recycle(trace),
-            None => FlowDecoder::new(trace, cfg),
+        let mut speculate = speculate && stitches && i > 0;
+        let (figures, rec) = loop {
+            let mut dec = match warm.dec.take() {
+                Some(dec) => dec.recycle(trace),
+                None => FlowDecoder::new(trace, cfg),
+            };
+            let body = pool.lock().pop().unwrap_or_default();
+            let rec = Recording::with_body(body);
+            let walk = QueueWalk {
+                psbs: &psbs,
+                stop_at_psb: false,
+                ..q
+            };
+            let chunk = ChunkWalk {
+                end_at,
+                rec,
+                speculate,
+                recent: &mut warm.recent,
+            };
+            let walked = walk_chunk(&mut dec, walk, chunk, &mut warm.procs, &mut warm.funcs);
+            warm.dec = Some(dec);
+            let (figures, rec) = walked?;
+            if !rec.gave_up {
+                break (figures, rec);
+            }
+            // Its stacks needed what came before: walked again, recorded.
+            if let Some(p) = q.progress {
+                p.chunk(ChunkFate::GaveUp);
+            }
+            pool.lock().push(rec.body);
+            speculate = false;
         };
-        let body = pool.lock().pop().unwrap_or_default();
-        let rec = Recording::with_body(body);
-        let walked = walk_chunk(
-            &mut dec,
-            walk,
-            (end_at, rec),
-            &mut warm.procs,
-            &mut warm.funcs,
-        );
-        warm.dec = Some(dec);
-        let (figures, rec) = walked?;
         let new = (warm.sent..warm.funcs.len())
             .map(|id| warm.funcs.get(id as FuncId).clone())
             .collect();
@@ -256,7 +276,7 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                 let _stop = OnDrop(|| set_gate(&|g| g.2 = true));
                 let mut warm = Warm::new(walker, base_procs, base);
                 while let Some(i) = claim(gate) {
-                    if tx.send((i, walk_one(i, &mut warm))).is_err() {
+                    if tx.send((i, walk_one(i, &mut warm, true))).is_err() {
                         break;
                     }
                 }
@@ -282,11 +302,15 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
             (0..bounds.len()).map(|_| None).collect();
         // The replay's own walker is walker 0.
         let mut warm = Warm::new(0, base_procs, base);
-        let mut adopted: Vec<Adopted> = (0..=workers).map(|_| Adopted::default()).collect();
+        // Chunks whose stacks did not fit are walked again by a walker of
+        // their own: walker 0's table may have grown with chunks ahead
+        // whose functions the replay has not adopted yet.
+        let mut again = Warm::new(workers + 1, base_procs, base);
+        let mut adopted: Vec<Adopted> = (0..=workers + 1).map(|_| Adopted::default()).collect();
         let result = (|| {
             for (i, &(start, _)) in bounds.iter().enumerate() {
                 if par.in_order {
-                    ready[i] = Some(walk_one(i, &mut warm));
+                    ready[i] = Some(walk_one(i, &mut warm, true));
                 }
                 while ready[i].is_none() {
                     // What the workers finished, first.
@@ -299,7 +323,7 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                     // Then a chunk no one has claimed (this one, if no
                     // worker took it yet); else wait for a worker's.
                     if let Some(j) = try_claim(&gate) {
-                        ready[j] = Some(walk_one(j, &mut warm));
+                        ready[j] = Some(walk_one(j, &mut warm, true));
                         continue;
                     }
                     match rx.recv() {
@@ -313,14 +337,34 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                 let walker = &mut adopted[new.walker];
                 walker.funcs.extend(new.funcs);
                 walker.ids.resize(walker.funcs.len(), None);
-                let body = replay.chunk(
+                let body = match replay.chunk(
                     i,
-                    (start as u64, base.len()),
+                    (start as u64, base.len(), 0),
                     (figures, rec, walker),
                     &q,
                     (&mut *procs, &mut *funcs),
                     &mut *sink,
-                );
+                ) {
+                    Ok(body) => body,
+                    Err((body, head)) => {
+                        // Its stacks did not fit the stack before it: the
+                        // chunk is walked again and replayed past its head.
+                        pool.lock().push(body);
+                        let (figures, rec, new) = walk_one(i, &mut again, false)?;
+                        let walker = &mut adopted[new.walker];
+                        walker.funcs.extend(new.funcs);
+                        walker.ids.resize(walker.funcs.len(), None);
+                        let replayed = replay.chunk(
+                            i,
+                            (start as u64, base.len(), head),
+                            (figures, rec, walker),
+                            &q,
+                            (&mut *procs, &mut *funcs),
+                            &mut *sink,
+                        );
+                        replayed.unwrap_or_else(|(body, _)| body)
+                    }
+                };
                 pool.lock().push(body);
                 set_gate(&|g| g.1 = i + 1);
                 on_chunk(sink, funcs);
@@ -381,16 +425,20 @@ impl Replay {
         figures
     }
 
-    /// Replays one chunk into `sink`; gives back its body's buffer.
+    /// Replays one chunk into `sink` from its `skip`th record; gives back
+    /// its body's buffer. If the stacks its walker built do not fit, it
+    /// stops there: `Err` with the buffer and the records replayed, for
+    /// a walk of the chunk without them to go on from.
+    #[allow(clippy::result_large_err)]
     fn chunk<R: Resolve>(
         &mut self,
         index: usize,
-        (start, shared): (u64, usize),
+        (start, shared, skip): (u64, usize, usize),
         (figures, rec, adopted): (Vec<WalkFigures>, Recording, &mut Adopted),
         q: &QueueWalk<'_, '_, Memory>,
         (procs, funcs): (&mut [R], &mut FuncTable),
         sink: &mut dyn Sink,
-    ) -> Vec<Rec> {
+    ) -> Result<Vec<Rec>, (Vec<Rec>, usize)> {
         let base = self.pos;
         let mut fix = Fix {
             adopted,
@@ -408,10 +456,14 @@ impl Replay {
             end_pos,
             end_need_begin,
             orphans: orphans_next,
+            mut built,
+            built_at,
+            segments,
             ..
         } = rec;
         let (queue, to_ns) = (q.queue, q.to_ns);
-        for (at, rec) in read_back(&mut body) {
+        let mut stitched = true;
+        for (at, rec) in read_back(&mut body, skip) {
             let pos = at + base;
             match rec.tag() {
                 Tag::Anchor => self.clock.anchor(pos, rec.value(), |st, h| {
@@ -429,6 +481,23 @@ impl Replay {
                     let Some(item) = rec.item(&mut others) else {
                         continue;
                     };
+                    if let Item::Built = item {
+                        let Some(built) = built.take() else {
+                            continue;
+                        };
+                        stitched = self.stitch(*built, &mut fix, funcs, sink);
+                        if let Some(p) = q.progress {
+                            let fate = match stitched {
+                                true => ChunkFate::Stitched,
+                                false => ChunkFate::Refused,
+                            };
+                            p.chunk(fate);
+                        }
+                        if !stitched {
+                            break;
+                        }
+                        continue;
+                    }
                     let item = fix.apply((at, item, rec.seam()), q, procs, funcs);
                     for (pos, held) in fix.extra.drain(..).chain(item) {
                         self.clock.push(pos, held);
@@ -438,6 +507,13 @@ impl Replay {
         }
         // Any not taken (no checkpoint in this chunk) still wait.
         self.orphans = std::mem::take(&mut fix.orphans);
+        if !stitched {
+            body.clear();
+            return Err((body, built_at));
+        }
+        if let Some(p) = q.progress {
+            p.segments_walked(segments);
+        }
         self.orphans
             .extend(orphans_next.into_iter().map(|o| o + start));
         self.pos += end_pos;
@@ -455,7 +531,37 @@ impl Replay {
             into.errors
                 .extend(f.errors.into_iter().map(|(o, e)| (o + start, e)));
         }
-        body
+        Ok(body)
+    }
+
+    /// Files the stacks a chunk's walker built, if they fit: the clock took
+    /// its first anchor as the chunk's own clock did, and the sink's stack
+    /// what its builder guessed. The clock then goes on from its last.
+    fn stitch(
+        &mut self,
+        built: Built,
+        fix: &mut Fix<'_>,
+        funcs: &mut FuncTable,
+        sink: &mut dyn Sink,
+    ) -> bool {
+        let Built {
+            stitch,
+            checkpoints,
+            first: (pos, tsc),
+            clock,
+        } = built;
+        let base = fix.base;
+        if self.clock.state().anchor != Some((pos + base, tsc)) {
+            // One walk's clock held it back to an earlier anchor's time.
+            return false;
+        }
+        let start = fix.start;
+        let mut func = |f| fix.remap(f, funcs);
+        if !sink.stitch(stitch, checkpoints, &mut func, (start, base)) {
+            return false;
+        }
+        self.clock.resume(clock.shifted(base));
+        true
     }
 }
 
@@ -537,6 +643,8 @@ impl Fix<'_> {
                 }
                 at(offset + self.start)
             }
+            // Taken by the replay before it comes here.
+            Item::Built => return None,
             Item::Raw(mut ev, slot) => {
                 let proc = q.thread_procs.get(slot).copied().unwrap_or(0);
                 let r = procs.get_mut(proc)?;

@@ -23,11 +23,12 @@ mod engines;
 mod sink;
 mod walker;
 
-pub(crate) use chunk_log::{read_back, seam, Item, Rec, Recording, Tag};
+pub(crate) use chunk_log::{read_back, seam, Built, Item, Rec, Recording, Tag};
 pub(crate) use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
 pub(crate) use sink::{Sink, ThreadBuilders, TimedItems};
 use walker::run;
+pub(crate) use walker::{ChunkWalk, Recent};
 
 /// What a fine pass watches of a walk besides its timed output: every
 /// block and event at its instruction position, and every timing anchor.
@@ -180,19 +181,19 @@ pub(crate) fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     run(&mut dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)
 }
 
-/// A chunk of a queue walked on its own into `rec`, for [`crate::passes::coarse::chunks`]
-/// to replay, with its walk counters. It stops at the PSB at `end_at`
-/// (relative to its trace), where the next chunk starts.
+/// A chunk of a queue walked on its own (see [`ChunkWalk`]), for
+/// [`crate::passes::coarse::chunks`] to replay, with its walk counters and
+/// recording. It stops at the PSB at `end_at` (relative to its trace),
+/// where the next chunk starts.
 pub(crate) fn walk_chunk<'i, D: Blocks<'i>, R: Resolve>(
     dec: &mut D,
     q: QueueWalk<'_, 'i, D::Image>,
-    (end_at, rec): (u64, Recording),
+    chunk: ChunkWalk<'_>,
     procs: &mut [R],
     funcs: &mut FuncTable,
 ) -> Result<(Vec<WalkFigures>, Recording), PtError> {
     let mut none = ();
-    let chunk = Some((end_at, rec));
-    let (figures, rec) = run(dec, q, procs, funcs, &mut NoSink, &mut none, chunk)?;
+    let (figures, rec) = run(dec, q, procs, funcs, &mut NoSink, &mut none, Some(chunk))?;
     Ok((figures, rec.unwrap_or_default()))
 }
 

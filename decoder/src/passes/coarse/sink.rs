@@ -4,8 +4,8 @@
 //! What the clock holds until then ([`Held`]) is released into a sink here.
 
 use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
-use crate::passes::event::{Event, FuncTable};
-use crate::passes::stack::{OpenFrame, StackBuilder};
+use crate::passes::event::{Event, FuncId, FuncTable};
+use crate::passes::stack::{Guessed, OpenFrame, StackBuilder, Stitch};
 use crate::pt::timing::Stamp;
 
 /// What the clock holds until it knows the time: an event of a thread
@@ -26,6 +26,26 @@ pub(crate) enum Held {
 pub(crate) trait Sink {
     fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable);
     fn checkpoint(&mut self, slot: usize, at: Checkpoint);
+
+    /// Whether [`stitch`](Self::stitch) can take a chunk's own stacks.
+    fn can_stitch(&self) -> bool {
+        false
+    }
+
+    /// Takes the stacks a chunk's walker built (`stitch`, with its
+    /// checkpoints' offsets and positions `by` the chunk's start), as if
+    /// its events had come; `func` maps its function ids. False, with
+    /// nothing changed, if they do not fit what came before.
+    fn stitch(
+        &mut self,
+        stitch: Stitch,
+        checkpoints: Vec<Guessed<Checkpoint>>,
+        func: &mut dyn FnMut(FuncId) -> FuncId,
+        by: (u64, u64),
+    ) -> bool {
+        let _ = (stitch, checkpoints, func, by);
+        false
+    }
 }
 
 /// One thread's stack builder and checkpoints.
@@ -111,6 +131,38 @@ impl ThreadBuilders {
 impl Sink for ThreadBuilders {
     fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable) {
         self.outs[slot].builder.event(ev, funcs);
+    }
+
+    fn can_stitch(&self) -> bool {
+        self.outs.len() == 1
+    }
+
+    fn stitch(
+        &mut self,
+        stitch: Stitch,
+        guessed: Vec<Guessed<Checkpoint>>,
+        func: &mut dyn FnMut(FuncId) -> FuncId,
+        (offset, insn): (u64, u64),
+    ) -> bool {
+        let [o] = &mut self.outs[..] else {
+            return false;
+        };
+        let Out {
+            builder,
+            checkpoints,
+            marks,
+            stacks,
+            ..
+        } = o;
+        builder.stitch(stitch, guessed, func, |mut at: Checkpoint, frames, mark| {
+            at.offset += offset;
+            at.insn += insn;
+            at.stack_start = stacks.len() as u32;
+            stacks.extend_from_slice(frames);
+            at.stack_len = stacks.len() as u32 - at.stack_start;
+            marks.push(mark);
+            checkpoints.push(at);
+        })
     }
 
     fn checkpoint(&mut self, slot: usize, mut at: Checkpoint) {

@@ -7,14 +7,16 @@
 //! checkpoint at every PSB and the counters of the walk.
 
 use super::{
-    release, scheduled, seam, Blocks, Held, Item, Observe, QueueWalk, Recording, Schedule, Sink,
-    WalkFigures,
+    release, scheduled, seam, Blocks, Built, Held, Item, Observe, QueueWalk, Recording, Schedule,
+    Sink, WalkFigures,
 };
 use crate::names::resolve::{Resolve, Resolved};
 use crate::passes::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
+use crate::passes::stack::{Guessed, Stitch};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, BlockEnd, BlockItem, PtError};
 use crate::pt::timing::Clock;
+use ptscope_model::Checkpoint;
 
 /// Slots of the walker's direct-mapped caches.
 const RECENT: usize = 1024;
@@ -26,6 +28,20 @@ const NO_RANGE: Resolved = Resolved {
     entry: 0,
     provisional: false,
 };
+
+/// The walker's cache of resolved ranges, which a walker of chunks keeps
+/// from one chunk to its next.
+pub(crate) type Recent = [Resolved; RECENT];
+
+/// What a chunk walk is given besides the queue: where it stops, what it
+/// records into, whether it builds its stacks, and the cache of resolved
+/// ranges its walker had (`None`: none yet), given back at its end.
+pub(crate) struct ChunkWalk<'a> {
+    pub end_at: u64,
+    pub rec: Recording,
+    pub speculate: bool,
+    pub recent: &'a mut Option<Box<Recent>>,
+}
 
 fn recent_slot(addr: u64) -> usize {
     // Fibonacci hashing: call sites are spread, low bits alone collide.
@@ -85,6 +101,41 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     sync_begin: bool,
     /// A chunk walk still owes the trace-begin its first sync asks for.
     from_sync: bool,
+    /// A chunk walk that builds its own stacks past its first anchor.
+    spec: Option<Box<Speculation>>,
+    /// PSB segments a chunk walk has checkpointed, for the progress: told
+    /// once the chunk is walked, since one that gives up on its stacks is
+    /// walked again.
+    segments: u64,
+}
+
+/// What a chunk walk that builds its own stacks (see
+/// `passes::stack::speculate`) holds: from its first anchor on, its items
+/// are timed by its own clock and go to its own stack builder, not to the
+/// recording. The items after its last anchor are recorded again at its
+/// end, since their times need the next chunk's first.
+struct Speculation {
+    clock: Clock<Held>,
+    built: Built,
+    started: bool,
+    failed: bool,
+}
+
+/// The sink of a chunk's own stack builder (one thread).
+struct ChunkStacks<'a> {
+    stitch: &'a mut Stitch,
+    checkpoints: &'a mut Vec<Guessed<Checkpoint>>,
+}
+
+impl Sink for ChunkStacks<'_> {
+    fn event(&mut self, _: usize, ev: &Event, funcs: &FuncTable) {
+        self.stitch.builder.event(ev, funcs);
+    }
+
+    fn checkpoint(&mut self, _: usize, at: Checkpoint) {
+        let cp = self.stitch.checkpoint(at);
+        self.checkpoints.push(cp);
+    }
 }
 
 pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
@@ -94,11 +145,11 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     funcs: &mut FuncTable,
     sink: &mut dyn Sink,
     obs: &mut O,
-    chunk: Option<(u64, Recording)>,
+    chunk: Option<ChunkWalk<'_>>,
 ) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
-    let (end_at, record) = match chunk {
-        Some((end, rec)) => (end, Some(rec)),
-        None => (u64::MAX, None),
+    let (end_at, record, speculate, mut kept) = match chunk {
+        Some(c) => (c.end_at, Some(c.rec), c.speculate, Some(c.recent)),
+        None => (u64::MAX, None, false, None),
     };
     let QueueWalk {
         queue,
@@ -117,6 +168,14 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         dec.set_image(image)?;
     }
     let chunk = record.is_some();
+    // An address resolves alike in every chunk of one process's trace
+    // (chunks do not learn functions): the ranges the last chunk resolved
+    // still hold.
+    let one_process = thread_procs.len() <= 1 && schedule.is_empty();
+    let recent = match kept.as_deref_mut().and_then(Option::take) {
+        Some(r) if one_process => r,
+        _ => Box::new([NO_RANGE; RECENT]),
+    };
     let mut w = Walker {
         obs,
         stop_at_psb,
@@ -142,7 +201,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         branch: None,
         need_begin: true,
         cur: NO_RANGE,
-        recent: Box::new([NO_RANGE; RECENT]),
+        recent,
         learned: Box::new([0; RECENT]),
         psbs,
         next_psb: 0,
@@ -153,6 +212,22 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         // A chunk walk starts at a sync and owes the trace-begin that sync
         // asks for; so does the last chunk, though nothing ends it.
         from_sync: chunk,
+        // Only a thread's own trace: a CPU's moves between threads, whose
+        // builders would each need guessing.
+        spec: (speculate && one_process).then(|| {
+            Box::new(Speculation {
+                clock: Clock::for_unit(unit),
+                built: Built {
+                    stitch: Stitch::new(),
+                    checkpoints: Vec::new(),
+                    first: (0, 0),
+                    clock: Default::default(),
+                },
+                started: false,
+                failed: false,
+            })
+        }),
+        segments: 0,
     };
     // A cancelled walk stops here; the caller sees the flag.
     dec.walk(|dec, item| {
@@ -169,6 +244,19 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         // A chunk that still owes only its sync's trace-begin has not told
         // whether one walk owes one: as the chunk before left it.
         rec.finish(w.pos, (!w.from_sync).then_some(w.need_begin));
+        match w.spec.take() {
+            Some(s) if s.failed => rec.gave_up = true,
+            Some(mut s) if s.started => {
+                // What its clock still holds is timed by the next chunk.
+                for (pos, held) in s.clock.take_pending() {
+                    rec.push(pos, Item::Held(held), 0);
+                }
+                s.built.clock = s.clock.state();
+                rec.built = Some(Box::new(s.built));
+            }
+            _ => {}
+        }
+        rec.segments = w.segments;
     }
     let Walker {
         mut clock,
@@ -178,8 +266,12 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         queue,
         figures,
         record,
+        recent,
         ..
     } = w;
+    if let Some(kept) = kept {
+        *kept = Some(recent);
+    }
     clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
     Ok((figures, record))
 }
@@ -252,31 +344,62 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
 
     fn emit(&mut self, kind: EventKind, from: u64, to: u64) {
         if self.record.is_some() {
-            let provisional = |w: &mut Self, a: u64| a != 0 && w.resolve(a).provisional;
-            if provisional(self, from) || provisional(self, to) {
+            // Each end once: looked up again, under another function's
+            // range, an address falls to the cache of recent ranges, which
+            // a program with much code thrashes (python3's missed 4.5
+            // times as often).
+            let from_r = (from != 0).then(|| self.resolve(from));
+            let to_r = (to != 0).then(|| self.resolve(to));
+            if from_r.is_some_and(|r| r.provisional) || to_r.is_some_and(|r| r.provisional) {
                 let ev = Event {
                     from,
                     to,
                     ..Event::new(0, kind)
                 };
                 self.obs.event(self.slot, self.pos, &ev);
+                if self.speculating() {
+                    // Resolved by the replay, which learns from it.
+                    return self.give_up();
+                }
                 let item = Item::Raw(ev, self.slot);
                 self.record_item(item);
                 return;
             }
             // Learning only ever splits provisional ranges.
-            return self.emit_resolved(kind, from, to, false);
+            return self.push_resolved(kind, (from, from_r), (to, to_r));
         }
-        self.emit_resolved(kind, from, to, true)
+        self.emit_resolved(kind, from, to)
     }
 
-    fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64, learn: bool) {
+    /// Emits an event whose ends are resolved (`None`: address 0).
+    fn push_resolved(
+        &mut self,
+        kind: EventKind,
+        (from, from_r): (u64, Option<Resolved>),
+        (to, to_r): (u64, Option<Resolved>),
+    ) {
+        let (to_fn, to_is_entry) = to_r.map_or((UNKNOWN, false), |r| (r.func, r.entry == to));
+        self.push_event(Event {
+            time: 0,
+            kind,
+            from,
+            to,
+            from_fn: from_r.map_or(UNKNOWN, |r| r.func),
+            to_fn,
+            to_is_entry,
+            estimated: true,
+        });
+    }
+
+    /// Emits an event, learning that a call's target is a function's
+    /// entry before resolving it.
+    fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64) {
         let from_fn = if from == 0 {
             UNKNOWN
         } else {
             self.resolve(from).func
         };
-        if learn && kind == EventKind::Call && to != 0 {
+        if kind == EventKind::Call && to != 0 {
             let slot = recent_slot(to);
             if self.learned[slot] != to {
                 if self.procs[self.proc].learn_entry(to, self.funcs) {
@@ -285,12 +408,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 self.learned[slot] = to;
             }
         }
-        let (to_fn, to_is_entry) = if to == 0 {
-            (UNKNOWN, false)
-        } else {
-            let r = self.resolve(to);
-            (r.func, r.entry == to)
-        };
+        let to_r = (to != 0).then(|| self.resolve(to));
+        let (to_fn, to_is_entry) = to_r.map_or((UNKNOWN, false), |r| (r.func, r.entry == to));
         self.push_event(Event {
             time: 0,
             kind,
@@ -307,9 +426,26 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         self.obs.event(self.slot, self.pos, &ev);
         let held = Held::Event(ev, self.slot);
         match self.record {
-            Some(_) => self.record_item(Item::Held(held)),
+            Some(_) => match &mut self.spec {
+                Some(s) if s.started => s.clock.push(self.pos, held),
+                _ => self.record_item(Item::Held(held)),
+            },
             None => self.clock.push(self.pos, held),
         }
+    }
+
+    /// Whether a chunk walk builds its stacks now.
+    fn speculating(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| s.started)
+    }
+
+    /// A chunk walk cannot build its stacks: it stops, to be walked again.
+    #[cold]
+    fn give_up(&mut self) {
+        if let Some(s) = &mut self.spec {
+            s.failed = true;
+        }
+        self.stopped = true;
     }
 
     /// Records an event of a chunk walk; the first, if it is the begin that
@@ -332,7 +468,36 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         self.last_tsc = Some(tsc);
         self.obs.anchor(self.pos, tsc);
         if let Some(r) = &mut self.record {
+            let Some(s) = self.spec.as_deref_mut() else {
+                r.anchor(self.pos, tsc);
+                return;
+            };
+            if s.started {
+                let Speculation { clock, built, .. } = s;
+                let mut sink = ChunkStacks {
+                    stitch: &mut built.stitch,
+                    checkpoints: &mut built.checkpoints,
+                };
+                let (queue, funcs, to_ns) = (self.queue, &*self.funcs, self.to_ns);
+                clock.anchor(self.pos, tsc, |st, h| {
+                    release(&mut sink, queue, funcs, to_ns, st, h)
+                });
+                if built.stitch.failed() {
+                    self.give_up();
+                }
+                return;
+            }
             r.anchor(self.pos, tsc);
+            // Past the chunk's seam (its sync's begin and first
+            // checkpoint, which the replay mends), at an anchor: from here
+            // on its own clock times it, and its own builder builds.
+            if !self.from_sync && r.any_checkpoint && !s.failed {
+                s.started = true;
+                s.built.first = (self.pos, tsc);
+                s.clock.anchor(self.pos, tsc, |_, _| {});
+                r.push(self.pos, Item::Built, 0);
+                r.built_at = r.body.len() - 1;
+            }
             return;
         }
         let Walker {
@@ -451,8 +616,10 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         while self.next_psb < self.psbs.len() && self.psbs[self.next_psb] <= off {
             let offset = self.psbs[self.next_psb];
             self.next_psb += 1;
-            if let Some(p) = self.progress {
-                p.segment_done();
+            match (self.progress, &self.record) {
+                (_, Some(_)) => self.segments += 1,
+                (Some(p), None) => p.segment_done(),
+                (None, None) => {}
             }
             let held = Held::Checkpoint {
                 offset,
@@ -496,6 +663,10 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
 
     /// Hands a checkpoint to the clock, or to a chunk's recording.
     fn hold_checkpoint(&mut self, held: Held) {
+        if let Some(s) = self.spec.as_deref_mut().filter(|s| s.started) {
+            s.clock.push(self.pos, held);
+            return;
+        }
         match &mut self.record {
             Some(r) => {
                 let mut seam = if r.any_checkpoint {

@@ -561,7 +561,10 @@ impl StackBuilder {
     }
 
     fn pop_pseudo(&mut self, t: u64, est: u32, funcs: &FuncTable, hint: FuncId) {
-        while self.reach(hint).is_some_and(|f| Self::is_trace_pseudo(funcs, f)) {
+        while self
+            .reach(hint)
+            .is_some_and(|f| Self::is_trace_pseudo(funcs, f))
+        {
             self.pop(t, est & flag::END_ESTIMATED);
         }
     }

@@ -35,8 +35,6 @@ enum Who {
 #[derive(Clone, Copy, Debug)]
 struct Fixup {
     level: i32,
-    /// Its index in the chunk's lane.
-    at: u32,
     popped: Who,
     parent: Who,
     /// The parent's index in the chunk's lane below (0 if the parent is
@@ -149,28 +147,36 @@ impl StackBuilder {
     /// The top frame's function. A chunk's builder whose own frames are
     /// all closed guesses the next one below: `hint`, the function its
     /// event expects there.
+    #[inline]
     pub(super) fn reach(&mut self, hint: FuncId) -> Option<FuncId> {
-        if self.stack.is_empty() {
-            let g = self.guess.as_mut()?;
-            if g.failed {
-                return None;
-            }
-            g.guessed.push(hint);
-            g.on_stack += 1;
-            self.base -= 1;
-            if !self.closed.is_empty() {
-                self.closed.insert(0, 0);
-            }
-            self.stack.push(Frame {
-                func: hint,
-                start: 0,
-                flags: 0,
-                call_site: 0,
-                kernel: false,
-                mid_from: UNKNOWN,
-            });
+        match self.stack.last() {
+            Some(f) => Some(f.func),
+            None => self.guess_below(hint),
         }
-        self.stack.last().map(|f| f.func)
+    }
+
+    /// [`reach`](Self::reach) on an empty stack.
+    #[cold]
+    fn guess_below(&mut self, hint: FuncId) -> Option<FuncId> {
+        let g = self.guess.as_mut()?;
+        if g.failed {
+            return None;
+        }
+        g.guessed.push(hint);
+        g.on_stack += 1;
+        self.base -= 1;
+        if !self.closed.is_empty() {
+            self.closed.insert(0, 0);
+        }
+        self.stack.push(Frame {
+            func: hint,
+            start: 0,
+            flags: 0,
+            call_site: 0,
+            kernel: false,
+            mid_from: UNKNOWN,
+        });
+        Some(hint)
     }
 
     /// [`pop`](Self::pop) in a chunk's builder: a span of a guessed frame,
@@ -206,7 +212,6 @@ impl StackBuilder {
             let at = segment.push(level, t, t, f.func, end_flags);
             g.fixups.push(Fixup {
                 level,
-                at,
                 popped: Who::Below(m - 1 - index),
                 parent,
                 parent_at,
@@ -227,7 +232,6 @@ impl StackBuilder {
             Who::Below(_) => {
                 g.fixups.push(Fixup {
                     level,
-                    at,
                     popped: Who::Local(f.start),
                     parent,
                     parent_at,
@@ -269,9 +273,7 @@ impl StackBuilder {
             && g.first_time.is_none_or(|t| self.last_time <= t)
             && m <= n
             && g.guessed.iter().enumerate().all(|(k, &f)| {
-                below(k).is_some_and(|r| {
-                    r.func == func(f) && !r.kernel && r.mid_from == UNKNOWN
-                })
+                below(k).is_some_and(|r| r.func == func(f) && !r.kernel && r.mid_from == UNKNOWN)
             })
             && g.not_below.iter().all(|&(f, guessed)| {
                 let f = func(f);
@@ -293,11 +295,15 @@ impl StackBuilder {
         for cp in checkpoints {
             let keep = n - cp.guessed + cp.on_stack;
             let mut all: Vec<OpenFrame> = self.frames().take(keep).collect();
-            all.extend(frames[cp.from + cp.on_stack..cp.to].iter().map(|f| OpenFrame {
-                func: func(f.func),
-                mid_from: func(f.mid_from),
-                ..*f
-            }));
+            all.extend(
+                frames[cp.from + cp.on_stack..cp.to]
+                    .iter()
+                    .map(|f| OpenFrame {
+                        func: func(f.func),
+                        mid_from: func(f.mid_from),
+                        ..*f
+                    }),
+            );
             at(cp.at, &all, self.mark());
         }
 
@@ -315,16 +321,12 @@ impl StackBuilder {
         let old_at = |level: i32| old[(level - low + 1) as usize];
         for (i, lane) in lanes.into_iter().enumerate() {
             let level = low + i as i32 + off;
-            self.segment.extend(
-                level,
-                lane.into_iter().map(|s| s.with_func(func(s.func()))),
-            );
+            self.segment
+                .extend(level, lane.into_iter().map(|s| s.with_func(func(s.func()))));
         }
         self.segment.spans += spans;
         for (level, i, ns) in long {
-            self.segment
-                .long
-                .push((level + off, old_at(level) + i, ns));
+            self.segment.long.push((level + off, old_at(level) + i, ns));
         }
         let mut fixups = g.fixups.iter();
         for (level, i, parent) in ties {
@@ -461,7 +463,11 @@ mod tests {
             .map(|n| funcs.intern(n, "m", 0, SpanKind::Call))
             .collect();
         let addr = |f: usize, mid: bool| {
-            let base = if f == 5 { 0xffff_ff00_0000_0000 } else { 0x1000 };
+            let base = if f == 5 {
+                0xffff_ff00_0000_0000
+            } else {
+                0x1000
+            };
             base + 0x1000 * f as u64 + if mid { 0x40 } else { 0 }
         };
         let mut t = 100;
@@ -503,7 +509,13 @@ mod tests {
                 }
                 EventKind::TraceEnd(_) => (addr(cur, true), ids[cur], 0, UNKNOWN, false),
                 EventKind::TraceBegin => (0, UNKNOWN, addr(dest, mid), ids[dest], !mid),
-                EventKind::Return => (addr(cur, true), ids[cur], addr(dest, true), ids[dest], false),
+                EventKind::Return => (
+                    addr(cur, true),
+                    ids[cur],
+                    addr(dest, true),
+                    ids[dest],
+                    false,
+                ),
                 _ => (addr(cur, true), ids[cur], addr(dest, mid), ids[dest], !mid),
             };
             if !matches!(kind, EventKind::TraceEnd(_)) {
@@ -559,9 +571,14 @@ mod tests {
                 tried += 1;
                 let before = format!("{:?}", real.clone().finish_with_bases());
                 let mut got_at = Vec::new();
-                let ok = real.stitch(chunk, cps, |f| f, |i, frames, mark| {
-                    got_at.push((i, frames.to_vec(), mark));
-                });
+                let ok = real.stitch(
+                    chunk,
+                    cps,
+                    |f| f,
+                    |i, frames, mark| {
+                        got_at.push((i, frames.to_vec(), mark));
+                    },
+                );
                 if !ok {
                     assert_eq!(
                         format!("{:?}", real.clone().finish_with_bases()),

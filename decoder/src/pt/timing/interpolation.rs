@@ -36,6 +36,23 @@ impl<T> Default for Clock<T> {
     }
 }
 
+/// What [`Clock::state`] gives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClockState {
+    pub anchor: Option<(u64, u64)>,
+    pub rate_from: Option<(u64, u64)>,
+}
+
+impl ClockState {
+    /// The same, `by` instructions later.
+    pub(crate) fn shifted(self, by: u64) -> ClockState {
+        ClockState {
+            anchor: self.anchor.map(|(p, t)| (p + by, t)),
+            ..self
+        }
+    }
+}
+
 /// A released item's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
@@ -119,6 +136,31 @@ impl<T> Clock<T> {
         if self.anchor.is_none_or(|(p0, _)| pos >= p0) {
             self.anchor = Some((pos, tsc));
         }
+    }
+
+    /// The last anchor (position, TSC as clamped) and the span of TSC
+    /// ticks and instructions between the last two: all a clock carries
+    /// from one anchor to the next besides what it holds.
+    pub(crate) fn state(&self) -> ClockState {
+        ClockState {
+            anchor: self.anchor,
+            rate_from: self.rate_from,
+        }
+    }
+
+    /// Goes on from `state` (a clock that timed the stretch since on its
+    /// own), holding nothing.
+    pub(crate) fn resume(&mut self, state: ClockState) {
+        debug_assert!(self.pending.is_empty());
+        self.anchor = state.anchor;
+        if state.rate_from.is_some() {
+            self.rate_from = state.rate_from;
+        }
+    }
+
+    /// What it holds, untimed, in order.
+    pub(crate) fn take_pending(&mut self) -> std::vec::Drain<'_, (u64, T)> {
+        self.pending.drain(..)
     }
 
     /// Releases what is left, extrapolating from the last anchor.

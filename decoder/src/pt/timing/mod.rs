@@ -9,7 +9,7 @@
 pub(crate) mod interpolation;
 pub(crate) mod packets;
 
-pub(crate) use interpolation::{Clock, Stamp};
+pub(crate) use interpolation::{Clock, ClockState, Stamp};
 pub(crate) use packets::Time;
 
 /// `a * b / c`, rounded down, in 64 bits when the product fits (almost
