@@ -11,11 +11,12 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::names::resolve::Resolve;
 use crate::passes::coarse::{
-    read_back, release, seam, walk_chunk, Built, ChunkWalk, Held, Item, NoSink, QueueWalk, Rec,
-    Recent, Recording, Sink, Tag,
+    read_back, release, seam, walk_chunk, Built, ChunkWalk, Held, Item, Kept, NoSink, QueueWalk,
+    Rec, Recording, Sink, Tag,
 };
 use crate::passes::coarse::{walk_queue, WalkFigures};
 use crate::passes::event::{Event, EventKind, Func, FuncId, FuncTable, UNKNOWN};
+use crate::passes::stack::{Remap, Stitch};
 use crate::progress::ChunkFate;
 use crate::pt::block::{DecoderConfig, PtError};
 use crate::pt::flow::FlowDecoder;
@@ -106,8 +107,8 @@ struct NewFuncs {
 /// the replay), so an address resolves alike in every chunk.
 struct Warm<'a, R> {
     dec: Option<FlowDecoder<'a>>,
-    /// The walker's cache of resolved ranges.
-    recent: Option<Box<Recent>>,
+    /// What its chunk walks keep from one to the next.
+    kept: Kept,
     procs: Vec<R>,
     funcs: FuncTable,
     /// Functions of `funcs` already sent with a chunk.
@@ -119,7 +120,7 @@ impl<'a, R: Clone> Warm<'a, R> {
     fn new(walker: usize, procs: &[R], funcs: &FuncTable) -> Warm<'a, R> {
         Warm {
             dec: None,
-            recent: None,
+            kept: Kept::default(),
             procs: procs.to_vec(),
             funcs: funcs.clone(),
             sent: funcs.len(),
@@ -160,6 +161,8 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
     let base: &FuncTable = &funcs.clone();
     // Replayed chunks hand their buffers back: no fresh pages per chunk.
     let pool: Mutex<Vec<Vec<Rec>>> = Mutex::new(Vec::new());
+    // So do the stack builders of chunks that built their own.
+    let stitches_pool: Mutex<Vec<Stitch>> = Mutex::new(Vec::new());
     let base_procs: Vec<R> = procs.to_vec();
     let base_procs: &[R] = &base_procs;
     // Walkers build their chunks' stacks when the sink can take them (one
@@ -189,11 +192,13 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                 stop_at_psb: false,
                 ..q
             };
+            let stitch = speculate.then(|| stitches_pool.lock().pop()).flatten();
             let chunk = ChunkWalk {
                 end_at,
                 rec,
                 speculate,
-                recent: &mut warm.recent,
+                stitch,
+                kept: &mut warm.kept,
             };
             let walked = walk_chunk(&mut dec, walk, chunk, &mut warm.procs, &mut warm.funcs);
             warm.dec = Some(dec);
@@ -343,7 +348,7 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                     (figures, rec, walker),
                     &q,
                     (&mut *procs, &mut *funcs),
-                    &mut *sink,
+                    (&mut *sink, &stitches_pool),
                 ) {
                     Ok(body) => body,
                     Err((body, head)) => {
@@ -360,7 +365,7 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                             (figures, rec, walker),
                             &q,
                             (&mut *procs, &mut *funcs),
-                            &mut *sink,
+                            (&mut *sink, &stitches_pool),
                         );
                         replayed.unwrap_or_else(|(body, _)| body)
                     }
@@ -437,7 +442,7 @@ impl Replay {
         (figures, rec, adopted): (Vec<WalkFigures>, Recording, &mut Adopted),
         q: &QueueWalk<'_, '_, Memory>,
         (procs, funcs): (&mut [R], &mut FuncTable),
-        sink: &mut dyn Sink,
+        (sink, stitches): (&mut dyn Sink, &Mutex<Vec<Stitch>>),
     ) -> Result<Vec<Rec>, (Vec<Rec>, usize)> {
         let base = self.pos;
         let mut fix = Fix {
@@ -485,7 +490,10 @@ impl Replay {
                         let Some(built) = built.take() else {
                             continue;
                         };
-                        stitched = self.stitch(*built, &mut fix, funcs, sink);
+                        let mut built = *built;
+                        stitched = self.stitch(&mut built, &mut fix, funcs, sink);
+                        built.stitch.reset();
+                        stitches.lock().push(built.stitch);
                         if let Some(p) = q.progress {
                             let fate = match stitched {
                                 true => ChunkFate::Stitched,
@@ -539,7 +547,7 @@ impl Replay {
     /// what its builder guessed. The clock then goes on from its last.
     fn stitch(
         &mut self,
-        built: Built,
+        built: &mut Built,
         fix: &mut Fix<'_>,
         funcs: &mut FuncTable,
         sink: &mut dyn Sink,
@@ -550,14 +558,20 @@ impl Replay {
             first: (pos, tsc),
             clock,
         } = built;
+        let (pos, tsc, clock) = (*pos, *tsc, *clock);
+        let checkpoints = std::mem::take(checkpoints);
         let base = fix.base;
         if self.clock.state().anchor != Some((pos + base, tsc)) {
             // One walk's clock held it back to an earlier anchor's time.
             return false;
         }
-        let start = fix.start;
-        let mut func = |f| fix.remap(f, funcs);
-        if !sink.stitch(stitch, checkpoints, &mut func, (start, base)) {
+        let (start, shared) = (fix.start, fix.shared as FuncId);
+        let mut map = |f| fix.remap(f, funcs);
+        let remap = Remap {
+            shared,
+            map: &mut map,
+        };
+        if !sink.stitch(stitch, checkpoints, remap, (start, base)) {
             return false;
         }
         self.clock.resume(clock.shifted(base));

@@ -28,7 +28,7 @@ pub(crate) use engines::Blocks;
 pub(crate) use sink::{release, Held, NoSink};
 pub(crate) use sink::{Sink, ThreadBuilders, TimedItems};
 use walker::run;
-pub(crate) use walker::{ChunkWalk, Recent};
+pub(crate) use walker::{ChunkWalk, Kept};
 
 /// What a fine pass watches of a walk besides its timed output: every
 /// block and event at its instruction position, and every timing anchor.

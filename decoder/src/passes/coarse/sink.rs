@@ -4,8 +4,8 @@
 //! What the clock holds until then ([`Held`]) is released into a sink here.
 
 use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
-use crate::passes::event::{Event, FuncId, FuncTable};
-use crate::passes::stack::{Guessed, OpenFrame, StackBuilder, Stitch};
+use crate::passes::event::{Event, FuncTable};
+use crate::passes::stack::{Guessed, OpenFrame, Remap, StackBuilder, Stitch};
 use crate::pt::timing::Stamp;
 
 /// What the clock holds until it knows the time: an event of a thread
@@ -34,16 +34,16 @@ pub(crate) trait Sink {
 
     /// Takes the stacks a chunk's walker built (`stitch`, with its
     /// checkpoints' offsets and positions `by` the chunk's start), as if
-    /// its events had come; `func` maps its function ids. False, with
+    /// its events had come; `remap` maps its function ids. False, with
     /// nothing changed, if they do not fit what came before.
     fn stitch(
         &mut self,
-        stitch: Stitch,
+        stitch: &mut Stitch,
         checkpoints: Vec<Guessed<Checkpoint>>,
-        func: &mut dyn FnMut(FuncId) -> FuncId,
+        remap: Remap<'_>,
         by: (u64, u64),
     ) -> bool {
-        let _ = (stitch, checkpoints, func, by);
+        let _ = (stitch, checkpoints, remap, by);
         false
     }
 }
@@ -139,9 +139,9 @@ impl Sink for ThreadBuilders {
 
     fn stitch(
         &mut self,
-        stitch: Stitch,
+        stitch: &mut Stitch,
         guessed: Vec<Guessed<Checkpoint>>,
-        func: &mut dyn FnMut(FuncId) -> FuncId,
+        remap: Remap<'_>,
         (offset, insn): (u64, u64),
     ) -> bool {
         let [o] = &mut self.outs[..] else {
@@ -154,15 +154,20 @@ impl Sink for ThreadBuilders {
             stacks,
             ..
         } = o;
-        builder.stitch(stitch, guessed, func, |mut at: Checkpoint, frames, mark| {
-            at.offset += offset;
-            at.insn += insn;
-            at.stack_start = stacks.len() as u32;
-            stacks.extend_from_slice(frames);
-            at.stack_len = stacks.len() as u32 - at.stack_start;
-            marks.push(mark);
-            checkpoints.push(at);
-        })
+        builder.stitch(
+            stitch,
+            guessed,
+            remap,
+            |mut at: Checkpoint, frames, mark| {
+                at.offset += offset;
+                at.insn += insn;
+                at.stack_start = stacks.len() as u32;
+                stacks.extend_from_slice(frames);
+                at.stack_len = stacks.len() as u32 - at.stack_start;
+                marks.push(mark);
+                checkpoints.push(at);
+            },
+        )
     }
 
     fn checkpoint(&mut self, slot: usize, mut at: Checkpoint) {

@@ -34,13 +34,24 @@ const NO_RANGE: Resolved = Resolved {
 pub(crate) type Recent = [Resolved; RECENT];
 
 /// What a chunk walk is given besides the queue: where it stops, what it
-/// records into, whether it builds its stacks, and the cache of resolved
-/// ranges its walker had (`None`: none yet), given back at its end.
+/// records into, whether it builds its stacks (with `stitch`, a builder
+/// used before if there is one), and what its walker keeps from one chunk
+/// to the next.
 pub(crate) struct ChunkWalk<'a> {
     pub end_at: u64,
     pub rec: Recording,
     pub speculate: bool,
-    pub recent: &'a mut Option<Box<Recent>>,
+    pub stitch: Option<Stitch>,
+    pub kept: &'a mut Kept,
+}
+
+/// What a walker of chunks keeps from one to the next, given back at each
+/// chunk's end (`None`: none yet): its cache of resolved ranges, and the
+/// clock of a chunk that builds its stacks, whose buffer stays warm.
+#[derive(Default)]
+pub(crate) struct Kept {
+    recent: Option<Box<Recent>>,
+    clock: Option<Clock<Held>>,
 }
 
 fn recent_slot(addr: u64) -> usize {
@@ -147,9 +158,9 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     obs: &mut O,
     chunk: Option<ChunkWalk<'_>>,
 ) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
-    let (end_at, record, speculate, mut kept) = match chunk {
-        Some(c) => (c.end_at, Some(c.rec), c.speculate, Some(c.recent)),
-        None => (u64::MAX, None, false, None),
+    let (end_at, record, speculate, stitch, mut kept) = match chunk {
+        Some(c) => (c.end_at, Some(c.rec), c.speculate, c.stitch, Some(c.kept)),
+        None => (u64::MAX, None, false, None, None),
     };
     let QueueWalk {
         queue,
@@ -172,7 +183,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     // (chunks do not learn functions): the ranges the last chunk resolved
     // still hold.
     let one_process = thread_procs.len() <= 1 && schedule.is_empty();
-    let recent = match kept.as_deref_mut().and_then(Option::take) {
+    let recent = match kept.as_deref_mut().and_then(|k| k.recent.take()) {
         Some(r) if one_process => r,
         _ => Box::new([NO_RANGE; RECENT]),
     };
@@ -215,10 +226,11 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         // Only a thread's own trace: a CPU's moves between threads, whose
         // builders would each need guessing.
         spec: (speculate && one_process).then(|| {
+            let clock = kept.as_deref_mut().and_then(|k| k.clock.take());
             Box::new(Speculation {
-                clock: Clock::for_unit(unit),
+                clock: clock.unwrap_or_else(|| Clock::for_unit(unit)),
                 built: Built {
-                    stitch: Stitch::new(),
+                    stitch: stitch.unwrap_or_else(Stitch::new),
                     checkpoints: Vec::new(),
                     first: (0, 0),
                     clock: Default::default(),
@@ -244,9 +256,8 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         // A chunk that still owes only its sync's trace-begin has not told
         // whether one walk owes one: as the chunk before left it.
         rec.finish(w.pos, (!w.from_sync).then_some(w.need_begin));
-        match w.spec.take() {
-            Some(s) if s.failed => rec.gave_up = true,
-            Some(mut s) if s.started => {
+        if let Some(mut s) = w.spec.take() {
+            if s.started && !s.failed {
                 // What its clock still holds is timed by the next chunk.
                 for (pos, held) in s.clock.take_pending() {
                     rec.push(pos, Item::Held(held), 0);
@@ -254,7 +265,11 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
                 s.built.clock = s.clock.state();
                 rec.built = Some(Box::new(s.built));
             }
-            _ => {}
+            rec.gave_up = s.failed;
+            if let Some(k) = kept.as_deref_mut() {
+                s.clock.reset();
+                k.clock = Some(s.clock);
+            }
         }
         rec.segments = w.segments;
     }
@@ -270,7 +285,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         ..
     } = w;
     if let Some(kept) = kept {
-        *kept = Some(recent);
+        kept.recent = Some(recent);
     }
     clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
     Ok((figures, record))

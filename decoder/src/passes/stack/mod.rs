@@ -62,7 +62,7 @@ use ptscope_model::{flag, Span, ThreadSpans};
 pub(crate) use ptscope_model::{OpenFrame, StackStats};
 
 mod speculate;
-pub(crate) use speculate::{Guessed, Stitch};
+pub(crate) use speculate::{Guessed, Remap, Stitch};
 
 /// The deepest call stack kept. Far beyond real code (a stack overflow at
 /// 8 MiB is some 100k frames, and 16k rows are already unreadable), and
@@ -107,6 +107,9 @@ struct Segment {
     /// the parent as an index into the level below.
     ties: Vec<(i32, u32, u32)>,
     spans: usize,
+    /// Emptied lanes to fill again (a chunk's builder, used once per
+    /// chunk, keeps them).
+    spare: Vec<Vec<Span>>,
 }
 
 impl Segment {
@@ -116,13 +119,15 @@ impl Segment {
             self.low = level;
         } else if level < self.low {
             for _ in level..self.low {
-                self.lanes.push_front(Vec::new());
+                let lane = self.spare.pop().unwrap_or_default();
+                self.lanes.push_front(lane);
             }
             self.low = level;
         }
         let i = (level - self.low) as usize;
-        if self.lanes.len() <= i {
-            self.lanes.resize_with(i + 1, Vec::new);
+        while self.lanes.len() <= i {
+            let lane = self.spare.pop().unwrap_or_default();
+            self.lanes.push_back(lane);
         }
         let lane = &mut self.lanes[i];
         let index = lane.len() as u32;

@@ -75,6 +75,24 @@ impl Guesses {
     }
 }
 
+/// How a chunk's function ids become the builder's: ids below `shared`
+/// are the same in both (nearly all), the others go through `map`.
+pub(crate) struct Remap<'a> {
+    pub shared: FuncId,
+    pub map: &'a mut dyn FnMut(FuncId) -> FuncId,
+}
+
+impl Remap<'_> {
+    #[inline]
+    fn get(&mut self, f: FuncId) -> FuncId {
+        if f < self.shared {
+            f
+        } else {
+            (self.map)(f)
+        }
+    }
+}
+
 /// A checkpoint taken by a chunk's builder, its frames still to complete.
 #[derive(Clone, Debug)]
 pub(crate) struct Guessed<C> {
@@ -106,6 +124,56 @@ impl Stitch {
             builder,
             frames: Vec::new(),
         }
+    }
+
+    /// Makes it a builder for another chunk, keeping its buffers.
+    pub(crate) fn reset(&mut self) {
+        let b = &mut self.builder;
+        let mut segment = std::mem::take(&mut b.segment);
+        let Segment {
+            lanes,
+            spare,
+            long,
+            ties,
+            ..
+        } = &mut segment;
+        spare.extend(lanes.drain(..).map(|mut lane| {
+            lane.clear();
+            lane
+        }));
+        long.clear();
+        ties.clear();
+        segment.spans = 0;
+        segment.low = 0;
+        let mut guess = b.guess.take().unwrap_or_default();
+        let Guesses {
+            guessed,
+            not_below,
+            fixups,
+            ..
+        } = &mut *guess;
+        guessed.clear();
+        not_below.clear();
+        fixups.clear();
+        *guess = Guesses {
+            guessed: std::mem::take(guessed),
+            not_below: std::mem::take(not_below),
+            fixups: std::mem::take(fixups),
+            ..Guesses::default()
+        };
+        let mut stack = std::mem::take(&mut b.stack);
+        stack.clear();
+        let mut closed = std::mem::take(&mut b.closed);
+        closed.clear();
+        *b = StackBuilder {
+            segment,
+            stack,
+            closed,
+            opened: true,
+            guess: Some(guess),
+            ..StackBuilder::new(0, 0, String::new())
+        };
+        self.frames.clear();
     }
 
     /// Whether it gave up: the chunk must be replayed.
@@ -246,20 +314,19 @@ impl StackBuilder {
     /// Files a chunk's builder `chunk` on top of this one, as if this one
     /// had taken the chunk's events, if every guess it made holds; its
     /// checkpoints' frames go to `stacks` (with `at` each, in order).
-    /// `func` maps the chunk's function ids to this builder's. False, with
+    /// `remap` maps the chunk's function ids to this builder's. False, with
     /// nothing changed, if a guess does not hold.
     pub(crate) fn stitch<C>(
         &mut self,
-        chunk: Stitch,
+        chunk: &mut Stitch,
         checkpoints: Vec<Guessed<C>>,
-        mut func: impl FnMut(FuncId) -> FuncId,
+        mut remap: Remap<'_>,
         mut at: impl FnMut(C, &[OpenFrame], (usize, i32)),
     ) -> bool {
         let Stitch {
-            builder: mut c,
-            frames,
+            builder: c, frames, ..
         } = chunk;
-        let Some(g) = c.guess.take() else {
+        let Some(g) = c.guess.as_deref() else {
             return false;
         };
         let n = self.stack.len();
@@ -273,10 +340,11 @@ impl StackBuilder {
             && g.first_time.is_none_or(|t| self.last_time <= t)
             && m <= n
             && g.guessed.iter().enumerate().all(|(k, &f)| {
-                below(k).is_some_and(|r| r.func == func(f) && !r.kernel && r.mid_from == UNKNOWN)
+                below(k)
+                    .is_some_and(|r| r.func == remap.get(f) && !r.kernel && r.mid_from == UNKNOWN)
             })
             && g.not_below.iter().all(|&(f, guessed)| {
-                let f = func(f);
+                let f = remap.get(f);
                 self.stack[..n - guessed].iter().all(|r| r.func != f)
             });
         if !holds {
@@ -299,37 +367,47 @@ impl StackBuilder {
                 frames[cp.from + cp.on_stack..cp.to]
                     .iter()
                     .map(|f| OpenFrame {
-                        func: func(f.func),
-                        mid_from: func(f.mid_from),
+                        func: remap.get(f.func),
+                        mid_from: remap.get(f.mid_from),
                         ..*f
                     }),
             );
             at(cp.at, &all, self.mark());
         }
 
-        // Spans: each lane after the real one's, ids mapped.
+        // Spans: each lane after the real one's, ids mapped. The chunk's
+        // lanes are emptied, not dropped: its builder is used again.
         let Segment {
             lanes,
             low,
             long,
             ties,
             spans,
-        } = std::mem::take(&mut c.segment);
+            ..
+        } = &mut c.segment;
+        let low = *low;
         let old: Vec<u32> = (0..lanes.len() + 1)
             .map(|i| self.segment.len_at(low - 1 + i as i32 + off))
             .collect();
         let old_at = |level: i32| old[(level - low + 1) as usize];
-        for (i, lane) in lanes.into_iter().enumerate() {
+        for (i, lane) in lanes.iter_mut().enumerate() {
             let level = low + i as i32 + off;
-            self.segment
-                .extend(level, lane.into_iter().map(|s| s.with_func(func(s.func()))));
+            let shared = remap.shared;
+            let remap = &mut remap;
+            self.segment.extend(
+                level,
+                lane.drain(..).map(|s| match s.func() {
+                    f if f < shared => s,
+                    f => s.with_func(remap.get(f)),
+                }),
+            );
         }
-        self.segment.spans += spans;
-        for (level, i, ns) in long {
+        self.segment.spans += *spans;
+        for &(level, i, ns) in long.iter() {
             self.segment.long.push((level + off, old_at(level) + i, ns));
         }
         let mut fixups = g.fixups.iter();
-        for (level, i, parent) in ties {
+        for &(level, i, parent) in ties.iter() {
             let index = old_at(level) + i;
             if parent != DEFERRED {
                 let parent = old_at(level - 1) + parent;
@@ -376,8 +454,8 @@ impl StackBuilder {
         self.stack.truncate(keep);
         self.stack
             .extend(c.stack[g.on_stack..].iter().map(|f| Frame {
-                func: func(f.func),
-                mid_from: func(f.mid_from),
+                func: remap.get(f.func),
+                mid_from: remap.get(f.mid_from),
                 ..*f
             }));
         self.seg_top = self.seg_top.max(top);
@@ -429,8 +507,9 @@ impl Segment {
             self.low = level;
         }
         let i = (level - self.low) as usize;
-        if self.lanes.len() <= i {
-            self.lanes.resize_with(i + 1, Vec::new);
+        while self.lanes.len() <= i {
+            let lane = self.spare.pop().unwrap_or_default();
+            self.lanes.push_back(lane);
         }
         self.lanes[i].extend(spans);
     }
@@ -545,6 +624,9 @@ mod tests {
     #[test]
     fn a_stitched_chunk_builds_what_one_builder_does() {
         let (mut stitched, mut tried) = (0, 0);
+        // One builder for every chunk, reset each time, as walkers reuse
+        // theirs.
+        let mut chunk = Stitch::new();
         for seed in 1..400u64 {
             let mut funcs = FuncTable::default();
             let evs = events(seed, 40, &mut funcs);
@@ -560,7 +642,7 @@ mod tests {
                 for ev in &evs[..split] {
                     real.event(ev, &funcs);
                 }
-                let mut chunk = Stitch::new();
+                chunk.reset();
                 let mut cps = Vec::new();
                 for (i, ev) in evs.iter().enumerate().skip(split) {
                     chunk.builder.event(ev, &funcs);
@@ -571,14 +653,14 @@ mod tests {
                 tried += 1;
                 let before = format!("{:?}", real.clone().finish_with_bases());
                 let mut got_at = Vec::new();
-                let ok = real.stitch(
-                    chunk,
-                    cps,
-                    |f| f,
-                    |i, frames, mark| {
-                        got_at.push((i, frames.to_vec(), mark));
-                    },
-                );
+                let mut same = |f| f;
+                let remap = Remap {
+                    shared: FuncId::MAX,
+                    map: &mut same,
+                };
+                let ok = real.stitch(&mut chunk, cps, remap, |i, frames, mark| {
+                    got_at.push((i, frames.to_vec(), mark));
+                });
                 if !ok {
                     assert_eq!(
                         format!("{:?}", real.clone().finish_with_bases()),

@@ -158,6 +158,14 @@ impl<T> Clock<T> {
         }
     }
 
+    /// Holds nothing and knows no anchor, as new, keeping its buffer.
+    pub(crate) fn reset(&mut self) {
+        self.pending.clear();
+        self.anchor = None;
+        self.rate = 0;
+        self.rate_from = None;
+    }
+
     /// What it holds, untimed, in order.
     pub(crate) fn take_pending(&mut self) -> std::vec::Drain<'_, (u64, T)> {
         self.pending.drain(..)
