@@ -761,22 +761,27 @@ fn summarize(
     from: usize,
 ) {
     let dur = |i: usize| span_duration(long, depth, i, &lane[i]);
+    // The end of the span before; the first span of a lane has none, and
+    // its gap counts as 0 (its own start).
     let mut prev_end = match from {
-        0 => None,
-        i => Some(lane[i - 1].start.saturating_add(dur(i - 1))),
+        0 => lane.first().map_or(0, |s| s.start),
+        i => lane[i - 1].start.saturating_add(dur(i - 1)),
     };
     let mut i = from;
     while i < lane.len() {
-        // The rest of this span's block, folded in one go.
-        let end = (i / BLOCK + 1) * BLOCK;
+        // The rest of this span's block, folded in one go, without a
+        // branch but for the rare long span: this runs over every span of
+        // a decode, at its end.
+        let end = ((i / BLOCK + 1) * BLOCK).min(lane.len());
         let (mut max_dur, mut max_gap) = (0u64, 0u64);
-        for (k, s) in lane[i..end.min(lane.len())].iter().enumerate() {
-            let d = span_duration(long, depth, i + k, s);
+        for (k, s) in lane[i..end].iter().enumerate() {
+            let d = match s.dur {
+                Span::LONG => span_duration(long, depth, i + k, s),
+                d => d as u64,
+            };
             max_dur = max_dur.max(d);
-            if let Some(p) = prev_end {
-                max_gap = max_gap.max(s.start.saturating_sub(p));
-            }
-            prev_end = Some(s.start.saturating_add(d));
+            max_gap = max_gap.max(s.start.saturating_sub(prev_end));
+            prev_end = s.start.saturating_add(d);
         }
         let (bd, bg) = (Block::clamp(max_dur), Block::clamp(max_gap));
         if i.is_multiple_of(BLOCK) {

@@ -566,10 +566,12 @@ impl Replay {
             return false;
         }
         let (start, shared) = (fix.start, fix.shared as FuncId);
-        let mut map = |f| fix.remap(f, funcs);
+        let Adopted { funcs: theirs, ids } = &mut *fix.adopted;
+        let mut adopt = |i: usize| funcs.adopt(&theirs[i]);
         let remap = Remap {
             shared,
-            map: &mut map,
+            ids,
+            adopt: &mut adopt,
         };
         if !sink.stitch(stitch, checkpoints, remap, (start, base)) {
             return false;

@@ -76,19 +76,30 @@ impl Guesses {
 }
 
 /// How a chunk's function ids become the builder's: ids below `shared`
-/// are the same in both (nearly all), the others go through `map`.
+/// are the same in both, the others are `ids[id - shared]` once known, and
+/// `adopt` learns them (by index past `shared`) the first time.
 pub(crate) struct Remap<'a> {
     pub shared: FuncId,
-    pub map: &'a mut dyn FnMut(FuncId) -> FuncId,
+    pub ids: &'a mut [Option<FuncId>],
+    pub adopt: &'a mut dyn FnMut(usize) -> FuncId,
 }
 
 impl Remap<'_> {
     #[inline]
     fn get(&mut self, f: FuncId) -> FuncId {
         if f < self.shared {
-            f
-        } else {
-            (self.map)(f)
+            return f;
+        }
+        let i = (f - self.shared) as usize;
+        match self.ids.get(i) {
+            Some(Some(g)) => *g,
+            Some(None) => {
+                let g = (self.adopt)(i);
+                self.ids[i] = Some(g);
+                g
+            }
+            // Not one of the chunk's (`UNKNOWN`).
+            None => f,
         }
     }
 }
@@ -653,10 +664,10 @@ mod tests {
                 tried += 1;
                 let before = format!("{:?}", real.clone().finish_with_bases());
                 let mut got_at = Vec::new();
-                let mut same = |f| f;
                 let remap = Remap {
                     shared: FuncId::MAX,
-                    map: &mut same,
+                    ids: &mut [],
+                    adopt: &mut |_| unreachable!("no id is past the shared ones"),
                 };
                 let ok = real.stitch(&mut chunk, cps, remap, |i, frames, mark| {
                     got_at.push((i, frames.to_vec(), mark));
