@@ -221,6 +221,8 @@ pub struct Peers {
     pub flow_no_memo: Duration,
     /// How the memo fared on one decode.
     pub memo: ptscope_decoder::MemoFigures,
+    /// How the chunks of a decode on every core built their stacks.
+    pub chunks: Option<ptscope_decoder::ChunkFigures>,
 }
 
 fn run(input: &Path) {
@@ -269,6 +271,17 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
     let insns: u64 = model.threads.iter().map(|t| t.walk.instructions).sum();
     let errors: usize = model.threads.iter().map(|t| t.walk.errors.len()).sum();
     drop(model);
+    // How the chunks built their stacks, on every core: counted likewise.
+    let chunks = all_cores.then(|| {
+        let progress = ptscope_decoder::DecodeProgress::counting();
+        let counted = DecodeOptions {
+            progress: Some(progress.clone()),
+            ..DecodeOptions::default()
+        };
+        let model = decode_snapshot(&snap, &counted).unwrap();
+        assert_eq!(model.span_count(), spans);
+        progress.chunks()
+    });
 
     // The coarse pass proper, with symbols loaded once for all runs.
     // Names as the decoder finds them (libc's debug file among them), so
@@ -522,6 +535,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         flow: time_of("  of which: ptscope flow decoder alone"),
         flow_no_memo: time_of("  of which: flow decoder alone, no memo"),
         memo,
+        chunks,
     })
 }
 

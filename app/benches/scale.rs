@@ -163,23 +163,16 @@ fn decode_child(spec: &str) {
         "0" => Parallel::default(),
         n => Parallel::on(n.parse().unwrap()),
     };
-    // Counting chunks' fates costs the walk its cancel checks: only when
-    // asked.
-    let progress = std::env::var_os("PTSCOPE_CHUNK_FIGURES").map(|_| DecodeProgress::counting());
     let t = Instant::now();
     let m = decode_snapshot(
         &snap,
         &DecodeOptions {
             parallel,
-            progress: progress.clone(),
             ..DecodeOptions::default()
         },
     )
     .unwrap();
     let time = t.elapsed();
-    if let Some(p) = &progress {
-        eprintln!("{:?}", p.chunks());
-    }
     let peak = status_bytes("VmHWM:").saturating_sub(before);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let peak_anon = sampler.join().unwrap().saturating_sub(anon_before);
@@ -319,6 +312,20 @@ fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
         all16,
         &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
     );
+    if let Some(c) = p.chunks {
+        let all = c.stitched + c.gave_up + c.refused;
+        table.row(
+            format!("{what}: chunks that built their own stacks"),
+            format!(
+                "{} of {all} ({:.1}%); {} walked again as their walker could not guess below, {} as the stack before did not fit",
+                c.stitched,
+                c.stitched as f64 * 100.0 / all.max(1) as f64,
+                c.gave_up,
+                c.refused
+            ),
+            "",
+        );
+    }
     row(
         table,
         "ptscope, one core, the memo off (`--no-memo`)",

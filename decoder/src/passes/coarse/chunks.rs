@@ -1,7 +1,9 @@
 //! The coarse pass on every core: a queue is cut at PSBs into chunks that
 //! are walked at once, each recording its clock's input instead of timing
-//! it (`coarse::chunk_log`), then replayed in order through one clock into
-//! one sink, mending the seams. The result is the same on any number of
+//! it (`coarse::chunk_log`), or, between its first anchor and its last,
+//! timing it and building its stacks itself (`stack::speculate`), then
+//! replayed in order through one clock into one sink, mending the seams
+//! and stitching the stacks. The result is the same on any number of
 //! cores; `docs/parallel-coarse-pass.md` explains why, and the two
 //! differences that remain on damaged traces.
 

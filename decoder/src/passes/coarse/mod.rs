@@ -7,9 +7,11 @@
 //! - [`engines`](Blocks): the two engines behind one trait;
 //! - `walker`: blocks into events, with the clock and the checkpoints;
 //! - `sink`: where timed events go ([`ThreadBuilders`], [`TimedItems`]);
-//! - `chunk_log`: what a chunk walk records for the replay;
+//! - `chunk_log`: what a chunk walk records for the replay, and the
+//!   stacks it built itself;
 //! - [`chunks`]: the pass on every core, the same result as one walk:
-//!   chunks walked at once, replayed in order into the stack builders.
+//!   chunks walked at once, each building its own stacks where it can,
+//!   replayed and stitched in order into the stack builders.
 
 use crate::names::resolve::Resolve;
 use crate::passes::event::{Event, FuncTable};

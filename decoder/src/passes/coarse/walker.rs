@@ -409,11 +409,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     /// Emits an event, learning that a call's target is a function's
     /// entry before resolving it.
     fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64) {
-        let from_fn = if from == 0 {
-            UNKNOWN
-        } else {
-            self.resolve(from).func
-        };
+        let from_r = (from != 0).then(|| self.resolve(from));
         if kind == EventKind::Call && to != 0 {
             let slot = recent_slot(to);
             if self.learned[slot] != to {
@@ -424,17 +420,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
             }
         }
         let to_r = (to != 0).then(|| self.resolve(to));
-        let (to_fn, to_is_entry) = to_r.map_or((UNKNOWN, false), |r| (r.func, r.entry == to));
-        self.push_event(Event {
-            time: 0,
-            kind,
-            from,
-            to,
-            from_fn,
-            to_fn,
-            to_is_entry,
-            estimated: true,
-        });
+        self.push_resolved(kind, (from, from_r), (to, to_r));
     }
 
     fn push_event(&mut self, ev: Event) {

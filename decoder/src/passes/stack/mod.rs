@@ -54,6 +54,10 @@
 //!   lose trace (overflow, lost data), the stack is kept and the error span
 //!   nests on top of it. Otherwise the stack is closed at the error and a
 //!   new segment begins; segments never nest under each other.
+//!
+//! A chunk of the trace walked on another core builds its stacks before
+//! the stack it starts on is known, guessing the frames below, and is
+//! stitched onto the real builder if every guess holds: `speculate`.
 
 use crate::passes::event::{
     is_kernel_addr, EndReason, Event, EventKind, FuncId, FuncTable, SpanKind, UNKNOWN,
