@@ -357,7 +357,11 @@ pub(crate) fn decode_queue_chunked<'d, S: Sink, R: Resolve + Clone + Send + Sync
                         // Its stacks did not fit the stack before it: the
                         // chunk is walked again and replayed past its head.
                         pool.lock().push(body);
-                        let (figures, rec, new) = walk_one(i, &mut again, false)?;
+                        let walked = walk_one(i, &mut again, false);
+                        // Its decoder's caches go: chunks are seldom walked
+                        // again, and they would hold megabytes to the end.
+                        again.dec = None;
+                        let (figures, rec, new) = walked?;
                         let walker = &mut adopted[new.walker];
                         walker.funcs.extend(new.funcs);
                         walker.ids.resize(walker.funcs.len(), None);
@@ -436,7 +440,6 @@ impl Replay {
     /// its body's buffer. If the stacks its walker built do not fit, it
     /// stops there: `Err` with the buffer and the records replayed, for
     /// a walk of the chunk without them to go on from.
-    #[allow(clippy::result_large_err)]
     fn chunk<R: Resolve>(
         &mut self,
         index: usize,

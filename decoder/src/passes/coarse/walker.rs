@@ -140,7 +140,7 @@ struct ChunkStacks<'a> {
 
 impl Sink for ChunkStacks<'_> {
     fn event(&mut self, _: usize, ev: &Event, funcs: &FuncTable) {
-        self.stitch.builder.event(ev, funcs);
+        self.stitch.event(ev, funcs);
     }
 
     fn checkpoint(&mut self, _: usize, at: Checkpoint) {
@@ -387,6 +387,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     }
 
     /// Emits an event whose ends are resolved (`None`: address 0).
+    #[inline(always)]
     fn push_resolved(
         &mut self,
         kind: EventKind,
@@ -408,6 +409,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
 
     /// Emits an event, learning that a call's target is a function's
     /// entry before resolving it.
+    #[inline(always)]
     fn emit_resolved(&mut self, kind: EventKind, from: u64, to: u64) {
         let from_r = (from != 0).then(|| self.resolve(from));
         if kind == EventKind::Call && to != 0 {
@@ -423,6 +425,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         self.push_resolved(kind, (from, from_r), (to, to_r));
     }
 
+    #[inline(always)]
     fn push_event(&mut self, ev: Event) {
         self.obs.event(self.slot, self.pos, &ev);
         let held = Held::Event(ev, self.slot);

@@ -118,6 +118,7 @@ struct Segment {
 
 impl Segment {
     /// Files a closed span at `level`; its index there.
+    #[inline(always)]
     fn push(&mut self, level: i32, start: u64, end: u64, func: FuncId, flags: u32) -> u32 {
         if self.lanes.is_empty() {
             self.low = level;
@@ -250,14 +251,6 @@ impl StackBuilder {
     }
 
     pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
-        if let Some(g) = &mut self.guess {
-            if g.failed || ev.kind == EventKind::Error {
-                // An error's resume can close the stack it cannot see.
-                g.failed = true;
-                return;
-            }
-            g.first_time.get_or_insert(ev.time);
-        }
         self.stats.events += 1;
         let first = !self.opened;
         self.begin(ev.time);

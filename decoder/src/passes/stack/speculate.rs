@@ -17,7 +17,7 @@
 //! synthesized below an empty stack, a depth reset) give up at once.
 
 use super::{Frame, Segment, StackBuilder, MAX_DEPTH, NO_TIE};
-use crate::passes::event::{FuncId, UNKNOWN};
+use crate::passes::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use ptscope_model::{OpenFrame, Span, StackStats};
 
 /// In a chunk's ties, the parent of a tie decided at the stitch.
@@ -187,6 +187,20 @@ impl Stitch {
         self.frames.clear();
     }
 
+    /// Takes the chunk's next event, unless it gave up.
+    pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
+        let Some(g) = self.builder.guess.as_deref_mut() else {
+            return;
+        };
+        if g.failed || ev.kind == EventKind::Error {
+            // An error's resume can close the stack it cannot see.
+            g.failed = true;
+            return;
+        }
+        g.first_time.get_or_insert(ev.time);
+        self.builder.event(ev, funcs);
+    }
+
     /// Whether it gave up: the chunk must be replayed.
     pub(crate) fn failed(&self) -> bool {
         self.builder.guess.as_ref().is_none_or(|g| g.failed)
@@ -260,6 +274,7 @@ impl StackBuilder {
 
     /// [`pop`](Self::pop) in a chunk's builder: a span of a guessed frame,
     /// and a tie that depends on a frame below, wait for the stitch.
+    #[inline(never)]
     pub(super) fn pop_guessing(&mut self, t: u64, end_flags: u32) {
         let Some(g) = self.guess.as_deref_mut() else {
             return;
@@ -656,7 +671,7 @@ mod tests {
                 chunk.reset();
                 let mut cps = Vec::new();
                 for (i, ev) in evs.iter().enumerate().skip(split) {
-                    chunk.builder.event(ev, &funcs);
+                    chunk.event(ev, &funcs);
                     if i % 3 == 0 {
                         cps.push(chunk.checkpoint(i));
                     }
