@@ -28,8 +28,6 @@ pub(super) type Proc = (ProcImage, ProcessSymbols);
 /// Where a process's code comes from: libipt's section cache or our files.
 pub(super) struct Loaders {
     pub(super) engine: Engine,
-    /// Threads a process's binaries' symbols are read on.
-    pub(super) threads: usize,
     #[cfg(feature = "libipt")]
     pub(super) cache: SectionCache,
     pub(super) files: FileCache,
@@ -93,11 +91,6 @@ pub(super) fn add_proc<'p>(
                 missing_binaries.push(m);
             }
         }
-        let files: Vec<_> = secs
-            .iter()
-            .map(|s| (s.file.as_path(), s.mapped_path.as_str()))
-            .collect();
-        symbols.load_all(&files, loaders.threads);
         let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
         e.insert((image, resolver));
     }
@@ -133,7 +126,6 @@ pub(super) fn loaders(snap: &Snapshot, engine: Engine) -> Result<Loaders, Decode
     let _ = snap;
     Ok(Loaders {
         engine,
-        threads: 1,
         #[cfg(feature = "libipt")]
         cache: SectionCache::new().map_err(|error| DecodeError::Setup {
             path: snap.path.clone(),
@@ -164,8 +156,7 @@ pub(super) fn prepare(
         )),
         (None, Ok(_)) => {}
     }
-    let mut loaders = loaders(snap, opts.engine)?;
-    loaders.threads = opts.parallel.workers;
+    let loaders = loaders(snap, opts.engine)?;
     let lookup = crate::names::lookup::Lookup::new(Some(snap), opts.names.lookup.clone());
     let mut symbols = SymbolCache::new(lookup);
     let (kernel, kernel_warning) = crate::names::symbols::kallsyms::for_trace(

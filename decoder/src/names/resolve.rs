@@ -12,8 +12,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::names::image::Section;
 use crate::names::lookup::Lookup;
 use crate::names::symbols::kallsyms::KernelSymbols;
@@ -115,62 +113,6 @@ impl SymbolCache {
         let m = found.and_then(|found| shared_symbols(found, mapped_path, &mut self.notes));
         self.modules.insert(file.to_path_buf(), m.clone());
         m
-    }
-
-    /// Reads the symbols of every binary of `files` (each with the path the
-    /// trace mapped it at) not read yet, on up to `threads` threads: what
-    /// [`get_mapped`](Self::get_mapped) on each in turn would read, with
-    /// the same notes in the same order. A process maps several binaries,
-    /// and a large debug file takes tens of milliseconds to read, before
-    /// any of its trace can be walked.
-    pub fn load_all(&mut self, files: &[(&Path, &str)], threads: usize) {
-        let mut todo: Vec<(PathBuf, String, Option<Located>, Vec<String>)> = Vec::new();
-        for &(file, mapped_path) in files {
-            if self.modules.contains_key(file) || todo.iter().any(|t| t.0 == file) {
-                continue;
-            }
-            // Found in turn, as one by one (a debuginfod search among it).
-            let before = self.notes.len();
-            self.locate_mapped(file, mapped_path);
-            let notes = self.notes.split_off(before);
-            let found = self.located.remove(file).flatten();
-            todo.push((file.to_path_buf(), mapped_path.to_string(), found, notes));
-        }
-        let load = |(found, mapped_path): (Option<Located>, &str)| {
-            let mut notes = Vec::new();
-            let m = found.and_then(|f| shared_symbols(f, mapped_path, &mut notes));
-            (m, notes)
-        };
-        let jobs: Vec<_> = todo
-            .iter_mut()
-            .map(|t| (t.2.take(), t.1.as_str()))
-            .collect();
-        let loaded: Vec<_> = if threads <= 1 || jobs.len() <= 1 {
-            jobs.into_iter().map(load).collect()
-        } else {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let jobs: Vec<_> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
-            let out: Vec<_> = jobs.iter().map(|_| Mutex::new(None)).collect();
-            std::thread::scope(|s| {
-                for _ in 0..threads.min(jobs.len()) {
-                    s.spawn(|| loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(job) = jobs.get(i).and_then(|j| j.lock().take()) else {
-                            break;
-                        };
-                        *out[i].lock() = Some(load(job));
-                    });
-                }
-            });
-            out.into_iter()
-                .map(|o| o.into_inner().expect("every job ran"))
-                .collect()
-        };
-        for ((file, _, _, found_notes), (m, load_notes)) in todo.into_iter().zip(loaded) {
-            self.notes.extend(found_notes);
-            self.notes.extend(load_notes);
-            self.modules.insert(file, m);
-        }
     }
 
     /// Finds the binary `file` (mapped as `mapped_path`) and the separate
@@ -807,63 +749,6 @@ mod tests {
         assert_eq!(file, None);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("names nothing"), "{notes:?}");
-    }
-
-    /// Reading a process's binaries on several threads reads what one by
-    /// one reads, with the same notes in the same order: here two binaries
-    /// whose debug files name nothing (a note each), the demo, one that is
-    /// not there, and the first again.
-    #[test]
-    fn binaries_read_at_once_are_read_as_one_by_one() {
-        use crate::names::symbols::testutil::{compile, split_debug, tempdir};
-        use ptscope_debuginfo::Search;
-        let dir = tempdir();
-        let root = dir.path().join("usr/lib/debug");
-        // Each one's debug file by build id, where a file that names
-        // nothing is.
-        let junk_debug = |name: &str, flags: &[&str]| {
-            let bin = compile(dir.path(), name, flags);
-            std::fs::remove_file(split_debug(&bin, &[])).unwrap();
-            let elf = std::fs::read(&bin).unwrap();
-            let id = ptscope_formats::buildid::elf_build_id(&elf).unwrap();
-            let by_id = root.join(ptscope_formats::buildid::debug_dir_path(&id));
-            std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
-            std::fs::write(&by_id, b"junk").unwrap();
-            bin
-        };
-        let (a, b) = (junk_debug("a", &[]), junk_debug("b", &["-DOTHER_BUILD_ID"]));
-        let (demo, gone) = (demo_path(), dir.path().join("gone"));
-        let files: Vec<(PathBuf, String)> = [&a, &demo, &gone, &b, &a]
-            .iter()
-            .map(|p| (p.to_path_buf(), p.display().to_string()))
-            .collect();
-        let read = |threads: Option<usize>| {
-            let search = Search {
-                debug_dirs: vec![root.clone()],
-                ..Search::default()
-            };
-            let lookup = Lookup::new(None, Some(Arc::new(search)));
-            let mut cache = SymbolCache::new(lookup);
-            if let Some(threads) = threads {
-                let files: Vec<_> = files
-                    .iter()
-                    .map(|(f, m)| (f.as_path(), m.as_str()))
-                    .collect();
-                cache.load_all(&files, threads);
-            }
-            let modules: Vec<Option<usize>> = files
-                .iter()
-                .map(|(f, m)| cache.get_mapped(f, m).map(|md| md.functions().count()))
-                .collect();
-            (modules, cache.notes().to_vec())
-        };
-        let one_by_one = read(None);
-        let notes = &one_by_one.1;
-        assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].starts_with(&files[0].1) && notes[1].starts_with(&files[3].1));
-        assert!(one_by_one.0[1].is_some_and(|n| n > 0) && one_by_one.0[2].is_none());
-        assert_eq!(read(Some(2)), one_by_one);
-        assert_eq!(read(Some(1)), one_by_one);
     }
 
     /// The demo's binary mapped whole at a fixed base, with its known
