@@ -20,7 +20,7 @@ use super::{Frame, Segment, StackBuilder, MAX_DEPTH, NO_TIE};
 use crate::passes::event::{Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use ptscope_model::{OpenFrame, Span, StackStats};
 
-/// Spans' room a chunk's builder keeps for the next chunk (64 KB).
+/// Spans' room a chunk's builder keeps for the next chunk at least (64 KB).
 const SPARE_SPANS: usize = 4096;
 
 /// In a chunk's ties, the parent of a tie decided at the stitch.
@@ -144,6 +144,7 @@ impl Stitch {
     pub(crate) fn reset(&mut self) {
         let b = &mut self.builder;
         let mut segment = std::mem::take(&mut b.segment);
+        let filled = segment.spans;
         let Segment {
             lanes,
             spare,
@@ -151,10 +152,14 @@ impl Stitch {
             ties,
             ..
         } = &mut segment;
-        // Kept up to a budget, so that the builders in the pool do not each
-        // come to hold the most any chunk ever needed at every level.
+        // Kept up to twice what this chunk filled, so that the next chunk
+        // like it writes into memory it has touched (fresh pages for every
+        // chunk cost the loop's two-core decode a tenth), but the builders
+        // in the pool do not each come to hold the most any chunk ever
+        // needed at every level (2 MB more at python3's peak).
         let kept: usize = spare.iter().map(Vec::capacity).sum();
-        let mut budget = SPARE_SPANS.saturating_sub(kept);
+        let room = SPARE_SPANS.max(2 * filled);
+        let mut budget = room.saturating_sub(kept);
         spare.extend(lanes.drain(..).filter_map(|mut lane| {
             budget = budget.checked_sub(lane.capacity())?;
             lane.clear();
