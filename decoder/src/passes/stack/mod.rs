@@ -117,9 +117,9 @@ struct Segment {
 }
 
 impl Segment {
-    /// Files a closed span at `level`; its index there.
+    /// The lane of `level`, made (with those between) if it is new.
     #[inline(always)]
-    fn push(&mut self, level: i32, start: u64, end: u64, func: FuncId, flags: u32) -> u32 {
+    fn lane(&mut self, level: i32) -> &mut Vec<Span> {
         if self.lanes.is_empty() {
             self.low = level;
         } else if level < self.low {
@@ -134,7 +134,13 @@ impl Segment {
             let lane = self.spare.pop().unwrap_or_default();
             self.lanes.push_back(lane);
         }
-        let lane = &mut self.lanes[i];
+        &mut self.lanes[i]
+    }
+
+    /// Files a closed span at `level`; its index there.
+    #[inline(always)]
+    fn push(&mut self, level: i32, start: u64, end: u64, func: FuncId, flags: u32) -> u32 {
+        let lane = self.lane(level);
         let index = lane.len() as u32;
         let (span, long) = Span::closed(start, end, func, flags);
         lane.push(span);

@@ -510,18 +510,23 @@ impl StackBuilder {
 /// Adds a chunk's counters to the real builder's; `depth`: the deepest
 /// stack the chunk had.
 fn add_stats(into: &mut StackStats, c: &StackStats, depth: isize) {
-    into.events += c.events;
-    into.calls += c.calls;
-    into.returns += c.returns;
-    into.tail_calls += c.tail_calls;
-    into.nonlocal_pops += c.nonlocal_pops;
-    into.inferred_frames += c.inferred_frames;
-    into.repaired += c.repaired;
-    into.double_enable += c.double_enable;
-    into.double_disable += c.double_disable;
-    into.errors += c.errors;
-    into.stack_resets += c.stack_resets;
-    into.depth_resets += c.depth_resets;
+    macro_rules! add {
+        ($($count:ident),*) => { $(into.$count += c.$count;)* };
+    }
+    add!(
+        events,
+        calls,
+        returns,
+        tail_calls,
+        nonlocal_pops,
+        inferred_frames,
+        repaired,
+        double_enable,
+        double_disable,
+        errors,
+        stack_resets,
+        depth_resets
+    );
     into.max_depth = into.max_depth.max(depth.max(0) as usize);
 }
 
@@ -537,23 +542,10 @@ impl Segment {
 
     /// Files closed spans at `level`, after those there.
     fn extend(&mut self, level: i32, spans: impl ExactSizeIterator<Item = Span>) {
-        if self.lanes.is_empty() {
-            self.low = level;
-        } else if level < self.low {
-            for _ in level..self.low {
-                self.lanes.push_front(Vec::new());
-            }
-            self.low = level;
-        }
-        let i = (level - self.low) as usize;
-        while self.lanes.len() <= i {
-            let lane = self.spare.pop().unwrap_or_default();
-            self.lanes.push_back(lane);
-        }
         // Grown to powers of two, as span by span: batches grown to just
         // what they need, then doubled, overshot the peak by 2.4 MB on
         // python3.
-        let lane = &mut self.lanes[i];
+        let lane = self.lane(level);
         let want = lane.len() + spans.len();
         if want > lane.capacity() {
             lane.reserve_exact(want.next_power_of_two() - lane.len());
