@@ -110,7 +110,7 @@ impl Remap<'_> {
 /// A checkpoint taken by a chunk's builder, its frames still to complete.
 #[derive(Clone, Debug)]
 pub(crate) struct Guessed<C> {
-    pub at: C,
+    at: C,
     /// Frames guessed, and those of them still on the stack, then.
     guessed: usize,
     on_stack: usize,
@@ -123,8 +123,8 @@ pub(crate) struct Guessed<C> {
 /// A chunk's builder as the stitch takes it: the builder, and the frames
 /// its checkpoints saw.
 pub(crate) struct Stitch {
-    pub builder: StackBuilder,
-    pub frames: Vec<OpenFrame>,
+    builder: StackBuilder,
+    frames: Vec<OpenFrame>,
 }
 
 impl Stitch {
@@ -169,32 +169,28 @@ impl Stitch {
         ties.clear();
         segment.spans = 0;
         segment.low = 0;
-        let mut guess = b.guess.take().unwrap_or_default();
+        fn cleared<T>(mut v: Vec<T>) -> Vec<T> {
+            v.clear();
+            v
+        }
         let Guesses {
             guessed,
             not_below,
             fixups,
             ..
-        } = &mut *guess;
-        guessed.clear();
-        not_below.clear();
-        fixups.clear();
-        *guess = Guesses {
-            guessed: std::mem::take(guessed),
-            not_below: std::mem::take(not_below),
-            fixups: std::mem::take(fixups),
+        } = *b.guess.take().unwrap_or_default();
+        let guess = Guesses {
+            guessed: cleared(guessed),
+            not_below: cleared(not_below),
+            fixups: cleared(fixups),
             ..Guesses::default()
         };
-        let mut stack = std::mem::take(&mut b.stack);
-        stack.clear();
-        let mut closed = std::mem::take(&mut b.closed);
-        closed.clear();
         *b = StackBuilder {
             segment,
-            stack,
-            closed,
+            stack: cleared(std::mem::take(&mut b.stack)),
+            closed: cleared(std::mem::take(&mut b.closed)),
             opened: true,
-            guess: Some(guess),
+            guess: Some(Box::new(guess)),
             ..StackBuilder::new(0, 0, String::new())
         };
         self.frames.clear();
@@ -351,10 +347,12 @@ impl StackBuilder {
     }
 
     /// Files a chunk's builder `chunk` on top of this one, as if this one
-    /// had taken the chunk's events, if every guess it made holds; its
-    /// checkpoints' frames go to `stacks` (with `at` each, in order).
-    /// `remap` maps the chunk's function ids to this builder's. False, with
-    /// nothing changed, if a guess does not hold.
+    /// had taken the chunk's events, if every guess it made holds; `at`
+    /// is given each of its checkpoints, in order, with the whole stack
+    /// there and this builder's [`mark`](Self::mark). `remap` maps the
+    /// chunk's function ids to this builder's. False, with nothing changed,
+    /// if a guess does not hold (the chunk's builder is then only fit for
+    /// [`Stitch::reset`]).
     pub(crate) fn stitch<C>(
         &mut self,
         chunk: &mut Stitch,
