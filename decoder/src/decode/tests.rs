@@ -199,6 +199,7 @@ fn chunks_on_two_cores_give_what_one_walk_gives() {
     // A chunk per PSB: every seam there is; on threads, and in order on
     // this one.
     for in_order in [false, true] {
+        let progress = DecodeProgress::counting();
         let many = decode_snapshot(
             &snap,
             &DecodeOptions {
@@ -208,11 +209,17 @@ fn chunks_on_two_cores_give_what_one_walk_gives() {
                     first_chunk_bytes: 1,
                     in_order,
                 },
+                progress: Some(progress.clone()),
                 ..DecodeOptions::default()
             },
         )
         .unwrap();
         assert_same(&one.canonical(), &many.canonical());
+        // Most chunks built their own stacks (any that did not fit the
+        // stack before them were walked again), and the whole is still
+        // one walk's.
+        let c = progress.chunks();
+        assert!(c.stitched > c.gave_up + c.refused, "{c:?}");
         for (a, b) in one.threads.iter().zip(&many.threads) {
             assert_eq!(a.checkpoints, b.checkpoints);
             assert_eq!(a.checkpoint_frames, b.checkpoint_frames);
