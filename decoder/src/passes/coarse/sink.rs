@@ -10,7 +10,7 @@ use crate::pt::timing::Stamp;
 
 /// What the clock holds until it knows the time: an event of a thread
 /// slot, or a checkpoint.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Held {
     Event(Event, usize),
     Checkpoint {
@@ -252,13 +252,16 @@ pub(crate) fn release(
     funcs: &FuncTable,
     to_ns: &dyn Fn(u64) -> u64,
     stamp: Stamp,
-    held: Held,
+    held: &Held,
 ) {
     let time = to_ns(stamp.tsc);
-    match held {
-        Held::Event(mut ev, slot) => {
-            ev.time = time;
-            ev.estimated = !stamp.exact;
+    match *held {
+        Held::Event(ev, slot) => {
+            let ev = Event {
+                time,
+                estimated: !stamp.exact,
+                ..ev
+            };
             sink.event(slot, &ev, funcs);
         }
         Held::Checkpoint {

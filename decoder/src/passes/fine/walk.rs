@@ -224,7 +224,7 @@ impl Recorder {
             match *step {
                 Step::Anchor(pos, tsc) => {
                     exact.push((pos, tsc));
-                    clock.anchor(pos, tsc, |s, i| insns[i as usize].start = s.tsc);
+                    clock.anchor(pos, tsc, |s, i| insns[*i as usize].start = s.tsc);
                 }
                 Step::Block(pos, b) => {
                     if pos < head {
@@ -253,9 +253,9 @@ impl Recorder {
             }
         }
         if let Some((n, tsc)) = ends.1 {
-            clock.anchor(head + n, tsc, |s, i| insns[i as usize].start = s.tsc);
+            clock.anchor(head + n, tsc, |s, i| insns[*i as usize].start = s.tsc);
         }
-        clock.finish(|s, i| insns[i as usize].start = s.tsc);
+        clock.finish(|s, i| insns[*i as usize].start = s.tsc);
 
         let mut e = 0;
         for (i, insn) in insns.iter_mut().enumerate() {

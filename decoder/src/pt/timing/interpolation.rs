@@ -91,8 +91,9 @@ impl<T> Clock<T> {
     }
 
     /// Time is `tsc` at instruction position `pos`: releases every held
-    /// item up to here.
-    pub(crate) fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, T)) {
+    /// item up to here, in order (by reference: items are moved once, into
+    /// the clock).
+    pub(crate) fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, &T)) {
         let (p0, t0) = match self.anchor {
             // Time never runs backwards; a smaller TSC is noise.
             Some((p0, t0)) => (p0, t0),
@@ -100,7 +101,12 @@ impl<T> Clock<T> {
         };
         let tsc = tsc.max(t0);
         let same_place = self.anchor.is_some_and(|(p0, _)| p0 == pos);
-        for (p, item) in self.pending.drain(..) {
+        // Before the first anchor there is no rate to back-extrapolate
+        // with: what was held is pinned to this one.
+        let spread = self.anchor.is_some() && pos > p0;
+        let (ticks, insns) = (tsc - t0, pos.wrapping_sub(p0));
+        for (p, item) in &self.pending {
+            let p = *p;
             let stamp = if same_place && p == pos {
                 // Held since the last anchor, at its very position: no
                 // instruction retired between the two, yet time passed
@@ -115,18 +121,17 @@ impl<T> Clock<T> {
                     tsc,
                     exact: p == pos,
                 }
-            } else if self.anchor.is_none() || pos <= p0 {
-                // Before the first anchor: back-extrapolate with the rate
-                // we do not have yet, so pin it to the anchor.
+            } else if !spread {
                 Stamp { tsc, exact: false }
             } else {
                 Stamp {
-                    tsc: t0 + mul_div(tsc - t0, p.saturating_sub(p0), pos - p0),
+                    tsc: t0 + mul_div(ticks, p.saturating_sub(p0), insns),
                     exact: false,
                 }
             };
             release(stamp, item);
         }
+        self.pending.clear();
         if let Some((p0, t0)) = self.anchor {
             // Only needed past the last anchor: computed when it is.
             if pos > p0 && tsc >= t0 {
@@ -172,7 +177,7 @@ impl<T> Clock<T> {
     }
 
     /// Releases what is left, extrapolating from the last anchor.
-    pub(crate) fn finish(&mut self, mut release: impl FnMut(Stamp, T)) {
+    pub(crate) fn finish(&mut self, mut release: impl FnMut(Stamp, &T)) {
         let (p0, t0) = self.anchor.unwrap_or((0, 0));
         if let Some((span, n)) = self.rate_from {
             self.rate = ((span as u128) << 32).div_ceil(n as u128) as u64;
@@ -180,7 +185,7 @@ impl<T> Clock<T> {
         if self.counts_insns {
             self.rate = 1 << 32;
         }
-        for (p, item) in self.pending.drain(..) {
+        for (p, item) in &self.pending {
             let dt = ((p.saturating_sub(p0) as u128 * self.rate as u128) >> 32) as u64;
             release(
                 Stamp {
@@ -190,6 +195,7 @@ impl<T> Clock<T> {
                 item,
             );
         }
+        self.pending.clear();
     }
 }
 
@@ -198,7 +204,7 @@ mod tests {
     use super::*;
 
     fn run(c: &mut Clock<u32>, pos: u64, tsc: u64, out: &mut Vec<(u32, u64, bool)>) {
-        c.anchor(pos, tsc, |s, i| out.push((i, s.tsc, s.exact)));
+        c.anchor(pos, tsc, |s, i| out.push((*i, s.tsc, s.exact)));
     }
 
     #[test]
@@ -220,7 +226,7 @@ mod tests {
         run(&mut c, 0, 0, &mut out);
         run(&mut c, 10, 20, &mut out);
         c.push(15, 7);
-        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        c.finish(|s, i| out.push((*i, s.tsc, s.exact)));
         assert_eq!(out, [(7, 30, false)]);
     }
 
@@ -247,7 +253,7 @@ mod tests {
         c.push(0, 1);
         c.push(17, 2);
         let mut out = Vec::new();
-        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        c.finish(|s, i| out.push((*i, s.tsc, s.exact)));
         assert_eq!(out, [(1, 0, false), (2, 17, false)]);
         // The fine pass: from a checkpoint at instruction 1000.
         let mut c = Clock::counting_instructions();
@@ -255,7 +261,7 @@ mod tests {
         run(&mut c, 4, 1000, &mut out);
         c.push(4, 1);
         c.push(9, 2);
-        c.finish(|s, i| out.push((i, s.tsc, s.exact)));
+        c.finish(|s, i| out.push((*i, s.tsc, s.exact)));
         assert_eq!(out, [(1, 1000, false), (2, 1005, false)]);
     }
 
