@@ -263,14 +263,21 @@ fn same_as_over_libipt(name: &str, snap: &Path, ours: &[JsonSpan]) {
 }
 
 /// The coarse pass on two cores, cut at every PSB past 4 KiB, gives the
-/// very spans one walk gives.
+/// very spans one walk gives; and so does the plain walk (`--no-memo`),
+/// which replays nothing the memo recorded, nor what the walker made of
+/// its entries before.
 fn same_in_chunks(name: &str, snap: &Path) {
-    // Decoded both times: a model kept by the first would answer the second.
+    // Decoded each time: a model kept by the first would answer the next.
     let one = decode_json(snap, &["--jobs", "1", "--no-cache"]);
     let many = decode_json(snap, &["--jobs", "2", "--chunk", "4K", "--no-cache"]);
     assert_eq!(one.len(), many.len(), "{name}: span counts differ");
     if let Some((a, b)) = one.iter().zip(&many).find(|(a, b)| a != b) {
         panic!("{name}: chunks differ first at\none walk: {a:?}\nchunks:   {b:?}");
+    }
+    let plain = decode_json(snap, &["--jobs", "1", "--no-cache", "--no-memo"]);
+    assert_eq!(one.len(), plain.len(), "{name}: span counts differ");
+    if let Some((a, b)) = one.iter().zip(&plain).find(|(a, b)| a != b) {
+        panic!("{name}: the plain walk differs first at\nthe memo's: {a:?}\nplain:      {b:?}");
     }
 }
 

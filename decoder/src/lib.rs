@@ -64,7 +64,9 @@ pub use progress::{ChunkFigures, DecodeProgress, Rate};
 
 // Reading PT: the decoder's configuration, the CPU's errata, the IP
 // filter, and the engines (ours over its memory image, and libipt's).
-pub use pt::block::{decoder_config, Block, BlockEnd, BlockItem, Cpu, DecoderConfig, PtError};
+pub use pt::block::{
+    decoder_config, Block, BlockEnd, BlockItem, Cpu, DecoderConfig, MemoEntry, PtError,
+};
 pub use pt::errata::{of as errata_of, Errata};
 #[cfg(feature = "libipt")]
 pub use pt::ffi as libipt;

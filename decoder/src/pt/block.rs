@@ -194,6 +194,25 @@ pub struct Block {
     pub bitness: u8,
 }
 
+/// A memo entry the flow decoder replays, reported whole to a walk that
+/// asked for entries ([`crate::pt::flow::FlowDecoder::report_entries`]):
+/// its first block, and whether a tick follows that block. Its other
+/// blocks (and the tick that may follow one of them) are the same every
+/// time an entry of this `id` is reported: the walk reads them with
+/// [`entry_blocks`](crate::pt::flow::FlowDecoder::entry_blocks) while it
+/// takes the entry, or knows them from the last time.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoEntry {
+    /// Unique in the process: no two entries ever recorded share one.
+    pub id: u64,
+    pub first: Block,
+    pub first_ticks: bool,
+    /// The time of the entry's tick, if it has one.
+    pub tsc: Option<u64>,
+    /// Where its steps are in the decoder's memo, while it is reported.
+    pub(crate) steps: (u32, u8),
+}
+
 /// What the block walk reports, in trace order. `tsc` is the event's
 /// timestamp when libipt attached one.
 #[derive(Clone, Copy, Debug)]
@@ -203,6 +222,9 @@ pub enum BlockItem {
         offset: u64,
     },
     Block(Block),
+    /// Blocks a memo entry replays, all at once (only to a walk that asked
+    /// for them).
+    Entry(MemoEntry),
     /// Tracing enabled at `ip`; a status update repeats the known state.
     Enabled {
         ip: u64,

@@ -2,7 +2,7 @@
 //! block decoder (the reference) and our own flow decoder (the fast one),
 //! which report the same blocks and events.
 
-use crate::pt::block::{BlockItem, PtError};
+use crate::pt::block::{Block, BlockItem, MemoEntry, PtError};
 #[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::flow::{FlowDecoder, MemoFigures};
@@ -36,6 +36,16 @@ pub trait Blocks<'i> {
     /// How the flow decoder's memo fared (nothing for libipt's).
     fn memo_figures(&self) -> MemoFigures {
         MemoFigures::default()
+    }
+    /// Reports memo entries whole ([`BlockItem::Entry`]) if `on` (libipt's
+    /// has no memo).
+    fn report_entries(&mut self, on: bool) {
+        let _ = on;
+    }
+    /// The blocks of an entry being reported, after its first
+    /// ([`FlowDecoder::entry_blocks`]).
+    fn entry_blocks(&self, entry: &MemoEntry, out: &mut Vec<(Block, bool)>) {
+        let _ = (entry, out);
     }
 }
 
@@ -77,5 +87,11 @@ impl<'i> Blocks<'i> for FlowDecoder<'i> {
     }
     fn memo_figures(&self) -> MemoFigures {
         FlowDecoder::memo_figures(self)
+    }
+    fn report_entries(&mut self, on: bool) {
+        FlowDecoder::report_entries(self, on)
+    }
+    fn entry_blocks(&self, entry: &MemoEntry, out: &mut Vec<(Block, bool)>) {
+        FlowDecoder::entry_blocks(self, entry, out)
     }
 }

@@ -6,6 +6,8 @@
 //!
 //! - [`engines`](Blocks): the two engines behind one trait;
 //! - `walker`: blocks into events, with the clock and the checkpoints;
+//! - `digest`: what the walker made of a memo entry's blocks, made again
+//!   without them the next time;
 //! - `sink`: where timed events go ([`ThreadBuilders`], [`TimedItems`]);
 //! - `chunk_log`: what a chunk walk records for the replay, and the
 //!   stacks it built itself;
@@ -21,6 +23,7 @@ use ptscope_model::TimeUnit;
 
 mod chunk_log;
 pub(crate) mod chunks;
+mod digest;
 mod engines;
 mod sink;
 mod walker;
@@ -36,6 +39,11 @@ pub(crate) use walker::{ChunkWalk, Kept};
 /// block and event at its instruction position, and every timing anchor.
 /// The coarse pass watches nothing (`()`), at no cost.
 pub(crate) trait Observe {
+    /// Whether it watches blocks and events one by one: a walk for one
+    /// that does not takes a memo entry's blocks whole, as it made them
+    /// before (`digest`).
+    const SEES_BLOCKS: bool = true;
+
     /// A block of `slot`'s thread, its first instruction at `pos`.
     fn block(&mut self, slot: usize, pos: u64, b: &Block) {
         let _ = (slot, pos, b);
@@ -54,7 +62,9 @@ pub(crate) trait Observe {
     }
 }
 
-impl Observe for () {}
+impl Observe for () {
+    const SEES_BLOCKS: bool = false;
+}
 
 pub(crate) use ptscope_model::{Checkpoint, ThreadDecode, WalkFigures};
 

@@ -6,6 +6,7 @@
 //! `[untraced]` gap (see `leave_filter`). It keeps the clock, the
 //! checkpoint at every PSB and the counters of the walk.
 
+use super::digest::{Digests, Op};
 use super::{
     release, scheduled, seam, Blocks, Built, Held, Item, Observe, QueueWalk, Recording, Schedule,
     Sink, WalkFigures,
@@ -14,7 +15,7 @@ use crate::names::resolve::{Resolve, Resolved};
 use crate::passes::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNOWN};
 use crate::passes::stack::{Guessed, Stitch};
 use crate::progress::DecodeProgress;
-use crate::pt::block::{Block, BlockEnd, BlockItem, PtError};
+use crate::pt::block::{Block, BlockEnd, BlockItem, MemoEntry, PtError};
 use crate::pt::timing::Clock;
 use ptscope_model::Checkpoint;
 
@@ -46,11 +47,13 @@ pub(crate) struct ChunkWalk<'a> {
 }
 
 /// What a walker of chunks keeps from one to the next, given back at each
-/// chunk's end (`None`: none yet): its cache of resolved ranges, and the
-/// clock of a chunk that builds its stacks, whose buffer stays warm.
+/// chunk's end (`None`: none yet): its cache of resolved ranges and its
+/// digests of memo entries, and the clock of a chunk that builds its
+/// stacks, whose buffer stays warm.
 #[derive(Default)]
 pub(crate) struct Kept {
     recent: Option<Box<Recent>>,
+    digests: Option<Box<Digests>>,
     clock: Option<Clock<Held>>,
 }
 
@@ -99,6 +102,12 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     recent: Box<[Resolved; RECENT]>,
     /// Call targets already offered to `learn_entry`, by address.
     learned: Box<[u64; RECENT]>,
+    /// What memo entries' blocks made (`digest`), and the position the
+    /// entry whose digest is being made starts at.
+    digests: Box<Digests>,
+    digest_at: u64,
+    /// Scratch for an entry's blocks.
+    entry_blocks: Vec<(Block, bool)>,
     psbs: &'r [u64],
     next_psb: usize,
     /// `psbs[next_psb]`, or never.
@@ -187,6 +196,12 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         Some(r) if one_process => r,
         _ => Box::new([NO_RANGE; RECENT]),
     };
+    // Made of those ranges' lookups: kept alike.
+    let digests = match kept.as_deref_mut().and_then(|k| k.digests.take()) {
+        Some(d) if one_process => d,
+        _ => Box::default(),
+    };
+    dec.report_entries(!O::SEES_BLOCKS);
     let mut w = Walker {
         obs,
         stop_at_psb,
@@ -214,6 +229,9 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         cur: NO_RANGE,
         recent,
         learned: Box::new([0; RECENT]),
+        digests,
+        digest_at: 0,
+        entry_blocks: Vec::new(),
         psbs,
         next_psb: 0,
         next_psb_at: psbs.first().copied().unwrap_or(u64::MAX),
@@ -282,10 +300,12 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
         figures,
         record,
         recent,
+        digests,
         ..
     } = w;
     if let Some(kept) = kept {
         kept.recent = Some(recent);
+        kept.digests = Some(digests);
     }
     clock.finish(|s, h| release(sink, queue, funcs, to_ns, s, h));
     Ok((figures, record))
@@ -355,6 +375,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         self.cur = NO_RANGE;
         self.recent.fill(NO_RANGE);
         self.learned.fill(0);
+        self.digests.clear();
     }
 
     fn emit(&mut self, kind: EventKind, from: u64, to: u64) {
@@ -376,6 +397,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                     // Resolved by the replay, which learns from it.
                     return self.give_up();
                 }
+                // Resolved by the replay each time.
+                self.digests.spoil();
                 let item = Item::Raw(ev, self.slot);
                 self.record_item(item);
                 return;
@@ -427,6 +450,10 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
 
     #[inline(always)]
     fn push_event(&mut self, ev: Event) {
+        if self.digests.making() {
+            let off = u32::try_from(self.pos - self.digest_at).ok();
+            self.digests.keep(off.and_then(|off| Op::event(off, &ev)));
+        }
         self.obs.event(self.slot, self.pos, &ev);
         let held = Held::Event(ev, self.slot);
         match self.record {
@@ -449,6 +476,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         if let Some(s) = &mut self.spec {
             s.failed = true;
         }
+        self.digests.spoil();
         self.stopped = true;
     }
 
@@ -568,6 +596,68 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         if b.end != BlockEnd::Other {
             self.branch = Some((b.end, b.end_ip));
         }
+    }
+
+    fn tick(&mut self, tsc: u64) {
+        self.figures().ticks += 1;
+        self.anchor(tsc);
+    }
+
+    /// A memo entry replayed: its first block as any block (it settles the
+    /// branch pending from before), the rest as they were made the last
+    /// time, or made now and kept (see `digest`).
+    fn entry(&mut self, dec: &D, e: MemoEntry) {
+        self.block(dec, e.first);
+        let tsc = e.tsc.unwrap_or(0);
+        if e.first_ticks {
+            self.tick(tsc);
+        }
+        if self.stopped {
+            return;
+        }
+        let at = self.pos;
+        if let Some(d) = self.digests.get(e.id) {
+            for i in d.ops() {
+                let op = self.digests.op(i);
+                self.pos = at + op.off();
+                match op.as_event() {
+                    Some(ev) => self.push_event(ev),
+                    None => self.tick(tsc),
+                }
+                if self.stopped {
+                    return;
+                }
+            }
+            self.pos = at + d.insns as u64;
+            let f = self.figures();
+            f.blocks += d.blocks as u64;
+            f.instructions += d.insns as u64;
+            self.branch = d.branch;
+            return;
+        }
+        let mut blocks = std::mem::take(&mut self.entry_blocks);
+        blocks.clear();
+        dec.entry_blocks(&e, &mut blocks);
+        self.digests.start();
+        self.digest_at = at;
+        for &(b, ticks) in &blocks {
+            self.block(dec, b);
+            if ticks {
+                let off = u32::try_from(self.pos - at).ok();
+                self.digests.keep(off.map(Op::tick));
+                self.tick(tsc);
+            }
+            if self.stopped {
+                break;
+            }
+        }
+        if self.stopped {
+            self.digests.spoil();
+        }
+        let insns = self.pos - at;
+        self.digests
+            .finish(e.id, blocks.len() as u32, insns, self.branch);
+        self.entry_blocks = blocks;
     }
 
     /// PSB+ told the trace's state (`ip`: tracing is on there). The
@@ -720,10 +810,8 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
                 self.psb_status(dec, None);
             }
             BlockItem::Block(b) => self.block(dec, b),
-            BlockItem::Tick { tsc, .. } => {
-                self.figures().ticks += 1;
-                self.anchor(tsc);
-            }
+            BlockItem::Entry(e) => self.entry(dec, e),
+            BlockItem::Tick { tsc, .. } => self.tick(tsc),
             BlockItem::Enabled {
                 ip,
                 status_update,

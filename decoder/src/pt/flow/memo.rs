@@ -41,7 +41,7 @@
 use super::run_cache::{decode_run, Class, Run};
 use super::walk::{Acc, Halt, MAX_IDLE_RUNS};
 use super::{binding::Ev, FlowDecoder};
-use crate::pt::block::{Block, BlockItem};
+use crate::pt::block::{Block, BlockItem, MemoEntry};
 
 /// Slots of the direct-mapped table (a power of two).
 const SLOTS: usize = 1 << 12;
@@ -58,20 +58,31 @@ const MAX_ENTRY_RUNS: u32 = 48;
 struct Entry {
     ip: u64,
     bits: u64,
+    /// Unique in the process ([`MemoEntry::id`]).
+    id: u64,
     first: u32,
     len: u8,
     /// Its last step returns into frames older than the entry: the walk's
     /// return stack must hold one.
     older: bool,
+    /// One of its steps ticks.
+    ticks: bool,
 }
 
 const NO_ENTRY: Entry = Entry {
     ip: u64::MAX,
     bits: 0,
+    id: 0,
     first: 0,
     len: 0,
     older: false,
+    ticks: false,
 };
+
+/// The next entry's id: entries of every decoder are numbered apart, so
+/// that a walk keeping what it made of entries (a walker of chunks, from
+/// one chunk's decoder to the next) can never take one for another.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The bits of the TNT packet still to take (oldest first from bit
 /// `avail - 1`), how many, and whether the first ticks, as one key: TNT
@@ -105,6 +116,19 @@ struct Step {
     /// bit (not counted in `bits`). A conditional one goes to `push` if
     /// taken, to `next` if not.
     last_bit: bool,
+}
+
+impl Step {
+    /// The block it reports.
+    fn block(&self, bitness: u8) -> Block {
+        Block {
+            ip: self.ip,
+            end_ip: self.last,
+            ninsn: self.ninsn,
+            end: self.class.block_end(),
+            bitness,
+        }
+    }
 }
 
 const NO_STEP: Step = Step {
@@ -208,7 +232,8 @@ impl FlowDecoder<'_> {
             self.cache.memo.slots = vec![NO_ENTRY; SLOTS];
         }
         let mut e = self.cache.memo.slots[slot];
-        if e.ip == self.ip && e.bits == key {
+        let seen = e.ip == self.ip && e.bits == key;
+        if seen {
             self.memo_figures.hits += 1;
         } else {
             e = self.record(self.ip, key);
@@ -226,6 +251,28 @@ impl FlowDecoder<'_> {
         let bitness = self.rd.bitness as u8;
         let (image, idle) = (self.cur, self.idle);
         let mut ip = self.ip;
+        // An entry of one block is reported as the walk reports it, and so
+        // is one just recorded: many are never seen again, and a walk that
+        // keeps what it makes of an entry would keep those for nothing.
+        let whole = self.entries && e.len > 1 && seen;
+        if whole {
+            let s = self.cache.memo.steps[e.first as usize];
+            let entry = MemoEntry {
+                id: e.id,
+                first: s.block(bitness),
+                first_ticks: s.tick,
+                tsc: self.ev_tsc.filter(|_| e.ticks),
+                steps: (e.first, e.len),
+            };
+            self.emit(f, BlockItem::Entry(entry))?;
+            debug_assert!(
+                self.cur == image,
+                "images switched while an entry was taken"
+            );
+            if e.ticks {
+                self.told_tsc = self.ev_tsc;
+            }
+        }
         for i in e.first as usize..end {
             let s = self.cache.memo.steps[i];
             if s.push != 0 {
@@ -236,16 +283,10 @@ impl FlowDecoder<'_> {
                 false => s.next,
             };
             self.after_branch = !matches!(s.class, Class::Other | Class::MovCr3);
-            self.emit(
-                f,
-                BlockItem::Block(Block {
-                    ip: s.ip,
-                    end_ip: s.last,
-                    ninsn: s.ninsn,
-                    end: s.class.block_end(),
-                    bitness,
-                }),
-            )?;
+            if whole {
+                continue;
+            }
+            self.emit(f, BlockItem::Block(s.block(bitness)))?;
             if s.tick {
                 let tsc = self.ev_tsc.expect("a tick has a time");
                 self.told_tsc = self.ev_tsc;
@@ -307,6 +348,19 @@ impl FlowDecoder<'_> {
         Ok(true)
     }
 
+    /// The blocks of `entry` after its first, each with whether a tick
+    /// follows it, into `out` (for the walk that is taking it).
+    pub fn entry_blocks(&self, entry: &MemoEntry, out: &mut Vec<(Block, bool)>) {
+        let (first, len) = (entry.steps.0 as usize, entry.steps.1 as usize);
+        let steps = self.cache.memo.steps.get(first + 1..first + len);
+        out.extend(
+            steps
+                .unwrap_or_default()
+                .iter()
+                .map(|s| (s.block(entry.first.bitness), s.tick)),
+        );
+    }
+
     /// The walk's state after a replay up to `s` (a step, or the tail),
     /// from a TNT packet's `bits` with `count` left before it; the walk
     /// was `idle` runs without trace before it.
@@ -351,6 +405,7 @@ impl FlowDecoder<'_> {
         let mut e = Entry {
             ip,
             bits: key,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             first: first as u32,
             ..NO_ENTRY
         };
@@ -447,6 +502,7 @@ impl FlowDecoder<'_> {
             }
         }
         e.len = (self.cache.memo.steps.len() - first) as u8;
+        e.ticks = self.cache.memo.steps[first..].iter().any(|s| s.tick);
         if !b.last_bit {
             b.next = ip;
         }

@@ -119,6 +119,8 @@ pub struct FlowDecoder<'a> {
     resume_at_ip: bool,
     /// Replay what the memo recorded ([`memo`]), or walk every run.
     memo: bool,
+    /// Report a replayed memo entry whole ([`BlockItem::Entry`]).
+    entries: bool,
     memo_figures: MemoFigures,
 }
 
@@ -150,6 +152,7 @@ impl<'a> FlowDecoder<'a> {
             after_branch: false,
             resume_at_ip: true,
             memo: !cfg.no_memo,
+            entries: false,
             memo_figures: MemoFigures::default(),
         }
     }
@@ -172,6 +175,7 @@ impl<'a> FlowDecoder<'a> {
             caches,
             resume_at_ip: self.resume_at_ip,
             memo: self.memo,
+            entries: self.entries,
             ..FlowDecoder::new(trace, &self.cfg)
         }
     }
@@ -286,6 +290,14 @@ impl<'a> FlowDecoder<'a> {
     /// `--no-memo` and [`DecoderConfig::no_memo`] ask for).
     pub fn without_memo(&mut self) {
         self.memo = false;
+    }
+
+    /// Reports each memo entry it replays as one [`BlockItem::Entry`]
+    /// rather than block by block (`on`), for a walk that keeps what it
+    /// made of an entry's blocks the first time. Such a walk never
+    /// switches images while it takes an entry.
+    pub fn report_entries(&mut self, on: bool) {
+        self.entries = on;
     }
 
     /// How the memo fared so far.
