@@ -378,19 +378,29 @@ impl ProcessSymbols {
     }
 
     /// The kernel function at `addr`, from the kernel's symbols, its range
-    /// kept inside `lo..hi` (what holds no other mapping).
+    /// kept inside `lo..hi` (what holds no other mapping); else `lo..hi`
+    /// narrowed to the kernel code around `addr` that no symbol names, the
+    /// range to cache for the caller's unnamed function there (a range
+    /// that took in a named function would name it alike in whatever walk
+    /// looked at this address first).
     fn kernel_symbol(
         &mut self,
         addr: u64,
         (lo, hi): (u64, u64),
         funcs: &mut FuncTable,
-    ) -> Option<Resolved> {
-        let s = self.kernel.as_ref()?.lookup(addr)?;
+    ) -> Result<Resolved, (u64, u64)> {
+        let Some(kernel) = self.kernel.as_ref() else {
+            return Err((lo, hi));
+        };
+        let Some(s) = kernel.lookup(addr) else {
+            let (glo, ghi) = kernel.gap(addr).unwrap_or((addr, addr + 1));
+            return Err((lo.max(glo).min(addr), hi.min(ghi).max(addr + 1)));
+        };
         let func = *self
             .kernel_ids
             .entry(s.start)
             .or_insert_with(|| funcs.intern(s.name, s.module, s.start, SpanKind::NoBinary));
-        Some(Resolved {
+        Ok(Resolved {
             func,
             lo: s.start.max(lo).min(addr),
             hi: s.end.min(hi).max(addr + 1),
@@ -440,25 +450,29 @@ impl Resolve for ProcessSymbols {
     fn resolve(&mut self, addr: u64, funcs: &mut FuncTable) -> Resolved {
         let Some(mi) = self.mapping(addr) else {
             if is_kernel_addr(addr) {
+                // Between the mappings around it, in the kernel's half.
                 let i = self.maps.partition_point(|m| m.start <= addr);
-                let lo = KERNEL_START.max(self.maps.last().map_or(0, |m| m.end));
                 let below = if i > 0 { self.maps[i - 1].end } else { 0 };
                 let above = self.maps.get(i).map_or(u64::MAX, |m| m.start);
-                if let Some(r) = self.kernel_symbol(addr, (below, above), funcs) {
-                    return r;
-                }
+                let (lo, hi) =
+                    match self.kernel_symbol(addr, (below.max(KERNEL_START), above), funcs) {
+                        Ok(r) => return r,
+                        Err(gap) => gap,
+                    };
                 return Resolved {
                     func: funcs.kernel(),
                     lo,
-                    hi: u64::MAX,
+                    hi,
                     entry: 0,
                     provisional: false,
                 };
             }
-            // Unmapped: one unknown function up to the next mapping.
+            // Unmapped: one unknown function up to the next mapping, or
+            // to the kernel's half, whose addresses are the kernel's.
             let i = self.maps.partition_point(|m| m.start <= addr);
             let lo = if i > 0 { self.maps[i - 1].end } else { 0 };
             let hi = self.maps.get(i).map_or(u64::MAX, |m| m.start);
+            let hi = hi.min(KERNEL_START);
             return Resolved {
                 func: UNKNOWN,
                 lo,
@@ -468,18 +482,19 @@ impl Resolve for ProcessSymbols {
             };
         };
         let m = &self.maps[mi];
+        let mut bounds = (m.start, m.end);
         if m.missing && is_kernel(m) {
-            let bounds = (m.start, m.end);
-            if let Some(r) = self.kernel_symbol(addr, bounds, funcs) {
-                return r;
+            match self.kernel_symbol(addr, bounds, funcs) {
+                Ok(r) => return r,
+                Err(gap) => bounds = gap,
             }
         }
         let m = &self.maps[mi];
         if m.missing {
             return Resolved {
                 func: missing_func(m, funcs),
-                lo: m.start,
-                hi: m.end,
+                lo: bounds.0,
+                hi: bounds.1,
                 entry: 0,
                 provisional: false,
             };
@@ -563,7 +578,9 @@ impl Resolve for ProcessSymbols {
                 self.maps[mi].missing && is_kernel(&self.maps[mi])
             })
         });
-        if let Some(r) = kernel_code.and_then(|ip| self.kernel_symbol(ip, (0, u64::MAX), funcs)) {
+        if let Some(r) =
+            kernel_code.and_then(|ip| self.kernel_symbol(ip, (0, u64::MAX), funcs).ok())
+        {
             return r.func;
         }
         match ip.and_then(|ip| self.mapping(ip).map(|mi| (ip, mi))) {
@@ -890,6 +907,82 @@ mod tests {
         assert_eq!((before.lo, before.hi), (base - 0x1000, base));
         let inside = resolver.resolve(base + 0x10, &mut table);
         assert_ne!(inside.func, before.func);
+    }
+
+    /// A resolved range is what the walk caches: every address in it must
+    /// resolve alike, or what a walk names depends on what it looked up
+    /// first (chunks on two threads once named kernel code `[unknown]`
+    /// where chunks in order named it `[kernel]`: an unmapped user range
+    /// ran on into the kernel's half). Here over user and kernel
+    /// mappings, missing binaries, the kernel's symbols and the gaps
+    /// between all of them.
+    #[test]
+    fn every_address_of_a_resolved_range_resolves_alike() {
+        let kernel = 0xffff_ffff_8100_0000u64;
+        let kallsyms = format!(
+            "{:016x} T first\n{:016x} T second\n{:016x} t third [x]\n",
+            kernel + 0x100,
+            kernel + 0x300,
+            0xffff_ffff_c000_0400u64,
+        );
+        let syms = KernelSymbols::from_kallsyms(Path::new("k"), kallsyms.as_bytes(), None).unwrap();
+        let mut cache = SymbolCache {
+            kernel: Some(Arc::new(syms)),
+            ..SymbolCache::default()
+        };
+        let mut r = ProcessSymbols::new(
+            &[],
+            &[
+                (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
+                (kernel, 0x1000, "[kernel.kallsyms]_text".to_string()),
+                (
+                    0xffff_ffff_c000_0000,
+                    0x1000,
+                    "/lib/modules/x.ko".to_string(),
+                ),
+            ],
+            &mut cache,
+        );
+        let mut funcs = FuncTable::default();
+        let probes: Vec<u64> = [
+            0,
+            0x800,
+            0x1000,
+            0x1800,
+            0x2000,
+            0x7fff_0000_0000,
+            KERNEL_START - 1,
+            KERNEL_START,
+            kernel - 1,
+            kernel,
+            kernel + 0x100,
+            kernel + 0x2ff,
+            kernel + 0x300,
+            kernel + 0x900,
+            kernel + 0x1000,
+            0xffff_ffff_c000_0000,
+            0xffff_ffff_c000_0400,
+            0xffff_ffff_c000_0fff,
+            0xffff_ffff_c000_1000,
+            u64::MAX - 1,
+        ]
+        .into_iter()
+        .flat_map(|a: u64| [a.saturating_sub(1), a, a.saturating_add(1)])
+        // The end of a range is past it: the last address is in none.
+        .filter(|&a| a < u64::MAX)
+        .collect();
+        for &a in &probes {
+            let ra = r.resolve(a, &mut funcs);
+            assert!(ra.lo <= a && a < ra.hi, "{a:#x} outside its range {ra:?}");
+            for &b in probes.iter().filter(|&&b| ra.lo <= b && b < ra.hi) {
+                let rb = r.resolve(b, &mut funcs);
+                assert_eq!(
+                    (rb.func, rb.entry, rb.provisional),
+                    (ra.func, ra.entry, ra.provisional),
+                    "{b:#x} is in {a:#x}'s range {ra:?} but resolves to {rb:?}"
+                );
+            }
+        }
     }
 
     /// Little-endian fields of an ELF64 file, to damage the demo's binary

@@ -255,6 +255,20 @@ impl KernelSymbols {
         })
     }
 
+    /// The addresses around `addr` that [`lookup`](Self::lookup) finds no
+    /// function at, as `lo..hi`, if it finds none at `addr`: a range a
+    /// caller may cache as one, since every address in it looks up alike.
+    pub fn gap(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self.syms.partition_point(|s| s.start <= addr);
+        let lo = match i.checked_sub(1) {
+            Some(p) if addr < self.syms[p].end => return None,
+            Some(p) => self.syms[p].end,
+            None => 0,
+        };
+        let hi = self.syms.get(i).map_or(u64::MAX, |s| s.start);
+        Some((lo, hi))
+    }
+
     /// How many functions are known.
     pub fn len(&self) -> usize {
         self.syms.len()

@@ -259,6 +259,7 @@ impl StackBuilder {
         }
     }
 
+    #[inline]
     pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
         if !self.step(ev) {
             self.event_in_full(ev, funcs);
@@ -316,7 +317,9 @@ impl StackBuilder {
         true
     }
 
-    /// [`event`](Self::event) by every rule.
+    /// [`event`](Self::event) by every rule. Not inlined: the short path
+    /// would pay for its frame.
+    #[inline(never)]
     fn event_in_full(&mut self, ev: &Event, funcs: &FuncTable) {
         self.stats.events += 1;
         let first = !self.opened;
