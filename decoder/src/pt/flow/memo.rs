@@ -272,8 +272,24 @@ impl FlowDecoder<'_> {
             if e.ticks {
                 self.told_tsc = self.ev_tsc;
             }
+            // Only the return stack changes step by step; the rest is the
+            // last step's.
+            for i in e.first as usize..end {
+                let (push, pop) = (self.cache.memo.steps[i].push, self.cache.memo.steps[i].pop);
+                if push != 0 {
+                    self.push_ret(push);
+                }
+                if pop {
+                    ip = self.pop_ret().expect("checked before the replay");
+                }
+            }
+            let last = &self.cache.memo.steps[end - 1];
+            if !last.pop {
+                ip = last.next;
+            }
+            self.after_branch = !matches!(last.class, Class::Other | Class::MovCr3);
         }
-        for i in e.first as usize..end {
+        for i in (e.first as usize..end).filter(|_| !whole) {
             let s = self.cache.memo.steps[i];
             if s.push != 0 {
                 self.push_ret(s.push);
@@ -283,9 +299,6 @@ impl FlowDecoder<'_> {
                 false => s.next,
             };
             self.after_branch = !matches!(s.class, Class::Other | Class::MovCr3);
-            if whole {
-                continue;
-            }
             self.emit(f, BlockItem::Block(s.block(bitness)))?;
             if s.tick {
                 let tsc = self.ev_tsc.expect("a tick has a time");
