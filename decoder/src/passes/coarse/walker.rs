@@ -547,6 +547,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
     }
 
     /// Emits the held branch now that its target is known (`None`: never).
+    #[inline(always)]
     fn flush_branch(&mut self, to: Option<u64>) {
         let Some((end, from)) = self.branch.take() else {
             return;
@@ -569,6 +570,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
         }
     }
 
+    #[inline(always)]
     fn block(&mut self, dec: &D, b: Block) {
         let f = self.figures();
         f.blocks += 1;

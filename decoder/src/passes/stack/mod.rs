@@ -498,6 +498,7 @@ impl StackBuilder {
     }
 
     /// Opens a frame for `func`, whose code is at `addr` (0: unknown).
+    #[inline(always)]
     fn push(&mut self, func: FuncId, addr: u64, t: u64, flags: u32) {
         let level = self.level(self.stack.len());
         if level > self.seg_top {
@@ -519,6 +520,7 @@ impl StackBuilder {
         });
     }
 
+    #[inline(always)]
     fn pop(&mut self, t: u64, end_flags: u32) {
         if self.guess.is_some() {
             return self.pop_guessing(t, end_flags);
