@@ -280,7 +280,7 @@ impl StackBuilder {
             return false;
         };
         // Pseudo-functions (`[untraced]`, `[syscall]`) are the first ids.
-        debug_assert!(SYSCALL == 1 && UNTRACED == 0);
+        const { assert!(SYSCALL == 1 && UNTRACED == 0) };
         if !self.opened
             || self.error.is_some()
             || top.func != ev.from_fn

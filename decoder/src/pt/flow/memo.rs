@@ -34,6 +34,14 @@
 //! (24 bytes a slot, so that it stays in cache) and its steps bounded:
 //! when they fill up, everything is dropped and recorded anew.
 //!
+//! A walk that asks ([`super::FlowDecoder::report_entries`]: the coarse
+//! pass's walker) is handed an entry seen before whole, as one
+//! [`BlockItem::Entry`] with its first block, rather than block by block:
+//! it keeps what it made of the entry's other blocks the first time, which
+//! [`FlowDecoder::entry_blocks`] gives it, and makes that again without
+//! them. An entry just recorded, and one of a single block, are reported
+//! block by block.
+//!
 //! The plain walk stays the reference ([`super::FlowDecoder::without_memo`],
 //! `--no-memo`): the tests and a fuzz target hold the two to the same
 //! items.
