@@ -652,6 +652,27 @@ impl ProcessSymbols {
 mod tests {
     use super::*;
 
+    /// Where the kernel's text is mapped in [`missing_library_and_kernel`].
+    const KERNEL_TEXT: u64 = 0xffff_ffff_8100_0000;
+
+    /// Mappings whose binaries are all missing: a library, the kernel's
+    /// text and a module.
+    fn missing_library_and_kernel() -> [(u64, u64, String); 3] {
+        [
+            (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
+            (
+                KERNEL_TEXT,
+                0x100_0000,
+                "[kernel.kallsyms]_text".to_string(),
+            ),
+            (
+                0xffff_ffff_c000_0000,
+                0x1000,
+                "/lib/modules/x.ko".to_string(),
+            ),
+        ]
+    }
+
     /// Code that could not be read is named by what is missing: the
     /// kernel where the sideband maps it or the address is the kernel's, a
     /// binary the sideband maps, and only otherwise the decoder's error
@@ -660,20 +681,8 @@ mod tests {
     fn unreadable_code_is_named_by_what_is_missing() {
         let mut funcs = FuncTable::default();
         let mut symbols = SymbolCache::default();
-        let kernel = 0xffff_ffff_8100_0000;
-        let mut r = ProcessSymbols::new(
-            &[],
-            &[
-                (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
-                (kernel, 0x100_0000, "[kernel.kallsyms]_text".to_string()),
-                (
-                    0xffff_ffff_c000_0000,
-                    0x1000,
-                    "/lib/modules/x.ko".to_string(),
-                ),
-            ],
-            &mut symbols,
-        );
+        let kernel = KERNEL_TEXT;
+        let mut r = ProcessSymbols::new(&[], &missing_library_and_kernel(), &mut symbols);
         let mut name = |ip: u64| {
             let f = r.error_func(Some(ip), PtError::NOMAP, &mut funcs);
             funcs.name(f).to_string()
@@ -918,7 +927,7 @@ mod tests {
     /// between all of them.
     #[test]
     fn every_address_of_a_resolved_range_resolves_alike() {
-        let kernel = 0xffff_ffff_8100_0000u64;
+        let kernel = KERNEL_TEXT;
         let kallsyms = format!(
             "{:016x} T first\n{:016x} T second\n{:016x} t third [x]\n",
             kernel + 0x100,
@@ -930,19 +939,7 @@ mod tests {
             kernel: Some(Arc::new(syms)),
             ..SymbolCache::default()
         };
-        let mut r = ProcessSymbols::new(
-            &[],
-            &[
-                (0x1000, 0x1000, "/lib/libfoo.so".to_string()),
-                (kernel, 0x1000, "[kernel.kallsyms]_text".to_string()),
-                (
-                    0xffff_ffff_c000_0000,
-                    0x1000,
-                    "/lib/modules/x.ko".to_string(),
-                ),
-            ],
-            &mut cache,
-        );
+        let mut r = ProcessSymbols::new(&[], &missing_library_and_kernel(), &mut cache);
         let mut funcs = FuncTable::default();
         let probes: Vec<u64> = [
             0,
@@ -960,6 +957,7 @@ mod tests {
             kernel + 0x300,
             kernel + 0x900,
             kernel + 0x1000,
+            kernel + 0x100_0000,
             0xffff_ffff_c000_0000,
             0xffff_ffff_c000_0400,
             0xffff_ffff_c000_0fff,
