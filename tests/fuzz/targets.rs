@@ -417,13 +417,16 @@ fn demo_image() -> &'static ptscope_decoder::Memory {
 }
 
 /// Random and mutated PT over the demo's real code, walked by our flow
-/// decoder twice: replaying what its memo recorded, and walking every run
-/// (`--no-memo`). Every item the two report must be the same, in the same
-/// order, with the same decoder state the caller can see (the offset
-/// consumed). The first bytes configure the decoder ([`configure_pt`]);
-/// the walk is also started at every PSB, as a chunk would start it.
+/// decoder three times: replaying what its memo recorded, the same with
+/// the entries it replays reported whole (as the coarse pass's walker
+/// asks), each expanded here into its blocks and ticks, and walking every
+/// run (`--no-memo`). Every item the three report must be the same, in
+/// the same order, with the same decoder state the caller can see (the
+/// offset consumed). The first bytes configure the decoder
+/// ([`configure_pt`]); the walk is also started at every PSB, as a chunk
+/// would start it.
 pub fn memo_walk(input: &[u8]) {
-    use ptscope_decoder::{decoder_config, FlowDecoder};
+    use ptscope_decoder::{decoder_config, BlockItem, FlowDecoder};
     let Some((cfg, data)) = input.split_first_chunk::<PT_CONFIG_BYTES>() else {
         return;
     };
@@ -431,29 +434,54 @@ pub fn memo_walk(input: &[u8]) {
     configure_pt(&mut trace, *cfg);
     let dc = decoder_config(&trace);
     let image = demo_image();
-    let walk = |from: usize, memo: bool| {
+    let walk = |from: usize, memo: bool, entries: bool| {
         let mut dec = FlowDecoder::new(&data[from..], &dc);
         if !memo {
             dec.without_memo();
         }
+        dec.report_entries(entries);
         dec.set_image(image).expect("an image");
         let mut out = Vec::new();
+        let mut blocks = Vec::new();
         dec.walk(|dec, item| {
-            out.push(format!(
-                "{item:?} @{}/{}",
-                dec.offset(),
-                dec.status_offset()
-            ));
-            // Long walks of a short input loop: enough to compare.
+            let at = format!("@{}/{}", dec.offset(), dec.status_offset());
+            let BlockItem::Entry(e) = item else {
+                out.push(format!("{item:?} {at}"));
+                // Long walks of a short input loop: enough to compare.
+                return out.len() < 1 << 16;
+            };
+            // What the entry stands for: its blocks, each with the tick
+            // that may follow it, at its end.
+            blocks.clear();
+            blocks.push((e.first, e.first_ticks));
+            dec.entry_blocks(&e, &mut blocks);
+            for &(b, ticks) in &blocks {
+                out.push(format!("{:?} {at}", BlockItem::Block(b)));
+                if ticks {
+                    let tsc = e.tsc.expect("an entry that ticks has a time");
+                    let tick = BlockItem::Tick {
+                        ip: Some(b.end_ip),
+                        tsc,
+                    };
+                    out.push(format!("{tick:?} {at}"));
+                }
+            }
             out.len() < 1 << 16
         });
+        // An entry may have taken the walk past the bound: as far as the
+        // others go.
+        out.truncate(1 << 16);
         out
     };
     let starts = ptscope_formats::pt::read::psb_offsets(data);
     for from in std::iter::once(0).chain(starts.into_iter().skip(1).take(4)) {
-        let (memo, plain) = (walk(from, true), walk(from, false));
+        let (memo, plain) = (walk(from, true, false), walk(from, false, false));
         if let Some(diff) = first_difference(("the memo", "the plain walk"), &memo, &plain) {
             panic!("from offset {from}, the memo's replays and the plain walk disagree:\n{diff}");
+        }
+        let whole = walk(from, true, true);
+        if let Some(diff) = first_difference(("entries whole", "the plain walk"), &whole, &plain) {
+            panic!("from offset {from}, the memo's entries and the plain walk disagree:\n{diff}");
         }
     }
 }
