@@ -132,11 +132,9 @@ const NO_DIGEST: Digest = Digest {
 pub(crate) struct Digests {
     slots: Vec<Digest>,
     ops: Vec<Op>,
-    /// Counts the times everything was dropped: a digest being made when
-    /// that happens is not kept.
-    generation: u64,
-    /// Where the digest being made starts, and the generation then.
-    making: Option<(usize, u64)>,
+    /// Where the digest being made starts in `ops`, and whether it is
+    /// spoiled (it will not be kept).
+    making: Option<(usize, bool)>,
 }
 
 impl Digests {
@@ -166,7 +164,10 @@ impl Digests {
             self.slots.fill(NO_DIGEST);
         }
         self.ops.clear();
-        self.generation += 1;
+        // What the digest being made kept is gone: it is not whole.
+        if self.making.is_some() {
+            self.making = Some((0, true));
+        }
     }
 
     /// Starts making a digest: the operations [`keep`](Self::keep) is
@@ -175,7 +176,7 @@ impl Digests {
         if self.ops.len() >= MAX_OPS {
             self.clear();
         }
-        self.making = Some((self.ops.len(), self.generation));
+        self.making = Some((self.ops.len(), false));
     }
 
     /// Whether a digest is being made.
@@ -195,9 +196,8 @@ impl Digests {
     /// The digest being made will not be kept: its blocks made something
     /// a replay would have to make again.
     pub(super) fn spoil(&mut self) {
-        if let Some((_, generation)) = &mut self.making {
-            // No generation is ever this.
-            *generation = u64::MAX;
+        if let Some((_, spoiled)) = &mut self.making {
+            *spoiled = true;
         }
     }
 
@@ -210,16 +210,11 @@ impl Digests {
         insns: u64,
         branch: Option<(BlockEnd, u64)>,
     ) {
-        let Some((first, generation)) = self.making.take() else {
+        let Some((first, spoiled)) = self.making.take() else {
             return;
         };
-        let insns = u32::try_from(insns).ok();
-        let (Some(insns), true) = (insns, generation == self.generation) else {
-            self.ops.truncate(first.min(self.ops.len()));
-            if generation != self.generation && generation != u64::MAX {
-                // Dropped meanwhile: what was kept since is not whole.
-                self.ops.clear();
-            }
+        let (Ok(insns), false) = (u32::try_from(insns), spoiled) else {
+            self.ops.truncate(first);
             return;
         };
         if self.slots.is_empty() {
