@@ -479,19 +479,38 @@ pub fn find_psb(buf: &[u8]) -> Option<usize> {
     // The first PSB is found at its first such word or earlier.
     const EVEN: u64 = u64::from_le_bytes([0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82]);
     const ODD: u64 = u64::from_le_bytes([0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02]);
-    let mut at = buf
-        .chunks_exact(8)
-        .enumerate()
-        .filter(|(_, c)| {
-            let word = u64::from_le_bytes((*c).try_into().expect("8 bytes"));
-            word == EVEN || word == ODD
-        })
-        .find_map(|(k, _)| {
+    let psb_word = |bytes: &[u8]| {
+        let word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+        (word == EVEN) | (word == ODD)
+    };
+    let words = buf.len() / 8;
+    let mut k = 0;
+    let mut found = None;
+    while k < words {
+        // Four words a test, without a branch between them: nearly every
+        // block of a trace holds none, and the scan of a whole trace
+        // (its chunks' bounds) is on the decode's serial path.
+        if let Some(block) = buf.get(k * 8..k * 8 + 32) {
+            let any = psb_word(&block[..8])
+                | psb_word(&block[8..16])
+                | psb_word(&block[16..24])
+                | psb_word(&block[24..]);
+            if !any {
+                k += 4;
+                continue;
+            }
+        }
+        if psb_word(&buf[k * 8..k * 8 + 8]) {
             let lo = (k * 8).saturating_sub(15);
             let hi = (k * 8 + 8 + 15).min(buf.len());
-            let near = buf[lo..hi].windows(16).position(|w| w == PSB_BYTES)?;
-            Some(lo + near)
-        })?;
+            if let Some(near) = buf[lo..hi].windows(16).position(|w| w == PSB_BYTES) {
+                found = Some(lo + near);
+                break;
+            }
+        }
+        k += 1;
+    }
+    let mut at = found?;
     while buf.get(at + 16..at + 18) == Some(&PSB_BYTES[..2]) {
         at += 2;
     }

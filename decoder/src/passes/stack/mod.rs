@@ -522,8 +522,16 @@ impl StackBuilder {
 
     #[inline(always)]
     fn pop(&mut self, t: u64, end_flags: u32) {
-        if self.guess.is_some() {
-            return self.pop_guessing(t, end_flags);
+        // In a chunk's builder, a frame of the chunk's own (above the
+        // guessed ones) that lasted closes as it would anywhere: its span
+        // has no tie to wait for. That is nearly every pop of a chunk, and
+        // the guessing rules stay out of its way.
+        if let Some(g) = self.guess.as_deref() {
+            let own_and_lasted =
+                self.stack.len() > g.on_stack && self.stack.last().is_some_and(|f| t > f.start);
+            if !own_and_lasted {
+                return self.pop_guessing(t, end_flags);
+            }
         }
         if let Some(f) = self.stack.pop() {
             let index = self.stack.len();

@@ -54,7 +54,7 @@ pub(super) struct Guesses {
     /// The functions of the frames below, guessed top first.
     guessed: Vec<FuncId>,
     /// Of those, how many are still on the stack (at its bottom).
-    on_stack: usize,
+    pub(super) on_stack: usize,
     /// Lookups that found nothing down to the guessed frames: the real
     /// frames below `.1` guessed ones do not run `.0` either.
     not_below: Vec<(FuncId, usize)>,
