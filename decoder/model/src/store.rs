@@ -459,6 +459,20 @@ impl ThreadSpans {
         spans: Vec<Span>,
         long: impl Iterator<Item = (usize, u64)>,
     ) {
+        self.append_lane_on(depth, spans, long, 1);
+    }
+
+    /// [`append_lane`](Self::append_lane), its spans summarized on up to
+    /// `workers` threads: a decode on several cores files a thread's
+    /// segment of millions of spans at its end, when the other cores are
+    /// done.
+    pub fn append_lane_on(
+        &mut self,
+        depth: usize,
+        spans: Vec<Span>,
+        long: impl Iterator<Item = (usize, u64)>,
+        workers: usize,
+    ) {
         self.ensure_lanes(depth + 1);
         let lane = self.lanes[depth].spans_mut();
         let from = lane.len();
@@ -474,7 +488,31 @@ impl ThreadSpans {
         for (i, dur) in long {
             self.long.insert((depth as u32, (from + i) as u32), dur);
         }
-        self.summarize(depth, from);
+        self.summarize_on(depth, from, workers);
+    }
+
+    /// [`summarize`](Self::summarize) on up to `workers` threads: the
+    /// block `from` lies in on this one, then the whole blocks after it in
+    /// pieces, each summarized apart and filed in order.
+    fn summarize_on(&mut self, depth: usize, from: usize, workers: usize) {
+        let lane: &[Span] = &self.lanes[depth];
+        let split = from.next_multiple_of(BLOCK).min(lane.len());
+        if workers <= 1 || lane.len() - split < 4 * SUMMARY_PIECE {
+            return self.summarize(depth, from);
+        }
+        let blocks = &mut self.blocks[depth];
+        summarize(&lane[..split], depth, &self.long, blocks, from);
+        let pieces: Vec<usize> = (split..lane.len()).step_by(SUMMARY_PIECE).collect();
+        let done = crate::parallel::map_indexed(pieces.len(), workers, |k| {
+            let at = pieces[k];
+            let end = (at + SUMMARY_PIECE).min(lane.len());
+            let mut piece = Vec::with_capacity(SUMMARY_PIECE / BLOCK);
+            summarize(&lane[..end], depth, &self.long, &mut piece, at);
+            piece
+        });
+        for piece in done {
+            blocks.extend(piece);
+        }
     }
 
     fn ensure_lanes(&mut self, n: usize) {
@@ -746,6 +784,10 @@ impl ThreadSpans {
 /// Spans a piece of a lane that the model cache checks on one core at a
 /// time: whole blocks, so that pieces summarize apart.
 const PIECE: usize = BLOCK * 4096;
+
+/// Spans a thread summarizes at a time when a lane is filed on several
+/// (whole blocks, so that pieces summarize apart).
+const SUMMARY_PIECE: usize = BLOCK * 1024;
 
 /// What a piece is read in at a time: 64 KiB of spans, whole blocks.
 const STRETCH: usize = BLOCK * 16;
@@ -1028,6 +1070,45 @@ mod tests {
         t.shrink_to_fit();
         // And a block summary per 256 spans of a lane (here 2 per lane).
         assert_eq!(t.memory_bytes(), 16 * 1000 + 3 * 2 * 8);
+    }
+
+    #[test]
+    fn a_lane_filed_on_several_threads_is_summarized_as_on_one() {
+        // Gaps and durations that vary (some long), so that every block's
+        // summary differs, appended where blocks are whole and mid-block.
+        let mut rng = fastrand::Rng::with_seed(41);
+        let lane = |n: usize, start: u64, rng: &mut fastrand::Rng| {
+            let mut spans = Vec::with_capacity(n);
+            let mut long = Vec::new();
+            let mut t = start;
+            for i in 0..n {
+                t += rng.u64(0..1000);
+                let dur = match rng.u32(0..100_000) {
+                    0 => 10_000_000_000 + rng.u64(..1000),
+                    _ => rng.u64(1..5000),
+                };
+                let (span, l) = Span::closed(t, t + dur, 1 + rng.u32(0..50), 0);
+                if let Some(ns) = l {
+                    long.push((i, ns));
+                }
+                spans.push(span);
+                t += dur;
+            }
+            (spans, long, t)
+        };
+        for first in [0, BLOCK * 3, BLOCK * 3 + 17] {
+            let n = 5 * SUMMARY_PIECE + 1234;
+            let (a, long_a, end) = lane(first, 0, &mut rng);
+            let (b, long_b, _) = lane(n, end, &mut rng);
+            let mut one = ThreadSpans::new(1, 1, "x".into());
+            let mut two = ThreadSpans::new(1, 1, "x".into());
+            for (t, workers) in [(&mut one, 1), (&mut two, 2)] {
+                t.append_lane(0, a.clone(), long_a.iter().copied());
+                t.append_lane_on(0, b.clone(), long_b.iter().copied(), workers);
+            }
+            assert_eq!(one.blocks(0).len(), (first + n).div_ceil(BLOCK));
+            assert!(one.blocks(0) == two.blocks(0), "appended after {first}");
+        }
     }
 
     #[test]

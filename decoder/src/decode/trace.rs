@@ -283,7 +283,9 @@ impl<'a> Run<'a> {
                     )
                     .map(|figures| {
                         sink.add_figures(figures);
-                        sink.finish().pop().expect("one thread in, one out")
+                        sink.finish_on(opts.parallel.workers)
+                            .pop()
+                            .expect("one thread in, one out")
                     })
                 }
             }

@@ -108,10 +108,16 @@ impl ThreadBuilders {
     }
 
     pub(crate) fn finish(self) -> Vec<ThreadDecode> {
+        self.finish_on(1)
+    }
+
+    /// [`finish`](Self::finish), the spans still open filed on up to
+    /// `workers` threads.
+    pub(crate) fn finish_on(self, workers: usize) -> Vec<ThreadDecode> {
         self.outs
             .into_iter()
             .map(|mut o| {
-                let (spans, stack, bases) = o.builder.finish_with_bases();
+                let (spans, stack, bases) = o.builder.finish_with_bases(workers);
                 for (c, &(seg, base)) in o.checkpoints.iter_mut().zip(&o.marks) {
                     let last = bases.get(seg).copied().unwrap_or(base);
                     c.depth = (base - last).max(0) as u32;

@@ -193,6 +193,8 @@ pub(crate) struct StackBuilder {
     /// A builder of one chunk whose stack below is not known yet: what it
     /// guessed of it (see [`speculate`]).
     guess: Option<Box<speculate::Guesses>>,
+    /// Threads a closing segment's lanes are summarized on.
+    summarize_on: usize,
 }
 
 impl StackBuilder {
@@ -213,6 +215,7 @@ impl StackBuilder {
             closed_bases: Vec::new(),
             stats: StackStats::default(),
             guess: None,
+            summarize_on: 1,
         }
     }
 
@@ -474,13 +477,19 @@ impl StackBuilder {
 
     /// Closes everything at the last event's time.
     pub(crate) fn finish(self) -> (ThreadSpans, StackStats) {
-        let (spans, stats, _) = self.finish_with_bases();
+        let (spans, stats, _) = self.finish_with_bases(1);
         (spans, stats)
     }
 
     /// [`finish`](Self::finish), with each segment's final base (see
-    /// [`mark`](Self::mark)).
-    pub(crate) fn finish_with_bases(mut self) -> (ThreadSpans, StackStats, Vec<i32>) {
+    /// [`mark`](Self::mark)), the last segment's spans summarized on up to
+    /// `workers` threads (a decode on several cores ends with it, its
+    /// other cores idle).
+    pub(crate) fn finish_with_bases(
+        mut self,
+        workers: usize,
+    ) -> (ThreadSpans, StackStats, Vec<i32>) {
+        self.summarize_on = workers;
         let t = self.last_time;
         if let Some(err) = self.error.take() {
             self.close_segment(err.time, flag::END_ESTIMATED);
@@ -887,6 +896,7 @@ impl StackBuilder {
             segment,
             out,
             lane_starts: starts,
+            summarize_on,
             ..
         } = self;
         let low = segment.low;
@@ -917,7 +927,7 @@ impl StackBuilder {
                 .iter()
                 .filter(|&&(l, ..)| l == level)
                 .map(|&(_, i, ns)| (i as usize, ns));
-            out.append_lane(depth(level), spans, here);
+            out.append_lane_on(depth(level), spans, here, *summarize_on);
         }
         // Once the parents are in too, file the spans whose times do not
         // say which span above they were made in (a parent is a span of
@@ -1067,8 +1077,8 @@ mod tests {
                 );
             }
             assert_eq!(
-                format!("{:?}", fast.finish_with_bases()),
-                format!("{:?}", full.finish_with_bases()),
+                format!("{:?}", fast.finish_with_bases(1)),
+                format!("{:?}", full.finish_with_bases(1)),
                 "seed {seed}"
             );
         }

@@ -595,7 +595,7 @@ mod tests {
     }
 
     fn finished(b: StackBuilder) -> String {
-        format!("{:?}", b.finish_with_bases())
+        format!("{:?}", b.finish_with_bases(1))
     }
 
     /// Split anywhere, a chunk's builder stitched onto the events before
@@ -631,7 +631,7 @@ mod tests {
                     }
                 }
                 tried += 1;
-                let before = format!("{:?}", real.clone().finish_with_bases());
+                let before = format!("{:?}", real.clone().finish_with_bases(1));
                 let mut got_at = Vec::new();
                 let remap = Remap {
                     shared: FuncId::MAX,
@@ -643,7 +643,7 @@ mod tests {
                 });
                 if !ok {
                     assert_eq!(
-                        format!("{:?}", real.clone().finish_with_bases()),
+                        format!("{:?}", real.clone().finish_with_bases(1)),
                         before,
                         "seed {seed} split {split}: a refused stitch changed the builder"
                     );
