@@ -136,7 +136,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
 /// resolved by `procs[proc]`; `thread_procs[slot]` is a thread's process).
 /// Timed events go to `sink`; returns each thread's walk counters.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
+pub(crate) fn decode_queue<'i, D: Blocks<'i>, R: Resolve, S: Sink + ?Sized>(
     dec: D,
     queue: u32,
     images: &[&'i D::Image],
@@ -146,7 +146,7 @@ pub(crate) fn decode_queue<'i, D: Blocks<'i>, R: Resolve>(
     funcs: &mut FuncTable,
     (to_ns, unit): (&(dyn Fn(u64) -> u64 + Sync), TimeUnit),
     psbs: &[u64],
-    sink: &mut dyn Sink,
+    sink: &mut S,
     progress: Option<&DecodeProgress>,
 ) -> Result<Vec<WalkFigures>, PtError> {
     let queue_walk = QueueWalk {
@@ -182,12 +182,12 @@ pub(crate) struct QueueWalk<'a, 'i, I> {
 /// [`decode_queue`] with an observer: the fine pass re-walks one PSB
 /// segment this way (`stop_at_psb`, `psbs` holding the segment's end)
 /// and sees every block and event at its instruction position.
-pub(crate) fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+pub(crate) fn walk_queue<'i, D: Blocks<'i>, R: Resolve, O: Observe, S: Sink + ?Sized>(
     mut dec: D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
     funcs: &mut FuncTable,
-    sink: &mut dyn Sink,
+    sink: &mut S,
     obs: &mut O,
 ) -> Result<Vec<WalkFigures>, PtError> {
     run(&mut dec, q, procs, funcs, sink, obs, None).map(|(figures, _)| figures)

@@ -135,6 +135,7 @@ impl ThreadBuilders {
 }
 
 impl Sink for ThreadBuilders {
+    #[inline(always)]
     fn event(&mut self, slot: usize, ev: &Event, funcs: &FuncTable) {
         self.outs[slot].builder.event(ev, funcs);
     }
@@ -252,8 +253,9 @@ impl Sink for NoSink {
     fn checkpoint(&mut self, _: usize, _: Checkpoint) {}
 }
 
-pub(crate) fn release(
-    sink: &mut dyn Sink,
+#[inline(always)]
+pub(crate) fn release<S: Sink + ?Sized>(
+    sink: &mut S,
     queue: u32,
     funcs: &FuncTable,
     to_ns: &dyn Fn(u64) -> u64,

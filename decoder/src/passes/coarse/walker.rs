@@ -62,7 +62,7 @@ fn recent_slot(addr: u64) -> usize {
     (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % RECENT
 }
 
-struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
+struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> {
     obs: &'r mut O,
     /// At the next PSB, stop instead of checkpointing (a fine pass's end).
     stop_at_psb: bool,
@@ -86,7 +86,7 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe> {
     funcs: &'r mut FuncTable,
     to_ns: &'r (dyn Fn(u64) -> u64 + Sync),
     clock: Clock<Held>,
-    sink: &'r mut dyn Sink,
+    sink: &'r mut S,
     queue: u32,
     figures: Vec<WalkFigures>,
     progress: Option<&'r DecodeProgress>,
@@ -148,6 +148,7 @@ struct ChunkStacks<'a> {
 }
 
 impl Sink for ChunkStacks<'_> {
+    #[inline(always)]
     fn event(&mut self, _: usize, ev: &Event, funcs: &FuncTable) {
         self.stitch.event(ev, funcs);
     }
@@ -158,12 +159,12 @@ impl Sink for ChunkStacks<'_> {
     }
 }
 
-pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
+pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe, S: Sink + ?Sized>(
     dec: &mut D,
     q: QueueWalk<'_, 'i, D::Image>,
     procs: &mut [R],
     funcs: &mut FuncTable,
-    sink: &mut dyn Sink,
+    sink: &mut S,
     obs: &mut O,
     chunk: Option<ChunkWalk<'_>>,
 ) -> Result<(Vec<WalkFigures>, Option<Recording>), PtError> {
@@ -311,7 +312,7 @@ pub(super) fn run<'i, D: Blocks<'i>, R: Resolve, O: Observe>(
     Ok((figures, record))
 }
 
-impl<'i, R: Resolve, D: Blocks<'i>, O: Observe> Walker<'_, 'i, R, D, O> {
+impl<'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> Walker<'_, 'i, R, D, O, S> {
     fn figures(&mut self) -> &mut WalkFigures {
         &mut self.figures[self.slot]
     }

@@ -262,7 +262,7 @@ impl StackBuilder {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
         if !self.step(ev) {
             self.event_in_full(ev, funcs);

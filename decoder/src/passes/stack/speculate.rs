@@ -197,6 +197,7 @@ impl Stitch {
     }
 
     /// Takes the chunk's next event, unless it gave up.
+    #[inline(always)]
     pub(crate) fn event(&mut self, ev: &Event, funcs: &FuncTable) {
         if self.takes(ev) {
             self.builder.event(ev, funcs);
@@ -204,6 +205,7 @@ impl Stitch {
     }
 
     /// Whether the builder takes `ev`, or has failed.
+    #[inline(always)]
     fn takes(&mut self, ev: &Event) -> bool {
         let Some(g) = self.builder.guess.as_deref_mut() else {
             return false;
