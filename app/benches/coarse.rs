@@ -298,7 +298,7 @@ pub fn measure_peers(input: &Path, rounds: usize, all_cores: bool) -> Option<Pee
         let _ = ProcessSymbols::new(&p.sections, &p.missing, &mut symbols.borrow_mut());
     }
     let params = trace.params.clone();
-    let to_ns = move |tsc: u64| params.tsc_to_ns(tsc);
+    let to_ns = ptscope_decoder::ToNs::perf(&params);
     // The coarse pass with libipt's block decoder walking.
     let coarse_libipt = |cache: &SectionCache, ids: &HashMap<i32, Vec<i32>>| {
         let mut funcs = FuncTable::default();

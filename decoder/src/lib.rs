@@ -73,6 +73,7 @@ pub use pt::ffi as libipt;
 pub use pt::flow::{FlowDecoder, MemoFigures};
 pub use pt::ip_filter::{IpFilter, IpFilterError, IpRange};
 pub use pt::memory::{FileCache, Memory};
+pub use pt::timing::ToNs;
 
 // Names: the process image, symbols, and where files are looked for.
 pub use names::image::{sections, sections_with, Section};

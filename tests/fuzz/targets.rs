@@ -505,7 +505,7 @@ pub fn marks(input: &[u8]) {
         cpuid_0x15_ebx: ctc_n.into(),
         ..DecoderConfig::default()
     };
-    let s = scan_marks(data, &dc, &|tsc| tsc);
+    let s = scan_marks(data, &dc, &ptscope_decoder::ToNs::IDENTITY);
     let m = Marks::new(s.marks);
     let (first, last) = match (m.all().first(), m.all().last()) {
         (Some(a), Some(b)) => (a.time, b.time),

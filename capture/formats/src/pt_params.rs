@@ -166,13 +166,18 @@ impl PtParams {
 
     /// TSC ticks to perf nanoseconds (perf's `tsc_to_perf_time`).
     pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
+        self.time_conv().tsc_to_perf_time(tsc)
+    }
+
+    /// The conversion [`tsc_to_ns`](Self::tsc_to_ns) makes, for a caller
+    /// that converts every event's time.
+    pub fn time_conv(&self) -> crate::perf_data::TimeConv {
         crate::perf_data::TimeConv {
             time_shift: self.time_shift,
             time_mult: self.time_mult,
             time_zero: self.time_zero,
             ..Default::default()
         }
-        .tsc_to_perf_time(tsc)
     }
 
     /// The MTC period field of `config`.

@@ -22,6 +22,7 @@ use crate::passes::coarse::chunks::Parallel;
 use crate::progress::DecodeProgress;
 use crate::pt::block::PtError;
 use crate::pt::packet::psb_offsets;
+use crate::pt::timing::ToNs;
 use ptscope_formats::FileError;
 use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 use ptscope_model::TimeUnit;
@@ -146,12 +147,11 @@ pub fn has_timing(pt: &[u8]) -> bool {
 }
 
 /// perf time of a TSC value, and what the model's times count.
-pub(super) fn clock_of(trace: &Trace) -> (impl Fn(u64) -> u64 + Send + Sync + 'static, TimeUnit) {
+pub(super) fn clock_of(trace: &Trace) -> (ToNs, TimeUnit) {
     let unit = time_unit(trace);
-    let params = trace.params.clone();
-    let to_ns = move |tsc: u64| match unit {
-        TimeUnit::Ns => params.tsc_to_ns(tsc),
-        TimeUnit::Insns => tsc,
+    let to_ns = match unit {
+        TimeUnit::Ns => ToNs::perf(&trace.params),
+        TimeUnit::Insns => ToNs::IDENTITY,
     };
     (to_ns, unit)
 }

@@ -14,6 +14,7 @@ use crate::pt::ffi::{BlockDecoder, SectionCache};
 use crate::pt::flow::FlowDecoder;
 use crate::pt::memory::{FileCache, Memory};
 use crate::pt::packet::psb_offsets;
+use crate::pt::timing::ToNs;
 use ptscope_model::Marks;
 use ptscope_model::{Model, ThreadModel, TimeUnit};
 use std::path::{Path, PathBuf};
@@ -103,7 +104,7 @@ pub fn decode_raw(
                 &image,
                 &mut resolver,
                 &mut funcs,
-                (&|tsc| tsc, unit),
+                (&ToNs::IDENTITY, unit),
                 &psbs,
                 thread,
                 None,
@@ -117,7 +118,7 @@ pub fn decode_raw(
                 &mem,
                 &mut resolver,
                 &mut funcs,
-                (&|tsc| tsc, unit),
+                (&ToNs::IDENTITY, unit),
                 &psbs,
                 thread,
                 None,
@@ -127,7 +128,7 @@ pub fn decode_raw(
     .map_err(setup)?;
     let lines = LineSource::new(
         *cfg,
-        (Box::new(|tsc| tsc), unit),
+        (ToNs::IDENTITY, unit),
         vec![QueueParts {
             idx: 0,
             tid: Some(0),
@@ -140,7 +141,7 @@ pub fn decode_raw(
         funcs.clone(),
     );
     let mut thread = ThreadModel::new(d, None);
-    let scan = mark_scan::scan(pt, cfg, &|tsc| tsc);
+    let scan = mark_scan::scan(pt, cfg, &ToNs::IDENTITY);
     thread.marks = Marks::new(scan.marks);
     let threads = vec![thread];
     let mut warnings = stack_warnings(&threads);

@@ -115,7 +115,7 @@ fn build(
     Ok(line_source(
         (&snap, trace),
         cfg,
-        (Box::new(to_ns), unit),
+        (to_ns, unit),
         (recipe.pids.clone(), &mut procs),
         (&mut loaders, &symbols),
         (queue_psbs, &wanted, recipe.schedules()),

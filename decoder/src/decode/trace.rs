@@ -17,6 +17,7 @@ use crate::pt::block::DecoderConfig;
 #[cfg(feature = "libipt")]
 use crate::pt::ffi::{BlockDecoder, Image};
 use crate::pt::memory::Memory;
+use crate::pt::timing::ToNs;
 use ptscope_formats::{snapshot::Snapshot, snapshot::Trace};
 use ptscope_model::CpuTrack;
 use ptscope_model::{Mark, Marks};
@@ -25,10 +26,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::*;
-
-/// perf time of a TSC value (or the instruction count itself), shared by
-/// every stage and, afterwards, by the fine pass.
-type Clock = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
 
 /// One decode of a trace: what every stage reads (the input, its options
 /// and what [`prepare`] set up) and what the stages add to (functions,
@@ -43,7 +40,9 @@ struct Run<'a> {
     symbols: SymbolCache,
     /// What setting up told the user.
     setup_warnings: Vec<String>,
-    clock: Clock,
+    /// perf time of a TSC value (or the instruction count itself), for
+    /// every stage and, afterwards, the fine pass.
+    clock: ToNs,
     unit: TimeUnit,
     /// Each queue's PSB offsets, in `trace.streams` order.
     queue_psbs: Vec<Vec<u64>>,
@@ -116,7 +115,7 @@ pub fn decode_trace(
     // The marks need the packets alone, not the flow: on more than one
     // core they are read while the flow is decoded, rather than after it
     // on one core.
-    let (cfg, clock) = (run.cfg, run.clock.clone());
+    let (cfg, clock) = (run.cfg, run.clock);
     std::thread::scope(|s| {
         let scans = s.spawn(move || {
             trace
@@ -125,7 +124,7 @@ pub fn decode_trace(
                 .map(|st| {
                     st.tid
                         .is_none_or(|t| wanted(opts, t))
-                        .then(|| mark_scan::scan(&st.data, &cfg, &*clock))
+                        .then(|| mark_scan::scan(&st.data, &cfg, &clock))
                 })
                 .collect::<Vec<_>>()
         });
@@ -173,7 +172,7 @@ impl<'a> Run<'a> {
             loaders,
             symbols,
             setup_warnings: filter_warning.into_iter().chain(kernel_warning).collect(),
-            clock: Arc::new(to_ns),
+            clock: to_ns,
             unit,
             queue_psbs,
             funcs: FuncTable::default(),
@@ -189,7 +188,7 @@ impl<'a> Run<'a> {
         let (snap, trace, opts) = (self.snap, self.trace, self.opts);
         let progress = opts.progress.as_deref();
         let unit = self.unit;
-        let to_ns: &(dyn Fn(u64) -> u64 + Sync) = &*self.clock;
+        let to_ns: &ToNs = &self.clock;
         for (s, psbs) in trace.streams.iter().zip(&self.queue_psbs) {
             let Some(tid) = s.tid else { continue };
             if !wanted(opts, tid) {
@@ -393,7 +392,7 @@ impl<'a> Run<'a> {
         }
         let progress = opts.progress.as_deref();
         let unit = self.unit;
-        let to_ns: &(dyn Fn(u64) -> u64 + Sync) = &*self.clock;
+        let to_ns: &ToNs = &self.clock;
         let (queue_threads, slot_of) = self.cpu_threads()?;
         // The processes, in the order the slots first name them.
         let mut pids: Vec<i32> = Vec::new();
@@ -542,7 +541,7 @@ impl<'a> Run<'a> {
         self.threads.sort_by_key(|t| (t.spans.pid, t.spans.tid));
         let (cpus, untimed) = add_marks(
             trace,
-            (&self.cfg, &*self.clock),
+            (&self.cfg, &self.clock),
             &mut self.threads,
             (&cpu.schedules, &cpu.slot_tids),
             scans,
@@ -564,11 +563,10 @@ impl<'a> Run<'a> {
             .collect();
         rest.sort_unstable();
         order.extend(rest);
-        let clock = self.clock.clone();
         let lines = line_source(
             (snap, trace),
             self.cfg,
-            (Box::new(move |t| clock(t)), self.unit),
+            (self.clock, self.unit),
             (order, &mut self.procs),
             (&mut self.loaders, &self.symbols),
             (
@@ -644,7 +642,7 @@ fn fallback(trace: &Trace, cpu: u32) -> Option<i32> {
 /// Returns the CPU tracks, and how many marks had no time.
 pub(super) fn add_marks(
     trace: &Trace,
-    (cfg, to_ns): (&DecoderConfig, &dyn Fn(u64) -> u64),
+    (cfg, to_ns): (&DecoderConfig, &ToNs),
     threads: &mut [ThreadModel],
     (schedules, slot_tids): (&Schedules, &[i32]),
     mut scans: Vec<Option<mark_scan::Scan>>,
@@ -727,7 +725,7 @@ pub(super) type Schedules = HashMap<u32, Vec<(u64, usize)>>;
 pub(super) fn line_source(
     (snap, trace): (&Snapshot, &Trace),
     cfg: DecoderConfig,
-    clock: (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+    clock: (ToNs, TimeUnit),
     (order, procs): (Vec<i32>, &mut HashMap<i32, Proc>),
     (loaders, symbols): (&mut Loaders, &SymbolCache),
     (queue_psbs, wanted, mut schedules): (Vec<Vec<u64>>, &dyn Fn(i32) -> bool, Schedules),

@@ -1173,7 +1173,7 @@ mod walk_and_chunks {
                 images: &[&mem],
                 thread_procs: &[0],
                 schedule: &[],
-                to_ns: &|tsc| tsc,
+                to_ns: &crate::pt::timing::ToNs::IDENTITY,
                 unit: TimeUnit::Ns,
                 psbs: &psbs,
                 stop_at_psb: false,

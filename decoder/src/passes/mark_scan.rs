@@ -12,6 +12,7 @@
 use crate::pt::block::DecoderConfig;
 use crate::pt::packet::{self, IpKind, Packet, PacketError};
 use crate::pt::timing::Time;
+use crate::pt::timing::ToNs;
 use ptscope_model::{Mark, MarkKind};
 
 /// Marks found by [`scan`], and how many could not be placed in time.
@@ -26,7 +27,7 @@ pub struct Scan {
 /// Reads `trace` (one AUX queue) for its marks, timed by its timing
 /// packets as the flow decoder times them and converted by `to_ns`. A
 /// packet that cannot be read skips to the next PSB.
-pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Scan {
+pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &ToNs) -> Scan {
     let mut out = Scan::default();
     let mut time = Time::default();
     let mut last_ip = 0u64;
@@ -97,7 +98,7 @@ pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &dyn Fn(u64) -> u64) -> Sc
                 | Packet::Pwrx { .. }
         );
         let now = if makes_mark {
-            time.tsc().map(to_ns)
+            time.tsc().map(|t| to_ns.at(t))
         } else {
             None
         };
@@ -222,7 +223,7 @@ mod tests {
         write::tsc(&mut t, 2000);
         // PTW, 4 bytes, no IP.
         write::ptw(&mut t, 0x2a, 4, false);
-        let s = scan(&t, &cfg(), &|x| x);
+        let s = scan(&t, &cfg(), &ToNs::IDENTITY);
         assert_eq!(s.untimed, 0);
         let m = Marks::new(s.marks);
         let ptw: Vec<(u64, Option<u64>, u64)> =
@@ -258,7 +259,7 @@ mod tests {
         write::tsc(&mut t, 5200);
         // PWRX: deepest C6 (5), last C3 (2), woken by an interrupt.
         write::pwrx(&mut t, 5, 2, 1);
-        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        let m = Marks::new(scan(&t, &cfg(), &ToNs::IDENTITY).marks);
         assert_eq!(m.frequency(), [(1000, 10), (1100, 24)]);
         // The restated CBR 10 is dropped.
         assert_eq!(m.all().len(), 6, "{:?}", m.all());
@@ -296,7 +297,7 @@ mod tests {
         write::ptw(&mut t, 2, 4, true);
         t.extend(start(2000));
         fup(&mut t, 0x40_5678);
-        let m = Marks::new(scan(&t, &cfg(), &|x| x).marks);
+        let m = Marks::new(scan(&t, &cfg(), &ToNs::IDENTITY).marks);
         let ptw: Vec<(u64, Option<u64>)> = m.ptwrites().map(|(m, p)| (p, m.ip)).collect();
         assert_eq!(ptw, [(1, None), (2, None)]);
     }
@@ -324,14 +325,14 @@ mod tests {
         let mut t = PSB.to_vec();
         t.extend_from_slice(&PSBEND);
         write::ptw(&mut t, 1, 4, false);
-        let s = scan(&t, &cfg(), &|x| x);
+        let s = scan(&t, &cfg(), &ToNs::IDENTITY);
         assert!(s.marks.is_empty());
         assert_eq!(s.untimed, 1);
         // PSB+'s frequency in a trace without timing is not counted.
         let mut t = PSB.to_vec();
         write::cbr(&mut t, 10);
         t.extend_from_slice(&PSBEND);
-        assert_eq!(scan(&t, &cfg(), &|x| x).untimed, 0);
+        assert_eq!(scan(&t, &cfg(), &ToNs::IDENTITY).untimed, 0);
     }
 
     #[test]
@@ -341,7 +342,7 @@ mod tests {
         t.extend_from_slice(&[0x02, 0xff, 0xff]);
         t.extend(start(20));
         write::ptw(&mut t, 7, 4, false);
-        let s = scan(&t, &cfg(), &|x| x);
+        let s = scan(&t, &cfg(), &ToNs::IDENTITY);
         let m = Marks::new(s.marks);
         assert_eq!(
             m.ptwrites().map(|(m, p)| (m.time, p)).collect::<Vec<_>>(),

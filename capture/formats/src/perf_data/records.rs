@@ -236,6 +236,7 @@ pub struct TimeConv {
 
 impl TimeConv {
     /// perf's `tsc_to_perf_time`.
+    #[inline]
     pub fn tsc_to_perf_time(&self, tsc: u64) -> u64 {
         let mut cyc = tsc;
         if self.cap_user_time_short {

@@ -19,6 +19,7 @@ use crate::names::resolve::Resolve;
 use crate::passes::event::{Event, FuncTable};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, PtError};
+use crate::pt::timing::ToNs;
 use ptscope_model::TimeUnit;
 
 mod chunk_log;
@@ -98,7 +99,7 @@ pub fn decode_thread<'i, D: Blocks<'i>, R: Resolve>(
     image: &'i D::Image,
     resolver: R,
     funcs: &mut FuncTable,
-    (to_ns, unit): (&(dyn Fn(u64) -> u64 + Sync), TimeUnit),
+    (to_ns, unit): (&ToNs, TimeUnit),
     psbs: &[u64],
     thread: (i32, i32, String),
     progress: Option<&DecodeProgress>,
@@ -144,7 +145,7 @@ pub(crate) fn decode_queue<'i, D: Blocks<'i>, R: Resolve, S: Sink + ?Sized>(
     thread_procs: &[usize],
     schedule: &Schedule,
     funcs: &mut FuncTable,
-    (to_ns, unit): (&(dyn Fn(u64) -> u64 + Sync), TimeUnit),
+    (to_ns, unit): (&ToNs, TimeUnit),
     psbs: &[u64],
     sink: &mut S,
     progress: Option<&DecodeProgress>,
@@ -169,7 +170,7 @@ pub(crate) struct QueueWalk<'a, 'i, I> {
     pub images: &'a [&'i I],
     pub thread_procs: &'a [usize],
     pub schedule: &'a Schedule,
-    pub to_ns: &'a (dyn Fn(u64) -> u64 + Sync),
+    pub to_ns: &'a ToNs,
     /// What times count: with [`TimeUnit::Insns`] the clocks count
     /// instructions, and `to_ns` is the identity.
     pub unit: TimeUnit,

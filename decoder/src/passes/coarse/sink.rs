@@ -7,6 +7,7 @@ use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
 use crate::passes::event::{Event, FuncTable};
 use crate::passes::stack::{Guessed, OpenFrame, Remap, StackBuilder, Stitch};
 use crate::pt::timing::Stamp;
+use crate::pt::timing::ToNs;
 
 /// What the clock holds until it knows the time: an event of a thread
 /// slot, or a checkpoint.
@@ -258,11 +259,11 @@ pub(crate) fn release<S: Sink + ?Sized>(
     sink: &mut S,
     queue: u32,
     funcs: &FuncTable,
-    to_ns: &dyn Fn(u64) -> u64,
+    to_ns: &ToNs,
     stamp: Stamp,
     held: &Held,
 ) {
-    let time = to_ns(stamp.tsc);
+    let time = to_ns.at(stamp.tsc);
     match *held {
         Held::Event(ev, slot) => {
             let ev = Event {

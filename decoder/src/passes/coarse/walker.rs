@@ -17,6 +17,7 @@ use crate::passes::stack::{Guessed, Stitch};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, BlockEnd, BlockItem, MemoEntry, PtError};
 use crate::pt::timing::Clock;
+use crate::pt::timing::ToNs;
 use ptscope_model::Checkpoint;
 
 /// Slots of the walker's direct-mapped caches.
@@ -84,7 +85,7 @@ struct Walker<'r, 'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> {
     /// The last time a timing packet gave (TSC), for scheduling.
     last_tsc: Option<u64>,
     funcs: &'r mut FuncTable,
-    to_ns: &'r (dyn Fn(u64) -> u64 + Sync),
+    to_ns: &'r ToNs,
     clock: Clock<Held>,
     sink: &'r mut S,
     queue: u32,
@@ -326,7 +327,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> Walker<'_, 'i,
         let Some(tsc) = tsc.or(self.last_tsc) else {
             return;
         };
-        let Some(slot) = scheduled(self.schedule, (self.to_ns)(tsc)) else {
+        let Some(slot) = scheduled(self.schedule, self.to_ns.at(tsc)) else {
             return;
         };
         if slot == self.slot || slot >= self.figures.len() {
@@ -543,7 +544,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> Walker<'_, 'i,
             ..
         } = self;
         clock.anchor(*pos, tsc, |s, h| {
-            release(*sink, *queue, funcs, *to_ns, s, h)
+            release(*sink, *queue, funcs, to_ns, s, h)
         });
     }
 

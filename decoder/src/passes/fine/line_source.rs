@@ -10,6 +10,7 @@
 //! every binary's symbols again took most of a re-open: the model is
 //! shown at once, and the first request for lines waits for the engine.
 
+use crate::pt::timing::ToNs;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -87,7 +88,7 @@ impl LineSource {
     /// The source of a decode, built from what its walk set up.
     pub(crate) fn new(
         cfg: DecoderConfig,
-        clock: (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+        clock: (ToNs, TimeUnit),
         queues: Vec<QueueParts>,
         procs: Vec<(i32, Memory, ProcessSymbols)>,
         cpu: CpuSlots,
@@ -194,7 +195,7 @@ impl LineSource {
 pub(crate) struct LineEngine {
     cfg: DecoderConfig,
     /// TSC to perf time.
-    to_ns: Box<dyn Fn(u64) -> u64 + Send + Sync>,
+    to_ns: ToNs,
     /// What times count: instructions for a trace without timing.
     unit: TimeUnit,
     queues: Vec<Queue>,
@@ -340,7 +341,7 @@ pub(crate) struct QueueParts {
 impl LineEngine {
     pub(crate) fn new(
         cfg: DecoderConfig,
-        (to_ns, unit): (Box<dyn Fn(u64) -> u64 + Send + Sync>, TimeUnit),
+        (to_ns, unit): (ToNs, TimeUnit),
         queues: Vec<QueueParts>,
         procs: Vec<(i32, Memory, ProcessSymbols)>,
         cpu: CpuSlots,
@@ -468,7 +469,7 @@ impl LineEngine {
             let e = s + cp.stack_len as usize;
             thread.checkpoint_frames.get(s..e).unwrap_or(&[])
         };
-        let to_ns = |tsc: u64| (self.to_ns)(tsc);
+        let to_ns = self.to_ns;
         let mut state = self.lease();
         let State {
             funcs, resolvers, ..

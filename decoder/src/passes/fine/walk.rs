@@ -9,6 +9,7 @@
 //!
 //! [`LineSource`]: super::LineSource
 
+use crate::pt::timing::ToNs;
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 use rustc_hash::FxHashMap;
 
@@ -150,7 +151,7 @@ impl Recorder {
         frames: &[OpenFrame],
         funcs: &FuncTable,
         memory: &Memory,
-        (to_ns, unit): (&dyn Fn(u64) -> u64, ptscope_model::TimeUnit),
+        (to_ns, unit): (&ToNs, ptscope_model::TimeUnit),
         (pid, tid): (i32, i32),
     ) -> Segment {
         // Where the coarse pass's checkpoint is: the first block at its IP.
@@ -259,7 +260,7 @@ impl Recorder {
 
         let mut e = 0;
         for (i, insn) in insns.iter_mut().enumerate() {
-            insn.start = to_ns(insn.start);
+            insn.start = to_ns.at(insn.start);
             while e < exact.len() && exact[e].0 < positions[i] {
                 e += 1;
             }
@@ -283,7 +284,7 @@ impl Recorder {
                 .filter(|b| i + 1 >= n || b.0 <= positions[i + 1]);
             let start = insns[i].start;
             insns[i].end = match stop {
-                Some(&(_, Some(tsc))) => to_ns(tsc).max(start),
+                Some(&(_, Some(tsc))) => to_ns.at(tsc).max(start),
                 Some(&(_, None)) => start.saturating_add(per_insn),
                 None if i + 1 < n && positions[i + 1] == p + 1 => insns[i + 1].start.max(start),
                 None => start.saturating_add(per_insn),

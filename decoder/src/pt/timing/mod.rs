@@ -12,6 +12,39 @@ pub(crate) mod packets;
 pub(crate) use interpolation::{Clock, ClockState, Stamp};
 pub(crate) use packets::Time;
 
+use ptscope_formats::perf_data::TimeConv;
+use ptscope_formats::pt_params::PtParams;
+
+/// What a trace's times are converted by on their way into the model:
+/// perf's TSC-to-time conversion, or none (times that count
+/// instructions). A value rather than a closure: every event's time goes
+/// through it, and a call through a pointer cost more than the arithmetic.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ToNs {
+    conv: Option<TimeConv>,
+}
+
+impl ToNs {
+    /// Times kept as they are.
+    pub const IDENTITY: ToNs = ToNs { conv: None };
+
+    /// TSC to perf nanoseconds, by the trace's parameters.
+    pub fn perf(params: &PtParams) -> ToNs {
+        ToNs {
+            conv: Some(params.time_conv()),
+        }
+    }
+
+    /// `tsc` converted.
+    #[inline(always)]
+    pub fn at(&self, tsc: u64) -> u64 {
+        match &self.conv {
+            Some(c) => c.tsc_to_perf_time(tsc),
+            None => tsc,
+        }
+    }
+}
+
 /// `a * b / c`, rounded down, in 64 bits when the product fits (almost
 /// always: the operands are short spans of ticks, instructions and
 /// cycles), since 128-bit division is a slow library call. `c` is not 0.
