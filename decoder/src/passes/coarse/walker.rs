@@ -543,9 +543,7 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> Walker<'_, 'i,
             pos,
             ..
         } = self;
-        clock.anchor(*pos, tsc, |s, h| {
-            release(*sink, *queue, funcs, to_ns, s, h)
-        });
+        clock.anchor(*pos, tsc, |s, h| release(*sink, *queue, funcs, to_ns, s, h));
     }
 
     /// Emits the held branch now that its target is known (`None`: never).

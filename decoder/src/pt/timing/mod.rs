@@ -19,29 +19,38 @@ use ptscope_formats::pt_params::PtParams;
 /// perf's TSC-to-time conversion, or none (times that count
 /// instructions). A value rather than a closure: every event's time goes
 /// through it, and a call through a pointer cost more than the arithmetic.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct ToNs {
-    conv: Option<TimeConv>,
+    /// The identity is a conversion too (no shift, a multiplier of one),
+    /// so that converting takes no branch.
+    conv: TimeConv,
 }
 
 impl ToNs {
     /// Times kept as they are.
-    pub const IDENTITY: ToNs = ToNs { conv: None };
+    pub const IDENTITY: ToNs = ToNs {
+        conv: TimeConv {
+            time_shift: 0,
+            time_mult: 1,
+            time_zero: 0,
+            time_cycles: 0,
+            time_mask: 0,
+            cap_user_time_zero: false,
+            cap_user_time_short: false,
+        },
+    };
 
     /// TSC to perf nanoseconds, by the trace's parameters.
     pub fn perf(params: &PtParams) -> ToNs {
         ToNs {
-            conv: Some(params.time_conv()),
+            conv: params.time_conv(),
         }
     }
 
     /// `tsc` converted.
     #[inline(always)]
     pub fn at(&self, tsc: u64) -> u64 {
-        match &self.conv {
-            Some(c) => c.tsc_to_perf_time(tsc),
-            None => tsc,
-        }
+        self.conv.tsc_to_perf_time(tsc)
     }
 }
 
@@ -58,7 +67,14 @@ pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::mul_div;
+    use super::{mul_div, ToNs};
+
+    #[test]
+    fn the_identity_keeps_every_time() {
+        for t in [0, 1, 12345, 1 << 40, u64::MAX - 1, u64::MAX] {
+            assert_eq!(ToNs::IDENTITY.at(t), t);
+        }
+    }
 
     /// The same as the division in 128 bits, whether or not the product
     /// fits in 64.
