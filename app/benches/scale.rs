@@ -32,8 +32,11 @@
 //!   `$PTSCOPE_BENCH_ROUNDS` (3): ours on one core and on every core, ours
 //!   with the memo off (`--no-memo`), libipt's block decoder walking the
 //!   trace alone, and `perf script --itrace=cr` to /dev/null; each as a
-//!   ratio against ours. Then our flow decoder alone with the memo and
-//!   without, the memo's hit rate, share of blocks replayed and memory;
+//!   ratio against ours (in this process, whose earlier decodes leave
+//!   the symbols loaded). Then every core against one with each decode in
+//!   a process of its own, the fastest of the rounds: a user's first open,
+//!   on which the 1.8x target is judged. Then our flow decoder alone with
+//!   the memo and without, the memo's hit rate, share of blocks replayed and memory;
 //!   a cold decode on one core (a process of its own: nothing read yet,
 //!   the memo empty) against the warm median, with its peak memory; and
 //!   re-opening the file through the model cache.
@@ -305,12 +308,17 @@ fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
         p.full,
         &format!(">= 20 M spans/s: {}", verdict(spans_s >= 20.0)),
     );
+    // In this process the symbols stay loaded from one decode to the
+    // next (the bench's own variants hold them), which the one-core decode
+    // then skips and the decode on every core had hidden behind its marks
+    // scan: the target is judged on decodes in processes of their own
+    // (`cores_row`), as a user's first open of a file is.
     let speedup = secs(p.full) / secs(all16);
     row(
         table,
-        &format!("ptscope, every core ({speedup:.2}x one core)"),
+        &format!("ptscope, every core ({speedup:.2}x one core, symbols loaded)"),
         all16,
-        &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
+        "",
     );
     if let Some(c) = p.chunks {
         let all = c.stitched + c.gave_up + c.refused;
@@ -381,6 +389,23 @@ fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
             m.flushes
         ),
         "",
+    );
+}
+
+/// One core against every core, each decode in a process of its own (the
+/// symbols read, the code mapped and the memo filled anew, as when a user
+/// opens the file), the fastest of up to three rounds of each, in turn.
+fn cores_row(table: &mut Table, what: &str, path: &Path, rounds: usize) {
+    let (mut one, mut all) = (Duration::MAX, Duration::MAX);
+    for _ in 0..rounds.clamp(1, 3) {
+        one = one.min(child_decode(path, 1).time);
+        all = all.min(child_decode(path, 0).time);
+    }
+    let speedup = secs(one) / secs(all);
+    table.row(
+        format!("{what}: every core against one, each in a process of its own"),
+        format!("{speedup:.2}x ({:.2} s / {:.2} s)", secs(one), secs(all)),
+        &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
     );
 }
 
@@ -758,6 +783,7 @@ fn main() {
     eprintln!("peers on 16 MiB, {rounds} rounds…");
     let p = peers::measure_peers(&small, rounds, true).expect("every variant");
     peer_rows(&mut table, "16 MiB", &p);
+    cores_row(&mut table, "16 MiB", &small, rounds);
     let c = cold_row(&mut table, "16 MiB", &small, &p);
     peak_row(&mut table, "16 MiB, one core", &c);
     reopen_row(&mut table, &dir, "16 MiB", &small, &p);
@@ -768,6 +794,7 @@ fn main() {
     ptscope::scale::grow(&support::bench_capture("bench_sort"), &sort, 16 << 20).unwrap();
     let p = peers::measure_peers(&sort, rounds, true).expect("every variant");
     peer_rows(&mut table, "16 MiB of the qsort loop", &p);
+    cores_row(&mut table, "16 MiB of the qsort loop", &sort, rounds);
     let c = cold_row(&mut table, "16 MiB of the qsort loop", &sort, &p);
     peak_row(&mut table, "16 MiB of the qsort loop, one core", &c);
     peak_row(
@@ -784,6 +811,7 @@ fn main() {
     let py = python_capture(&dir);
     let p = peers::measure_peers(&py, rounds, true).expect("every variant");
     peer_rows(&mut table, "16 MiB of python3", &p);
+    cores_row(&mut table, "16 MiB of python3", &py, rounds);
     let c = cold_row(&mut table, "16 MiB of python3", &py, &p);
     peak_row(&mut table, "16 MiB of python3, one core", &c);
     peak_row(&mut table, "16 MiB of python3", &child_decode(&py, 0));
