@@ -11,8 +11,7 @@
 
 use crate::pt::block::DecoderConfig;
 use crate::pt::packet::{self, IpKind, Packet, PacketError};
-use crate::pt::timing::Time;
-use crate::pt::timing::ToNs;
+use crate::pt::timing::{Time, ToNs};
 use ptscope_model::{Mark, MarkKind};
 
 /// Marks found by [`scan`], and how many could not be placed in time.

@@ -6,8 +6,7 @@
 use super::{Checkpoint, QueueThread, ThreadDecode, WalkFigures};
 use crate::passes::event::{Event, FuncTable};
 use crate::passes::stack::{Guessed, OpenFrame, Remap, StackBuilder, Stitch};
-use crate::pt::timing::Stamp;
-use crate::pt::timing::ToNs;
+use crate::pt::timing::{Stamp, ToNs};
 
 /// What the clock holds until it knows the time: an event of a thread
 /// slot, or a checkpoint.

@@ -16,8 +16,7 @@ use crate::passes::event::{EndReason, Event, EventKind, FuncId, FuncTable, UNKNO
 use crate::passes::stack::{Guessed, Stitch};
 use crate::progress::DecodeProgress;
 use crate::pt::block::{Block, BlockEnd, BlockItem, MemoEntry, PtError};
-use crate::pt::timing::Clock;
-use crate::pt::timing::ToNs;
+use crate::pt::timing::{Clock, ToNs};
 use ptscope_model::Checkpoint;
 
 /// Slots of the walker's direct-mapped caches.

@@ -4,7 +4,9 @@
 //!   timing packets (TSC, MTC with TMA, CYC with CBR), by the SDM's rules;
 //! - [`interpolation`]: only some branches get a time of their own, so
 //!   the [`Clock`] spreads time between two such anchors by instruction
-//!   count and releases everything it held, in order, once timed.
+//!   count and releases everything it held, in order, once timed;
+//! - [`ToNs`]: what those times become in the model, perf's nanoseconds
+//!   (or instruction counts, kept as they are).
 
 pub(crate) mod interpolation;
 pub(crate) mod packets;
