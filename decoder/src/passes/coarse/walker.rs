@@ -783,7 +783,11 @@ impl<'i, R: Resolve, D: Blocks<'i>, O: Observe, S: Sink + ?Sized> Walker<'_, 'i,
     }
 
     fn item(&mut self, dec: &mut D, item: BlockItem) {
-        if self.end_at != u64::MAX {
+        // Before the chunk's end, nearly every item: told apart by the
+        // decoder's offset and the item's kind, without working out the
+        // offset an error or overflow stands at.
+        let rare = matches!(item, BlockItem::Error { .. } | BlockItem::Overflow { .. });
+        if self.end_at != u64::MAX && (rare || dec.offset() > self.end_at) {
             // Past the next chunk's PSB without its status (PSB+ failed):
             // what follows is the next chunk's to report.
             let (off, ip) = match &item {
