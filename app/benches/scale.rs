@@ -396,17 +396,24 @@ fn peer_rows(table: &mut Table, what: &str, p: &peers::Peers) {
 /// symbols read, the code mapped and the memo filled anew, as when a user
 /// opens the file), the fastest of up to three rounds of each, in turn.
 fn cores_row(table: &mut Table, what: &str, path: &Path, rounds: usize) {
-    let (mut one, mut all) = (Duration::MAX, Duration::MAX);
-    for _ in 0..rounds.clamp(1, 3) {
-        one = one.min(child_decode(path, 1).time);
-        all = all.min(child_decode(path, 0).time);
-    }
+    let (one, all) = fastest_child_decodes(path, rounds);
     let speedup = secs(one) / secs(all);
     table.row(
         format!("{what}: every core against one, each in a process of its own"),
         format!("{speedup:.2}x ({:.2} s / {:.2} s)", secs(one), secs(all)),
         &format!(">= 1.8x: {}", verdict(speedup >= 1.8)),
     );
+}
+
+/// The fastest of up to three rounds of decodes of `path` on one core and
+/// on every core, in turn, each in a process of its own.
+fn fastest_child_decodes(path: &Path, rounds: usize) -> (Duration, Duration) {
+    let (mut one, mut all) = (Duration::MAX, Duration::MAX);
+    for _ in 0..rounds.clamp(1, 3) {
+        one = one.min(child_decode(path, 1).time);
+        all = all.min(child_decode(path, 0).time);
+    }
+    (one, all)
 }
 
 /// A cold decode on one core: in a process of its own that holds nothing
@@ -639,11 +646,7 @@ fn main() {
     // decode's: 2.8 s or 3.8 s, nothing between), and a median of three
     // then reports the slow one. The rows below read the model of one
     // decode here, on every core.
-    let (mut one, mut all) = (Duration::MAX, Duration::MAX);
-    for _ in 0..rounds.clamp(1, 3) {
-        one = one.min(child_decode(&big, 1).time);
-        all = all.min(child_decode(&big, 0).time);
-    }
+    let (one, all) = fastest_child_decodes(&big, rounds);
     let model = decode_snapshot(&snap, &DecodeOptions::default()).unwrap();
     let spans = model.span_count() as f64;
     let insns: u64 = model.threads.iter().map(|t| t.walk.instructions).sum();

@@ -193,8 +193,6 @@ pub(crate) struct StackBuilder {
     /// A builder of one chunk whose stack below is not known yet: what it
     /// guessed of it (see [`speculate`]).
     guess: Option<Box<speculate::Guesses>>,
-    /// Threads a closing segment's lanes are summarized on.
-    summarize_on: usize,
 }
 
 impl StackBuilder {
@@ -215,7 +213,6 @@ impl StackBuilder {
             closed_bases: Vec::new(),
             stats: StackStats::default(),
             guess: None,
-            summarize_on: 1,
         }
     }
 
@@ -489,14 +486,13 @@ impl StackBuilder {
         mut self,
         workers: usize,
     ) -> (ThreadSpans, StackStats, Vec<i32>) {
-        self.summarize_on = workers;
         let t = self.last_time;
         if let Some(err) = self.error.take() {
             self.close_segment(err.time, flag::END_ESTIMATED);
             self.push_closed(err.func, err.time, t, 0);
-            self.close_segment(t, 0);
+            self.close_segment_on(t, 0, workers);
         } else {
-            self.close_segment(t, flag::OPEN_END);
+            self.close_segment_on(t, flag::OPEN_END, workers);
         }
         self.out.shrink_to_fit();
         (self.out, self.stats, self.closed_bases)
@@ -885,6 +881,12 @@ impl StackBuilder {
     /// Closes all open frames at `t` and files the segment's spans into
     /// lanes, now that no caller can be synthesized below them any more.
     fn close_segment(&mut self, t: u64, end_flags: u32) {
+        self.close_segment_on(t, end_flags, 1);
+    }
+
+    /// [`close_segment`](Self::close_segment), its lanes summarized on up
+    /// to `workers` threads.
+    fn close_segment_on(&mut self, t: u64, end_flags: u32, workers: usize) {
         if self.guess.is_some() {
             return self.fail();
         }
@@ -896,7 +898,6 @@ impl StackBuilder {
             segment,
             out,
             lane_starts: starts,
-            summarize_on,
             ..
         } = self;
         let low = segment.low;
@@ -927,7 +928,7 @@ impl StackBuilder {
                 .iter()
                 .filter(|&&(l, ..)| l == level)
                 .map(|&(_, i, ns)| (i as usize, ns));
-            out.append_lane_on(depth(level), spans, here, *summarize_on);
+            out.append_lane_on(depth(level), spans, here, workers);
         }
         // Once the parents are in too, file the spans whose times do not
         // say which span above they were made in (a parent is a span of
