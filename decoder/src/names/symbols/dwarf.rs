@@ -16,7 +16,7 @@ use ptscope_formats::demangle;
 
 use super::elf::region_containing;
 use super::intervals::{has_gap, Interval};
-use super::unit_lines::UnitLines;
+use super::unit_lines::{UnitLines, UnitLinesBuilder};
 use super::{
     DwarfReader, InlineFrame, ModuleSymbols, PendingFunc, SourceFrame, SourceLocation, SymbolSource,
 };
@@ -72,11 +72,10 @@ const LINE_SECTIONS: [gimli::SectionId; 4] = [
 ];
 
 impl SourceIndex {
-    /// Indexes the units of `loaded` (whose sections `dwarf` reads), and
-    /// packs what only addr2line reads.
-    pub(super) fn new(loaded: LoadedDwarf, dwarf: gimli::Dwarf<DwarfReader>) -> SourceIndex {
-        let units = UnitLines::new(&dwarf).map_err(|e| format!("reading DWARF units: {e}"));
-        drop(dwarf);
+    /// The index of `loaded`'s units ([`read_units`]), with what only
+    /// addr2line reads packed.
+    pub(super) fn new(loaded: LoadedDwarf, units: Result<UnitLines, gimli::Error>) -> SourceIndex {
+        let units = units.map_err(|e| format!("reading DWARF units: {e}"));
         let LoadedDwarf {
             mut sections,
             packed,
@@ -490,17 +489,22 @@ fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
 /// for DWARF to add, and its DIEs are not walked.
 const MIN_DWARF_GAP: u64 = 16;
 
-/// Adds a function for each `DW_TAG_subprogram` range in a compilation
-/// unit that the symbols leave uncovered. A damaged unit is skipped; the
-/// first error is returned after the others are read.
-pub(super) fn dwarf_functions(
+/// Reads every unit of `dwarf` once for two things: the functions of the
+/// units that code no symbol covers holds (see [`unit_functions`]), added
+/// to `funcs` and their ranges to `out`, and the units' line index. Each
+/// unit's abbreviations and line program header are parsed once for
+/// both: for libc's 2,000 units, a quarter of reading its symbols. The
+/// functions are kept up to a unit that cannot be read, whose error comes
+/// back (the first); the index fails as a whole, as addr2line's does.
+pub(super) fn read_units(
     dwarf: &gimli::Dwarf<DwarfReader>,
     code: &[(u64, u64)],
     covered: &[Interval],
     funcs: &mut Vec<PendingFunc<'_>>,
     out: &mut Vec<Interval>,
-) -> gimli::Result<()> {
+) -> (gimli::Result<()>, gimli::Result<UnitLines>) {
     let mut first_error = None;
+    let mut lines = UnitLinesBuilder::new(dwarf);
     let mut headers = dwarf.units();
     loop {
         // A bad unit header leaves no way to find the next one.
@@ -509,19 +513,36 @@ pub(super) fn dwarf_functions(
             Ok(None) => break,
             Err(e) => {
                 first_error.get_or_insert(e);
+                lines = Err(e);
                 break;
             }
         };
-        let result = dwarf
-            .unit(header)
-            .and_then(|unit| unit_functions(dwarf, &unit, code, covered, funcs, out));
-        if let Err(e) = result {
+        let offset = header.debug_info_offset();
+        let indexed = lines.as_ref().is_ok_and(|b| b.wants(&header));
+        let unit = match dwarf.unit(header) {
+            Ok(unit) => unit,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        if let Err(e) = unit_functions(dwarf, &unit, code, covered, funcs, out) {
             first_error.get_or_insert(e);
         }
+        if let (true, Some(offset), Ok(b)) = (indexed, offset, &mut lines) {
+            if let Err(e) = b.add(dwarf, offset, &unit) {
+                lines = Err(e);
+            }
+        }
     }
-    first_error.map_or(Ok(()), Err)
+    (
+        first_error.map_or(Ok(()), Err),
+        lines.map(UnitLinesBuilder::finish),
+    )
 }
 
+/// Adds a function for each `DW_TAG_subprogram` range in `unit` that
+/// the symbols leave uncovered.
 fn unit_functions(
     dwarf: &gimli::Dwarf<DwarfReader>,
     unit: &gimli::Unit<DwarfReader>,

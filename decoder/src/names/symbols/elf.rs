@@ -11,7 +11,7 @@ use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
 
-use super::dwarf::{dwarf_functions, load_dwarf, Opened, SourceIndex};
+use super::dwarf::{load_dwarf, read_units, Opened, SourceIndex};
 use super::intervals::{flatten, subtract, Interval};
 use super::plt::plt_candidates;
 use super::{build, ModuleSymbols, PendingFunc, Segment, SymbolError, SymbolSource};
@@ -154,13 +154,15 @@ pub(super) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     if let Some(loaded) = dwarf {
         let dwarf = loaded.dwarf();
         let mut dw_intervals = Vec::new();
-        if let Err(e) = dwarf_functions(&dwarf, &code, &sym_pieces, &mut funcs, &mut dw_intervals) {
+        let (found, units) = read_units(&dwarf, &code, &sym_pieces, &mut funcs, &mut dw_intervals);
+        if let Err(e) = found {
             dwarf_problem = Some(format!("reading DWARF functions: {e}"));
         }
+        drop(dwarf);
         let dw_pieces = flatten(dw_intervals);
         pieces.extend(subtract(&dw_pieces, &sym_pieces));
         pieces.sort_by_key(|p| p.start);
-        context = Some(SourceIndex::new(loaded, dwarf));
+        context = Some(SourceIndex::new(loaded, units));
     }
 
     // Unwind tables cover every function of a stripped binary: its FDEs

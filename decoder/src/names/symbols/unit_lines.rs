@@ -115,102 +115,139 @@ pub(super) struct UnitLines {
     budget: usize,
 }
 
-impl UnitLines {
-    /// Finds every unit's address ranges; an error if a unit's header or
-    /// first entry cannot be read (addr2line's index fails alike).
-    pub(super) fn new(dwarf: &gimli::Dwarf<DwarfReader>) -> Result<UnitLines, gimli::Error> {
-        // Units that .debug_aranges describes, by their offset.
+/// The index as it is built, a unit at a time in the order of
+/// `.debug_info`: one pass over the units reads both the index and the
+/// functions no symbol covers (`dwarf::read_units`), parsing each unit's
+/// abbreviations and line program header once.
+pub(super) struct UnitLinesBuilder {
+    /// Units that .debug_aranges describes, by their offset.
+    aranges: Vec<(
+        gimli::DebugInfoOffset<usize>,
+        gimli::DebugArangesOffset<usize>,
+    )>,
+    ranges: Vec<UnitRange>,
+    sources: Vec<UnitSource>,
+    /// As many units as an index can number: later ones are left out.
+    full: bool,
+}
+
+impl UnitLinesBuilder {
+    /// A builder that has read `.debug_aranges`; an error if it cannot.
+    pub(super) fn new(dwarf: &gimli::Dwarf<DwarfReader>) -> Result<UnitLinesBuilder, gimli::Error> {
         let mut aranges = Vec::new();
         let mut headers = dwarf.debug_aranges.headers();
         while let Some(header) = headers.next()? {
             aranges.push((header.debug_info_offset(), header.offset()));
         }
         aranges.sort_unstable_by_key(|a| a.0);
+        Ok(UnitLinesBuilder {
+            aranges,
+            ranges: Vec::new(),
+            sources: Vec::new(),
+            full: false,
+        })
+    }
 
-        let mut ranges = Vec::new();
-        let mut sources = Vec::new();
-        let mut units = dwarf.units();
-        while let Some(header) = units.next()? {
-            let Some(offset) = header.debug_info_offset() else {
-                continue;
-            };
-            match header.type_() {
-                // Types need no lines, and partial units have no ranges.
+    /// Whether the index has a use for the unit of `header`: types need no
+    /// lines, and partial units have no ranges.
+    pub(super) fn wants(&self, header: &gimli::UnitHeader<DwarfReader>) -> bool {
+        let kind = header.type_();
+        !self.full
+            && header.debug_info_offset().is_some()
+            && !matches!(
+                kind,
                 gimli::UnitType::Type { .. }
-                | gimli::UnitType::SplitType { .. }
-                | gimli::UnitType::Partial => continue,
-                _ => {}
-            }
-            let Ok(unit) = dwarf.unit(header) else {
-                continue;
-            };
-            let source = UnitSource::of(&unit);
-            let unit = gimli::UnitRef::new(dwarf, &unit);
-            let Some(found) = RootRanges::read(unit)? else {
-                continue;
-            };
-            // Four billion units cannot fit in a file this reads.
-            let Ok(index) = u32::try_from(sources.len()) else {
-                break;
-            };
-            let mut add = |begin: u64, end: u64| {
-                ranges.push(UnitRange {
-                    begin,
-                    end,
-                    unit: index,
-                    min_begin: 0,
-                })
-            };
-            // addr2line's order of preference: DW_AT_ranges, then
-            // .debug_aranges, then the low and high pc, then the line
-            // program's sequences.
-            let mut found_any = false;
-            if found.ranges.is_none() {
-                let first = aranges.partition_point(|a| a.0 < offset);
-                for &(_, at) in aranges[first..].iter().take_while(|a| a.0 == offset) {
-                    let mut entries = dwarf.debug_aranges.header(at)?.entries();
-                    // Errors are skipped, as addr2line does: the iterator
-                    // ends after one it cannot step over.
-                    while let Some(entry) = entries.next().transpose() {
-                        if let Ok(entry) = entry {
-                            if entry.length() != 0 {
-                                let r = entry.range();
-                                add(r.begin, r.end);
-                                found_any = true;
-                            }
+                    | gimli::UnitType::SplitType { .. }
+                    | gimli::UnitType::Partial
+            )
+    }
+
+    /// Adds the address ranges of `unit`, which lies at `offset` of
+    /// `.debug_info` (a unit [`wants`](Self::wants) took); an error if its
+    /// first entry cannot be read (addr2line's index fails alike).
+    pub(super) fn add(
+        &mut self,
+        dwarf: &gimli::Dwarf<DwarfReader>,
+        offset: gimli::DebugInfoOffset<usize>,
+        unit: &gimli::Unit<DwarfReader>,
+    ) -> Result<(), gimli::Error> {
+        let source = UnitSource::of(unit);
+        let unit = gimli::UnitRef::new(dwarf, unit);
+        let Some(found) = RootRanges::read(unit)? else {
+            return Ok(());
+        };
+        // Four billion units cannot fit in a file this reads.
+        let Ok(index) = u32::try_from(self.sources.len()) else {
+            self.full = true;
+            return Ok(());
+        };
+        let ranges = &mut self.ranges;
+        let mut add = |begin: u64, end: u64| {
+            ranges.push(UnitRange {
+                begin,
+                end,
+                unit: index,
+                min_begin: 0,
+            })
+        };
+        // addr2line's order of preference: DW_AT_ranges, then
+        // .debug_aranges, then the low and high pc, then the line
+        // program's sequences.
+        let mut found_any = false;
+        if found.ranges.is_none() {
+            let aranges = &self.aranges;
+            let first = aranges.partition_point(|a| a.0 < offset);
+            for &(_, at) in aranges[first..].iter().take_while(|a| a.0 == offset) {
+                let mut entries = dwarf.debug_aranges.header(at)?.entries();
+                // Errors are skipped, as addr2line does: the iterator
+                // ends after one it cannot step over.
+                while let Some(entry) = entries.next().transpose() {
+                    if let Ok(entry) = entry {
+                        if entry.length() != 0 {
+                            let r = entry.range();
+                            add(r.begin, r.end);
+                            found_any = true;
                         }
                     }
                 }
             }
-            if !found_any {
-                found_any = found.each_range(unit, &mut add)?;
-            }
-            if !found_any {
-                if let Ok(lines) = read_lines(dwarf, &source, index) {
-                    for s in lines.sequences.iter() {
-                        add(s.start, s.end);
-                        found_any = true;
-                    }
+        }
+        if !found_any {
+            found_any = found.each_range(unit, &mut add)?;
+        }
+        if !found_any {
+            if let Ok(lines) = read_lines(dwarf, &source, index) {
+                for s in lines.sequences.iter() {
+                    add(s.start, s.end);
+                    found_any = true;
                 }
             }
-            if found_any {
-                sources.push(source);
-            }
         }
+        if found_any {
+            self.sources.push(source);
+        }
+        Ok(())
+    }
+
+    /// The index of the units added.
+    pub(super) fn finish(self) -> UnitLines {
+        let mut ranges = self.ranges;
         ranges.sort_unstable_by_key(|r| (r.end, r.unit));
         let mut min = u64::MAX;
         for r in ranges.iter_mut().rev() {
             min = min.min(r.begin);
             r.min_begin = min;
         }
-        Ok(UnitLines {
+        UnitLines {
             ranges: ranges.into_boxed_slice(),
-            units: sources.into_boxed_slice(),
+            units: self.sources.into_boxed_slice(),
             read: Mutex::new(VecDeque::new()),
             budget: ROW_BUDGET,
-        })
+        }
     }
+}
 
+impl UnitLines {
     /// The file and line of `probe`: addr2line's `find_location`, without
     /// the column. `None` where it has none, or where a unit it would read
     /// cannot be. `dwarf` need hold only the line program and string
