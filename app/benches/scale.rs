@@ -39,7 +39,8 @@
 //!   the memo and without, the memo's hit rate, share of blocks replayed and memory;
 //!   a cold decode on one core (a process of its own: nothing read yet,
 //!   the memo empty) against the warm median, with its peak memory; and
-//!   re-opening the file through the model cache.
+//!   re-opening the file through the model cache (alone, in a process of
+//!   its own: `--reopen-child=PATH`).
 //! - **A gigabyte**: first spans, and the coarse pass on one core and on
 //!   every core with its peak memory, each in a process of its own.
 //! - **Frame build**, the CPU side of a 1920×1080 frame of the viewer, with
@@ -184,6 +185,19 @@ fn decode_child(spec: &str) {
         "decoded {} {} {insns} {peak} {before} {peak_anon}",
         time.as_nanos(),
         m.span_count()
+    );
+}
+
+/// `--reopen-child=PATH`: opens PATH through a model cache of its own
+/// twice and prints how long the second open took, and until its fine
+/// pass's source was ready (µs): what the re-open rows measure, alone.
+fn reopen_child(path: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let r = reopen(dir.path(), path, Duration::from_secs(1));
+    println!(
+        "reopened {} {}",
+        r.time.as_micros(),
+        r.lines_ready.as_micros()
     );
 }
 
@@ -571,6 +585,10 @@ fn main() {
     // As the app does: decodes are measured with the allocator it runs.
     ptscope::allocator::tune();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(spec) = args.iter().find_map(|a| a.strip_prefix("--reopen-child=")) {
+        reopen_child(Path::new(spec));
+        return;
+    }
     if let Some(spec) = args.iter().find_map(|a| a.strip_prefix("--decode-child=")) {
         decode_child(spec);
         return;

@@ -171,14 +171,29 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
             Ok(Decoded::without_lines(m))
         }
         InputKind::Snapshot | InputKind::PerfData => {
-            let mut snap = Snapshot::open(path).map_err(DecodeError::File)?;
+            let (mut snap, unpack) =
+                Snapshot::open_unpacking_later(path).map_err(DecodeError::File)?;
             let dopts = &opts.decode;
             let cache = opts
                 .cache
                 .as_ref()
                 .and_then(|c| Some((c, c.key(path, &model_options(dopts))?)));
+            // The snapshot's binaries are copied out while the cached model,
+            // if any, is read: a re-open took as long for each.
+            let loaded = match &cache {
+                None => unpack.run().map(|()| None),
+                Some((c, key)) => std::thread::scope(|s| {
+                    let unpacking = s.spawn(|| unpack.run());
+                    let loaded = c.load(key, dopts.progress.as_deref());
+                    let unpacked = unpacking
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    unpacked.map(|()| loaded)
+                }),
+            }
+            .map_err(DecodeError::File)?;
             if let Some((c, key)) = &cache {
-                match c.load(key, dopts.progress.as_deref()) {
+                match loaded {
                     Some(Ok(cached)) => match crate::decode::reopen(snap, dopts, cached)? {
                         Reopened::Model(model) => {
                             c.used(key);

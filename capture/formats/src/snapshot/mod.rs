@@ -77,9 +77,80 @@ fn safe_member(name: &Path) -> bool {
         && name.components().count() > 0
 }
 
+/// The binaries and debug files a `.ptscope` snapshot carries, still to
+/// be copied out of the archive into its build-id directory
+/// ([`Snapshot::open_unpacking_later`]): some 16 MB for a python3
+/// capture, half of re-opening one that was decoded before, which can
+/// read its cached model meanwhile.
+#[derive(Debug)]
+#[must_use = "the snapshot's binaries are not there until it runs"]
+pub struct Unpack {
+    archive: PathBuf,
+    dir: PathBuf,
+    /// Each member's name, and where its bytes lie in the archive.
+    members: Vec<(PathBuf, u64, u64)>,
+}
+
+impl Unpack {
+    /// Copies the members out, through a handle of the archive's own; an
+    /// error names the archive and the member.
+    pub fn run(self) -> Result<(), FileError> {
+        let Unpack {
+            archive: path,
+            dir,
+            members,
+        } = self;
+        let path = path.as_path();
+        let kind = ".ptscope snapshot";
+        let mut from: Option<std::fs::File> = None;
+        for (name, at, size) in members {
+            // Copied from the archive to its file by the kernel. Read and
+            // written through this process, these were most of a
+            // re-open's time.
+            let dest = dir.join(&name);
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
+            }
+            let truncated = |e: std::io::Error| {
+                bad(
+                    path,
+                    kind,
+                    format!("member `{}` is truncated ({e})", name.display()),
+                )
+            };
+            let from = match &mut from {
+                Some(from) => from,
+                None => from.insert(std::fs::File::open(path).map_err(|e| FileError::io(path, e))?),
+            };
+            from.seek(std::io::SeekFrom::Start(at)).map_err(truncated)?;
+            let mut to = std::fs::File::create(&dest).map_err(|e| FileError::io(&dest, e))?;
+            let copied = std::io::copy(&mut (&*from).take(size), &mut to)
+                .map_err(|e| FileError::io(&dest, e))?;
+            if copied != size {
+                return Err(bad(
+                    path,
+                    kind,
+                    format!("member `{}` is truncated", name.display()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Snapshot {
     /// Opens a `.ptscope` snapshot or a perf.data file, by content.
     pub fn open(path: &Path) -> Result<Snapshot, FileError> {
+        let (snap, unpack) = Self::open_unpacking_later(path)?;
+        unpack.run()?;
+        Ok(snap)
+    }
+
+    /// [`open`](Self::open), but the binaries and debug files a snapshot
+    /// carries are left in the archive: the snapshot's build-id
+    /// directory holds them once [`Unpack::run`] has, and nothing may
+    /// look there before (nothing to do for a perf.data file).
+    pub fn open_unpacking_later(path: &Path) -> Result<(Snapshot, Unpack), FileError> {
         let meta = std::fs::metadata(path).map_err(|e| FileError::io(path, e))?;
         if meta.is_dir() {
             return Err(bad(path, "snapshot", "is a directory, not a file"));
@@ -96,14 +167,20 @@ impl Snapshot {
             let perf_data = std::fs::read(path)
                 .map_err(|e| FileError::io(path, e))?
                 .into();
-            return Ok(Snapshot {
+            let snap = Snapshot {
                 path: path.to_path_buf(),
                 perf_data,
                 metadata: None,
                 kallsyms: None,
                 modules: None,
                 cache: None,
-            });
+            };
+            let nothing = Unpack {
+                archive: path.to_path_buf(),
+                dir: PathBuf::new(),
+                members: Vec::new(),
+            };
+            return Ok((snap, nothing));
         }
         Self::open_archive(path)
     }
@@ -163,9 +240,10 @@ impl Snapshot {
         Ok(None)
     }
 
-    fn open_archive(path: &Path) -> Result<Snapshot, FileError> {
+    fn open_archive(path: &Path) -> Result<(Snapshot, Unpack), FileError> {
         let kind = ".ptscope snapshot";
         let file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
+        let len = file.metadata().map_err(|e| FileError::io(path, e))?.len();
         // Seeking past the members it maps rather than reading them.
         let mut archive = tar::Archive::new(&file);
         let entries = archive.entries_with_seek().map_err(|e| {
@@ -184,9 +262,7 @@ impl Snapshot {
         let mut kallsyms = None;
         let mut modules = None;
         let mut members = 0usize;
-        // The handle carried members are copied out through, opened for
-        // the first.
-        let mut copier: Option<std::fs::File> = None;
+        let mut carried = Vec::new();
         for entry in entries {
             let mut entry = entry.map_err(|e| {
                 if members == 0 {
@@ -244,39 +320,17 @@ impl Snapshot {
             }
             let name_str = name.to_string_lossy();
             if name_str.starts_with(".build-id/") {
-                // A binary or debug file, by far most of the rest: copied
-                // from the archive to its file by the kernel, through a
-                // handle of its own (the archive reads through `file`).
-                // Read and written through this process, these were most
-                // of a re-open's time.
-                let dest = cache.path().join(&name);
-                if let Some(parent) = dest.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
-                }
-                let truncated = |e: std::io::Error| {
-                    bad(
-                        path,
-                        kind,
-                        format!("member `{}` is truncated ({e})", name.display()),
-                    )
-                };
-                let from = match &mut copier {
-                    Some(from) => from,
-                    None => copier
-                        .insert(std::fs::File::open(path).map_err(|e| FileError::io(path, e))?),
-                };
-                from.seek(std::io::SeekFrom::Start(entry.raw_file_position()))
-                    .map_err(truncated)?;
-                let mut to = std::fs::File::create(&dest).map_err(|e| FileError::io(&dest, e))?;
-                let copied = std::io::copy(&mut (&*from).take(size), &mut to)
-                    .map_err(|e| FileError::io(&dest, e))?;
-                if copied != size {
+                // A binary or debug file, by far most of the rest: left for
+                // the unpack, unless the archive ends before it does.
+                let at = entry.raw_file_position();
+                if at.checked_add(size).is_none_or(|end| end > len) {
                     return Err(bad(
                         path,
                         kind,
                         format!("member `{}` is truncated", name.display()),
                     ));
                 }
+                carried.push((name, at, size));
                 continue;
             }
             let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
@@ -320,14 +374,20 @@ impl Snapshot {
         }
         let perf_data =
             perf_data.ok_or_else(|| bad(path, kind, "the archive holds no perf.data"))?;
-        Ok(Snapshot {
+        let unpack = Unpack {
+            archive: path.to_path_buf(),
+            dir: cache.path().to_path_buf(),
+            members: carried,
+        };
+        let snap = Snapshot {
             path: path.to_path_buf(),
             perf_data,
             metadata,
             kallsyms,
             modules,
             cache: Some(cache),
-        })
+        };
+        Ok((snap, unpack))
     }
 
     /// Parses the perf.data inside.
