@@ -477,4 +477,38 @@ mod tests {
         let e = Snapshot::open(dir.path()).unwrap_err().to_string();
         assert!(e.contains("directory"), "{e}");
     }
+
+    /// A snapshot opened with its unpack left for later has its carried
+    /// files once the unpack runs, each as the archive holds it; a member
+    /// the archive ends before is an error at the open, naming it.
+    #[test]
+    fn carried_files_are_there_once_unpacked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.ptscope");
+        let elf = crate::buildid::cache_path(&[0xab, 0xcd], false);
+        let debug = crate::buildid::debug_cache_path(&[0xab, 0xcd]);
+        let members = [
+            (elf.clone(), &b"the binary"[..]),
+            (debug.clone(), &[7u8; 5000][..]),
+        ];
+        write_archive(&path, b"not a trace", &members, &Metadata::default()).unwrap();
+        let (snap, unpack) = Snapshot::open_unpacking_later(&path).unwrap();
+        let root = snap.buildid_dir().unwrap().to_path_buf();
+        assert!(!root.join(&elf).exists());
+        unpack.run().unwrap();
+        for (name, data) in members {
+            assert_eq!(std::fs::read(root.join(name)).unwrap(), data);
+        }
+        assert_eq!(&snap.perf_data[..], b"not a trace");
+
+        // Cut inside the second member's bytes.
+        let bytes = std::fs::read(&path).unwrap();
+        let at = bytes.windows(4).position(|w| w == [7; 4]).unwrap();
+        let cut = dir.path().join("cut.ptscope");
+        std::fs::write(&cut, &bytes[..at + 100]).unwrap();
+        let e = Snapshot::open_unpacking_later(&cut)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cut.ptscope") && e.contains("truncated"), "{e}");
+    }
 }
