@@ -41,6 +41,7 @@ pub(super) fn add_proc<'p>(
     loaders: &mut Loaders,
     symbols: &mut SymbolCache,
     missing_binaries: &mut Vec<String>,
+    workers: usize,
 ) -> Result<&'p mut Proc, DecodeError> {
     if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
         let mut notes = Vec::new();
@@ -91,6 +92,13 @@ pub(super) fn add_proc<'p>(
                 missing_binaries.push(m);
             }
         }
+        // Its binaries' symbols, on two cores where the decode has them:
+        // the walk cannot start before them.
+        symbols.preload(
+            secs.iter()
+                .map(|s| (s.file.as_path(), s.mapped_path.as_str())),
+            workers > 1,
+        );
         let resolver = ProcessSymbols::new(&secs, &missing_maps, symbols);
         e.insert((image, resolver));
     }

@@ -106,6 +106,8 @@ fn build(
             &mut loaders,
             &mut symbols,
             &mut missing_binaries,
+            // On the thread the source is built on, beside the window.
+            1,
         )?;
         resolver.relearn(learned.iter().copied());
     }

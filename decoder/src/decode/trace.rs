@@ -202,6 +202,7 @@ impl<'a> Run<'a> {
                 &mut self.loaders,
                 &mut self.symbols,
                 &mut self.missing_binaries,
+                opts.parallel.workers,
             )?;
             // Its debug files are in hand (or not to be had): no transfer is
             // waited on any more, even one that failed midway.
@@ -409,6 +410,7 @@ impl<'a> Run<'a> {
                 &mut self.loaders,
                 &mut self.symbols,
                 &mut self.missing_binaries,
+                opts.parallel.workers,
             )?;
         }
         if let Some(p) = progress {

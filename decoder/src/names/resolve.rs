@@ -110,9 +110,68 @@ impl SymbolCache {
         }
         self.locate_mapped(file, mapped_path);
         let found = self.located.remove(file).flatten();
-        let m = found.and_then(|found| shared_symbols(found, mapped_path, &mut self.notes));
+        let m = found.and_then(|found| shared_symbols(&found, mapped_path, &mut self.notes));
         self.modules.insert(file.to_path_buf(), m.clone());
         m
+    }
+
+    /// Reads the symbols of the binaries `files` (each with the path the
+    /// trace mapped it at) that are not read yet: the largest on this
+    /// thread, the others meanwhile on one more when `beside` (a decode on
+    /// more than one core). A process's binaries are read before any of
+    /// its trace is walked, and one of them (libc's debug file, inflated
+    /// and indexed) can take as long as the others together. What the
+    /// search tells the user comes in `files`' order, as read one by one.
+    pub fn preload<'f>(
+        &mut self,
+        files: impl IntoIterator<Item = (&'f Path, &'f str)>,
+        beside: bool,
+    ) {
+        let mut todo: Vec<(&Path, &str, Located)> = Vec::new();
+        for (file, mapped_path) in files {
+            if self.modules.contains_key(file) || todo.iter().any(|(f, ..)| *f == file) {
+                continue;
+            }
+            self.locate_mapped(file, mapped_path);
+            match self.located.remove(file).flatten() {
+                Some(found) => todo.push((file, mapped_path, found)),
+                None => {
+                    self.modules.insert(file.to_path_buf(), None);
+                }
+            }
+        }
+        let size = |l: &Located| {
+            let debug = l.debug.as_ref().and_then(|(_, f)| f.metadata().ok());
+            debug
+                .or_else(|| l.file.metadata().ok())
+                .map_or(0, |m| m.len())
+        };
+        let largest = (0..todo.len()).max_by_key(|&i| size(&todo[i].2));
+        let load = |i: usize| {
+            let (_, mapped_path, found) = &todo[i];
+            let mut notes = Vec::new();
+            (shared_symbols(found, mapped_path, &mut notes), notes)
+        };
+        let others: Vec<usize> = (0..todo.len()).filter(|&i| Some(i) != largest).collect();
+        let load_others = || others.iter().map(|&i| (i, load(i))).collect::<Vec<_>>();
+        let (first, rest) = std::thread::scope(|s| {
+            let helper = (beside && !others.is_empty()).then(|| s.spawn(load_others));
+            let first = largest.map(|i| (i, load(i)));
+            let rest = match helper {
+                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                None => load_others(),
+            };
+            (first, rest)
+        });
+        let mut loaded: Vec<Option<_>> = (0..todo.len()).map(|_| None).collect();
+        for (i, l) in first.into_iter().chain(rest) {
+            loaded[i] = Some(l);
+        }
+        for ((file, ..), l) in todo.iter().zip(loaded) {
+            let (module, notes) = l.expect("every binary was read");
+            self.notes.extend(notes);
+            self.modules.insert(file.to_path_buf(), module);
+        }
     }
 
     /// Finds the binary `file` (mapped as `mapped_path`) and the separate
@@ -237,7 +296,7 @@ struct Located {
 /// parsing libc again. Weak, so they go with the last model that uses
 /// them.
 fn shared_symbols(
-    found: Located,
+    found: &Located,
     mapped_path: &str,
     notes: &mut Vec<String>,
 ) -> Option<Arc<ModuleSymbols>> {
@@ -249,19 +308,24 @@ fn shared_symbols(
     // a file replaced in between cannot be cached under the other's
     // identity.
     let Located { path, file, debug } = found;
-    let id = (
-        file_id(&file)?,
-        debug.as_ref().and_then(|(_, f)| file_id(f)),
-    );
+    let id = (file_id(file)?, debug.as_ref().and_then(|(_, f)| file_id(f)));
     let mut shared = SHARED.lock();
     let map = shared.get_or_insert_with(HashMap::new);
-    if let Some(m) = map.get(&id).and_then(Weak::upgrade) {
-        return Some(m);
-    }
-    map.retain(|_, w| w.strong_count() > 0);
-    drop(shared);
-    let debug_ref = debug.as_ref().map(|(p, f)| (p.as_path(), f));
-    let m = Arc::new(ModuleSymbols::load_split(&path, &file, debug_ref).ok()?);
+    let m = match map.get(&id).and_then(Weak::upgrade) {
+        Some(m) => m,
+        None => {
+            map.retain(|_, w| w.strong_count() > 0);
+            drop(shared);
+            let debug_ref = debug.as_ref().map(|(p, f)| (p.as_path(), f));
+            let m = Arc::new(ModuleSymbols::load_split(path, file, debug_ref).ok()?);
+            SHARED
+                .lock()
+                .get_or_insert_with(HashMap::new)
+                .insert(id, Arc::downgrade(&m));
+            m
+        }
+    };
+    // Told to every cache that asks, whoever read the files first.
     if let (Some((dpath, _)), None) = (&debug, m.debug_file()) {
         let why = m
             .debug_info_problem()
@@ -271,10 +335,6 @@ fn shared_symbols(
             dpath.display()
         ));
     }
-    let mut shared = SHARED.lock();
-    shared
-        .get_or_insert_with(HashMap::new)
-        .insert(id, Arc::downgrade(&m));
     Some(m)
 }
 
@@ -775,6 +835,62 @@ mod tests {
         assert_eq!(file, None);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("names nothing"), "{notes:?}");
+    }
+
+    /// Binaries read ahead, on this thread alone or on two, are what
+    /// reading them one by one gives: the same symbols (shared, not read
+    /// again), the same notes in the same order, and nothing for a file
+    /// that is not there.
+    #[test]
+    fn binaries_read_ahead_are_those_read_one_by_one() {
+        use crate::names::symbols::testutil::{compile, split_debug, tempdir};
+        use ptscope_debuginfo::Search;
+        let dir = tempdir();
+        let bin = compile(dir.path(), "app", &[]);
+        let debug = split_debug(&bin, &[]);
+        // Its debug file, found by build id, names nothing: a note.
+        let id = ptscope_formats::buildid::elf_build_id(&std::fs::read(&bin).unwrap()).unwrap();
+        let root = dir.path().join("usr/lib/debug");
+        let by_id = root.join(ptscope_formats::buildid::debug_dir_path(&id));
+        std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+        std::fs::rename(&debug, &by_id).unwrap();
+        std::fs::write(&by_id, b"junk").unwrap();
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/demo/demo");
+        let files: Vec<(PathBuf, String)> = [bin, demo, dir.path().join("gone")]
+            .into_iter()
+            .map(|f| {
+                let mapped = f.display().to_string();
+                (f, mapped)
+            })
+            .collect();
+        let read = |ahead: Option<bool>| {
+            let search = Search {
+                debug_dirs: vec![root.clone()],
+                ..Search::default()
+            };
+            let mut cache = SymbolCache::new(Lookup::new(None, Some(Arc::new(search))));
+            if let Some(beside) = ahead {
+                cache.preload(files.iter().map(|(f, m)| (f.as_path(), m.as_str())), beside);
+            }
+            let modules: Vec<_> = files.iter().map(|(f, m)| cache.get_mapped(f, m)).collect();
+            (modules, cache.notes().to_vec())
+        };
+        let (one_by_one, notes) = read(None);
+        assert!(one_by_one[0].is_some() && one_by_one[1].is_some() && one_by_one[2].is_none());
+        assert!(
+            notes.iter().any(|n| n.contains("names nothing")),
+            "{notes:?}"
+        );
+        for beside in [false, true] {
+            let (ahead, told) = read(Some(beside));
+            assert_eq!(told, notes, "beside: {beside}");
+            for (a, b) in ahead.iter().zip(&one_by_one) {
+                match (a, b) {
+                    (Some(a), Some(b)) => assert!(Arc::ptr_eq(a, b), "beside: {beside}"),
+                    (a, b) => assert_eq!(a.is_some(), b.is_some(), "beside: {beside}"),
+                }
+            }
+        }
     }
 
     /// The demo's binary mapped whole at a fixed base, with its known
