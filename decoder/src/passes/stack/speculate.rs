@@ -134,6 +134,7 @@ impl Stitch {
         let mut builder = StackBuilder::new(0, 0, String::new());
         builder.opened = true;
         builder.guess = Some(Box::default());
+        builder.segment.mapped_growth = false;
         Stitch {
             builder,
             frames: Vec::new(),
@@ -548,15 +549,10 @@ impl Segment {
     }
 
     /// Files closed spans at `level`, after those there.
-    fn extend(&mut self, level: i32, spans: impl ExactSizeIterator<Item = Span>) {
-        // Grown to powers of two, as span by span: batches grown to just
-        // what they need, then doubled, overshot the peak by 2.4 MB on
-        // python3.
+    pub(super) fn extend(&mut self, level: i32, spans: impl ExactSizeIterator<Item = Span>) {
+        let mapped_growth = self.mapped_growth;
         let lane = self.lane(level);
-        let want = lane.len() + spans.len();
-        if want > lane.capacity() {
-            lane.reserve_exact(want.next_power_of_two() - lane.len());
-        }
+        Segment::room(lane, lane.len() + spans.len(), mapped_growth);
         lane.extend(spans);
     }
 
