@@ -58,8 +58,10 @@ pub struct Snapshot {
     pub kallsyms: Option<Vec<u8>>,
     /// The kernel's modules in `/proc/modules`' format ([`MODULES_MEMBER`]).
     pub modules: Option<Vec<u8>>,
-    /// The extracted build-id cache of a `.ptscope` file.
-    cache: Option<tempfile::TempDir>,
+    /// The extracted build-id cache of a `.ptscope` file (shared with its
+    /// [`Unpack`], so that one run after the snapshot is gone writes into
+    /// a directory that still exists, and is removed with it).
+    cache: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 fn bad(path: &Path, kind: &'static str, problem: impl Into<String>) -> FileError {
@@ -86,7 +88,7 @@ fn safe_member(name: &Path) -> bool {
 #[must_use = "the snapshot's binaries are not there until it runs"]
 pub struct Unpack {
     archive: PathBuf,
-    dir: PathBuf,
+    dir: Option<std::sync::Arc<tempfile::TempDir>>,
     /// Each member's name, and where its bytes lie in the archive.
     members: Vec<(PathBuf, u64, u64)>,
 }
@@ -102,12 +104,15 @@ impl Unpack {
         } = self;
         let path = path.as_path();
         let kind = ".ptscope snapshot";
+        let Some(dir) = dir else {
+            return Ok(());
+        };
         let mut from: Option<std::fs::File> = None;
         for (name, at, size) in members {
             // Copied from the archive to its file by the kernel. Read and
             // written through this process, these were most of a
             // re-open's time.
-            let dest = dir.join(&name);
+            let dest = dir.path().join(&name);
             if let Some(parent) = dest.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| FileError::io(parent, e))?;
             }
@@ -177,7 +182,7 @@ impl Snapshot {
             };
             let nothing = Unpack {
                 archive: path.to_path_buf(),
-                dir: PathBuf::new(),
+                dir: None,
                 members: Vec::new(),
             };
             return Ok((snap, nothing));
@@ -374,9 +379,10 @@ impl Snapshot {
         }
         let perf_data =
             perf_data.ok_or_else(|| bad(path, kind, "the archive holds no perf.data"))?;
+        let cache = std::sync::Arc::new(cache);
         let unpack = Unpack {
             archive: path.to_path_buf(),
-            dir: cache.path().to_path_buf(),
+            dir: Some(cache.clone()),
             members: carried,
         };
         let snap = Snapshot {
@@ -479,8 +485,9 @@ mod tests {
     }
 
     /// A snapshot opened with its unpack left for later has its carried
-    /// files once the unpack runs, each as the archive holds it; a member
-    /// the archive ends before is an error at the open, naming it.
+    /// files once the unpack runs, each as the archive holds it, and an
+    /// unpack run late leaves nothing behind; a member the archive ends
+    /// before is an error at the open, naming it.
     #[test]
     fn carried_files_are_there_once_unpacked() {
         let dir = tempfile::tempdir().unwrap();
@@ -500,6 +507,20 @@ mod tests {
             assert_eq!(std::fs::read(root.join(name)).unwrap(), data);
         }
         assert_eq!(&snap.perf_data[..], b"not a trace");
+        drop(snap);
+        assert!(
+            !root.exists(),
+            "the build-id directory outlives its snapshot"
+        );
+
+        // An unpack run after its snapshot is gone writes into the
+        // directory the snapshot had, which goes with the unpack.
+        let (snap, unpack) = Snapshot::open_unpacking_later(&path).unwrap();
+        let root = snap.buildid_dir().unwrap().to_path_buf();
+        drop(snap);
+        assert!(root.exists());
+        unpack.run().unwrap();
+        assert!(!root.exists(), "a late unpack left its files behind");
 
         // Cut inside the second member's bytes.
         let bytes = std::fs::read(&path).unwrap();

@@ -489,9 +489,9 @@ fn section_bytes<'d, Elf: FileHeader<Endian = Endianness>>(
 /// for DWARF to add, and its DIEs are not walked.
 const MIN_DWARF_GAP: u64 = 16;
 
-/// Reads every unit of `dwarf` once for two things: the functions of the
-/// units that code no symbol covers holds (see [`unit_functions`]), added
-/// to `funcs` and their ranges to `out`, and the units' line index. Each
+/// Reads every unit of `dwarf` once for two things: the functions DWARF
+/// names where the symbols leave code uncovered ([`unit_functions`]),
+/// added to `funcs` and their ranges to `out`, and the units' line index. Each
 /// unit's abbreviations and line program header are parsed once for
 /// both: for libc's 2,000 units, a quarter of reading its symbols. The
 /// functions are kept up to a unit that cannot be read, whose error comes
