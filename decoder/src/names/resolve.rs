@@ -163,12 +163,10 @@ impl SymbolCache {
             };
             (first, rest)
         });
-        let mut loaded: Vec<Option<_>> = (0..todo.len()).map(|_| None).collect();
-        for (i, l) in first.into_iter().chain(rest) {
-            loaded[i] = Some(l);
-        }
-        for ((file, ..), l) in todo.iter().zip(loaded) {
-            let (module, notes) = l.expect("every binary was read");
+        // Back in `files`' order.
+        let mut loaded: Vec<_> = first.into_iter().chain(rest).collect();
+        loaded.sort_unstable_by_key(|&(i, _)| i);
+        for ((file, ..), (_, (module, notes))) in todo.iter().zip(loaded) {
             self.notes.extend(notes);
             self.modules.insert(file.to_path_buf(), module);
         }

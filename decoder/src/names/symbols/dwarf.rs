@@ -517,7 +517,6 @@ pub(super) fn read_units(
                 break;
             }
         };
-        let offset = header.debug_info_offset();
         let indexed = lines.as_ref().is_ok_and(|b| b.wants(&header));
         let unit = match dwarf.unit(header) {
             Ok(unit) => unit,
@@ -529,8 +528,8 @@ pub(super) fn read_units(
         if let Err(e) = unit_functions(dwarf, &unit, code, covered, funcs, out) {
             first_error.get_or_insert(e);
         }
-        if let (true, Some(offset), Ok(b)) = (indexed, offset, &mut lines) {
-            if let Err(e) = b.add(dwarf, offset, &unit) {
+        if let (true, Ok(b)) = (indexed, &mut lines) {
+            if let Err(e) = b.add(dwarf, &unit) {
                 lines = Err(e);
             }
         }

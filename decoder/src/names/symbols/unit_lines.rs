@@ -153,7 +153,6 @@ impl UnitLinesBuilder {
     pub(super) fn wants(&self, header: &gimli::UnitHeader<DwarfReader>) -> bool {
         let kind = header.type_();
         !self.full
-            && header.debug_info_offset().is_some()
             && !matches!(
                 kind,
                 gimli::UnitType::Type { .. }
@@ -162,15 +161,17 @@ impl UnitLinesBuilder {
             )
     }
 
-    /// Adds the address ranges of `unit`, which lies at `offset` of
-    /// `.debug_info` (a unit [`wants`](Self::wants) took); an error if its
-    /// first entry cannot be read (addr2line's index fails alike).
+    /// Adds the address ranges of `unit` (one [`wants`](Self::wants)
+    /// took); an error if its first entry cannot be read (addr2line's
+    /// index fails alike).
     pub(super) fn add(
         &mut self,
         dwarf: &gimli::Dwarf<DwarfReader>,
-        offset: gimli::DebugInfoOffset<usize>,
         unit: &gimli::Unit<DwarfReader>,
     ) -> Result<(), gimli::Error> {
+        let Some(offset) = unit.header.debug_info_offset() else {
+            return Ok(());
+        };
         let source = UnitSource::of(unit);
         let unit = gimli::UnitRef::new(dwarf, unit);
         let Some(found) = RootRanges::read(unit)? else {
