@@ -35,6 +35,7 @@ use ptscope_model::line_heat;
 use ptscope_model::window_lines;
 use ptscope_model::DetailSource;
 use ptscope_model::Segment;
+use ptscope_model::WorkerFigures;
 use ptscope_model::{Model, ThreadModel};
 use ptscope_viewer::{bench::median, bench::rss_bytes};
 
@@ -77,13 +78,26 @@ fn main() {
         segs,
         thread.walk.instructions / segs.max(1) as u64
     );
+    // The first segment decoded reads the line tables of the binaries it
+    // runs in, once for the source: timed apart, so that the windows'
+    // figures are those of every zoom after it.
+    let t = Instant::now();
+    src.decode_segment(thread, 0, None).expect("segment 0");
+    println!(
+        "first segment decoded, reading the line tables: {:.1?}",
+        t.elapsed()
+    );
     println!();
     println!(
         "{:>12} {:>9} {:>12} {:>12} {:>12} {:>12}",
         "window", "segments", "cold", "cold max", "warm", "lines"
     );
+    let mut cold_decodes = WorkerFigures::default();
     for n in [1_000u64, 10_000, 50_000, 100_000] {
         let z = zoom(&model, &src, ti, n, rounds);
+        cold_decodes.decoded += z.decodes.decoded;
+        cold_decodes.decode_ns += z.decodes.decode_ns;
+        cold_decodes.walk_ns += z.decodes.walk_ns;
         println!(
             "{:>12} {:>9} {:>12.1?} {:>12.1?} {:>12.1?} {:>12}",
             format!("{n} insns"),
@@ -94,6 +108,19 @@ fn main() {
             z.lines
         );
     }
+    // What a segment's line-level decode costs against the walk inside
+    // it, which is the coarse pass's work over the same trace.
+    let per = |ns: u64| ns as f64 / cold_decodes.decoded.max(1) as f64 / 1e3;
+    println!();
+    println!(
+        "fine pass: {} segments decoded cold, {:.0} µs each on average ({:.0} instructions), \
+         of which the walk {:.0} µs: {:.1}x the walk alone (the coarse pass's work over it)",
+        cold_decodes.decoded,
+        per(cold_decodes.decode_ns),
+        thread.walk.instructions as f64 / segs.max(1) as f64,
+        per(cold_decodes.walk_ns),
+        cold_decodes.decode_ns as f64 / cold_decodes.walk_ns.max(1) as f64,
+    );
     explore(&model, &src, ti, thread);
 }
 
@@ -104,6 +131,8 @@ pub struct Zoom {
     pub cold_max: Duration,
     pub warm: Duration,
     pub lines: usize,
+    /// What the fresh workers' cold decodes did, summed.
+    pub decodes: WorkerFigures,
 }
 
 /// Line-level zoom into windows of `n` instructions spread over thread
@@ -114,6 +143,7 @@ pub fn zoom(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, n: u64, rounds
     let mut warm = Vec::new();
     let mut nsegs = 0;
     let mut nlines = 0;
+    let mut decodes = WorkerFigures::default();
     for r in 0..rounds {
         let (from, to) = window(thread, n, r, rounds);
         let d = SegmentWorker::new(model.clone(), src.clone(), 256 << 20, || {}).unwrap();
@@ -122,6 +152,10 @@ pub fn zoom(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, n: u64, rounds
         let t = Instant::now();
         nlines = request(&d, &keys, from, to);
         cold.push(t.elapsed());
+        let f = d.figures();
+        decodes.decoded += f.decoded;
+        decodes.decode_ns += f.decode_ns;
+        decodes.walk_ns += f.walk_ns;
         let t = Instant::now();
         request(&d, &keys, from, to);
         warm.push(t.elapsed());
@@ -133,6 +167,7 @@ pub fn zoom(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, n: u64, rounds
         cold_max,
         warm: median(warm),
         lines: nlines,
+        decodes,
     }
 }
 

@@ -28,6 +28,10 @@ pub struct WorkerFigures {
     pub evicted: u64,
     /// Time spent decoding, ns.
     pub decode_ns: u64,
+    /// Of `decode_ns`, the time the segments' walks took: what the coarse
+    /// pass does over the same trace, before the instructions, their lines
+    /// and the line spans are built.
+    pub walk_ns: u64,
     pub cached: usize,
     pub cached_bytes: usize,
     /// The most the cache ever held.

@@ -13,6 +13,7 @@
 use crate::pt::timing::ToNs;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
@@ -169,6 +170,19 @@ impl LineSource {
         index: usize,
         cancel: Option<&DecodeProgress>,
     ) -> Result<Segment, FineError> {
+        self.decode_segment_timed(thread, index, cancel)
+            .map(|(seg, _)| seg)
+    }
+
+    /// [`LineSource::decode_segment`], and how long its walk took: the
+    /// coarse pass's work over the same trace, which the rest (the
+    /// instructions, their lines, the line spans) is measured against.
+    pub(crate) fn decode_segment_timed(
+        &self,
+        thread: &ThreadModel,
+        index: usize,
+        cancel: Option<&DecodeProgress>,
+    ) -> Result<(Segment, Duration), FineError> {
         self.engine()?.decode_segment(thread, index, cancel)
     }
 
@@ -441,7 +455,7 @@ impl LineEngine {
         thread: &ThreadModel,
         index: usize,
         cancel: Option<&DecodeProgress>,
-    ) -> Result<Segment, FineError> {
+    ) -> Result<(Segment, Duration), FineError> {
         let (pid, tid) = (thread.spans.pid, thread.spans.tid);
         let cp = *thread
             .checkpoints
@@ -505,12 +519,14 @@ impl LineEngine {
             stop_at_psb: true,
             progress: cancel,
         };
+        let walking = Instant::now();
         let figures = walk_queue(dec, walk, procs, funcs, &mut NoSink, &mut rec).map_err(|e| {
             FineError::Image {
                 tid,
                 error: e.message(),
             }
         })?;
+        let walked = walking.elapsed();
         if cancel.is_some_and(|c| c.is_cancelled()) {
             return Err(FineError::Cancelled);
         }
@@ -556,7 +572,7 @@ impl LineEngine {
         seg.cut = cut;
         self.attach_lines(&mut state, proc, &mut seg);
         build_lines(&mut seg);
-        Ok(seg)
+        Ok((seg, walked))
     }
 
     fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {

@@ -262,7 +262,9 @@ fn work(s: &Shared) {
         };
         let t0 = Instant::now();
         let result = match s.model.threads.get(key.0 as usize) {
-            Some(t) => s.source.decode_segment(t, key.1 as usize, Some(&progress)),
+            Some(t) => s
+                .source
+                .decode_segment_timed(t, key.1 as usize, Some(&progress)),
             None => Err(FineError::NoCheckpoint {
                 tid: -1,
                 index: key.1 as usize,
@@ -272,9 +274,10 @@ fn work(s: &Shared) {
         let mut st = s.lock();
         st.in_flight.retain(|(k, _)| *k != key);
         match result {
-            Ok(seg) => {
+            Ok((seg, walked)) => {
                 st.figures.decoded += 1;
                 st.figures.decode_ns += took;
+                st.figures.walk_ns += walked.as_nanos() as u64;
                 let bytes = seg.memory_bytes();
                 let used = s.tick();
                 st.cache.insert(
