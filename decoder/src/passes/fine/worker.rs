@@ -353,6 +353,8 @@ mod tests {
         }
         let f = d.figures();
         assert_eq!(f.decoded, n as u64);
+        // Each decode's walk is timed, within the decode's time.
+        assert!(f.walk_ns > 0 && f.walk_ns < f.decode_ns, "{f:?}");
         assert!(f.evicted >= n as u64 - 3, "{f:?}");
         assert!(f.cached <= 3);
         // The most recent stays; the first is long gone.
