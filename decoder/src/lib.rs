@@ -89,6 +89,8 @@ pub use passes::coarse::decode_thread;
 pub use passes::event::{EndReason, Event, EventKind};
 pub use passes::fine::worker::{SegmentWorker, DEFAULT_BUDGET as DEFAULT_SEGMENT_BUDGET};
 pub use passes::fine::LineSource;
+#[doc(hidden)]
+pub use passes::mark_scan::scan_full as scan_marks_full;
 pub use passes::mark_scan::{scan as scan_marks, Scan as MarkScan};
 
 // Inputs that are not a trace to walk: `perf script` text, and the model

@@ -488,7 +488,8 @@ pub fn memo_walk(input: &[u8]) {
 
 /// Any bytes as a trace's marks ([`ptscope_decoder::scan_marks`]): the packet
 /// scan under the configuration the first bytes pick ([`configure_pt`]'s
-/// timing bytes), then everything the window and `decode --level marks`
+/// timing bytes), held to the full scan its quick path stands in for, then
+/// everything the window and `decode --level marks`
 /// derive from them: frequency steps, sleeps, windows and descriptions.
 pub fn marks(input: &[u8]) {
     use ptscope_decoder::scan_marks;
@@ -506,6 +507,9 @@ pub fn marks(input: &[u8]) {
         ..DecoderConfig::default()
     };
     let s = scan_marks(data, &dc, &ptscope_decoder::ToNs::IDENTITY);
+    // Its quick path, where it reads a trace to the end, is the full scan.
+    let full = ptscope_decoder::scan_marks_full(data, &dc, &ptscope_decoder::ToNs::IDENTITY);
+    assert_eq!(s, full, "the quick scan and the full scan differ");
     let m = Marks::new(s.marks);
     let (first, last) = match (m.all().first(), m.all().last()) {
         (Some(a), Some(b)) => (a.time, b.time),

@@ -6,7 +6,10 @@
 //! flow. A PTWRITE or EXSTOP with its IP bit set binds the FUP after it,
 //! which gives the instruction's address.
 //!
-//! [`scan`] reads one AUX queue into [`Mark`]s in trace order; the types
+//! [`scan`] reads one AUX queue into [`Mark`]s in trace order, by a quick
+//! pass that reads the sizes of nearly all packets and nothing else when
+//! the trace marks no more than the frequency its PSB+s restate (most
+//! traces), else by [`scan_full`], which times every packet; the types
 //! ([`Mark`], `Marks`) are the model's data, in `ptscope_model`.
 
 use crate::pt::block::DecoderConfig;
@@ -15,7 +18,7 @@ use crate::pt::timing::{Time, ToNs};
 use ptscope_model::{Mark, MarkKind};
 
 /// Marks found by [`scan`], and how many could not be placed in time.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Scan {
     pub marks: Vec<Mark>,
     /// Marks before the trace's first timing packet (or in a trace
@@ -26,7 +29,73 @@ pub struct Scan {
 /// Reads `trace` (one AUX queue) for its marks, timed by its timing
 /// packets as the flow decoder times them and converted by `to_ns`. A
 /// packet that cannot be read skips to the next PSB.
+///
+/// Most traces mark nothing but the frequency every PSB+ restates right
+/// after its TSC: those are read by [`quick`], which needs no more of
+/// nearly every packet than its size. Any other trace, found so on the
+/// way, is read again by the scan that times every packet ([`scan_full`]),
+/// with the same result.
 pub fn scan(trace: &[u8], cfg: &DecoderConfig, to_ns: &ToNs) -> Scan {
+    quick(trace, cfg, to_ns).unwrap_or_else(|| scan_full(trace, cfg, to_ns))
+}
+
+/// [`scan`] of a trace whose only marks are frequencies read where the
+/// time is a TSC's as it came (after a TSC, before any CYC or MTC moved
+/// it: a PSB+'s CBR): then no other timing packet needs reading, nor any
+/// IP. `None` at the first packet that could make another mark (a
+/// PTWRITE, a power event, a frequency after the time moved) or that does
+/// not read: the trace needs [`scan_full`].
+fn quick(trace: &[u8], cfg: &DecoderConfig, to_ns: &ToNs) -> Option<Scan> {
+    let mut out = Scan::default();
+    let mut pos = packet::find_psb(trace)?;
+    let errata = crate::pt::errata::of(cfg);
+    // What `Time::tsc` would give: the last TSC since the last PSB, unless
+    // a CYC or an MTC may have moved it since (a TMA alone does not).
+    let mut tsc: Option<u64> = None;
+    let mut moved = false;
+    while pos < trace.len() {
+        pos += one_byte_run(&trace[pos..]);
+        let Some(rest) = trace.get(pos..).filter(|r| !r.is_empty()) else {
+            break;
+        };
+        if let Some(n) = packet::common_len(rest) {
+            // A CYC moves the time; an IP packet changes nothing here.
+            moved |= rest[0] & 0x03 == 0x03;
+            pos += n;
+            continue;
+        }
+        let (p, n) = packet::parse_with(rest, &errata).ok()?;
+        pos += n;
+        match p {
+            Packet::Psb => (tsc, moved) = (None, false),
+            Packet::Tsc(v) => (tsc, moved) = (Some(v), false),
+            Packet::Cyc(_) | Packet::Mtc(_) => moved = true,
+            Packet::Cbr(ratio) => match tsc {
+                Some(_) if moved => return None,
+                Some(t) => out.marks.push(Mark {
+                    time: to_ns.at(t),
+                    ip: None,
+                    kind: MarkKind::Cbr { ratio },
+                }),
+                // As the full scan: a frequency before any time is no loss
+                // worth a word.
+                None => {}
+            },
+            Packet::Ptw { .. }
+            | Packet::Mwait { .. }
+            | Packet::Pwre { .. }
+            | Packet::Exstop { .. }
+            | Packet::Pwrx { .. } => return None,
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// [`scan`], every packet read and every timing packet timed. Public for
+/// the fuzz target that holds [`scan`]'s quick path to it.
+#[doc(hidden)]
+pub fn scan_full(trace: &[u8], cfg: &DecoderConfig, to_ns: &ToNs) -> Scan {
     let mut out = Scan::default();
     let mut time = Time::default();
     let mut last_ip = 0u64;
@@ -347,5 +416,110 @@ mod tests {
             m.ptwrites().map(|(m, p)| (m.time, p)).collect::<Vec<_>>(),
             [(20, 7)]
         );
+    }
+
+    /// PSB+ (TSC, TMA, CBR) every so often, with the packets a trace is
+    /// made of between: CYCs (some of several bytes), TNTs, TIPs and FUPs,
+    /// MTCs, PADs.
+    fn plain_trace(rng: &mut fastrand::Rng, psbs: usize) -> Vec<u8> {
+        let mut t = Vec::new();
+        let mut time = 1000;
+        for _ in 0..psbs {
+            t.extend_from_slice(&PSB);
+            write::tsc(&mut t, time);
+            write::tma(&mut t, rng.u16(..), rng.u16(..512));
+            write::cbr(&mut t, rng.u8(1..40));
+            t.extend_from_slice(&PSBEND);
+            for _ in 0..rng.usize(..40) {
+                match rng.u8(..6) {
+                    0 => {
+                        let bits = rng.u32(1..20);
+                        write::cyc(&mut t, rng.u64(..1 << bits));
+                    }
+                    1 => write::tnt(&mut t, rng.u64(..64), rng.u32(1..7)),
+                    2 => write::ip_packet(
+                        &mut t,
+                        IpPacket::Tip,
+                        rng.u64(..1 << 47),
+                        IpCompression::Sext48,
+                    ),
+                    3 => fup(&mut t, rng.u64(..1 << 47)),
+                    4 => write::mtc(&mut t, rng.u8(..)),
+                    _ => t.push(0),
+                }
+            }
+            time += rng.u64(1..10_000);
+        }
+        t
+    }
+
+    /// The quick scan reads a trace whose only marks are its PSB+'s
+    /// frequencies, and gives what the full scan gives.
+    #[test]
+    fn the_quick_scan_reads_plain_traces_as_the_full_scan() {
+        let mut rng = fastrand::Rng::with_seed(41);
+        let cfg = DecoderConfig {
+            nom_freq: 24,
+            mtc_freq: 3,
+            cpuid_0x15_eax: 2,
+            cpuid_0x15_ebx: 100,
+            ..cfg()
+        };
+        for _ in 0..200 {
+            let psbs = rng.usize(1..8);
+            let t = plain_trace(&mut rng, psbs);
+            let q = quick(&t, &cfg, &ToNs::IDENTITY).expect("a plain trace");
+            assert!(!q.marks.is_empty());
+            assert_eq!(q, scan_full(&t, &cfg, &ToNs::IDENTITY));
+        }
+    }
+
+    /// A PTWRITE, a power event, or a frequency read after a CYC moved the
+    /// time: the quick scan leaves the trace to the full one, which reads
+    /// it as before.
+    #[test]
+    fn the_quick_scan_gives_up_on_any_other_mark() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let others: [fn(&mut Vec<u8>); 4] = [
+            |t| write::ptw(t, 0x2a, 4, false),
+            |t| write::mwait(t, 0x20, 1),
+            |t| write::exstop(t, false),
+            |t| {
+                write::cyc(t, 12);
+                write::cbr(t, 30);
+            },
+        ];
+        for add in others {
+            let mut t = plain_trace(&mut rng, 2);
+            add(&mut t);
+            t.extend(plain_trace(&mut rng, 2));
+            assert_eq!(quick(&t, &cfg(), &ToNs::IDENTITY), None, "{t:02x?}");
+            let full = scan_full(&t, &cfg(), &ToNs::IDENTITY);
+            assert_eq!(scan(&t, &cfg(), &ToNs::IDENTITY), full);
+            assert!(full.marks.len() > 4, "{full:?}");
+        }
+    }
+
+    /// Damaged traces: wherever the quick scan reads one to its end, it
+    /// gives what the full scan gives.
+    #[test]
+    fn the_quick_scan_agrees_with_the_full_scan_on_damaged_traces() {
+        let mut rng = fastrand::Rng::with_seed(99);
+        let mut quick_ones = 0;
+        for _ in 0..2000 {
+            let psbs = rng.usize(1..6);
+            let mut t = plain_trace(&mut rng, psbs);
+            for _ in 0..rng.usize(..4) {
+                let i = rng.usize(..t.len());
+                t[i] = rng.u8(..);
+            }
+            t.truncate(rng.usize(t.len() / 2..=t.len()));
+            let c = cfg();
+            if let Some(q) = quick(&t, &c, &ToNs::IDENTITY) {
+                quick_ones += 1;
+                assert_eq!(q, scan_full(&t, &c, &ToNs::IDENTITY), "{t:02x?}");
+            }
+        }
+        assert!(quick_ones > 200, "{quick_ones}");
     }
 }

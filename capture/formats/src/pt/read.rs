@@ -192,6 +192,25 @@ fn ip_len(ipb: u8) -> Option<usize> {
     }
 }
 
+/// The size of the packet at the start of `buf` if it is of the kinds
+/// nearly every trace is made of besides one-byte TNTs and PADs: a CYC of
+/// one byte, or an IP packet (TIP, TIP.PGE, TIP.PGD, FUP). Exactly the
+/// size [`parse`] gives them; `None` for any other packet and for one
+/// [`parse`] would not read. For a scan that needs nothing of them but
+/// their size, and reads the rest with [`parse`].
+#[inline]
+pub fn common_len(buf: &[u8]) -> Option<usize> {
+    let b0 = *buf.first()?;
+    if b0 & 0x07 == 0x03 {
+        return Some(1);
+    }
+    if matches!(b0 & 0x1f, 0x0d | 0x11 | 0x01 | 0x1d) {
+        let n = 1 + ip_len(b0 >> 5)?;
+        return (buf.len() >= n).then_some(n);
+    }
+    None
+}
+
 /// Decodes the packet at the start of `buf`: the packet and its size.
 pub fn parse(buf: &[u8]) -> Result<(Packet, usize), PacketError> {
     let need = |n: usize| {
@@ -935,6 +954,33 @@ mod tests {
                 }
             }
             assert_eq!(psb_offsets(&buf), plain(&buf), "{buf:02x?}");
+        }
+    }
+
+    /// `common_len` gives a size exactly where `parse` reads a one-byte
+    /// CYC or an IP packet, the same size, and nothing for any other
+    /// packet: every first byte, with every length of what follows.
+    #[test]
+    fn common_len_is_parse_on_its_kinds_and_nothing_else() {
+        for b0 in 0..=255u8 {
+            for len in 0..=9 {
+                let mut buf = vec![0x55u8; len];
+                if let Some(b) = buf.first_mut() {
+                    *b = b0;
+                }
+                let parsed = parse(&buf);
+                let common = matches!(
+                    parsed,
+                    Ok((Packet::Cyc(_), 1)) | Ok((Packet::Tip { .. }, _))
+                );
+                match common_len(&buf) {
+                    Some(n) => assert!(
+                        common && parsed.as_ref().is_ok_and(|p| p.1 == n),
+                        "{buf:02x?}: {n} against {parsed:?}"
+                    ),
+                    None => assert!(!common, "{buf:02x?}: none against {parsed:?}"),
+                }
+            }
         }
     }
 }
