@@ -31,7 +31,7 @@ pub struct Scan {
 /// packet that cannot be read skips to the next PSB.
 ///
 /// Most traces mark nothing but the frequency every PSB+ restates right
-/// after its TSC: those are read by [`quick`], which needs no more of
+/// after its TSC: those are read by a quick pass, which needs no more of
 /// nearly every packet than its size. Any other trace, found so on the
 /// way, is read again by the scan that times every packet ([`scan_full`]),
 /// with the same result.
