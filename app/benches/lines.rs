@@ -104,9 +104,7 @@ fn main() {
         // (libc's: some 35 ms, once), which the cold max shows: the
         // fine pass's cost against its walk is taken from the zooms after.
         if n > 1_000 {
-            cold_decodes.decoded += z.decodes.decoded;
-            cold_decodes.decode_ns += z.decodes.decode_ns;
-            cold_decodes.walk_ns += z.decodes.walk_ns;
+            cold_decodes.add_counts(&z.decodes);
         }
         println!(
             "{:>12} {:>9} {:>12.1?} {:>12.1?} {:>12.1?} {:>12}",
@@ -163,10 +161,7 @@ pub fn zoom(model: &Arc<Model>, src: &Arc<LineSource>, ti: usize, n: u64, rounds
         let t = Instant::now();
         nlines = request(&d, &keys, from, to);
         cold.push(t.elapsed());
-        let f = d.figures();
-        decodes.decoded += f.decoded;
-        decodes.decode_ns += f.decode_ns;
-        decodes.walk_ns += f.walk_ns;
+        decodes.add_counts(&d.figures());
         let t = Instant::now();
         request(&d, &keys, from, to);
         warm.push(t.elapsed());

@@ -38,6 +38,20 @@ pub struct WorkerFigures {
     pub peak_bytes: usize,
 }
 
+impl WorkerFigures {
+    /// Adds another worker's counts (segments decoded, cancelled and
+    /// evicted, and the time their decodes and walks took) to these. The
+    /// cache's figures say what one cache holds, not how much work was
+    /// done, so they stay as they are.
+    pub fn add_counts(&mut self, other: &WorkerFigures) {
+        self.decoded += other.decoded;
+        self.cancelled += other.cancelled;
+        self.evicted += other.evicted;
+        self.decode_ns += other.decode_ns;
+        self.walk_ns += other.walk_ns;
+    }
+}
+
 /// Called once with the result of a line comparison.
 pub type CompareDone = Box<dyn FnOnce(Result<LineComparison, FineError>) + Send>;
 
@@ -84,5 +98,48 @@ pub trait DetailSource: Send + Sync {
                 .collect(),
             None => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WorkerFigures;
+
+    #[test]
+    fn adding_counts_sums_the_work_and_keeps_the_cache() {
+        let mut a = WorkerFigures {
+            decoded: 2,
+            cancelled: 1,
+            evicted: 0,
+            decode_ns: 500,
+            walk_ns: 200,
+            cached: 2,
+            cached_bytes: 4096,
+            peak_bytes: 8192,
+        };
+        let b = WorkerFigures {
+            decoded: 3,
+            cancelled: 0,
+            evicted: 4,
+            decode_ns: 700,
+            walk_ns: 300,
+            cached: 9,
+            cached_bytes: 1,
+            peak_bytes: 1 << 20,
+        };
+        a.add_counts(&b);
+        assert_eq!(
+            a,
+            WorkerFigures {
+                decoded: 5,
+                cancelled: 1,
+                evicted: 4,
+                decode_ns: 1200,
+                walk_ns: 500,
+                cached: 2,
+                cached_bytes: 4096,
+                peak_bytes: 8192,
+            }
+        );
     }
 }
