@@ -12,7 +12,7 @@
 //!
 //! [`LineSource`]: super::LineSource
 
-use crate::pt::timing::ToNs;
+use crate::pt::timing::{Clock, Stamps, ToNs};
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 use rustc_hash::FxHashMap;
 
@@ -219,8 +219,16 @@ impl Recorder {
         let mut insns: Vec<Insn> = Vec::with_capacity(count);
         let mut positions: Vec<u64> = Vec::with_capacity(count);
         let mut exact: Vec<(u64, u64)> = Vec::new();
-        // Each instruction's start holds its TSC until it is converted.
-        let mut clock: crate::pt::timing::Clock<u32> = crate::pt::timing::Clock::for_unit(unit);
+        // Instructions are held as runs of consecutive positions (a run's
+        // first index and how many: a block's, grown by the blocks after
+        // it up to the next anchor), timed by the same clock as the coarse
+        // pass's events as that many items would be, and converted as they
+        // are.
+        let mut clock: Clock<(u32, u32)> = Clock::for_unit(unit);
+        let time = |insns: &mut [Insn], stamps: &Stamps, p: u64, &(first, n): &(u32, u32)| {
+            let run = &mut insns[first as usize..][..n as usize];
+            stamps.each(p, n, |k, s| run[k as usize].start = to_ns.at(s.tsc));
+        };
         let mut lvl = 0usize;
         let mut bounds = Boundaries::default();
         clock.anchor(head + ends.0 .0, ends.0 .1, |_, _| {});
@@ -228,19 +236,20 @@ impl Recorder {
             match *step {
                 Step::Anchor(pos, tsc) => {
                     exact.push((pos, tsc));
-                    clock.anchor(pos, tsc, |s, i| insns[*i as usize].start = s.tsc);
+                    clock.anchor_with(pos, tsc, |s, p, run| time(&mut insns, s, p, run));
                 }
                 Step::Block(pos, b) => {
                     if pos < head {
                         continue;
                     }
-                    for (k, &ip) in bounds.of(memory, &b).iter().enumerate() {
-                        let k = k as u64;
-                        let p = pos + k;
+                    let first = insns.len() as u32;
+                    let ips = bounds.of(memory, &b);
+                    let end = pos + ips.len() as u64;
+                    for (k, &ip) in ips.iter().enumerate() {
+                        let p = pos + k as u64;
                         while lvl + 1 < levels.len() && levels[lvl + 1].0 <= p {
                             lvl += 1;
                         }
-                        clock.push(p, insns.len() as u32);
                         insns.push(Insn {
                             ip,
                             start: 0,
@@ -251,23 +260,37 @@ impl Recorder {
                             bitness: b.bitness,
                             addr: 0,
                         });
-                        positions.push(p);
+                    }
+                    positions.extend(pos..end);
+                    let n = insns.len() as u32 - first;
+                    match clock.last_held() {
+                        // The block goes on from the run held before it,
+                        // as one block goes on from the next: one run.
+                        Some((at, (f, len)))
+                            if *at + u64::from(*len) == pos && *f + *len == first =>
+                        {
+                            *len += n
+                        }
+                        _ => clock.push(pos, (first, n)),
                     }
                 }
             }
         }
         if let Some((n, tsc)) = ends.1 {
-            clock.anchor(head + n, tsc, |s, i| insns[*i as usize].start = s.tsc);
+            clock.anchor_with(head + n, tsc, |s, p, run| time(&mut insns, s, p, run));
         }
-        clock.finish(|s, i| insns[*i as usize].start = s.tsc);
+        clock.finish_with(|s, p, run| time(&mut insns, s, p, run));
 
-        let mut e = 0;
-        for (i, insn) in insns.iter_mut().enumerate() {
-            insn.start = to_ns.at(insn.start);
-            while e < exact.len() && exact[e].0 < positions[i] {
-                e += 1;
+        // An instruction at an anchor's very position was timed by it.
+        // Both are in order: each anchor is looked for past the last.
+        let mut from = 0;
+        for &(a, _) in &exact {
+            from += positions[from..].partition_point(|&p| p < a);
+            match positions.get(from) {
+                Some(&p) if p == a => insns[from].exact = true,
+                Some(_) => {}
+                None => break,
             }
-            insn.exact = exact.get(e).is_some_and(|a| a.0 == positions[i]);
         }
         // Each ends where the next starts, unless trace stopped between.
         let n = insns.len();

@@ -90,46 +90,47 @@ impl<T> Clock<T> {
         self.pending.push((pos, item));
     }
 
+    /// The last item held since the last anchor, and its position: an
+    /// item that stands for a run of positions may grow by the next ones.
+    pub(crate) fn last_held(&mut self) -> Option<&mut (u64, T)> {
+        self.pending.last_mut()
+    }
+
     /// Time is `tsc` at instruction position `pos`: releases every held
     /// item up to here, in order (by reference: items are moved once, into
     /// the clock).
+    #[inline]
     pub(crate) fn anchor(&mut self, pos: u64, tsc: u64, mut release: impl FnMut(Stamp, &T)) {
+        self.anchor_with(pos, tsc, |stamps, p, item| release(stamps.at(p), item));
+    }
+
+    /// [`Clock::anchor`], handing each held item the [`Stamps`] that time
+    /// it, for an item that stands for a run of positions (the fine pass
+    /// holds a block's instructions as one).
+    pub(crate) fn anchor_with(
+        &mut self,
+        pos: u64,
+        tsc: u64,
+        mut release: impl FnMut(&Stamps, u64, &T),
+    ) {
         let (p0, t0) = match self.anchor {
             // Time never runs backwards; a smaller TSC is noise.
             Some((p0, t0)) => (p0, t0),
             None => (pos, tsc),
         };
         let tsc = tsc.max(t0);
-        let same_place = self.anchor.is_some_and(|(p0, _)| p0 == pos);
-        // Before the first anchor there is no rate to back-extrapolate
-        // with: what was held is pinned to this one.
-        let spread = self.anchor.is_some() && pos > p0;
-        let (ticks, insns) = (tsc - t0, pos.wrapping_sub(p0));
+        let stamps = Stamps::Anchor {
+            pos,
+            tsc,
+            p0,
+            t0,
+            same_place: self.anchor.is_some_and(|(p0, _)| p0 == pos),
+            // Before the first anchor there is no rate to back-extrapolate
+            // with: what was held is pinned to this one.
+            spread: self.anchor.is_some() && pos > p0,
+        };
         for (p, item) in &self.pending {
-            let p = *p;
-            let stamp = if same_place && p == pos {
-                // Held since the last anchor, at its very position: no
-                // instruction retired between the two, yet time passed
-                // (untraced code ran, as between a disable and an enable).
-                // The item happened at the earlier time.
-                Stamp {
-                    tsc: t0,
-                    exact: true,
-                }
-            } else if p >= pos {
-                Stamp {
-                    tsc,
-                    exact: p == pos,
-                }
-            } else if !spread {
-                Stamp { tsc, exact: false }
-            } else {
-                Stamp {
-                    tsc: t0 + mul_div(ticks, p.saturating_sub(p0), insns),
-                    exact: false,
-                }
-            };
-            release(stamp, item);
+            release(&stamps, *p, item);
         }
         self.pending.clear();
         if let Some((p0, t0)) = self.anchor {
@@ -177,7 +178,13 @@ impl<T> Clock<T> {
     }
 
     /// Releases what is left, extrapolating from the last anchor.
+    #[inline]
     pub(crate) fn finish(&mut self, mut release: impl FnMut(Stamp, &T)) {
+        self.finish_with(|stamps, p, item| release(stamps.at(p), item));
+    }
+
+    /// [`Clock::finish`], as [`Clock::anchor_with`] is [`Clock::anchor`].
+    pub(crate) fn finish_with(&mut self, mut release: impl FnMut(&Stamps, u64, &T)) {
         let (p0, t0) = self.anchor.unwrap_or((0, 0));
         if let Some((span, n)) = self.rate_from {
             self.rate = ((span as u128) << 32).div_ceil(n as u128) as u64;
@@ -185,17 +192,140 @@ impl<T> Clock<T> {
         if self.counts_insns {
             self.rate = 1 << 32;
         }
+        let stamps = Stamps::Past {
+            p0,
+            t0,
+            rate: self.rate,
+        };
         for (p, item) in &self.pending {
-            let dt = ((p.saturating_sub(p0) as u128 * self.rate as u128) >> 32) as u64;
-            release(
+            release(&stamps, *p, item);
+        }
+        self.pending.clear();
+    }
+}
+
+/// The times of what one anchor (or the end) releases: a pure function
+/// of an item's position, so that an item standing for a run of positions
+/// is timed as that many items would be.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Stamps {
+    /// Up to the anchor at `pos` (TSC `tsc`), from the one before at `p0`
+    /// (`t0`).
+    Anchor {
+        pos: u64,
+        tsc: u64,
+        p0: u64,
+        t0: u64,
+        /// The two anchors are at one position.
+        same_place: bool,
+        /// There was an anchor before, and instructions between.
+        spread: bool,
+    },
+    /// Past the last anchor (`p0`, `t0`), at `rate` ticks per instruction
+    /// (32.32 fixed point).
+    Past { p0: u64, t0: u64, rate: u64 },
+}
+
+impl Stamps {
+    /// The time of an item at position `p`.
+    #[inline(always)]
+    pub(crate) fn at(&self, p: u64) -> Stamp {
+        match *self {
+            Stamps::Anchor {
+                pos,
+                tsc,
+                p0,
+                t0,
+                same_place,
+                spread,
+            } => {
+                if same_place && p == pos {
+                    // Held since the last anchor, at its very position: no
+                    // instruction retired between the two, yet time passed
+                    // (untraced code ran, as between a disable and an
+                    // enable). The item happened at the earlier time.
+                    Stamp {
+                        tsc: t0,
+                        exact: true,
+                    }
+                } else if p >= pos {
+                    Stamp {
+                        tsc,
+                        exact: p == pos,
+                    }
+                } else if !spread {
+                    Stamp { tsc, exact: false }
+                } else {
+                    Stamp {
+                        tsc: t0 + mul_div(tsc - t0, p.saturating_sub(p0), pos - p0),
+                        exact: false,
+                    }
+                }
+            }
+            Stamps::Past { p0, t0, rate } => {
+                let dt = ((p.saturating_sub(p0) as u128 * rate as u128) >> 32) as u64;
                 Stamp {
                     tsc: t0 + dt,
                     exact: false,
-                },
-                item,
-            );
+                }
+            }
         }
-        self.pending.clear();
+    }
+
+    /// The times of the `n` positions from `first`, in order, as
+    /// [`Stamps::at`] gives them: where they are spread between two
+    /// anchors, by adding each position's share to the last rather than
+    /// dividing anew (a segment's instructions are tens of thousands).
+    #[inline]
+    pub(crate) fn each(&self, first: u64, n: u32, mut f: impl FnMut(u32, Stamp)) {
+        let mut k = 0;
+        if let Stamps::Anchor {
+            pos,
+            tsc,
+            p0,
+            t0,
+            spread: true,
+            ..
+        } = *self
+        {
+            // The positions before the anchor, from the last one on:
+            // `t0 + ticks * d / insns` for d = p - p0, kept as a quotient
+            // and a remainder that grow by `ticks / insns` and
+            // `ticks % insns` a step.
+            while k < n && first + u64::from(k) < p0 {
+                f(k, self.at(first + u64::from(k)));
+                k += 1;
+            }
+            let (ticks, insns) = (tsc - t0, pos - p0);
+            let (step_q, step_r) = (ticks / insns, ticks % insns);
+            let d = (first + u64::from(k)).saturating_sub(p0);
+            let mut q = mul_div(ticks, d, insns);
+            // `ticks * d - q * insns` is below `insns`: exact in wrapping
+            // arithmetic, whatever the product.
+            let mut r = ticks.wrapping_mul(d).wrapping_sub(q.wrapping_mul(insns));
+            while k < n && first + u64::from(k) < pos {
+                f(
+                    k,
+                    Stamp {
+                        tsc: t0 + q,
+                        exact: false,
+                    },
+                );
+                // Past the last position before the anchor, the sums are
+                // not used: they may wrap.
+                q = q.wrapping_add(step_q);
+                r += step_r;
+                if r >= insns {
+                    r -= insns;
+                    q = q.wrapping_add(1);
+                }
+                k += 1;
+            }
+        }
+        while k < n {
+            f(k, self.at(first + u64::from(k)));
+            k += 1;
+        }
     }
 }
 
@@ -273,5 +403,45 @@ mod tests {
         c.push(5, 1);
         run(&mut c, 10, 400, &mut out);
         assert_eq!(out, [(1, 500, false)]);
+    }
+
+    /// A run of positions is timed as its positions one by one, wherever
+    /// it starts and ends against the two anchors, with any ticks and
+    /// instructions between them.
+    #[test]
+    fn a_run_is_timed_as_its_positions_one_by_one() {
+        let mut rng = fastrand::Rng::with_seed(41);
+        for _ in 0..20_000 {
+            let p0 = rng.u64(0..1000);
+            let pos = p0 + rng.u64(0..300);
+            let t0 = rng.u64(..1 << 62) >> rng.u32(0..63);
+            let tsc = t0 + (rng.u64(..1 << 62) >> rng.u32(0..63));
+            let spread = pos > p0 && rng.bool();
+            let all = [
+                Stamps::Anchor {
+                    pos,
+                    tsc,
+                    p0,
+                    t0,
+                    same_place: !spread && rng.bool(),
+                    spread,
+                },
+                Stamps::Past {
+                    p0,
+                    t0,
+                    rate: rng.u64(..1 << 40) >> rng.u32(0..41),
+                },
+            ];
+            for stamps in all {
+                let first = rng.u64(0..1400);
+                let n = rng.u32(0..400);
+                let mut got = Vec::new();
+                stamps.each(first, n, |k, s| got.push((k, s)));
+                let want: Vec<_> = (0..n)
+                    .map(|k| (k, stamps.at(first + u64::from(k))))
+                    .collect();
+                assert_eq!(got, want, "{stamps:?} from {first}, {n} of them");
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@
 pub(crate) mod interpolation;
 pub(crate) mod packets;
 
-pub(crate) use interpolation::{Clock, ClockState, Stamp};
+pub(crate) use interpolation::{Clock, ClockState, Stamp, Stamps};
 pub(crate) use packets::Time;
 
 use ptscope_formats::perf_data::TimeConv;
