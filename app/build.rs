@@ -52,11 +52,10 @@ fn main() {
             cmd.env_remove(&*key);
         }
     }
-    // One codegen unit with link-time optimisation: the plugin's hot path
-    // (a callback per executed block) crosses into the capture crate's PT
-    // unit on every call, and only LTO inlines across crates.
-    cmd.env("CARGO_PROFILE_RELEASE_LTO", "fat")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
+    // The workspace's release profile (Cargo.toml) gives it one codegen
+    // unit with link-time optimisation: the plugin's hot path (a callback
+    // per executed block) crosses into the capture crate's PT unit on
+    // every call, and only LTO inlines across crates.
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the QEMU plugin: {e}"));
