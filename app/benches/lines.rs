@@ -21,7 +21,12 @@
 //!   timed apart;
 //! - **exploring**: 3000 random windows through one worker with a 64 MiB
 //!   budget: the cache's peak, evictions, and the process's resident memory
-//!   before and after.
+//!   before and after;
+//! - **a model left idle first**: the same input decoded afresh, its
+//!   workers left to prepare the line lookups of the modules its code ran
+//!   in (as while the user looks before zooming), then windows of 1000
+//!   instructions: the first zoom into a library's code no longer reads
+//!   its DWARF (the cold max above).
 
 // A bench uses a few of the end-to-end tests' helpers.
 #[allow(dead_code)]
@@ -61,7 +66,7 @@ fn main() {
     let t = Instant::now();
     let snap = Snapshot::open(&input).expect("open the input");
     let decoded = decode_snapshot(&snap, &Default::default()).expect("decode");
-    let src = decoded.lines.clone().expect("an instruction trace");
+    let src = decoded.lines.expect("an instruction trace");
     let model = Arc::new(decoded.model);
     drop(snap);
     println!(
@@ -131,6 +136,42 @@ fn main() {
         cold_decodes.decode_ns as f64 / cold_decodes.walk_ns.max(1) as f64,
     );
     explore(&model, &src, ti, thread);
+    // Nothing of this model is kept, so that the next reads its binaries,
+    // and their DWARF, anew.
+    drop(src);
+    drop(model);
+    prepared(&input, rounds);
+}
+
+/// The first zooms into a model whose workers were left idle first, as a
+/// window is before the user zooms: they prepare the line lookups of the
+/// modules its code ran in. Opened afresh (its binaries read anew).
+fn prepared(input: &std::path::Path, rounds: usize) {
+    let snap = Snapshot::open(input).expect("open the input");
+    let decoded = decode_snapshot(&snap, &Default::default()).expect("decode");
+    let src = decoded.lines.expect("an instruction trace");
+    let model = Arc::new(decoded.model);
+    let (ti, _) = model
+        .threads
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, t)| t.walk.instructions)
+        .expect("a thread");
+    let t = Instant::now();
+    let d = SegmentWorker::new(model.clone(), src.clone(), 256 << 20, || {}).unwrap();
+    while !d.figures().lines_prepared {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took = t.elapsed();
+    drop(d);
+    let z = zoom(&model, &src, ti, 1_000, rounds);
+    println!();
+    println!(
+        "a model left idle first: its workers prepared the line lookups of the modules its \
+         code ran in in {took:.1?}; then windows of 1000 instructions took {:.1?} cold \
+         (median), {:.1?} at most",
+        z.cold, z.cold_max
+    );
 }
 
 /// Medians over `rounds` windows of `n` instructions of thread `ti`.

@@ -36,13 +36,16 @@ pub struct WorkerFigures {
     pub cached_bytes: usize,
     /// The most the cache ever held.
     pub peak_bytes: usize,
+    /// The line lookups of every module the model's code ran in wait for
+    /// nothing: idle workers prepared them (or found them prepared).
+    pub lines_prepared: bool,
 }
 
 impl WorkerFigures {
     /// Adds another worker's counts (segments decoded, cancelled and
     /// evicted, and the time their decodes and walks took) to these. The
-    /// cache's figures say what one cache holds, not how much work was
-    /// done, so they stay as they are.
+    /// cache's figures, and whether the lines are prepared, say what one
+    /// worker holds, not how much work was done: they stay as they are.
     pub fn add_counts(&mut self, other: &WorkerFigures) {
         self.decoded += other.decoded;
         self.cancelled += other.cancelled;
@@ -116,6 +119,7 @@ mod tests {
             cached: 2,
             cached_bytes: 4096,
             peak_bytes: 8192,
+            lines_prepared: true,
         };
         let b = WorkerFigures {
             decoded: 3,
@@ -126,6 +130,7 @@ mod tests {
             cached: 9,
             cached_bytes: 1,
             peak_bytes: 1 << 20,
+            lines_prepared: false,
         };
         a.add_counts(&b);
         assert_eq!(
@@ -139,6 +144,7 @@ mod tests {
                 cached: 2,
                 cached_bytes: 4096,
                 peak_bytes: 8192,
+                lines_prepared: true,
             }
         );
     }

@@ -650,6 +650,13 @@ impl Resolve for ProcessSymbols {
 }
 
 impl ProcessSymbols {
+    /// Every mapping's path with the module read for it, in address order.
+    pub(crate) fn modules(&self) -> impl Iterator<Item = (&str, &Arc<ModuleSymbols>)> + '_ {
+        self.maps
+            .iter()
+            .filter_map(|m| Some((m.path.as_str(), m.module.as_ref()?)))
+    }
+
     /// The module mapped at `addr` and the address there as the module
     /// sees it (its svma), for line lookups.
     pub fn module_at(&self, addr: u64) -> Option<(&Arc<ModuleSymbols>, u64)> {

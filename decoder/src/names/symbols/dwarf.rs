@@ -122,6 +122,18 @@ impl SourceIndex {
             .map(|c| c.lock())
     }
 
+    /// Builds addr2line's index now, unless it is built (or was tried):
+    /// what the first lookup that needs it would otherwise wait for.
+    pub(super) fn build_index(&self) {
+        drop(self.context());
+    }
+
+    /// Whether addr2line's index is built, or was tried and failed: a
+    /// lookup waits for nothing.
+    pub(super) fn index_built(&self) -> bool {
+        self.context.get().is_some()
+    }
+
     /// The units' ranges; `None` if the units could not be read.
     fn units(&self) -> Option<&UnitLines> {
         self.units.as_ref().ok()

@@ -11,8 +11,9 @@
 //! (named `foo@plt` from their GOT slots' relocations, as objdump and perf
 //! do), and DWARF `DW_TAG_subprogram` ranges for code no symbol covers (a
 //! stripped symbol table with debug info kept). Line numbers and inline
-//! chains come from DWARF through `addr2line`, lazily, since only the views
-//! that show source need them; the line of each function the coarse pass
+//! chains come from DWARF through `addr2line`, whose index is built when
+//! a view that shows source first needs it, or before, by the fine pass's
+//! idle workers ([`ModuleSymbols::prepare_lines`]); the line of each function the coarse pass
 //! names ([`ModuleSymbols::entry_location`]) is read from its own unit,
 //! without addr2line's index of every unit. A stripped binary's `.symtab` and DWARF come
 //! from its separate debug file ([`ModuleSymbols::load_split`]; which file,
@@ -434,6 +435,22 @@ impl ModuleSymbols {
     /// says why).
     pub fn has_debug_info(&self) -> bool {
         self.dwarf.as_ref().is_some_and(|d| d.failed().is_none())
+    }
+
+    /// Builds what the fine pass's line lookups in this module need
+    /// (addr2line's index, for which its DWARF is inflated and parsed
+    /// again: some 35 ms for libc's), unless it is built: what the first
+    /// zoom into the module's code would otherwise wait for.
+    pub fn prepare_lines(&self) {
+        if let Some(d) = &self.dwarf {
+            d.build_index();
+        }
+    }
+
+    /// Whether a line lookup in this module waits for nothing: it has no
+    /// DWARF, or its index is built (or could not be).
+    pub fn lines_prepared(&self) -> bool {
+        self.dwarf.as_ref().is_none_or(|d| d.index_built())
     }
 
     /// The first problem met reading the file's debug info, if any: why it

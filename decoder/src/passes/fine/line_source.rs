@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use crate::names::resolve::ProcessSymbols;
+use crate::names::symbols::ModuleSymbols;
 use crate::passes::coarse::{walk_queue, NoSink, Observe, QueueWalk};
 use crate::passes::event::FuncTable;
 use crate::progress::DecodeProgress;
@@ -137,7 +138,7 @@ impl LineSource {
     }
 
     /// The engine, waiting for it if it is still being built.
-    fn engine(&self) -> Result<&LineEngine, FineError> {
+    pub(super) fn engine(&self) -> Result<&LineEngine, FineError> {
         let built = self.engine.get_or_init(|| {
             let thread = self.building.lock().take();
             match thread.map(std::thread::JoinHandle::join) {
@@ -198,6 +199,33 @@ impl LineSource {
         ptscope_model::compare_lines(&decode, model, a, b)
     }
 
+    /// Prepares the line lookups of the next module the model's code ran
+    /// in that waits for them (see [`ModuleSymbols::prepare_lines`]), the
+    /// modules most of the model's functions are in first: what an idle
+    /// worker does, so that the first zoom into any of them waits for
+    /// nothing. False once none waits (or the source could not be built).
+    ///
+    /// [`ModuleSymbols::prepare_lines`]: crate::names::symbols::ModuleSymbols::prepare_lines
+    pub fn prepare_next_lines(&self) -> bool {
+        let Ok(engine) = self.engine() else {
+            return false;
+        };
+        match engine.ran_in().iter().find(|m| !m.lines_prepared()) {
+            Some(m) => {
+                m.prepare_lines();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the line lookups of every module the model's code ran in
+    /// wait for nothing ([`LineSource::prepare_next_lines`]).
+    pub fn lines_prepared(&self) -> bool {
+        self.engine()
+            .is_ok_and(|e| e.ran_in().iter().all(|m| m.lines_prepared()))
+    }
+
     /// Intel-syntax disassembly of the instruction at `ip` in process
     /// `pid`'s code, decoded in `bitness`-bit mode (an [`Insn`](super::Insn)'s).
     pub fn disassemble(&self, pid: i32, ip: u64, bitness: u8) -> Option<String> {
@@ -229,6 +257,8 @@ pub(crate) struct LineEngine {
     fresh: State,
     /// The files the names came from, for the model cache.
     sources: Vec<String>,
+    /// [`LineEngine::ran_in`], made once.
+    ran_in: OnceLock<Vec<Arc<ModuleSymbols>>>,
 }
 
 /// A [`State`] lent to one segment's decode; a spare goes back to the
@@ -397,7 +427,31 @@ impl LineEngine {
             spares: Mutex::new(Vec::new()),
             fresh,
             sources: Vec::new(),
+            ran_in: OnceLock::new(),
         }
+    }
+
+    /// The modules the model's code ran in (those some of its functions
+    /// are named from), most such functions first, each once.
+    pub(super) fn ran_in(&self) -> &[Arc<ModuleSymbols>] {
+        self.ran_in.get_or_init(|| {
+            let mut named: HashMap<&str, usize> = HashMap::new();
+            for (_, f) in self.fresh.funcs.iter() {
+                *named.entry(f.module.as_str()).or_default() += 1;
+            }
+            let mut ran: Vec<(usize, Arc<ModuleSymbols>)> = Vec::new();
+            for (path, m) in self.fresh.resolvers.iter().flat_map(|r| r.modules()) {
+                let n = named.get(path).copied().unwrap_or(0);
+                match ran.iter_mut().find(|(_, r)| Arc::ptr_eq(r, m)) {
+                    Some((k, _)) => *k = (*k).max(n),
+                    None if n > 0 => ran.push((n, m.clone())),
+                    None => {}
+                }
+            }
+            // Stable: modules as many functions are in keep the order met.
+            ran.sort_by_key(|&(n, _)| std::cmp::Reverse(n));
+            ran.into_iter().map(|(_, m)| m).collect()
+        })
     }
 
     fn recipe(&self) -> FineRecipe {

@@ -30,7 +30,8 @@
 //!   both;
 //! - [`worker`]: the fine pass on background threads (one per core)
 //!   behind a bounded cache, which the viewer asks for the segments it
-//!   wants to draw.
+//!   wants to draw; idle, they prepare the line lookups of the modules
+//!   the model's code ran in, so that the first zoom waits for no DWARF.
 //!
 //! [`Checkpoint`]: crate::passes::coarse::Checkpoint
 

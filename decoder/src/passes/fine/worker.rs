@@ -39,8 +39,18 @@ struct State {
     cache: HashMap<SegmentKey, Entry>,
     failed: HashMap<SegmentKey, FineError>,
     in_flight: Vec<(SegmentKey, Arc<DecodeProgress>)>,
+    /// A worker is preparing a module's line lookups.
+    preparing: bool,
     shutdown: bool,
     figures: WorkerFigures,
+}
+
+/// What a worker does next.
+enum Job {
+    Decode(SegmentKey, Arc<DecodeProgress>),
+    /// Nothing is wanted: prepare the line lookups of one more module the
+    /// model's code ran in, so that the first zoom there waits for nothing.
+    PrepareLines,
 }
 
 struct Shared {
@@ -229,10 +239,12 @@ impl Drop for SegmentWorker {
 }
 
 /// A worker: decodes the first wanted segment not yet cached nor taken by
-/// another worker, until the model is closed.
+/// another worker, until the model is closed. While nothing is wanted, one
+/// worker at a time prepares the line lookups of the modules the model's
+/// code ran in, a module at a time, between requests.
 fn work(s: &Shared) {
     loop {
-        let (key, progress) = {
+        let job = {
             let mut st = s.lock();
             loop {
                 if st.shutdown {
@@ -251,13 +263,27 @@ fn work(s: &Shared) {
                     Some(k) => {
                         let p = DecodeProgress::new();
                         st.in_flight.push((k, p.clone()));
-                        break (k, p);
+                        break Job::Decode(k, p);
+                    }
+                    None if !st.figures.lines_prepared && !st.preparing => {
+                        st.preparing = true;
+                        break Job::PrepareLines;
                     }
                     None => {
                         s.idle.notify_all();
                         s.work.wait(&mut st);
                     }
                 }
+            }
+        };
+        let (key, progress) = match job {
+            Job::Decode(key, progress) => (key, progress),
+            Job::PrepareLines => {
+                let more = s.source.prepare_next_lines();
+                let mut st = s.lock();
+                st.preparing = false;
+                st.figures.lines_prepared = !more;
+                continue;
             }
         };
         let t0 = Instant::now();
@@ -381,5 +407,28 @@ mod tests {
         d.wait();
         assert!(d.get((0, 4)).is_some());
         assert_eq!(d.pending(), 0);
+    }
+
+    /// Left idle, the workers prepare the line lookups of every module the
+    /// demo's code ran in (its program's DWARF), which the coarse pass
+    /// never builds, so that the first zoom there waits for nothing.
+    #[test]
+    fn idle_workers_prepare_the_lines_of_the_code_that_ran() {
+        let (model, src) = demo();
+        // The demo is unpacked afresh for each decode: its binaries are
+        // read anew, not shared with another test's.
+        assert!(!src.lines_prepared(), "prepared by the coarse pass");
+        let d = SegmentWorker::new(model, src.clone(), DEFAULT_BUDGET, || {}).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while !d.figures().lines_prepared {
+            assert!(Instant::now() < deadline, "lines never prepared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(src.lines_prepared());
+        assert!(!src.prepare_next_lines(), "a module still waits");
+        // The demo's own program has DWARF: a module was there to prepare.
+        let engine = src.engine().unwrap();
+        assert!(!engine.ran_in().is_empty());
+        assert!(engine.ran_in().iter().any(|m| m.has_debug_info()));
     }
 }
