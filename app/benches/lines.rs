@@ -64,22 +64,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
     let t = Instant::now();
-    let snap = Snapshot::open(&input).expect("open the input");
-    let decoded = decode_snapshot(&snap, &Default::default()).expect("decode");
-    let src = decoded.lines.expect("an instruction trace");
-    let model = Arc::new(decoded.model);
-    drop(snap);
+    let (model, src) = decoded(&input);
     println!(
         "input: {} (coarse pass {:.0?})",
         input.display(),
         t.elapsed()
     );
-    let (ti, thread) = model
-        .threads
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, t)| t.walk.instructions)
-        .expect("a thread");
+    let (ti, thread) = busiest(&model);
     let segs = thread.checkpoints.len();
     println!(
         "thread {}: {} instructions, {} PSB segments (~{} instructions each)",
@@ -143,20 +134,30 @@ fn main() {
     prepared(&input, rounds);
 }
 
-/// The first zooms into a model whose workers were left idle first, as a
-/// window is before the user zooms: they prepare the line lookups of the
-/// modules its code ran in. Opened afresh (its binaries read anew).
-fn prepared(input: &std::path::Path, rounds: usize) {
+/// `input` decoded: its model and its fine pass.
+fn decoded(input: &std::path::Path) -> (Arc<Model>, Arc<LineSource>) {
     let snap = Snapshot::open(input).expect("open the input");
     let decoded = decode_snapshot(&snap, &Default::default()).expect("decode");
     let src = decoded.lines.expect("an instruction trace");
-    let model = Arc::new(decoded.model);
-    let (ti, _) = model
+    (Arc::new(decoded.model), src)
+}
+
+/// The thread that ran the most instructions, and its index.
+fn busiest(model: &Model) -> (usize, &ThreadModel) {
+    model
         .threads
         .iter()
         .enumerate()
         .max_by_key(|(_, t)| t.walk.instructions)
-        .expect("a thread");
+        .expect("a thread")
+}
+
+/// The first zooms into a model whose workers were left idle first, as a
+/// window is before the user zooms: they prepare the line lookups of the
+/// modules its code ran in. Opened afresh (its binaries read anew).
+fn prepared(input: &std::path::Path, rounds: usize) {
+    let (model, src) = decoded(input);
+    let (ti, _) = busiest(&model);
     let t = Instant::now();
     let d = SegmentWorker::new(model.clone(), src.clone(), 256 << 20, || {}).unwrap();
     while !d.figures().lines_prepared {
