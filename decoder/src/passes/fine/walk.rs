@@ -7,8 +7,9 @@
 //! remembered by its start (a loop's body is not decoded again on every
 //! trip), so decoding instructions costs little beside the walk; what a
 //! segment costs besides is per instruction (its time, depth, line and
-//! place in a line span): some 3.4 times the walk in all (`--bench
-//! lines`).
+//! place in a line span): some 3.5 times the walk in all (`--bench
+//! lines`). Instructions are timed as runs of consecutive positions, by
+//! the coarse pass's clock ([`Stamps::each`]), without a division each.
 //!
 //! [`LineSource`]: super::LineSource
 
