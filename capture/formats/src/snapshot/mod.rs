@@ -20,6 +20,7 @@ mod rewrite;
 mod trace;
 mod write;
 
+use std::collections::HashMap;
 use std::io::{Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
@@ -110,6 +111,18 @@ impl Unpack {
         let Some(dir) = dir else {
             return Ok(());
         };
+        // A name the archive holds twice is the last one's, as copied in
+        // archive order: only that one is copied (two threads would write
+        // one file at once).
+        let mut last: HashMap<&Path, usize> = HashMap::new();
+        for (i, (name, ..)) in members.iter().enumerate() {
+            last.insert(name.as_path(), i);
+        }
+        let keep: Vec<bool> = (0..members.len())
+            .map(|i| last.get(members[i].0.as_path()) == Some(&i))
+            .collect();
+        let mut keep = keep.into_iter();
+        members.retain(|_| keep.next().unwrap_or(false));
         // The largest first, each to the share with fewer bytes so far.
         members.sort_by_key(|&(_, _, size)| std::cmp::Reverse(size));
         let mut shares: [(u64, Vec<Member>); 2] = Default::default();
@@ -564,5 +577,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cut.ptscope") && e.contains("truncated"), "{e}");
+    }
+
+    /// A name the archive holds twice (no writer of ours makes one; a
+    /// hand-made archive can) unpacks to its last member, as copying in
+    /// archive order would, whichever thread copies what.
+    #[test]
+    fn a_member_the_archive_holds_twice_is_its_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twice.ptscope");
+        let elf = crate::buildid::cache_path(&[0xab, 0xcd], false);
+        let other = crate::buildid::cache_path(&[0xef, 0x01], false);
+        let json = serde_json::to_vec(&Metadata::default()).unwrap();
+        {
+            let file = std::fs::File::create(&path).unwrap();
+            let mut tar = tar::Builder::new(file);
+            let mut add = |name: &str, data: &[u8]| {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_entry_type(tar::EntryType::Regular);
+                tar.append_data(&mut header, name, data).unwrap();
+            };
+            add("perf.data", b"not a trace");
+            add(&elf, &[1u8; 50_000]);
+            add(&other, &[2u8; 30_000]);
+            add(&elf, b"the last one");
+            add(metadata::FILE_NAME, &json);
+            tar.into_inner().unwrap();
+        }
+        let snap = Snapshot::open(&path).unwrap();
+        let root = snap.buildid_dir().unwrap();
+        assert_eq!(std::fs::read(root.join(&elf)).unwrap(), b"the last one");
+        assert_eq!(std::fs::read(root.join(&other)).unwrap(), [2u8; 30_000]);
     }
 }

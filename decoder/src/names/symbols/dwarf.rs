@@ -97,35 +97,38 @@ impl SourceIndex {
     /// The index, built now if it is not yet (its packed sections
     /// inflated again); `None` if its units could not be read.
     fn context(&self) -> Option<MutexGuard<'_, addr2line::Context<DwarfReader>>> {
-        self.context
-            .get_or_init(|| {
-                let packed = std::mem::take(&mut *self.packed.lock());
-                let mut unpacked = Vec::with_capacity(packed.len());
-                for p in &packed {
-                    let bytes = p
-                        .inflate(self.endian)
-                        .map_err(|e| format!("{}: {e}", p.id.name()))?;
-                    unpacked.push((p.id, bytes));
-                }
-                let dwarf = build(&self.inflated, self.endian, |id| {
-                    unpacked
-                        .iter()
-                        .find(|(u, _)| *u == id)
-                        .map(|(_, b)| b.clone())
-                });
-                addr2line::Context::from_arc_dwarf(Arc::new(dwarf))
-                    .map(Mutex::new)
-                    .map_err(|e| format!("reading DWARF units: {e}"))
-            })
-            .as_ref()
-            .ok()
-            .map(|c| c.lock())
+        self.index().as_ref().ok().map(|c| c.lock())
+    }
+
+    /// addr2line's index, built now if it is not yet (its packed sections
+    /// inflated again), or why it could not be.
+    fn index(&self) -> &Result<Mutex<addr2line::Context<DwarfReader>>, String> {
+        self.context.get_or_init(|| {
+            let packed = std::mem::take(&mut *self.packed.lock());
+            let mut unpacked = Vec::with_capacity(packed.len());
+            for p in &packed {
+                let bytes = p
+                    .inflate(self.endian)
+                    .map_err(|e| format!("{}: {e}", p.id.name()))?;
+                unpacked.push((p.id, bytes));
+            }
+            let dwarf = build(&self.inflated, self.endian, |id| {
+                unpacked
+                    .iter()
+                    .find(|(u, _)| *u == id)
+                    .map(|(_, b)| b.clone())
+            });
+            addr2line::Context::from_arc_dwarf(Arc::new(dwarf))
+                .map(Mutex::new)
+                .map_err(|e| format!("reading DWARF units: {e}"))
+        })
     }
 
     /// Builds addr2line's index now, unless it is built (or was tried):
     /// what the first lookup that needs it would otherwise wait for.
     pub(super) fn build_index(&self) {
-        drop(self.context());
+        // Not locked: a lookup in the module meanwhile need not wait.
+        let _ = self.index();
     }
 
     /// Whether addr2line's index is built, or was tried and failed: a

@@ -31,7 +31,8 @@
 //! - [`worker`]: the fine pass on background threads (one per core)
 //!   behind a bounded cache, which the viewer asks for the segments it
 //!   wants to draw; idle, they prepare the line lookups of the modules
-//!   the model's code ran in, so that the first zoom waits for no DWARF.
+//!   the model's functions are named from, so that a zoom made once they
+//!   are done waits for no DWARF index.
 //!
 //! [`Checkpoint`]: crate::passes::coarse::Checkpoint
 

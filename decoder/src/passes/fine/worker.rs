@@ -7,7 +7,11 @@
 //! one no other has; a decode the user has zoomed or panned away from is
 //! cancelled. Decoded segments stay in a
 //! least-recently-used cache held under a byte budget, so exploring for
-//! hours never grows memory past it.
+//! hours never grows the cache past it. While nothing is wanted, the
+//! workers prepare the line lookups of the modules the model's code ran
+//! in (addr2line's index of each one's DWARF: some 20 MB for a
+//! distribution's libpython), which the module keeps, outside that budget, as the first
+//! zoom into its code would have built them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,8 +43,8 @@ struct State {
     cache: HashMap<SegmentKey, Entry>,
     failed: HashMap<SegmentKey, FineError>,
     in_flight: Vec<(SegmentKey, Arc<DecodeProgress>)>,
-    /// A worker is preparing a module's line lookups.
-    preparing: bool,
+    /// The worker preparing a module's line lookups, if one is.
+    preparing: Option<std::thread::ThreadId>,
     shutdown: bool,
     figures: WorkerFigures,
 }
@@ -223,17 +227,27 @@ impl DetailSource for SegmentWorker {
 }
 
 impl Drop for SegmentWorker {
+    /// Stops the workers: a decode in flight is cancelled and waited for.
+    /// A module's line lookups being prepared cannot be cancelled (the
+    /// engine of a re-opened model may still be being built first, then
+    /// one module's DWARF read: seconds for a large one), so the worker
+    /// preparing them is left to finish on its own, holding what it shares
+    /// with the others, and closing a model never waits for it.
     fn drop(&mut self) {
-        {
+        let preparing = {
             let mut st = self.shared.lock();
             st.shutdown = true;
             for (_, p) in &st.in_flight {
                 p.cancel();
             }
-        }
+            // Final: no job is taken once `shutdown` is set.
+            st.preparing
+        };
         self.shared.work.notify_all();
         for w in self.workers.drain(..) {
-            let _ = w.join();
+            if Some(w.thread().id()) != preparing {
+                let _ = w.join();
+            }
         }
     }
 }
@@ -241,7 +255,8 @@ impl Drop for SegmentWorker {
 /// A worker: decodes the first wanted segment not yet cached nor taken by
 /// another worker, until the model is closed. While nothing is wanted, one
 /// worker at a time prepares the line lookups of the modules the model's
-/// code ran in, a module at a time, between requests.
+/// code ran in, a module at a time, between requests: a request waits for
+/// at most the module being prepared, and only if it has no other worker.
 fn work(s: &Shared) {
     loop {
         let job = {
@@ -265,8 +280,8 @@ fn work(s: &Shared) {
                         st.in_flight.push((k, p.clone()));
                         break Job::Decode(k, p);
                     }
-                    None if !st.figures.lines_prepared && !st.preparing => {
-                        st.preparing = true;
+                    None if !st.figures.lines_prepared && st.preparing.is_none() => {
+                        st.preparing = Some(std::thread::current().id());
                         break Job::PrepareLines;
                     }
                     None => {
@@ -281,7 +296,7 @@ fn work(s: &Shared) {
             Job::PrepareLines => {
                 let more = s.source.prepare_next_lines();
                 let mut st = s.lock();
-                st.preparing = false;
+                st.preparing = None;
                 st.figures.lines_prepared = !more;
                 continue;
             }
