@@ -20,7 +20,7 @@ mod rewrite;
 mod trace;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::{Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
@@ -113,16 +113,10 @@ impl Unpack {
         };
         // A name the archive holds twice is the last one's, as copied in
         // archive order: only that one is copied (two threads would write
-        // one file at once).
-        let mut last: HashMap<&Path, usize> = HashMap::new();
-        for (i, (name, ..)) in members.iter().enumerate() {
-            last.insert(name.as_path(), i);
-        }
-        let keep: Vec<bool> = (0..members.len())
-            .map(|i| last.get(members[i].0.as_path()) == Some(&i))
-            .collect();
-        let mut keep = keep.into_iter();
-        members.retain(|_| keep.next().unwrap_or(false));
+        // one file at once): kept walking from the last member back.
+        let mut seen = HashSet::new();
+        members.reverse();
+        members.retain(|(name, ..)| seen.insert(name.clone()));
         // The largest first, each to the share with fewer bytes so far.
         members.sort_by_key(|&(_, _, size)| std::cmp::Reverse(size));
         let mut shares: [(u64, Vec<Member>); 2] = Default::default();

@@ -10,8 +10,8 @@
 //! hours never grows the cache past it. While nothing is wanted, the
 //! workers prepare the line lookups of the modules the model's code ran
 //! in (addr2line's index of each one's DWARF: some 20 MB for a
-//! distribution's libpython), which the module keeps, outside that budget, as the first
-//! zoom into its code would have built them.
+//! distribution's libpython), which the module keeps, outside that
+//! budget, as the first zoom into its code would have built them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
