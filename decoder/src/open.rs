@@ -18,7 +18,8 @@ use ptscope_formats::snapshot::Snapshot;
 use ptscope_formats::FileError;
 
 use crate::decode::{
-    decode_raw, decode_snapshot, from_script, DecodeError, DecodeOptions, Reopened,
+    decode_raw, decode_snapshot, from_script, reopen, DecodeError, DecodeOptions, Reopened,
+    Unpacking,
 };
 use crate::decoded::Decoded;
 use crate::inputs::perf_script;
@@ -178,33 +179,31 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
                 .cache
                 .as_ref()
                 .and_then(|c| Some((c, c.key(path, &model_options(dopts))?)));
-            // The snapshot's binaries are copied out while the cached model,
-            // if any, is read: a re-open took as long for each.
-            let loaded = match &cache {
-                None => unpack.run().map(|()| None),
-                Some((c, key)) => std::thread::scope(|s| {
-                    let unpacking = s.spawn(|| unpack.run());
-                    let loaded = c.load(key, dopts.progress.as_deref());
-                    let unpacked = unpacking
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    unpacked.map(|()| loaded)
-                }),
-            }
-            .map_err(DecodeError::File)?;
-            if let Some((c, key)) = &cache {
-                match loaded {
-                    Some(Ok(cached)) => match crate::decode::reopen(snap, dopts, cached)? {
-                        Reopened::Model(model) => {
-                            c.used(key);
-                            return Ok(model);
+            match &cache {
+                None => unpack.run().map_err(DecodeError::File)?,
+                Some((c, key)) => {
+                    // The snapshot's binaries are copied out while the
+                    // cached model, if any, is read and checked: a re-open
+                    // took as long for each, and needs none of them as
+                    // files (only its fine pass does).
+                    let mut unpacking = Unpacking::start(unpack).map_err(DecodeError::File)?;
+                    match c.load(key, dopts.progress.as_deref()) {
+                        Some(Ok(cached)) => match reopen(snap, dopts, cached, unpacking)? {
+                            Reopened::Model(model) => {
+                                c.used(key);
+                                return Ok(model);
+                            }
+                            // Stale: its names came from files that
+                            // changed. Unpacked, to be decoded afresh.
+                            Reopened::Stale(s) => snap = *s,
+                        },
+                        // Never trusted: decoded afresh and written anew.
+                        Some(Err(_)) => {
+                            unpacking.wait().map_err(DecodeError::File)?;
+                            c.forget(key);
                         }
-                        // Stale: its names came from files that changed.
-                        Reopened::Stale(s) => snap = *s,
-                    },
-                    // Never trusted: decoded afresh and written anew.
-                    Some(Err(_)) => c.forget(key),
-                    None => {}
+                        None => unpacking.wait().map_err(DecodeError::File)?,
+                    }
                 }
             }
             let model = decode_snapshot(&snap, dopts)?;

@@ -23,6 +23,12 @@ pub(crate) fn read_file(path: &Path) -> Option<Debuglink> {
     read_from(&object::read::ReadCache::new(file))
 }
 
+/// The debuglink of the ELF file whose bytes are `data`, if it has a
+/// sound one.
+pub(crate) fn read(data: &[u8]) -> Option<Debuglink> {
+    read_from(data)
+}
+
 fn read_from<'d, R: object::ReadRef<'d>>(data: R) -> Option<Debuglink> {
     let file = object::File::parse(data).ok()?;
     let section = file.section_by_name(".gnu_debuglink")?;

@@ -93,6 +93,19 @@ impl Search {
         build_id: Option<&[u8]>,
         notes: &mut Vec<String>,
     ) -> Option<Found> {
+        let link = || debuglink::read_file(binary);
+        self.debug_file_linked(link, mapped_path, build_id, notes)
+    }
+
+    /// [`Search::debug_file`], the binary's debuglink read by `link` if
+    /// the search comes to it.
+    fn debug_file_linked(
+        &self,
+        link: impl FnOnce() -> Option<debuglink::Debuglink>,
+        mapped_path: &str,
+        build_id: Option<&[u8]>,
+        notes: &mut Vec<String>,
+    ) -> Option<Found> {
         let found = |path: PathBuf, origin: Origin| Some(Found { path, origin });
         if let Some(id) = build_id.filter(|id| !id.is_empty()) {
             for root in &self.carried {
@@ -108,7 +121,7 @@ impl Search {
                 }
             }
         }
-        if let Some(p) = self.by_debuglink(binary, mapped_path) {
+        if let Some(p) = link().and_then(|link| self.by_debuglink(&link, mapped_path)) {
             return found(p, Origin::Debuglink);
         }
         if let Some(id) = build_id.filter(|id| !id.is_empty()) {
@@ -131,8 +144,7 @@ impl Search {
     /// The debuglink's file, where gdb looks for it: beside the binary, in
     /// its `.debug/`, and under each debug directory at the binary's path;
     /// only a file whose CRC is the one the link records.
-    fn by_debuglink(&self, binary: &Path, mapped_path: &str) -> Option<PathBuf> {
-        let link = debuglink::read_file(binary)?;
+    fn by_debuglink(&self, link: &debuglink::Debuglink, mapped_path: &str) -> Option<PathBuf> {
         let dir = Path::new(mapped_path).parent()?;
         let mut candidates = vec![dir.join(&link.name), dir.join(".debug").join(&link.name)];
         let relative = dir.strip_prefix("/").unwrap_or(dir);
@@ -229,15 +241,17 @@ impl Search {
 impl FileLookup for Search {
     fn debug_file(
         &self,
-        binary: &Path,
+        binary: &[u8],
         mapped_path: &str,
         build_id: Option<&[u8]>,
         notes: &mut Vec<String>,
     ) -> Option<DebugFile> {
-        Search::debug_file(self, binary, mapped_path, build_id, notes).map(|f| DebugFile {
-            path: f.path,
-            origin: f.origin.to_string(),
-        })
+        let link = || debuglink::read(binary);
+        self.debug_file_linked(link, mapped_path, build_id, notes)
+            .map(|f| DebugFile {
+                path: f.path,
+                origin: f.origin.to_string(),
+            })
     }
 
     fn binary(

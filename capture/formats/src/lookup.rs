@@ -10,7 +10,7 @@
 //! build-id layouts, because both sides read the formats crate and neither
 //! should depend on the other.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A debug file found for a binary, and where it came from (said in
 /// notes: "from debuginfod https://…").
@@ -22,12 +22,14 @@ pub struct DebugFile {
 
 /// Finds the files a trace names but does not carry.
 pub trait FileLookup: Send + Sync + std::fmt::Debug {
-    /// The separate debug file of the binary read from `binary`, which the
-    /// trace mapped as `mapped_path` with `build_id`. What went wrong on
-    /// the way (a server down) is added to `notes`.
+    /// The separate debug file of the binary whose bytes are `binary`,
+    /// which the trace mapped as `mapped_path` with `build_id`. What went
+    /// wrong on the way (a server down) is added to `notes`. The bytes,
+    /// not a path: a snapshot's binary is read in its archive before it is
+    /// unpacked anywhere.
     fn debug_file(
         &self,
-        binary: &Path,
+        binary: &[u8],
         mapped_path: &str,
         build_id: Option<&[u8]>,
         notes: &mut Vec<String>,

@@ -38,7 +38,7 @@ mod warnings;
 
 use inputs::*;
 pub use raw::decode_raw;
-pub(crate) use reopen::{reopen, Reopened};
+pub(crate) use reopen::{reopen, Reopened, Unpacking};
 pub use script::from_script;
 pub use trace::decode_trace;
 use warnings::*;

@@ -24,11 +24,20 @@ pub struct Section {
 type Bundled = (PathBuf, u64);
 
 /// `file` is an ELF file for a machine other than x86 (whose trace this
-/// cannot be).
-fn foreign_elf(file: &std::path::Path) -> bool {
+/// cannot be). A file `snap` carries is read in the archive: it may not be
+/// unpacked yet.
+fn foreign_elf(snap: &Snapshot, file: &std::path::Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 20];
-    let read = std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head));
+    let read = match snap.carried_bytes(file) {
+        Some(bytes) => bytes
+            .get(..head.len())
+            .map(|b| head.copy_from_slice(b))
+            .ok_or(()),
+        None => std::fs::File::open(file)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .map_err(drop),
+    };
     if read.is_err() || &head[..4] != b"\x7fELF" {
         return false;
     }
@@ -86,8 +95,10 @@ pub(crate) fn sections_noting(
                 &m.path,
                 notes,
             )
-            .filter(|f| !foreign_elf(f))?;
-            let len = std::fs::metadata(&file).map(|md| md.len()).unwrap_or(0);
+            .filter(|f| !foreign_elf(snap, f))?;
+            let len = snap
+                .carried_len(&file)
+                .unwrap_or_else(|| std::fs::metadata(&file).map_or(0, |md| md.len()));
             Some((file, len))
         });
         match hit.clone() {

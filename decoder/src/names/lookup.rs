@@ -25,6 +25,7 @@
 //! The debug file gives names and lines only: its code sections are empty
 //! (`NOBITS`), so code is always read from the binary.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -62,6 +63,9 @@ fn lookup_key<S: serde::Serializer>(
 pub struct Lookup {
     /// The snapshot's build-id cache, unpacked.
     carried: Option<PathBuf>,
+    /// The files the snapshot carries there, known before they are
+    /// unpacked.
+    carried_files: Arc<BTreeSet<PathBuf>>,
     caller: Option<Arc<dyn FileLookup>>,
 }
 
@@ -70,8 +74,32 @@ impl Lookup {
     pub fn new(snap: Option<&Snapshot>, caller: Option<Arc<dyn FileLookup>>) -> Lookup {
         Lookup {
             carried: snap.and_then(Snapshot::buildid_dir).map(Path::to_path_buf),
+            carried_files: Arc::new(
+                snap.into_iter()
+                    .flat_map(Snapshot::carried_files)
+                    .map(Path::to_path_buf)
+                    .collect(),
+            ),
             caller,
         }
+    }
+
+    /// Whether `path` is a file the snapshot carries, unpacked or not.
+    pub fn is_carried(&self, path: &Path) -> bool {
+        self.carried_files.contains(path)
+    }
+
+    /// The debug file of build id `id` that the snapshot carries, whether
+    /// or not it is unpacked yet.
+    fn carried_debug_file(&self, id: &[u8]) -> Option<PathBuf> {
+        if id.is_empty() {
+            return None;
+        }
+        let path = self
+            .carried
+            .as_deref()?
+            .join(ptscope_formats::buildid::debug_cache_path(id));
+        self.carried_files.contains(&path).then_some(path)
     }
 
     /// The snapshot's build-id cache, if it carries one.
@@ -79,20 +107,17 @@ impl Lookup {
         self.carried.as_deref()
     }
 
-    /// The debug file of the binary read from `binary`, which the trace
-    /// mapped as `mapped_path` with `build_id`; what went wrong on the way
-    /// (a server down) goes to `notes`.
+    /// The debug file of the binary whose bytes are `binary`, which the
+    /// trace mapped as `mapped_path` with `build_id`; what went wrong on
+    /// the way (a server down) goes to `notes`.
     pub fn debug_file(
         &self,
-        binary: &Path,
+        binary: &[u8],
         mapped_path: &str,
         build_id: Option<&[u8]>,
         notes: &mut Vec<String>,
     ) -> Option<DebugFile> {
-        let carried = self.carried.as_deref().zip(build_id);
-        if let Some(path) =
-            carried.and_then(|(dir, id)| ptscope_formats::buildid::cached_debug_file(dir, id))
-        {
+        if let Some(path) = build_id.and_then(|id| self.carried_debug_file(id)) {
             return Some(DebugFile {
                 path,
                 origin: "the snapshot".into(),

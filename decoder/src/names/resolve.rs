@@ -182,13 +182,52 @@ impl SymbolCache {
             return;
         }
         let found = std::fs::File::open(file).ok().map(|f| {
-            let debug = debug_file(file, &f, mapped_path, &self.lookup, &mut self.notes);
+            let debug = debug_file(&f, mapped_path, &self.lookup, &mut self.notes);
             Located {
                 path: file.to_path_buf(),
                 file: f,
                 debug,
             }
         });
+        let debug = found.as_ref().and_then(|l| l.debug.as_ref());
+        let source = self.source(
+            (file, found.as_ref().map(|l| &l.file)),
+            debug.map(|(d, f)| (d.as_path(), Some(f))),
+        );
+        self.sources.insert(source);
+        self.located.insert(file.to_path_buf(), found);
+    }
+
+    /// What [`SymbolCache::locate_mapped`] adds to
+    /// [`SymbolCache::sources`] for `file` (mapped as `mapped_path`), a
+    /// binary the snapshot carries, found from its bytes in the archive
+    /// (`bytes`), where it may not be unpacked yet; nothing is kept to be
+    /// read.
+    pub(crate) fn identify_carried(&mut self, file: &Path, mapped_path: &str, bytes: &[u8]) {
+        if self.modules.contains_key(file) || self.located.contains_key(file) {
+            return;
+        }
+        let found = find_debug_file(bytes, mapped_path, &self.lookup, &mut self.notes);
+        // A debug file the snapshot carries is known by its name there;
+        // any other is opened, as once the binary is unpacked.
+        let debug = found.and_then(|found| match self.lookup.is_carried(&found.path) {
+            true => Some((found.path, None)),
+            false => open_debug_file(found, mapped_path, &mut self.notes)
+                .map(|(path, f)| (path, Some(f))),
+        });
+        let debug = debug.as_ref().map(|(d, f)| (d.as_path(), f.as_ref()));
+        let source = self.source((file, None), debug);
+        self.sources.insert(source);
+    }
+
+    /// The identity of the binary `file` (open as the file given, if it
+    /// opened) and of its debug file, if any, among
+    /// [`SymbolCache::sources`].
+    fn source(
+        &self,
+        (file, opened): (&Path, Option<&std::fs::File>),
+        debug: Option<(&Path, Option<&std::fs::File>)>,
+    ) -> String {
         // What the snapshot carries is named by its place in it: the
         // snapshot, whose identity keys the cache, is unpacked afresh
         // (somewhere else) each time it is opened.
@@ -207,16 +246,8 @@ impl SymbolCache {
         // The debug file found is a source whether or not it names
         // anything: one that is replaced by a better one makes the names
         // stale as surely as a changed binary.
-        let debug = found
-            .as_ref()
-            .and_then(|l| l.debug.as_ref())
-            .map(|(d, f)| format!(", debug file {}", identity(d, Some(f))));
-        self.sources.insert(format!(
-            "{}{}",
-            identity(file, found.as_ref().map(|l| &l.file)),
-            debug.unwrap_or_default()
-        ));
-        self.located.insert(file.to_path_buf(), found);
+        let debug = debug.map(|(d, f)| format!(", debug file {}", identity(d, f)));
+        format!("{}{}", identity(file, opened), debug.unwrap_or_default())
     }
 
     /// The files this cache read names from, each with its identity
@@ -250,23 +281,43 @@ pub(crate) fn file_id(file: &std::fs::File) -> Option<FileId> {
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
-/// The separate debug file of the binary `file` (at `path`, mapped as
+/// The separate debug file of the binary `file` (mapped as
 /// `mapped_path`), open, when the binary lacks names of its own and
 /// `lookup` finds one; what went wrong on the way goes to `notes`.
 fn debug_file(
-    path: &Path,
     file: &std::fs::File,
     mapped_path: &str,
     lookup: &Lookup,
     notes: &mut Vec<String>,
 ) -> Option<(PathBuf, std::fs::File)> {
     let map = crate::pt::memory::map_binary(file).ok()?;
-    if !ModuleSymbols::lacks_own_names(&map) {
+    let found = find_debug_file(&map, mapped_path, lookup, notes)?;
+    drop(map);
+    open_debug_file(found, mapped_path, notes)
+}
+
+/// Where the separate debug file of the binary whose bytes are `binary`
+/// (mapped as `mapped_path`) is, when it lacks names of its own and
+/// `lookup` finds one.
+fn find_debug_file(
+    binary: &[u8],
+    mapped_path: &str,
+    lookup: &Lookup,
+    notes: &mut Vec<String>,
+) -> Option<ptscope_formats::DebugFile> {
+    if !ModuleSymbols::lacks_own_names(binary) {
         return None;
     }
-    let build_id = ptscope_formats::buildid::elf_build_id(&map);
-    drop(map);
-    let found = lookup.debug_file(path, mapped_path, build_id.as_deref(), notes)?;
+    let build_id = ptscope_formats::buildid::elf_build_id(binary);
+    lookup.debug_file(binary, mapped_path, build_id.as_deref(), notes)
+}
+
+/// The debug file `found`, open; `None`, said in `notes`, if it cannot be.
+fn open_debug_file(
+    found: ptscope_formats::DebugFile,
+    mapped_path: &str,
+    notes: &mut Vec<String>,
+) -> Option<(PathBuf, std::fs::File)> {
     match std::fs::File::open(&found.path) {
         Ok(f) => Some((found.path, f)),
         Err(e) => {
@@ -1386,5 +1437,98 @@ mod walk_and_chunks {
         assert!(one.iter().any(|l| l.contains("hash_kez")), "{one:#?}");
         assert!(one.iter().any(|l| l.contains("hash_key@")), "{one:#?}");
         assert_eq!(one, chunks);
+    }
+
+    /// A lookup that finds the file it names as every debug file beyond
+    /// the snapshot.
+    #[derive(Debug)]
+    struct Always(PathBuf);
+
+    impl ptscope_formats::FileLookup for Always {
+        fn debug_file(
+            &self,
+            _: &[u8],
+            _: &str,
+            _: Option<&[u8]>,
+            _: &mut Vec<String>,
+        ) -> Option<ptscope_formats::DebugFile> {
+            Some(ptscope_formats::DebugFile {
+                path: self.0.clone(),
+                origin: "here".into(),
+            })
+        }
+        fn binary(&self, _: Option<&[u8]>, _: &str, _: &mut Vec<String>) -> Option<PathBuf> {
+            None
+        }
+        fn key(&self) -> String {
+            format!("always {}", self.0.display())
+        }
+    }
+
+    /// A binary the snapshot carries is known by its bytes in the archive,
+    /// before it is unpacked, as it is once unpacked: its identity and its
+    /// debug file's, carried, found beyond the snapshot, or none.
+    #[test]
+    fn a_carried_binary_is_known_in_the_archive_as_once_unpacked() {
+        use ptscope_formats::snapshot::{rewrite_members, Metadata, Snapshot};
+        let dir = tempfile::tempdir().unwrap();
+        // The demo carries a stripped libc (names in `.dynsym` alone), a
+        // stripped loader and vdso, and no debug file; a copy carries one
+        // for libc (any bytes will do).
+        let demo = crate::testing::demo_path();
+        let libc_id = [
+            0x93, 0xac, 0x61, 0xec, 0x5a, 0x8e, 0xb1, 0x39, 0x6f, 0x9f, 0xbd, 0x35, 0x0e, 0x31,
+            0x69, 0xa5, 0x58, 0x52, 0x8a, 0x40,
+        ];
+        let with_debug = dir.path().join("with-debug.ptscope");
+        let elsewhere = demo.with_file_name("demo.c");
+        rewrite_members(
+            &Snapshot::open(&demo).unwrap(),
+            &with_debug,
+            &[(
+                ptscope_formats::buildid::debug_cache_path(&libc_id),
+                demo.with_file_name("demo"),
+            )],
+            &Metadata::default(),
+        )
+        .unwrap();
+        let beyond: Option<Arc<dyn ptscope_formats::FileLookup>> =
+            Some(Arc::new(Always(elsewhere.clone())));
+        for (path, caller, carried, found) in [
+            (&demo, None, 0, 0),
+            (&with_debug, None, 1, 0),
+            (&demo, beyond.clone(), 0, 3),
+            (&with_debug, beyond, 1, 2),
+        ] {
+            let (snap, unpack) = Snapshot::open_unpacking_later(path).unwrap();
+            let binaries: Vec<PathBuf> = snap
+                .carried_files()
+                .filter(|f| !f.ends_with("debug"))
+                .map(Path::to_path_buf)
+                .collect();
+            assert_eq!(binaries.len(), 4, "{binaries:?}");
+            let lookup = Lookup::new(Some(&snap), caller);
+            let mut before = SymbolCache::new(lookup.clone());
+            for f in &binaries {
+                assert!(!f.exists(), "{} is unpacked already", f.display());
+                let bytes = snap.carried_bytes(f).unwrap();
+                before.identify_carried(f, "/lib/mapped.so", &bytes);
+            }
+            unpack.run().unwrap();
+            let mut after = SymbolCache::new(lookup);
+            for f in &binaries {
+                after.locate_mapped(f, "/lib/mapped.so");
+            }
+            let sources = after.sources();
+            assert_eq!(before.sources(), sources);
+            let with = |what: &str| sources.iter().filter(|s| s.contains(what)).count();
+            assert_eq!(
+                with(", debug file in the snapshot: "),
+                carried,
+                "{sources:#?}"
+            );
+            let elsewhere = format!(", debug file {} (", elsewhere.display());
+            assert_eq!(with(&elsewhere), found, "{sources:#?}");
+        }
     }
 }

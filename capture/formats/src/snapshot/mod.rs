@@ -20,7 +20,7 @@ mod rewrite;
 mod trace;
 mod write;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
@@ -31,7 +31,7 @@ pub use write::{write_archive, SAMPLE_TYPE};
 
 use crate::buildid;
 use crate::error::FileError;
-use crate::mapped::FileBytes;
+use crate::mapped::{FileBytes, SharedBytes};
 use crate::perf_data::{FormatError, PerfDataFile, MAGIC};
 
 /// The archive member holding a copy of `/proc/kallsyms` taken at
@@ -63,6 +63,13 @@ pub struct Snapshot {
     /// [`Unpack`], so that one run after the snapshot is gone writes into
     /// a directory that still exists, and is removed with it).
     cache: Option<std::sync::Arc<tempfile::TempDir>>,
+    /// The files the archive carries into `cache`, by name there: where
+    /// each one's bytes lie in the archive (its last member of the name,
+    /// as the unpack leaves it). Known before the unpack runs.
+    carried: BTreeMap<PathBuf, (u64, u64)>,
+    /// The whole archive, mapped: the carried files' bytes, read in place
+    /// before they are unpacked ([`Snapshot::carried_bytes`]).
+    archive: Option<FileBytes>,
 }
 
 fn bad(path: &Path, kind: &'static str, problem: impl Into<String>) -> FileError {
@@ -98,6 +105,11 @@ pub struct Unpack {
 type Member = (PathBuf, u64, u64);
 
 impl Unpack {
+    /// The snapshot whose files these are.
+    pub fn archive(&self) -> &Path {
+        &self.archive
+    }
+
     /// Copies the members out, through handles of the archive's own, the
     /// members split by size between this thread and one more (the kernel
     /// copies each, and two cores copy 16 MB in about half the time); an
@@ -219,6 +231,8 @@ impl Snapshot {
                 kallsyms: None,
                 modules: None,
                 cache: None,
+                carried: BTreeMap::new(),
+                archive: None,
             };
             let nothing = Unpack {
                 archive: path.to_path_buf(),
@@ -239,6 +253,8 @@ impl Snapshot {
             kallsyms: None,
             modules: None,
             cache: None,
+            carried: BTreeMap::new(),
+            archive: None,
         }
     }
 
@@ -419,6 +435,12 @@ impl Snapshot {
         }
         let perf_data =
             perf_data.ok_or_else(|| bad(path, kind, "the archive holds no perf.data"))?;
+        // Every member's bytes were found inside the file above.
+        let archive = FileBytes::map(&file, 0, len).map_err(|e| FileError::io(path, e))?;
+        let carried_at = carried
+            .iter()
+            .map(|(name, at, size)| (cache.path().join(name), (*at, *size)))
+            .collect();
         let cache = std::sync::Arc::new(cache);
         let unpack = Unpack {
             archive: path.to_path_buf(),
@@ -432,6 +454,8 @@ impl Snapshot {
             kallsyms,
             modules,
             cache: Some(cache),
+            carried: carried_at,
+            archive: Some(archive),
         };
         Ok((snap, unpack))
     }
@@ -461,15 +485,39 @@ impl Snapshot {
         self.cache.as_ref().map(|c| c.path())
     }
 
-    /// Finds a mapped binary: in the snapshot, then in `~/.debug` by build
-    /// id, then at its recorded path.
+    /// The length of `path`, a file this snapshot carries into its
+    /// build-id directory, whether or not it is unpacked yet; `None` for
+    /// any other path.
+    pub fn carried_len(&self, path: &Path) -> Option<u64> {
+        self.carried.get(path).map(|&(_, size)| size)
+    }
+
+    /// The bytes of `path`, a file this snapshot carries into its build-id
+    /// directory, read in the archive where they lie: what is known of it
+    /// before [`Unpack::run`] has copied it out. `None` for any other path.
+    pub fn carried_bytes(&self, path: &Path) -> Option<SharedBytes> {
+        let &(at, size) = self.carried.get(path)?;
+        let archive = self.archive.as_ref()?;
+        let part = archive.get(usize::try_from(at).ok()?..)?;
+        archive.share(part.get(..usize::try_from(size).ok()?)?)
+    }
+
+    /// Every file this snapshot carries, by its path in the build-id
+    /// directory.
+    pub fn carried_files(&self) -> impl Iterator<Item = &Path> + '_ {
+        self.carried.keys().map(PathBuf::as_path)
+    }
+
+    /// Finds a mapped binary: in the snapshot (whether or not it is
+    /// unpacked yet), then in `~/.debug` by build id, then at its recorded
+    /// path.
     pub fn find_binary(&self, build_id: Option<&[u8]>, path: &str) -> Option<PathBuf> {
         let vdso = path == "[vdso]";
         if let Some(id) = build_id {
             let rel = buildid::cache_path(id, vdso);
             if let Some(dir) = self.buildid_dir() {
                 let p = dir.join(&rel);
-                if p.is_file() {
+                if self.carried.contains_key(&p) {
                     return Some(p);
                 }
             }
@@ -542,6 +590,20 @@ mod tests {
         let (snap, unpack) = Snapshot::open_unpacking_later(&path).unwrap();
         let root = snap.buildid_dir().unwrap().to_path_buf();
         assert!(!root.join(&elf).exists());
+        // Known, and read in the archive, before they are unpacked.
+        let carried: Vec<PathBuf> = snap.carried_files().map(Path::to_path_buf).collect();
+        assert_eq!(carried, [root.join(&debug), root.join(&elf)]);
+        for (name, data) in &members {
+            let at = root.join(name);
+            assert_eq!(snap.carried_len(&at), Some(data.len() as u64));
+            assert_eq!(&snap.carried_bytes(&at).unwrap()[..], *data);
+        }
+        assert_eq!(snap.carried_len(&root.join("perf.data")), None);
+        assert!(snap.carried_bytes(Path::new("/etc/passwd")).is_none());
+        assert_eq!(
+            snap.find_binary(Some(&[0xab, 0xcd]), "/usr/bin/x"),
+            Some(root.join(&elf))
+        );
         unpack.run().unwrap();
         for (name, data) in members {
             assert_eq!(std::fs::read(root.join(name)).unwrap(), data);
@@ -603,6 +665,10 @@ mod tests {
         let snap = Snapshot::open(&path).unwrap();
         let root = snap.buildid_dir().unwrap();
         assert_eq!(std::fs::read(root.join(&elf)).unwrap(), b"the last one");
+        assert_eq!(
+            &snap.carried_bytes(&root.join(&elf)).unwrap()[..],
+            b"the last one"
+        );
         assert_eq!(std::fs::read(root.join(&other)).unwrap(), [2u8; 30_000]);
     }
 }

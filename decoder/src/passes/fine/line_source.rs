@@ -206,7 +206,7 @@ impl LineSource {
     /// nothing. False once none waits (or the source could not be built).
     ///
     /// [`ModuleSymbols::prepare_lines`]: crate::names::symbols::ModuleSymbols::prepare_lines
-    pub fn prepare_next_lines(&self) -> bool {
+    pub(crate) fn prepare_next_lines(&self) -> bool {
         let Ok(engine) = self.engine() else {
             return false;
         };
@@ -221,7 +221,8 @@ impl LineSource {
 
     /// Whether the line lookups of every module the model's code ran in
     /// wait for nothing ([`LineSource::prepare_next_lines`]).
-    pub fn lines_prepared(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn lines_prepared(&self) -> bool {
         self.engine()
             .is_ok_and(|e| e.ran_in().iter().all(|m| m.lines_prepared()))
     }
