@@ -182,11 +182,11 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
             match &cache {
                 None => unpack.run().map_err(DecodeError::File)?,
                 Some((c, key)) => {
-                    // The snapshot's binaries are copied out while the
-                    // cached model, if any, is read and checked: a re-open
-                    // took as long for each, and needs none of them as
-                    // files (only its fine pass does).
-                    let mut unpacking = Unpacking::start(unpack).map_err(DecodeError::File)?;
+                    // The snapshot's binaries are copied out when they are
+                    // needed as files: by a decode, not by reading and
+                    // checking a cached model, whose fine pass's source
+                    // copies them after the model is shown.
+                    let mut unpacking = Unpacking::later(unpack);
                     match c.load(key, dopts.progress.as_deref()) {
                         Some(Ok(cached)) => match reopen(snap, dopts, cached, unpacking)? {
                             Reopened::Model(model) => {
@@ -199,10 +199,10 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Decoded, DecodeError> {
                         },
                         // Never trusted: decoded afresh and written anew.
                         Some(Err(_)) => {
-                            unpacking.wait().map_err(DecodeError::File)?;
+                            unpacking.finish().map_err(DecodeError::File)?;
                             c.forget(key);
                         }
-                        None => unpacking.wait().map_err(DecodeError::File)?,
+                        None => unpacking.finish().map_err(DecodeError::File)?,
                     }
                 }
             }

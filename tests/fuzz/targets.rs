@@ -325,6 +325,16 @@ pub fn snapshot_to(data: &[u8], depth: Depth) {
     std::fs::write(&path, data).expect("write the input");
     let _ = Snapshot::read_metadata(&path);
     if let Ok(snap) = Snapshot::open(&path) {
+        // What a re-open reads in the archive is what the unpack wrote.
+        for f in snap.carried_files() {
+            let bytes = snap.carried_bytes(f).expect("a carried file's bytes");
+            let copy = std::fs::read(f).expect("a carried file unpacked");
+            assert!(
+                bytes[..] == copy[..],
+                "{} differs from its copy",
+                f.display()
+            );
+        }
         if let Ok(trace) = snap.trace() {
             for s in &trace.streams {
                 let _ = ptscope_formats::pt::read::psb_offsets(&s.data);

@@ -8,11 +8,11 @@
 //! check only finds the files, and the source is built on a thread of its
 //! own while the model is already shown ([`LineSource::later`]).
 //!
-//! Copying the files a snapshot carries out of its archive took as long
-//! as reading the cached model (some 5 ms of python3's 16 MB), and the
-//! check needs no more of them than their headers: so it reads those in
-//! the archive, and the copy goes on beside the model's read and the
-//! check ([`Unpacking`]), waited for by the fine pass's source alone.
+//! Copying the files a snapshot carries out of its archive (some 16 MB
+//! for python3) took the two cores the model's read wants, and the check
+//! needs no more of them than their bytes: so it reads those in the
+//! archive, and the copy is left to the fine pass's source, which reads
+//! them as files ([`Unpacking`]), after the model is shown.
 
 use crate::decoded::Decoded;
 use crate::inputs::cache::Cached;
@@ -34,42 +34,28 @@ pub(crate) enum Reopened {
     Stale(Box<Snapshot>),
 }
 
-/// A snapshot's carried files being copied out of its archive on a
-/// thread of their own ([`Unpack::run`]), for whatever reads them as files
-/// to wait for.
-pub(crate) struct Unpacking {
-    thread: Option<std::thread::JoinHandle<Result<(), FileError>>>,
-}
+/// A snapshot's carried files, left in its archive until something needs
+/// them as files: the first to ask copies them out ([`Unpack::run`]).
+pub(crate) struct Unpacking(Option<Unpack>);
 
 impl Unpacking {
-    /// Starts `unpack` on a thread of its own.
-    pub(crate) fn start(unpack: Unpack) -> Result<Unpacking, FileError> {
-        let archive = unpack.archive().to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name("ptscope-unpack".into())
-            .spawn(move || unpack.run())
-            .map_err(|e| FileError::io(&archive, e))?;
-        Ok(Unpacking {
-            thread: Some(thread),
-        })
+    /// `unpack`, not run yet.
+    pub(crate) fn later(unpack: Unpack) -> Unpacking {
+        Unpacking(Some(unpack))
     }
 
-    /// Waits until the files are out: at once if it was waited for
-    /// before (whose error, if any, was told then).
-    pub(crate) fn wait(&mut self) -> Result<(), FileError> {
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            None => Ok(()),
-        }
+    /// Copies the files out, unless that was done (and its error, if any,
+    /// told) before.
+    pub(crate) fn finish(&mut self) -> Result<(), FileError> {
+        self.0.take().map_or(Ok(()), Unpack::run)
     }
 }
 
 /// The model of `snap` from what the model cache kept of an earlier
 /// decode with the same options: its spans as they were, and a fine-pass
 /// source built again from the snapshot and the cached recipe, on a
-/// thread of its own once `unpacking` is done.
+/// thread of its own, which copies the carried files out first
+/// (`unpacking`).
 pub(crate) fn reopen(
     snap: Snapshot,
     opts: &DecodeOptions,
@@ -81,26 +67,58 @@ pub(crate) fn reopen(
         cfg, mut symbols, ..
     } = prepare(&snap, &trace, opts)?;
     let recipe = cached.recipe;
-    // The files each process's names would come from, found as the
-    // decode found them, but not read.
+    let fresh = unchanged(
+        (&snap, &trace),
+        (&recipe, &cached.model.missing_binaries),
+        &mut symbols,
+        &mut unpacking,
+    )?;
+    if !fresh {
+        drop(trace);
+        // Decoded afresh, from the files.
+        unpacking.finish().map_err(DecodeError::File)?;
+        return Ok(Reopened::Stale(Box::new(snap)));
+    }
+    drop(trace);
+    let funcs = cached.model.funcs.clone();
+    let engine = opts.engine;
+    let threads = opts.threads.clone();
+    let lines = LineSource::later(move || {
+        unpacking.finish().map_err(|e| e.to_string())?;
+        build(snap, cfg, engine, threads, recipe, symbols, funcs).map_err(|e| e.to_string())
+    });
+    Ok(Reopened::Model(Decoded {
+        model: cached.model,
+        lines: Some(Arc::new(lines)),
+    }))
+}
+
+/// Whether the files the cached model's names came from (`recipe`'s
+/// sources, and the binaries it lacked) are those `symbols` finds now for
+/// `snap`, found as the decode found them but not read: a carried binary
+/// by its bytes in the archive, any other where it is (its debug file may
+/// be one `unpacking` writes, which it then does).
+fn unchanged(
+    (snap, trace): (&Snapshot, &ptscope_formats::snapshot::Trace),
+    (recipe, missing_then): (&crate::passes::fine::FineRecipe, &[String]),
+    symbols: &mut crate::names::resolve::SymbolCache,
+    unpacking: &mut Unpacking,
+) -> Result<bool, DecodeError> {
     let mut missing_binaries = Vec::new();
     let mut notes = Vec::new();
     for &pid in &recipe.pids {
         let (secs, missing) = crate::names::image::sections_noting(
-            &snap,
-            &trace,
+            snap,
+            trace,
             Some(pid),
             symbols.lookup(),
             &mut notes,
         );
         for s in &secs {
-            // A carried binary is known by its bytes in the archive. Any
-            // other is opened where it is, and its debug file may be one
-            // the unpack writes.
             match snap.carried_bytes(&s.file) {
                 Some(bytes) => symbols.identify_carried(&s.file, &s.mapped_path, &bytes),
                 None => {
-                    unpacking.wait().map_err(DecodeError::File)?;
+                    unpacking.finish().map_err(DecodeError::File)?;
                     symbols.locate_mapped(&s.file, &s.mapped_path);
                 }
             }
@@ -111,27 +129,10 @@ pub(crate) fn reopen(
             }
         }
     }
-    let mut missing_then = cached.model.missing_binaries.clone();
+    let mut missing_then = missing_then.to_vec();
     missing_then.sort();
     missing_binaries.sort();
-    if symbols.sources() != recipe.sources || missing_binaries != missing_then {
-        drop(trace);
-        // Decoded afresh, from the files.
-        unpacking.wait().map_err(DecodeError::File)?;
-        return Ok(Reopened::Stale(Box::new(snap)));
-    }
-    drop(trace);
-    let funcs = cached.model.funcs.clone();
-    let engine = opts.engine;
-    let threads = opts.threads.clone();
-    let lines = LineSource::later(move || {
-        unpacking.wait().map_err(|e| e.to_string())?;
-        build(snap, cfg, engine, threads, recipe, symbols, funcs).map_err(|e| e.to_string())
-    });
-    Ok(Reopened::Model(Decoded {
-        model: cached.model,
-        lines: Some(Arc::new(lines)),
-    }))
+    Ok(symbols.sources() == recipe.sources && missing_binaries == missing_then)
 }
 
 /// The fine-pass source of `snap` from the cached `recipe`: each process's
@@ -182,16 +183,13 @@ fn build(
 mod tests {
     use super::*;
     use crate::inputs::cache::ModelCache;
-    use std::sync::mpsc;
-    use std::time::Duration;
 
-    /// A re-open gives its model while the snapshot's files are still in
-    /// its archive (the check reads their headers there), and only the
-    /// fine pass's source waits for them to be copied out; it is then
-    /// built from them (and holds them open), re-decoding as the fresh
-    /// decode's does.
+    /// A re-open gives its model with the snapshot's files still in its
+    /// archive (the check reads their bytes there), and its fine pass's
+    /// source copies them out and is built from them (holding them open),
+    /// re-decoding as the fresh decode's does.
     #[test]
-    fn a_reopen_waits_for_no_unpack() {
+    fn a_reopen_leaves_the_unpack_to_the_fine_pass() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ModelCache::new(dir.path().join("cache"), u64::MAX);
         let fresh = crate::testing::demo_decoded();
@@ -200,26 +198,21 @@ mod tests {
         let (snap, unpack) = Snapshot::open_unpacking_later(&crate::testing::demo_path()).unwrap();
         let carried: Vec<_> = snap.carried_files().map(|f| f.to_path_buf()).collect();
         assert!(!carried.is_empty());
-        // The unpack is held until the model is in hand.
-        let (go, held) = mpsc::channel::<()>();
-        let unpacking = Unpacking {
-            thread: Some(std::thread::spawn(move || {
-                let _ = held.recv();
-                unpack.run()
-            })),
-        };
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(reopen(snap, &DecodeOptions::default(), cached, unpacking));
-        });
-        let reopened = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the re-open waited for the unpack");
+        let mut unpacking = Unpacking::later(unpack);
+        {
+            let trace = snap.trace().unwrap();
+            let opts = DecodeOptions::default();
+            let mut symbols = prepare(&snap, &trace, &opts).unwrap().symbols;
+            let recipe = (&cached.recipe, &cached.model.missing_binaries[..]);
+            let fresh = unchanged((&snap, &trace), recipe, &mut symbols, &mut unpacking);
+            assert!(fresh.unwrap(), "the demo's cached model is stale");
+        }
+        assert!(unpacking.0.is_some(), "the check copied the files out");
+        assert!(carried.iter().all(|f| !f.exists()));
+        let reopened = reopen(snap, &DecodeOptions::default(), cached, unpacking);
         let Ok(Reopened::Model(model)) = reopened else {
             panic!("the demo's cached model was not taken");
         };
-        assert!(carried.iter().all(|f| !f.exists()), "unpacked already");
-        go.send(()).unwrap();
         let lines = model.lines.as_ref().unwrap();
         lines.wait().unwrap();
         let (thread, ours) = (&model.model.threads[0], &fresh.model.threads[0]);
