@@ -61,7 +61,7 @@ fn lookup_key<S: serde::Serializer>(
 /// caller's lookup.
 #[derive(Clone, Debug, Default)]
 pub struct Lookup {
-    /// The snapshot's build-id cache, unpacked.
+    /// The snapshot's build-id cache, where it is (or will be) unpacked.
     carried: Option<PathBuf>,
     /// The files the snapshot carries there, known before they are
     /// unpacked.

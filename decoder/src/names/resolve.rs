@@ -78,6 +78,10 @@ pub struct SymbolCache {
     /// Binaries found by [`SymbolCache::locate_mapped`] whose symbols are
     /// not read yet; `None`: the binary cannot be opened.
     located: HashMap<PathBuf, Option<Located>>,
+    /// The debug files [`SymbolCache::identify_carried`] found for carried
+    /// binaries, which locating them once unpacked takes rather than
+    /// searching again (a debuginfod server asked twice).
+    searched: HashMap<PathBuf, Option<ptscope_formats::DebugFile>>,
     /// The kernel's functions (kallsyms or vmlinux), which name kernel
     /// code; `None`: it is `[kernel]`.
     pub kernel: Option<Arc<KernelSymbols>>,
@@ -181,8 +185,12 @@ impl SymbolCache {
         if self.modules.contains_key(file) || self.located.contains_key(file) {
             return;
         }
+        let searched = self.searched.remove(file);
         let found = std::fs::File::open(file).ok().map(|f| {
-            let debug = debug_file(&f, mapped_path, &self.lookup, &mut self.notes);
+            let debug = match searched {
+                Some(found) => found.and_then(|d| open_debug_file(d, mapped_path, &mut self.notes)),
+                None => debug_file(&f, mapped_path, &self.lookup, &mut self.notes),
+            };
             Located {
                 path: file.to_path_buf(),
                 file: f,
@@ -208,6 +216,7 @@ impl SymbolCache {
             return;
         }
         let found = find_debug_file(bytes, mapped_path, &self.lookup, &mut self.notes);
+        self.searched.insert(file.to_path_buf(), found.clone());
         // A debug file the snapshot carries is known by its name there;
         // any other is opened, as once the binary is unpacked.
         let debug = found.and_then(|found| match self.lookup.is_carried(&found.path) {
@@ -1440,9 +1449,9 @@ mod walk_and_chunks {
     }
 
     /// A lookup that finds the file it names as every debug file beyond
-    /// the snapshot.
+    /// the snapshot, and counts the searches.
     #[derive(Debug)]
-    struct Always(PathBuf);
+    struct Always(PathBuf, std::sync::atomic::AtomicUsize);
 
     impl ptscope_formats::FileLookup for Always {
         fn debug_file(
@@ -1452,6 +1461,7 @@ mod walk_and_chunks {
             _: Option<&[u8]>,
             _: &mut Vec<String>,
         ) -> Option<ptscope_formats::DebugFile> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Some(ptscope_formats::DebugFile {
                 path: self.0.clone(),
                 origin: "here".into(),
@@ -1492,8 +1502,9 @@ mod walk_and_chunks {
             &Metadata::default(),
         )
         .unwrap();
-        let beyond: Option<Arc<dyn ptscope_formats::FileLookup>> =
-            Some(Arc::new(Always(elsewhere.clone())));
+        let always = Arc::new(Always(elsewhere.clone(), Default::default()));
+        let searches = || always.1.load(std::sync::atomic::Ordering::Relaxed);
+        let beyond: Option<Arc<dyn ptscope_formats::FileLookup>> = Some(always.clone());
         for (path, caller, carried, found) in [
             (&demo, None, 0, 0),
             (&with_debug, None, 1, 0),
@@ -1520,6 +1531,13 @@ mod walk_and_chunks {
                 after.locate_mapped(f, "/lib/mapped.so");
             }
             let sources = after.sources();
+            assert_eq!(before.sources(), sources);
+            // Located once unpacked, they are not searched for again.
+            let searched = searches();
+            for f in &binaries {
+                before.locate_mapped(f, "/lib/mapped.so");
+            }
+            assert_eq!(searches(), searched);
             assert_eq!(before.sources(), sources);
             let with = |what: &str| sources.iter().filter(|s| s.contains(what)).count();
             assert_eq!(

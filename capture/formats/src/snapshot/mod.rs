@@ -90,8 +90,9 @@ fn safe_member(name: &Path) -> bool {
 /// The binaries and debug files a `.ptscope` snapshot carries, still to
 /// be copied out of the archive into its build-id directory
 /// ([`Snapshot::open_unpacking_later`]): some 16 MB for a python3
-/// capture, half of re-opening one that was decoded before, which can
-/// read its cached model meanwhile.
+/// capture, as long as re-opening one that was decoded before, which
+/// needs none of them as files ([`Snapshot::carried_bytes`] reads them
+/// in place) and leaves the copy to its line zoom.
 #[derive(Debug)]
 #[must_use = "the snapshot's binaries are not there until it runs"]
 pub struct Unpack {
