@@ -11,8 +11,10 @@
 //! Copying the files a snapshot carries out of its archive (some 16 MB
 //! for python3) took the two cores the model's read wants, and the check
 //! needs no more of them than their bytes: so it reads those in the
-//! archive, and the copy is left to the fine pass's source, which reads
-//! them as files ([`Unpacking`]), after the model is shown.
+//! archive, and the copy is left to the thread that builds the fine
+//! pass's source, which reads them as files ([`Unpacking`]). A mapped
+//! binary the snapshot does not carry is checked where it is, after the
+//! copy (its debug file may be one the snapshot carries).
 
 use crate::decoded::Decoded;
 use crate::inputs::cache::Cached;
@@ -96,8 +98,8 @@ pub(crate) fn reopen(
 /// Whether the files the cached model's names came from (`recipe`'s
 /// sources, and the binaries it lacked) are those `symbols` finds now for
 /// `snap`, found as the decode found them but not read: a carried binary
-/// by its bytes in the archive, any other where it is (its debug file may
-/// be one `unpacking` writes, which it then does).
+/// by its bytes in the archive, any other where it is, once `unpacking`
+/// has copied the carried files out (its debug file may be one of them).
 fn unchanged(
     (snap, trace): (&Snapshot, &ptscope_formats::snapshot::Trace),
     (recipe, missing_then): (&crate::passes::fine::FineRecipe, &[String]),

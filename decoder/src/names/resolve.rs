@@ -210,9 +210,13 @@ impl SymbolCache {
     /// [`SymbolCache::sources`] for `file` (mapped as `mapped_path`), a
     /// binary the snapshot carries, found from its bytes in the archive
     /// (`bytes`), where it may not be unpacked yet; nothing is kept to be
-    /// read.
+    /// read. Once per file, as `locate_mapped`: the first mapped path's
+    /// search is the one kept.
     pub(crate) fn identify_carried(&mut self, file: &Path, mapped_path: &str, bytes: &[u8]) {
-        if self.modules.contains_key(file) || self.located.contains_key(file) {
+        if self.modules.contains_key(file)
+            || self.located.contains_key(file)
+            || self.searched.contains_key(file)
+        {
             return;
         }
         let found = find_debug_file(bytes, mapped_path, &self.lookup, &mut self.notes);
@@ -1532,8 +1536,16 @@ mod walk_and_chunks {
             }
             let sources = after.sources();
             assert_eq!(before.sources(), sources);
-            // Located once unpacked, they are not searched for again.
+            // Once per file, as `locate_mapped`: another mapping of one
+            // (libc's text and data, or another path) searches no more.
             let searched = searches();
+            for f in &binaries {
+                let bytes = snap.carried_bytes(f).unwrap();
+                before.identify_carried(f, "/usr/lib/other.so", &bytes);
+            }
+            assert_eq!(searches(), searched);
+            assert_eq!(before.sources(), sources);
+            // Located once unpacked, they are not searched for again.
             for f in &binaries {
                 before.locate_mapped(f, "/lib/mapped.so");
             }

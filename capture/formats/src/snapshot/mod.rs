@@ -90,9 +90,9 @@ fn safe_member(name: &Path) -> bool {
 /// The binaries and debug files a `.ptscope` snapshot carries, still to
 /// be copied out of the archive into its build-id directory
 /// ([`Snapshot::open_unpacking_later`]): some 16 MB for a python3
-/// capture, as long as re-opening one that was decoded before, which
-/// needs none of them as files ([`Snapshot::carried_bytes`] reads them
-/// in place) and leaves the copy to its line zoom.
+/// capture, as long as re-opening one that was decoded before, whose
+/// check of them reads them in place ([`Snapshot::carried_bytes`]) and
+/// leaves the copy to the thread that builds its line zoom's source.
 #[derive(Debug)]
 #[must_use = "the snapshot's binaries are not there until it runs"]
 pub struct Unpack {
@@ -207,7 +207,9 @@ impl Snapshot {
     /// [`open`](Self::open), but the binaries and debug files a snapshot
     /// carries are left in the archive: the snapshot's build-id
     /// directory holds them once [`Unpack::run`] has, and nothing may
-    /// look there before (nothing to do for a perf.data file).
+    /// read them there before ([`Snapshot::find_binary`] names them, and
+    /// [`Snapshot::carried_bytes`] reads them in the archive, at once;
+    /// nothing to do for a perf.data file).
     pub fn open_unpacking_later(path: &Path) -> Result<(Snapshot, Unpack), FileError> {
         let meta = std::fs::metadata(path).map_err(|e| FileError::io(path, e))?;
         if meta.is_dir() {
